@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Builds, once, the binaries the local control plane needs, from the Go module proxy:
+# kube-apiserver, kube-controller-manager and kubectl (k8s.io/kubernetes), etcd (go.etcd.io/etcd)
+# and helm (helm.sh/helm). They are cached outside the repository, keyed by hack/versions.env:
+#   ${FAILOVER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/failover-controller}/k8s-<v>-etcd-<v>-helm-<v>/bin
+# A warm cache returns at once. The last line printed is the bin directory.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=versions.env
+source "$here/versions.env"
+
+cache_root=${FAILOVER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/failover-controller}
+key="k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}-helm-${HELM_VERSION}"
+bin="$cache_root/$key/bin"
+work="$cache_root/$key/build"
+tools=(kube-apiserver kube-controller-manager kubectl etcd helm)
+
+all_present() {
+  for t in "${tools[@]}"; do [[ -x "$bin/$t" ]] || return 1; done
+}
+if all_present; then
+  echo "$bin"
+  exit 0
+fi
+
+command -v go >/dev/null || { echo "build-control-plane: step 'check toolchain' failed: 'go' is not on PATH (install Go 1.25 or newer)" >&2; exit 1; }
+mkdir -p "$bin" "$work"
+export GOFLAGS="-buildvcs=false -trimpath"
+export CGO_ENABLED=0
+
+step() { echo "build-control-plane: $*" >&2; }
+fail() { echo "build-control-plane: step '$1' failed (log: $2):" >&2; tail -n 30 "$2" >&2; exit 1; }
+
+# k8s.io/kubernetes cannot be 'go install'ed: its go.mod replaces every k8s.io/* staging module
+# with a local path. A throw-away wrapper module requires it and replaces each staging module
+# with its published v0.<minor>.<patch> release instead.
+build_kubernetes() {
+  local mod="$work/kubernetes" log="$work/kubernetes.log" staging
+  rm -rf "$mod" && mkdir -p "$mod"
+  staging="0.${K8S_VERSION#1.}"
+  step "resolving k8s.io/kubernetes v$K8S_VERSION (staging modules v$staging)"
+  {
+    echo "module localbuild/kubernetes"
+    echo
+    echo "go 1.25.0"
+    echo
+    echo "require k8s.io/kubernetes v$K8S_VERSION"
+  } > "$mod/go.mod"
+  (cd "$mod" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION") > "$log" 2>&1 || fail "download k8s.io/kubernetes" "$log"
+  local upstream_mod
+  upstream_mod=$(cd "$mod" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  {
+    echo
+    echo "replace ("
+    awk '/^require/,/^\)/' "$upstream_mod" | awk '$1 ~ /^k8s.io\// && $2 == "v0.0.0" {print "\t" $1 " => " $1 " v'"$staging"'"}'
+    echo ")"
+  } >> "$mod/go.mod"
+  for cmd in kube-apiserver kube-controller-manager kubectl; do
+    step "building $cmd v$K8S_VERSION (a cold build takes several minutes)"
+    (cd "$mod" && go build -mod=mod -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION" \
+      -o "$bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd") >> "$log" 2>&1 || fail "build $cmd" "$log"
+    mv "$bin/$cmd.tmp" "$bin/$cmd"
+  done
+}
+
+# etcd's server module carries replace directives too, so it gets its own wrapper module.
+build_etcd() {
+  local mod="$work/etcd" log="$work/etcd.log"
+  rm -rf "$mod" && mkdir -p "$mod"
+  printf 'module localbuild/etcd\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 v%s\n' "$ETCD_VERSION" > "$mod/go.mod"
+  step "building etcd v$ETCD_VERSION"
+  (cd "$mod" && go build -mod=mod -ldflags "-s -w" -o "$bin/etcd.tmp" go.etcd.io/etcd/server/v3) > "$log" 2>&1 || fail "build etcd" "$log"
+  mv "$bin/etcd.tmp" "$bin/etcd"
+}
+
+build_helm() {
+  local mod="$work/helm" log="$work/helm.log" major="${HELM_VERSION%%.*}"
+  rm -rf "$mod" && mkdir -p "$mod"
+  printf 'module localbuild/helm\n\ngo 1.24\n\nrequire helm.sh/helm/v%s v%s\n' "$major" "$HELM_VERSION" > "$mod/go.mod"
+  step "building helm v$HELM_VERSION"
+  (cd "$mod" && go build -mod=mod -ldflags "-s -w -X helm.sh/helm/v$major/internal/version.version=v$HELM_VERSION" \
+    -o "$bin/helm.tmp" "helm.sh/helm/v$major/cmd/helm") > "$log" 2>&1 || fail "build helm" "$log"
+  mv "$bin/helm.tmp" "$bin/helm"
+}
+
+start=$(date +%s)
+[[ -x "$bin/etcd" ]] || build_etcd
+[[ -x "$bin/kube-apiserver" && -x "$bin/kube-controller-manager" && -x "$bin/kubectl" ]] || build_kubernetes
+[[ -x "$bin/helm" ]] || build_helm
+step "done in $(( $(date +%s) - start ))s"
+echo "$bin"
