@@ -40,7 +40,8 @@ fn regex_or_never(pattern: &str) -> regex::Regex {
     // The patterns are constants checked by unit tests; a failure here is a programming error
     // caught before release, and still must not crash the controller: fall back to a regex that
     // matches nothing so validation reports every name as invalid.
-    regex::Regex::new(pattern).unwrap_or_else(|_| regex::Regex::new(r"[^\s\S]").expect("static regex")) // ok: static
+    regex::Regex::new(pattern)
+        .unwrap_or_else(|_| regex::Regex::new(r"[^\s\S]").expect("static regex")) // ok: static
 }
 
 /// Declares which backend Services receive the traffic of one apex Service, and when traffic
@@ -60,16 +61,70 @@ fn regex_or_never(pattern: &str) -> regex::Regex {
     status = "FailoverPolicyStatus",
     derive = "PartialEq",
     doc = "FailoverPolicy sends the traffic of an apex Service to a primary backend Service while it is ready, and to ordered secondary backends otherwise, by owning an SMI TrafficSplit.",
-    printcolumn(name = "Primary", type_ = "string", json_path = ".spec.primary", description = "The backend that takes all traffic while ready"),
-    printcolumn(name = "Active", type_ = "string", json_path = ".status.activeSummary", description = "The backends receiving traffic now"),
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Primary, FailedOver or NoReadyBackend"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.readySummary", description = "Ready backends / all backends"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    printcolumn(name = "Service", type_ = "string", json_path = ".spec.service", priority = 1, description = "The apex Service clients call"),
-    printcolumn(name = "Strategy", type_ = "string", json_path = ".spec.strategy", priority = 1, description = "How traffic is shared among ready secondaries"),
-    printcolumn(name = "TrafficSplit", type_ = "string", json_path = ".status.trafficSplit", priority = 1, description = "The owned TrafficSplit"),
-    printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason", priority = 1, description = "Reason of the Ready condition"),
-    printcolumn(name = "Last-Failover", type_ = "date", json_path = ".status.lastFailoverTime", priority = 1, description = "When traffic last left the primary")
+    printcolumn(
+        name = "Primary",
+        type_ = "string",
+        json_path = ".spec.primary",
+        description = "The backend that takes all traffic while ready"
+    ),
+    printcolumn(
+        name = "Active",
+        type_ = "string",
+        json_path = ".status.activeSummary",
+        description = "The backends receiving traffic now"
+    ),
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Primary, FailedOver or NoReadyBackend"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.readySummary",
+        description = "Ready backends / all backends"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Service",
+        type_ = "string",
+        json_path = ".spec.service",
+        priority = 1,
+        description = "The apex Service clients call"
+    ),
+    printcolumn(
+        name = "Strategy",
+        type_ = "string",
+        json_path = ".spec.strategy",
+        priority = 1,
+        description = "How traffic is shared among ready secondaries"
+    ),
+    printcolumn(
+        name = "TrafficSplit",
+        type_ = "string",
+        json_path = ".status.trafficSplit",
+        priority = 1,
+        description = "The owned TrafficSplit"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        priority = 1,
+        description = "Reason of the Ready condition"
+    ),
+    printcolumn(
+        name = "Last-Failover",
+        type_ = "date",
+        json_path = ".status.lastFailoverTime",
+        priority = 1,
+        description = "When traffic last left the primary"
+    )
 )]
 #[x_kube(
     validation = Rule::new("!self.secondaries.exists(s, s.service == self.primary)").message("the primary must not also be listed as a secondary").field_path(".primary"),
@@ -81,12 +136,18 @@ pub struct FailoverPolicySpec {
     /// The apex Service that clients call. It becomes the TrafficSplit's root service
     /// (`spec.service`); the mesh sends its traffic to the backends by weight. It may also be the
     /// primary backend, as in a linkerd-failover setup.
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    )]
     #[garde(length(min = 1, max = 63), custom(dns1035_label))]
     pub service: String,
 
     /// The backend Service that takes all traffic while it is ready.
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    )]
     #[garde(length(min = 1, max = 63), custom(dns1035_label))]
     pub primary: String,
 
@@ -115,7 +176,10 @@ pub struct FailoverPolicySpec {
     /// duration such as `30s` or `2m` (default `0s`: at once; at most `24h`). Damps failover on
     /// short blips.
     #[serde(default = "zero_duration")]
-    #[schemars(length(max = 64), regex(pattern = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"))]
+    #[schemars(
+        length(max = 64),
+        regex(pattern = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$")
+    )]
     #[x_kube(validation = Rule::new("!self.matches('^(0|([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$') || duration(self) <= duration('24h')").message("must be at most 24h"))]
     #[garde(custom(hold_duration))]
     pub failover_after: String,
@@ -124,7 +188,10 @@ pub struct FailoverPolicySpec {
     /// failover, as a duration such as `1m` (default `0s`: at once; at most `24h`). Damps
     /// flapping between primary and secondaries.
     #[serde(default = "zero_duration")]
-    #[schemars(length(max = 64), regex(pattern = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"))]
+    #[schemars(
+        length(max = 64),
+        regex(pattern = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$")
+    )]
     #[x_kube(validation = Rule::new("!self.matches('^(0|([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$') || duration(self) <= duration('24h')").message("must be at most 24h"))]
     #[garde(custom(hold_duration))]
     pub failback_after: String,
@@ -145,7 +212,10 @@ fn zero_duration() -> String {
 pub struct SecondaryBackend {
     /// Name of the backend Service, in the policy's namespace (a mirrored Service for a backend
     /// in another cluster).
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    )]
     #[garde(length(min = 1, max = 63), custom(dns1035_label))]
     pub service: String,
 
@@ -212,7 +282,10 @@ pub struct TrafficSplitSpec {
     /// TrafficSplit of this name that the policy does not own is never touched; the policy then
     /// reports `Ready=False` with reason `TrafficSplitConflict`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     #[garde(inner(length(min = 1, max = 253), custom(dns1123_subdomain)))]
     pub name: Option<String>,
 
@@ -275,7 +348,9 @@ fn hold_duration(value: &str, _: &()) -> garde::Result {
 
 /// A duration string that is not in Go's `time.ParseDuration` form.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid duration {input:?}: use a number with a unit (ns, us, ms, s, m, h), e.g. 30s or 1m30s")]
+#[error(
+    "invalid duration {input:?}: use a number with a unit (ns, us, ms, s, m, h), e.g. 30s or 1m30s"
+)]
 pub struct DurationError {
     input: String,
 }
@@ -370,7 +445,8 @@ impl FailoverPolicySpec {
                 message: "secondaries must name distinct Services".into(),
             });
         }
-        if self.strategy != Strategy::Weighted && self.secondaries.iter().any(|s| s.weight.is_some())
+        if self.strategy != Strategy::Weighted
+            && self.secondaries.iter().any(|s| s.weight.is_some())
         {
             problems.push(SpecProblem {
                 field: "spec.secondaries".into(),
@@ -396,7 +472,8 @@ impl FailoverPolicySpec {
 
     /// Every backend Service in priority order: the primary, then the secondaries.
     pub fn backend_services(&self) -> impl Iterator<Item = &str> {
-        std::iter::once(self.primary.as_str()).chain(self.secondaries.iter().map(|s| s.service.as_str()))
+        std::iter::once(self.primary.as_str())
+            .chain(self.secondaries.iter().map(|s| s.service.as_str()))
     }
 }
 
@@ -627,7 +704,13 @@ mod tests {
 
     #[test]
     fn spec_paths_are_camel_case_with_indices() {
-        assert_eq!(spec_path("secondaries.1.service"), "spec.secondaries[1].service");
-        assert_eq!(spec_path("readiness.min_ready_endpoints"), "spec.readiness.minReadyEndpoints");
+        assert_eq!(
+            spec_path("secondaries.1.service"),
+            "spec.secondaries[1].service"
+        );
+        assert_eq!(
+            spec_path("readiness.min_ready_endpoints"),
+            "spec.readiness.minReadyEndpoints"
+        );
     }
 }

@@ -17,7 +17,10 @@ pub fn failover_policy_crd() -> CustomResourceDefinition {
 
 /// The FailoverPolicy CRD as YAML.
 pub fn failover_policy_yaml() -> Result<String, serde_yaml::Error> {
-    Ok(format!("{GENERATED_HEADER}{}", serde_yaml::to_string(&failover_policy_crd())?))
+    Ok(format!(
+        "{GENERATED_HEADER}{}",
+        serde_yaml::to_string(&failover_policy_crd())?
+    ))
 }
 
 /// The SMI TrafficSplit CRD as YAML.
@@ -54,7 +57,13 @@ fn reflow_descriptions(crd: CustomResourceDefinition) -> CustomResourceDefinitio
 
 fn reflow(text: &str) -> String {
     text.split("\n\n")
-        .map(|paragraph| paragraph.split('\n').map(str::trim).collect::<Vec<_>>().join(" "))
+        .map(|paragraph| {
+            paragraph
+                .split('\n')
+                .map(str::trim)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
         .collect::<Vec<_>>()
         .join("\n\n")
 }

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 
 /// An SMI TrafficSplit: the mesh sends the traffic of the root `service` to `backends` in
 /// proportion to their weights.
-#[derive(CustomResource, JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    CustomResource, JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq,
+)]
 #[kube(
     group = "split.smi-spec.io",
     version = "v1alpha2",

@@ -28,9 +28,15 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let mut documents = vec![("failoverpolicies.failover.dev.yaml", crd::failover_policy_yaml()?)];
+    let mut documents = vec![(
+        "failoverpolicies.failover.dev.yaml",
+        crd::failover_policy_yaml()?,
+    )];
     if args.with_traffic_split {
-        documents.push(("trafficsplits.split.smi-spec.io.yaml", crd::traffic_split_yaml()?));
+        documents.push((
+            "trafficsplits.split.smi-spec.io.yaml",
+            crd::traffic_split_yaml()?,
+        ));
     }
     match args.out_dir {
         Some(dir) => {

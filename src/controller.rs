@@ -1,0 +1,317 @@
+//! Wires the watches, caches, indexes and the reconcile loop into one running controller.
+//!
+//! Data flow: EndpointSlice and Service watch events update the [`ReadinessStore`]; each Service
+//! whose readiness changed is looked up in the [`PolicyIndex`] and only the policies that
+//! reference it are queued. Policy and TrafficSplit watches feed kube-runtime's `Controller`,
+//! which runs [`reconcile`] at most once at a time per policy.
+
+use std::{
+    future::Future,
+    sync::{
+        Arc, RwLock,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::{StreamExt, channel::mpsc};
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use kube::{
+    Api, Client, ResourceExt,
+    core::PartialObjectMeta,
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::Config as ControllerConfig,
+        events::{Recorder, Reporter},
+        reflector,
+        reflector::ObjectRef,
+        watcher,
+    },
+};
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::{
+    api::FailoverPolicy,
+    index::PolicyIndex,
+    leader::LeaderState,
+    metrics::{Metrics, PolicyLabels},
+    readiness::{ReadinessStore, SERVICE_NAME_LABEL, ServiceKey},
+    reconcile::{Context, FIELD_MANAGER, error_policy, reconcile},
+    trafficsplit::TrafficSplit,
+};
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Watch only this namespace; all namespaces when `None`.
+    pub namespace: Option<String>,
+    /// Most policies reconciled at once.
+    pub concurrency: u16,
+    /// Identity of this replica in Events (usually the Pod name).
+    pub instance: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            concurrency: 16,
+            instance: None,
+        }
+    }
+}
+
+/// Readiness of the controller's caches, for `/readyz`.
+#[derive(Clone, Debug)]
+pub struct CacheState {
+    readiness_synced: watch::Receiver<bool>,
+    stores_ready: Arc<AtomicBool>,
+}
+
+impl CacheState {
+    /// Every cache has received its initial list.
+    pub fn is_synced(&self) -> bool {
+        *self.readiness_synced.borrow() && self.stores_ready.load(Ordering::SeqCst)
+    }
+}
+
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Starts the controller; returns its cache state and a future that runs until `shutdown`
+/// resolves and in-flight reconciles finish.
+pub fn start(
+    client: Client,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    leader: LeaderState,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> (CacheState, impl Future<Output = ()>) {
+    let ns = settings.namespace.as_deref();
+    let readiness = Arc::new(RwLock::new(ReadinessStore::default()));
+    let index = Arc::new(RwLock::new(PolicyIndex::default()));
+    let (synced_tx, synced_rx) = watch::channel(false);
+    let (trigger_tx, trigger_rx) = mpsc::unbounded::<ObjectRef<FailoverPolicy>>();
+
+    // Queues the policies that reference the given Services.
+    let wake = {
+        let index = index.clone();
+        move |changed: Vec<ServiceKey>| {
+            if changed.is_empty() {
+                return;
+            }
+            let Ok(index) = index.read() else { return };
+            for service in changed {
+                for policy in index.policies_for_service(&service) {
+                    let _ = trigger_tx
+                        .unbounded_send(ObjectRef::new(&policy.name).within(&policy.namespace));
+                }
+            }
+        }
+    };
+
+    // EndpointSlices → readiness counts.
+    let slices_task = {
+        let api: Api<EndpointSlice> = scoped(&client, ns);
+        let readiness = readiness.clone();
+        let metrics = metrics.clone();
+        let synced_tx = synced_tx.clone();
+        let wake = wake.clone();
+        let stream =
+            watcher(api, watcher::Config::default().labels(SERVICE_NAME_LABEL)).default_backoff();
+        async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(event) => {
+                        let (changed, synced) = match readiness.write() {
+                            Ok(mut r) => (r.apply_slice_event(event), r.is_synced()),
+                            Err(_) => continue,
+                        };
+                        synced_tx.send_if_modified(|s| std::mem::replace(s, synced) != synced);
+                        wake(changed);
+                    }
+                    Err(e) => {
+                        metrics.watch_restart("endpointslice");
+                        warn!(error = %e, "EndpointSlice watch failed; retrying");
+                    }
+                }
+            }
+        }
+    };
+
+    // Services (metadata only) → whether each backend exists.
+    let services_task = {
+        let api: Api<PartialObjectMeta<Service>> = scoped(&client, ns);
+        let readiness = readiness.clone();
+        let metrics = metrics.clone();
+        let wake = wake.clone();
+        let stream = watcher(api, watcher::Config::default()).default_backoff();
+        async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(event) => {
+                        let (changed, synced) = match readiness.write() {
+                            Ok(mut r) => (r.apply_service_event(event), r.is_synced()),
+                            Err(_) => continue,
+                        };
+                        synced_tx.send_if_modified(|s| std::mem::replace(s, synced) != synced);
+                        wake(changed);
+                    }
+                    Err(e) => {
+                        metrics.watch_restart("service");
+                        warn!(error = %e, "Service watch failed; retrying");
+                    }
+                }
+            }
+        }
+    };
+
+    // Policies → the controller's store and the Service → policy index.
+    let (policy_store, policy_writer) = reflector::store::<FailoverPolicy>();
+    let policy_stream = {
+        let index = index.clone();
+        let metrics = metrics.clone();
+        reflector(
+            policy_writer,
+            watcher(scoped(&client, ns), watcher::Config::default()).default_backoff(),
+        )
+        .inspect(move |event| match event {
+            Ok(event) => {
+                if let Ok(mut index) = index.write() {
+                    index.apply_event(event);
+                }
+                if let watcher::Event::Delete(p) = event {
+                    metrics.forget_policy(&PolicyLabels {
+                        namespace: p.namespace().unwrap_or_default(),
+                        policy: p.name_any(),
+                    });
+                }
+            }
+            Err(e) => {
+                metrics.watch_restart("failoverpolicy");
+                warn!(error = %e, "FailoverPolicy watch failed; retrying");
+            }
+        })
+        .applied_objects()
+    };
+
+    // TrafficSplits → a store, and a trigger for their owner (or the policy naming them).
+    let (split_store, split_writer) = reflector::store::<TrafficSplit>();
+    let split_stream = {
+        let metrics = metrics.clone();
+        reflector(
+            split_writer,
+            watcher(scoped(&client, ns), watcher::Config::default()).default_backoff(),
+        )
+        .inspect(move |event| {
+            if let Err(e) = event {
+                metrics.watch_restart("trafficsplit");
+                debug!(error = %e, "TrafficSplit watch failed; retrying");
+            }
+        })
+        .touched_objects()
+    };
+    let split_mapper = {
+        let index = index.clone();
+        move |split: TrafficSplit| {
+            let namespace = split.namespace().unwrap_or_default();
+            let mut refs: Vec<ObjectRef<FailoverPolicy>> = split
+                .owner_references()
+                .iter()
+                .filter(|o| o.controller == Some(true) && o.kind == "FailoverPolicy")
+                .map(|o| ObjectRef::new(&o.name).within(&namespace))
+                .collect();
+            if let Ok(index) = index.read() {
+                refs.extend(
+                    index
+                        .policies_for_traffic_split(&ServiceKey::new(&namespace, &split.name_any()))
+                        .into_iter()
+                        .map(|p| ObjectRef::new(&p.name).within(&p.namespace)),
+                );
+            }
+            refs
+        }
+    };
+
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: FIELD_MANAGER.to_string(),
+            instance: settings.instance.clone(),
+        },
+    );
+    let context = Arc::new(Context::new(
+        client,
+        readiness,
+        synced_rx.clone(),
+        split_store.clone(),
+        recorder,
+        metrics,
+        leader.clone(),
+    ));
+
+    // Every gain of leadership queues every policy: the new leader converges at once.
+    let leadership_gained = futures::stream::unfold(leader.subscribe(), |mut rx| async move {
+        loop {
+            rx.changed().await.ok()?;
+            if *rx.borrow_and_update() {
+                return Some(((), rx));
+            }
+        }
+    });
+
+    let stores_ready = Arc::new(AtomicBool::new(false));
+    let cache_state = CacheState {
+        readiness_synced: synced_rx,
+        stores_ready: stores_ready.clone(),
+    };
+    let stores_ready_task = {
+        let (policies, splits) = (policy_store.clone(), split_store);
+        async move {
+            let _ = policies.wait_until_ready().await;
+            let _ = splits.wait_until_ready().await;
+            stores_ready.store(true, Ordering::SeqCst);
+            info!("policy and TrafficSplit caches synced");
+            std::future::pending::<()>().await
+        }
+    };
+
+    let run = async move {
+        let controller = Controller::for_stream(policy_stream, policy_store)
+            .with_config(ControllerConfig::default().concurrency(settings.concurrency))
+            .watches_stream(split_stream, split_mapper)
+            .reconcile_on(trigger_rx)
+            .reconcile_all_on(leadership_gained)
+            .graceful_shutdown_on(shutdown)
+            .run(reconcile, error_policy, context)
+            .for_each(|result| async move {
+                if let Err(e) = result {
+                    debug!(error = %e, "reconcile request not completed");
+                }
+            });
+        info!("controller started");
+        tokio::select! {
+            _ = controller => info!("controller stopped"),
+            _ = slices_task => warn!("EndpointSlice watch ended"),
+            _ = services_task => warn!("Service watch ended"),
+            _ = stores_ready_task => {},
+        }
+        // Give watches a moment to be dropped cleanly.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    (cache_state, run)
+}

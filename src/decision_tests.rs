@@ -1,0 +1,504 @@
+use chrono::TimeZone;
+use proptest::prelude::{
+    Just, ProptestConfig, any, prop_assert, prop_assert_eq, prop_oneof, proptest,
+};
+use proptest::strategy::Strategy as _;
+
+use super::*;
+use crate::api::{ReadinessSpec, SecondaryBackend, TrafficSplitSpec};
+
+fn spec(strategy: Strategy, secondaries: &[(&str, Option<i32>)]) -> FailoverPolicySpec {
+    FailoverPolicySpec {
+        service: "web".into(),
+        primary: "web-primary".into(),
+        secondaries: secondaries
+            .iter()
+            .map(|(s, w)| SecondaryBackend {
+                service: s.to_string(),
+                weight: *w,
+            })
+            .collect(),
+        strategy,
+        readiness: ReadinessSpec::default(),
+        failover_after: "0s".into(),
+        failback_after: "0s".into(),
+        traffic_split: TrafficSplitSpec::default(),
+    }
+}
+
+fn three(strategy: Strategy) -> FailoverPolicySpec {
+    spec(strategy, &[("web-east", None), ("web-west", None)])
+}
+
+fn up(ready: i32) -> BackendObservation {
+    BackendObservation {
+        service_exists: true,
+        slices: 1,
+        ready_endpoints: ready,
+        total_endpoints: ready.max(2),
+    }
+}
+
+fn down() -> BackendObservation {
+    up(0)
+}
+
+fn t(seconds: i64) -> DateTime<Utc> {
+    Utc.timestamp_opt(1_800_000_000 + seconds, 0)
+        .single()
+        .expect("valid time")
+}
+
+/// Runs the decision repeatedly, feeding each status back as the previous one.
+fn run(spec: &FailoverPolicySpec, steps: &[(i64, Vec<BackendObservation>)]) -> Vec<Decision> {
+    let mut previous: Option<FailoverPolicyStatus> = None;
+    steps
+        .iter()
+        .map(|(at, obs)| {
+            let d = decide(spec, obs, previous.as_ref(), t(*at));
+            previous = Some(d.status.clone());
+            d
+        })
+        .collect()
+}
+
+fn condition_reason<'a>(d: &'a Decision, type_: &str) -> (&'a str, &'a str) {
+    let c = d
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .expect("condition present");
+    (c.status.as_str(), c.reason.as_str())
+}
+
+#[test]
+fn sends_all_traffic_to_ready_primary() {
+    let d = decide(
+        &three(Strategy::Ordered),
+        &[up(3), up(3), up(3)],
+        None,
+        t(0),
+    );
+    assert_eq!(d.weights, vec![1, 0, 0]);
+    assert_eq!(d.status.phase, Some(Phase::Primary));
+    assert_eq!(d.status.active_backends, vec!["web-primary"]);
+    assert_eq!(d.status.ready_summary.as_deref(), Some("3/3"));
+    assert_eq!(
+        condition_reason(&d, CONDITION_READY),
+        ("True", "PrimaryActive")
+    );
+    assert_eq!(
+        condition_reason(&d, CONDITION_DEGRADED),
+        ("False", "AllBackendsReady")
+    );
+    assert_eq!(d.requeue_after, None);
+}
+
+#[test]
+fn fails_over_to_first_ready_secondary() {
+    let ds = run(
+        &three(Strategy::Ordered),
+        &[
+            (0, vec![up(1), up(1), up(1)]),
+            (5, vec![down(), down(), up(1)]),
+        ],
+    );
+    let d = &ds[1];
+    assert_eq!(d.weights, vec![0, 0, 1]);
+    assert_eq!(d.status.phase, Some(Phase::FailedOver));
+    assert_eq!(d.transition, Some(Transition::FailedOver));
+    assert_eq!(d.status.last_failover_time, Some(Timestamp(t(5))));
+    assert_eq!(condition_reason(d, CONDITION_READY), ("True", "FailedOver"));
+    assert_eq!(
+        condition_reason(d, CONDITION_DEGRADED),
+        ("True", "PrimaryNotReady")
+    );
+}
+
+#[test]
+fn equal_strategy_splits_among_all_ready_secondaries() {
+    let s = spec(Strategy::Equal, &[("a", None), ("b", None), ("c", None)]);
+    let d = decide(&s, &[down(), up(1), down(), up(1)], None, t(0));
+    assert_eq!(d.weights, vec![0, 1, 0, 1]);
+    assert_eq!(d.status.active_backends, vec!["a", "c"]);
+    assert_eq!(d.status.active_summary.as_deref(), Some("a,c"));
+}
+
+#[test]
+fn weighted_strategy_uses_weights_of_ready_secondaries() {
+    let s = spec(
+        Strategy::Weighted,
+        &[("a", Some(300)), ("b", None), ("c", Some(700))],
+    );
+    let d = decide(&s, &[down(), up(1), up(1), up(1)], None, t(0));
+    assert_eq!(d.weights, vec![0, 300, 1, 700]);
+    let d = decide(&s, &[down(), down(), down(), up(1)], None, t(0));
+    assert_eq!(d.weights, vec![0, 0, 0, 700]);
+}
+
+#[test]
+fn secondary_readiness_change_during_failover_moves_traffic() {
+    let ds = run(
+        &three(Strategy::Ordered),
+        &[
+            (0, vec![down(), up(1), up(1)]),
+            (1, vec![down(), down(), up(1)]),
+            (2, vec![down(), up(1), up(1)]),
+        ],
+    );
+    assert_eq!(ds[0].weights, vec![0, 1, 0]);
+    assert_eq!(ds[1].weights, vec![0, 0, 1]);
+    assert_eq!(ds[1].transition, Some(Transition::FailedOver));
+    assert_eq!(
+        ds[1].transition_message.as_deref(),
+        Some("traffic moved from web-east to web-west")
+    );
+    assert_eq!(ds[2].weights, vec![0, 1, 0]);
+}
+
+#[test]
+fn fails_back_when_primary_is_ready_again() {
+    let ds = run(
+        &three(Strategy::Ordered),
+        &[
+            (0, vec![up(1), up(1), up(1)]),
+            (1, vec![down(), up(1), up(1)]),
+            (2, vec![up(1), up(1), up(1)]),
+        ],
+    );
+    assert_eq!(ds[2].weights, vec![1, 0, 0]);
+    assert_eq!(ds[2].transition, Some(Transition::FailedBack));
+    assert_eq!(ds[2].status.last_failback_time, Some(Timestamp(t(2))));
+    assert_eq!(ds[2].status.last_failover_time, Some(Timestamp(t(1))));
+}
+
+#[test]
+fn keeps_weights_when_nothing_is_ready() {
+    let ds = run(
+        &three(Strategy::Ordered),
+        &[
+            (0, vec![down(), up(1), up(1)]),
+            (1, vec![down(), down(), down()]),
+        ],
+    );
+    assert_eq!(ds[1].weights, vec![0, 1, 0], "fail static: no churn");
+    assert_eq!(ds[1].status.phase, Some(Phase::NoReadyBackend));
+    assert_eq!(ds[1].transition, Some(Transition::NoReadyBackend));
+    assert_eq!(
+        condition_reason(&ds[1], CONDITION_READY),
+        ("False", "NoReadyBackend")
+    );
+}
+
+#[test]
+fn nothing_ready_at_creation_points_at_primary() {
+    let d = decide(
+        &three(Strategy::Equal),
+        &[down(), down(), down()],
+        None,
+        t(0),
+    );
+    assert_eq!(d.weights, vec![1, 0, 0]);
+    assert_eq!(d.status.phase, Some(Phase::NoReadyBackend));
+}
+
+#[test]
+fn recovery_from_no_ready_backend_is_reported() {
+    let ds = run(
+        &three(Strategy::Ordered),
+        &[
+            (0, vec![up(1), up(1), up(1)]),
+            (1, vec![down(), down(), down()]),
+            (2, vec![up(1), down(), down()]),
+        ],
+    );
+    assert_eq!(ds[1].weights, vec![1, 0, 0]);
+    assert_eq!(ds[2].weights, vec![1, 0, 0]);
+    assert_eq!(ds[2].transition, Some(Transition::Recovered));
+    assert_eq!(ds[2].status.phase, Some(Phase::Primary));
+}
+
+#[test]
+fn failover_after_holds_traffic_on_primary_until_due() {
+    let mut s = three(Strategy::Ordered);
+    s.failover_after = "30s".into();
+    let ds = run(
+        &s,
+        &[
+            (0, vec![up(1), up(1), up(1)]),
+            (10, vec![down(), up(1), up(1)]),
+            (25, vec![down(), up(1), up(1)]),
+            (40, vec![down(), up(1), up(1)]),
+        ],
+    );
+    assert_eq!(ds[1].weights, vec![1, 0, 0]);
+    assert_eq!(ds[1].requeue_after, Some(Duration::from_millis(30_001)));
+    assert_eq!(
+        condition_reason(&ds[1], CONDITION_READY),
+        ("False", "FailoverPending")
+    );
+    assert_eq!(ds[2].weights, vec![1, 0, 0]);
+    assert_eq!(ds[2].requeue_after, Some(Duration::from_millis(15_001)));
+    assert_eq!(ds[3].weights, vec![0, 1, 0]);
+    assert_eq!(ds[3].requeue_after, None);
+    assert_eq!(ds[3].transition, Some(Transition::FailedOver));
+}
+
+#[test]
+fn primary_blip_shorter_than_failover_after_moves_nothing() {
+    let mut s = three(Strategy::Ordered);
+    s.failover_after = "30s".into();
+    let ds = run(
+        &s,
+        &[
+            (0, vec![up(1), up(1), up(1)]),
+            (10, vec![down(), up(1), up(1)]),
+            (20, vec![up(1), up(1), up(1)]),
+            (45, vec![down(), up(1), up(1)]),
+        ],
+    );
+    assert!(ds.iter().all(|d| d.weights == vec![1, 0, 0]));
+    assert!(ds.iter().all(|d| d.transition.is_none()));
+    assert_eq!(
+        ds[3].requeue_after,
+        Some(Duration::from_millis(30_001)),
+        "hold restarts at the new blip"
+    );
+}
+
+#[test]
+fn failback_after_holds_traffic_on_secondaries_until_due() {
+    let mut s = three(Strategy::Ordered);
+    s.failback_after = "1m".into();
+    let ds = run(
+        &s,
+        &[
+            (0, vec![down(), up(1), up(1)]),
+            (10, vec![up(1), up(1), up(1)]),
+            (69, vec![up(1), up(1), up(1)]),
+            (70, vec![up(1), up(1), up(1)]),
+        ],
+    );
+    assert_eq!(ds[1].weights, vec![0, 1, 0]);
+    assert_eq!(ds[1].requeue_after, Some(Duration::from_millis(60_001)));
+    assert_eq!(
+        condition_reason(&ds[1], CONDITION_READY),
+        ("True", "FailbackPending")
+    );
+    assert_eq!(ds[2].weights, vec![0, 1, 0]);
+    assert_eq!(ds[3].weights, vec![1, 0, 0]);
+    assert_eq!(ds[3].transition, Some(Transition::FailedBack));
+}
+
+#[test]
+fn failback_hold_is_skipped_when_no_secondary_is_ready() {
+    let mut s = three(Strategy::Ordered);
+    s.failback_after = "1m".into();
+    let ds = run(
+        &s,
+        &[
+            (0, vec![down(), up(1), up(1)]),
+            (10, vec![up(1), down(), down()]),
+        ],
+    );
+    assert_eq!(ds[1].weights, vec![1, 0, 0]);
+}
+
+#[test]
+fn min_ready_endpoints_decides_readiness() {
+    let mut s = three(Strategy::Ordered);
+    s.readiness.min_ready_endpoints = 3;
+    let d = decide(&s, &[up(2), up(3), up(5)], None, t(0));
+    assert_eq!(d.weights, vec![0, 1, 0]);
+    assert_eq!(
+        d.status.backends[0].message.as_deref(),
+        Some("2 of 2 endpoints ready, 3 needed")
+    );
+}
+
+#[test]
+fn missing_service_and_missing_slices_are_told_apart() {
+    let no_service = BackendObservation::default();
+    let no_slices = BackendObservation {
+        service_exists: true,
+        ..Default::default()
+    };
+    let d = decide(
+        &three(Strategy::Ordered),
+        &[no_service, no_slices, up(1)],
+        None,
+        t(0),
+    );
+    assert_eq!(
+        d.status.backends[0].message.as_deref(),
+        Some("Service not found")
+    );
+    assert_eq!(
+        d.status.backends[1].message.as_deref(),
+        Some("Service has no EndpointSlices")
+    );
+    assert_eq!(d.weights, vec![0, 0, 1]);
+}
+
+#[test]
+fn unchanged_input_gives_identical_status() {
+    let s = three(Strategy::Equal);
+    let obs = vec![down(), up(1), up(2)];
+    let first = decide(&s, &obs, None, t(0));
+    let second = decide(&s, &obs, Some(&first.status), t(100));
+    assert_eq!(first.status, second.status);
+    assert_eq!(first.weights, second.weights);
+    assert_eq!(second.transition, None);
+}
+
+#[test]
+fn condition_transition_time_moves_only_on_status_change() {
+    let ds = run(
+        &three(Strategy::Ordered),
+        &[
+            (0, vec![up(1), up(1), up(1)]),
+            (5, vec![up(1), down(), up(1)]),
+            (9, vec![up(1), up(1), up(1)]),
+        ],
+    );
+    let ready_time = |d: &Decision| d.status.conditions[0].last_transition_time;
+    assert_eq!(ready_time(&ds[0]), ready_time(&ds[2]));
+    let degraded_time = |d: &Decision| d.status.conditions[1].last_transition_time;
+    assert_eq!(degraded_time(&ds[1]), Timestamp(t(5)));
+    assert_eq!(degraded_time(&ds[2]), Timestamp(t(9)));
+}
+
+fn arb_observation() -> impl proptest::strategy::Strategy<Value = BackendObservation> {
+    (any::<bool>(), 0u32..3, 0i32..5, 0i32..5).prop_map(|(exists, slices, ready, extra)| {
+        BackendObservation {
+            service_exists: exists,
+            slices,
+            ready_endpoints: if slices == 0 { 0 } else { ready },
+            total_endpoints: if slices == 0 { 0 } else { ready + extra },
+        }
+    })
+}
+
+fn arb_spec() -> impl proptest::strategy::Strategy<Value = FailoverPolicySpec> {
+    (
+        prop_oneof![
+            Just(Strategy::Ordered),
+            Just(Strategy::Equal),
+            Just(Strategy::Weighted)
+        ],
+        proptest::collection::vec(proptest::option::of(1i32..=1000), 1..6),
+        1i32..4,
+        prop_oneof![Just("0s"), Just("10s"), Just("1m")],
+        prop_oneof![Just("0s"), Just("10s"), Just("1m")],
+    )
+        .prop_map(|(strategy, weights, min_ready, fo, fb)| {
+            let names: Vec<String> = (0..weights.len()).map(|i| format!("s{i}")).collect();
+            let secondaries: Vec<(&str, Option<i32>)> = names
+                .iter()
+                .zip(&weights)
+                .map(|(n, w)| {
+                    (
+                        n.as_str(),
+                        if strategy == Strategy::Weighted {
+                            *w
+                        } else {
+                            None
+                        },
+                    )
+                })
+                .collect();
+            let mut s = spec(strategy, &secondaries);
+            s.readiness.min_ready_endpoints = min_ready;
+            s.failover_after = fo.into();
+            s.failback_after = fb.into();
+            s
+        })
+}
+
+/// A spec with a sequence of (seconds since last step, observations) steps.
+fn arb_history()
+-> impl proptest::strategy::Strategy<Value = (FailoverPolicySpec, Vec<(i64, Vec<BackendObservation>)>)>
+{
+    arb_spec().prop_flat_map(|s| {
+        let n = s.secondaries.len() + 1;
+        let steps = proptest::collection::vec(
+            (0i64..90, proptest::collection::vec(arb_observation(), n)),
+            1..12,
+        );
+        (Just(s), steps)
+    })
+}
+
+proptest! {
+    #[test]
+    fn weights_never_all_zero_while_something_is_ready((s, steps) in arb_history()) {
+        let mut at = 0;
+        let mut previous: Option<FailoverPolicyStatus> = None;
+        for (gap, obs) in steps {
+            at += gap;
+            let d = decide(&s, &obs, previous.as_ref(), t(at));
+            prop_assert_eq!(d.weights.len(), s.secondaries.len() + 1);
+            prop_assert!(d.weights.iter().all(|w| *w >= 0));
+            // Never all zero, whatever is ready (fail static keeps the last weights).
+            prop_assert!(d.weights.iter().any(|w| *w > 0));
+            let ready: Vec<bool> = d.status.backends.iter().map(|b| b.ready).collect();
+            if ready.iter().any(|r| *r) {
+                // Traffic goes only to ready backends, except while a failover is held on the primary.
+                let held = d.status.conditions.iter().any(|c| c.reason == "FailoverPending");
+                for (w, r) in d.weights.iter().zip(&ready) {
+                    prop_assert!(*w == 0 || *r || held);
+                }
+            }
+            previous = Some(d.status);
+        }
+    }
+
+    #[test]
+    fn primary_gets_no_weight_while_failback_is_held((s, steps) in arb_history()) {
+        let mut at = 0;
+        let mut previous: Option<FailoverPolicyStatus> = None;
+        for (gap, obs) in steps {
+            at += gap;
+            let d = decide(&s, &obs, previous.as_ref(), t(at));
+            if d.status.conditions.iter().any(|c| c.reason == "FailbackPending") {
+                prop_assert_eq!(d.weights[0], 0);
+                prop_assert!(d.requeue_after.is_some());
+            }
+            if d.status.conditions.iter().any(|c| c.reason == "FailoverPending") {
+                prop_assert!(d.weights[0] > 0);
+                prop_assert!(d.weights[1..].iter().all(|w| *w == 0));
+                prop_assert!(d.requeue_after.is_some());
+            }
+            previous = Some(d.status);
+        }
+    }
+
+    #[test]
+    fn output_is_stable_for_unchanged_input((s, steps) in arb_history(), later in 0i64..5) {
+        let mut at = 0;
+        let mut previous: Option<FailoverPolicyStatus> = None;
+        for (gap, obs) in steps {
+            at += gap;
+            let d = decide(&s, &obs, previous.as_ref(), t(at));
+            // Deciding again at the same instant from the status just computed changes nothing.
+            let again = decide(&s, &obs, Some(&d.status), t(at));
+            prop_assert_eq!(&again.weights, &d.weights);
+            prop_assert_eq!(&again.status, &d.status);
+            prop_assert_eq!(again.transition, None);
+            // Without a pending hold, a later decision on the same input changes nothing either.
+            if d.requeue_after.is_none() {
+                let later = decide(&s, &obs, Some(&d.status), t(at + later));
+                prop_assert_eq!(&later.status, &d.status);
+            }
+            previous = Some(d.status);
+        }
+    }
+
+    #[test]
+    fn decide_never_panics_on_short_or_odd_input(s in arb_spec(), obs in proptest::collection::vec(arb_observation(), 0..3), junk in any::<i64>()) {
+        let mut previous = FailoverPolicyStatus::default();
+        previous.active_backends = vec!["unknown".into()];
+        let _ = decide(&s, &obs, Some(&previous), t(junk % 1_000_000));
+    }
+}

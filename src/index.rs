@@ -1,0 +1,234 @@
+//! Indexes from the objects a policy references to the policies that reference them, kept
+//! current from the policy watch, so an EndpointSlice, Service or TrafficSplit event wakes only
+//! the policies it concerns instead of a scan of every policy.
+
+use std::collections::{BTreeSet, HashMap};
+
+use kube::{ResourceExt, runtime::watcher};
+
+use crate::{api::FailoverPolicy, readiness::ServiceKey};
+
+/// A policy by namespace and name.
+pub type PolicyKey = ServiceKey;
+
+/// What one policy references.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct References {
+    services: BTreeSet<String>,
+    traffic_split: String,
+}
+
+impl References {
+    fn of(policy: &FailoverPolicy) -> Self {
+        let mut services: BTreeSet<String> =
+            policy.spec.backend_services().map(str::to_string).collect();
+        services.insert(policy.spec.service.clone());
+        Self {
+            services,
+            traffic_split: policy.traffic_split_name(),
+        }
+    }
+}
+
+/// Service → policies and TrafficSplit name → policies, within each namespace.
+#[derive(Debug, Default)]
+pub struct PolicyIndex {
+    by_service: HashMap<ServiceKey, BTreeSet<String>>,
+    by_traffic_split: HashMap<ServiceKey, BTreeSet<String>>,
+    references: HashMap<PolicyKey, References>,
+    relist: Option<HashMap<PolicyKey, References>>,
+}
+
+impl PolicyIndex {
+    /// The policies that reference a Service (as apex or backend).
+    pub fn policies_for_service(&self, service: &ServiceKey) -> Vec<PolicyKey> {
+        Self::lookup(&self.by_service, service)
+    }
+
+    /// The policies whose TrafficSplit has this namespace and name.
+    pub fn policies_for_traffic_split(&self, split: &ServiceKey) -> Vec<PolicyKey> {
+        Self::lookup(&self.by_traffic_split, split)
+    }
+
+    /// Number of policies indexed.
+    pub fn len(&self) -> usize {
+        self.references.len()
+    }
+
+    /// No policy is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.references.is_empty()
+    }
+
+    fn lookup(map: &HashMap<ServiceKey, BTreeSet<String>>, key: &ServiceKey) -> Vec<PolicyKey> {
+        map.get(key)
+            .map(|names| {
+                names
+                    .iter()
+                    .map(|n| PolicyKey::new(&key.namespace, n))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Applies one policy watch event.
+    pub fn apply_event(&mut self, event: &watcher::Event<FailoverPolicy>) {
+        match event {
+            watcher::Event::Apply(p) => self.upsert(p),
+            watcher::Event::Delete(p) => {
+                if let Some(key) = key_of(p) {
+                    self.remove(&key);
+                }
+            }
+            watcher::Event::Init => self.relist = Some(HashMap::new()),
+            watcher::Event::InitApply(p) => match self.relist.as_mut() {
+                Some(buffer) => {
+                    if let Some(key) = key_of(p) {
+                        buffer.insert(key, References::of(p));
+                    }
+                }
+                None => self.upsert(p),
+            },
+            watcher::Event::InitDone => {
+                let listed = self.relist.take().unwrap_or_default();
+                let stale: Vec<PolicyKey> = self
+                    .references
+                    .keys()
+                    .filter(|k| !listed.contains_key(*k))
+                    .cloned()
+                    .collect();
+                for key in stale {
+                    self.remove(&key);
+                }
+                for (key, refs) in listed {
+                    self.set(key, refs);
+                }
+            }
+        }
+    }
+
+    fn upsert(&mut self, policy: &FailoverPolicy) {
+        if let Some(key) = key_of(policy) {
+            self.set(key, References::of(policy));
+        }
+    }
+
+    fn set(&mut self, key: PolicyKey, refs: References) {
+        if self.references.get(&key) == Some(&refs) {
+            return;
+        }
+        self.remove(&key);
+        for svc in &refs.services {
+            self.by_service
+                .entry(ServiceKey::new(&key.namespace, svc))
+                .or_default()
+                .insert(key.name.clone());
+        }
+        self.by_traffic_split
+            .entry(ServiceKey::new(&key.namespace, &refs.traffic_split))
+            .or_default()
+            .insert(key.name.clone());
+        self.references.insert(key, refs);
+    }
+
+    fn remove(&mut self, key: &PolicyKey) {
+        let Some(refs) = self.references.remove(key) else {
+            return;
+        };
+        let unlink = |map: &mut HashMap<ServiceKey, BTreeSet<String>>, target: &str| {
+            let k = ServiceKey::new(&key.namespace, target);
+            if let Some(names) = map.get_mut(&k) {
+                names.remove(&key.name);
+                if names.is_empty() {
+                    map.remove(&k);
+                }
+            }
+        };
+        for svc in &refs.services {
+            unlink(&mut self.by_service, svc);
+        }
+        unlink(&mut self.by_traffic_split, &refs.traffic_split);
+    }
+}
+
+fn key_of(policy: &FailoverPolicy) -> Option<PolicyKey> {
+    Some(PolicyKey::new(
+        policy.namespace().as_deref()?,
+        &policy.name_any(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{FailoverPolicySpec, SecondaryBackend};
+
+    fn policy(name: &str, primary: &str, secondaries: &[&str]) -> FailoverPolicy {
+        let mut p = FailoverPolicy::new(
+            name,
+            FailoverPolicySpec {
+                service: "apex".into(),
+                primary: primary.into(),
+                secondaries: secondaries
+                    .iter()
+                    .map(|s| SecondaryBackend {
+                        service: s.to_string(),
+                        weight: None,
+                    })
+                    .collect(),
+                strategy: Default::default(),
+                readiness: Default::default(),
+                failover_after: "0s".into(),
+                failback_after: "0s".into(),
+                traffic_split: Default::default(),
+            },
+        );
+        p.metadata.namespace = Some("ns".into());
+        p
+    }
+
+    #[test]
+    fn finds_policies_by_backend_service_and_forgets_removed_references() {
+        let mut index = PolicyIndex::default();
+        index.apply_event(&watcher::Event::Apply(policy("p1", "a", &["b"])));
+        index.apply_event(&watcher::Event::Apply(policy("p2", "a", &["c"])));
+        let svc = |n: &str| ServiceKey::new("ns", n);
+        assert_eq!(index.policies_for_service(&svc("a")).len(), 2);
+        assert_eq!(
+            index.policies_for_service(&svc("b")),
+            vec![PolicyKey::new("ns", "p1")]
+        );
+        // p1 stops referencing b.
+        index.apply_event(&watcher::Event::Apply(policy("p1", "a", &["d"])));
+        assert!(index.policies_for_service(&svc("b")).is_empty());
+        index.apply_event(&watcher::Event::Delete(policy("p2", "a", &["c"])));
+        assert_eq!(
+            index.policies_for_service(&svc("a")),
+            vec![PolicyKey::new("ns", "p1")]
+        );
+        assert!(
+            index
+                .policies_for_service(&ServiceKey::new("other", "a"))
+                .is_empty()
+        );
+        assert_eq!(
+            index.policies_for_traffic_split(&svc("p1")),
+            vec![PolicyKey::new("ns", "p1")]
+        );
+    }
+
+    #[test]
+    fn relist_drops_policies_that_disappeared() {
+        let mut index = PolicyIndex::default();
+        index.apply_event(&watcher::Event::Apply(policy("p1", "a", &["b"])));
+        index.apply_event(&watcher::Event::Init);
+        index.apply_event(&watcher::Event::InitApply(policy("p2", "x", &["y"])));
+        index.apply_event(&watcher::Event::InitDone);
+        assert!(
+            index
+                .policies_for_service(&ServiceKey::new("ns", "a"))
+                .is_empty()
+        );
+        assert_eq!(index.len(), 1);
+    }
+}
