@@ -4,6 +4,7 @@
 # and helm (helm.sh/helm). They are cached outside the repository, keyed by hack/versions.env:
 #   ${FAILOVER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/failover-controller}/k8s-<v>-etcd-<v>-helm-<v>/bin
 # A warm cache returns at once. The last line printed is the bin directory.
+# With --check, nothing is built: it fails with a message when the binaries are missing.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -22,6 +23,10 @@ all_present() {
 if all_present; then
   echo "$bin"
   exit 0
+fi
+if [[ "${1:-}" == "--check" ]]; then
+  echo "build-control-plane: the control-plane binaries are not built yet (looked in $bin); build them once with: hack/build-control-plane.sh" >&2
+  exit 1
 fi
 
 command -v go >/dev/null || { echo "build-control-plane: step 'check toolchain' failed: 'go' is not on PATH (install Go 1.25 or newer)" >&2; exit 1; }

@@ -6,6 +6,9 @@
 //! ([`FailoverPolicySpec::validate_spec`]), so that the controller can report anything that reached
 //! it without passing the schema (for example a CRD installed from an older release).
 
+// The `printcolumn(...)` entries of the derive repeat keys by design.
+#![allow(clippy::duplicated_attributes)]
+
 use std::{collections::BTreeSet, fmt, sync::LazyLock, time::Duration};
 
 use chrono::{DateTime, SecondsFormat, Utc};

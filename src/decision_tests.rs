@@ -1,7 +1,5 @@
 use chrono::TimeZone;
-use proptest::prelude::{
-    Just, ProptestConfig, any, prop_assert, prop_assert_eq, prop_oneof, proptest,
-};
+use proptest::prelude::{Just, any, prop_assert, prop_assert_eq, prop_oneof, proptest};
 use proptest::strategy::Strategy as _;
 
 use super::*;
@@ -497,8 +495,7 @@ proptest! {
 
     #[test]
     fn decide_never_panics_on_short_or_odd_input(s in arb_spec(), obs in proptest::collection::vec(arb_observation(), 0..3), junk in any::<i64>()) {
-        let mut previous = FailoverPolicyStatus::default();
-        previous.active_backends = vec!["unknown".into()];
+        let previous = FailoverPolicyStatus { active_backends: vec!["unknown".into()], ..Default::default() };
         let _ = decide(&s, &obs, Some(&previous), t(junk % 1_000_000));
     }
 }

@@ -249,10 +249,10 @@ impl ReadinessStore {
         let slice_id = (ns.to_string(), slice_name.to_string());
         let mut changed = Vec::new();
         // A slice whose service label changed (or was removed) leaves its old Service.
-        if let Some(old) = self.slice_service.get(&slice_id).cloned() {
-            if Some(&old) != service.as_ref() {
-                changed.extend(self.remove_slice(ns, slice_name));
-            }
+        if let Some(old) = self.slice_service.get(&slice_id).cloned()
+            && Some(&old) != service.as_ref()
+        {
+            changed.extend(self.remove_slice(ns, slice_name));
         }
         let Some(service) = service else {
             return changed;

@@ -306,9 +306,10 @@ fn desired_traffic_split(
     split_name: &str,
     weights: &[i32],
 ) -> Result<DynamicObject, Error> {
-    let owner = policy
+    let mut owner = policy
         .controller_owner_ref(&())
         .ok_or(Error::MissingMetadata("metadata.uid"))?;
+    owner.block_owner_deletion = Some(true);
     let backends: Vec<TrafficSplitBackend> = policy
         .spec
         .backend_services()

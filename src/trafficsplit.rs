@@ -1,7 +1,9 @@
 //! The SMI `TrafficSplit` resource (`split.smi-spec.io`), as far as this controller reads and
 //! writes it, and the CRD that tests and the demo install on clusters that have none.
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaPropsOrArray,
+};
 use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -52,7 +54,7 @@ pub fn traffic_split_crd() -> CustomResourceDefinition {
         let mut v1 = v2.clone();
         v1.name = "v1alpha1".into();
         v1.storage = false;
-        if let Some(props) = v1
+        let weight = v1
             .schema
             .as_mut()
             .and_then(|s| s.open_api_v3_schema.as_mut())
@@ -61,14 +63,15 @@ pub fn traffic_split_crd() -> CustomResourceDefinition {
             .and_then(|s| s.properties.as_mut())
             .and_then(|p| p.get_mut("backends"))
             .and_then(|b| b.items.as_mut())
-        {
-            if let k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrArray::Schema(item) = props {
-                if let Some(weight) = item.properties.as_mut().and_then(|p| p.get_mut("weight")) {
-                    weight.type_ = None;
-                    weight.format = None;
-                    weight.x_kubernetes_int_or_string = Some(true);
-                }
-            }
+            .and_then(|items| match items {
+                JSONSchemaPropsOrArray::Schema(item) => item.properties.as_mut(),
+                JSONSchemaPropsOrArray::Schemas(_) => None,
+            })
+            .and_then(|p| p.get_mut("weight"));
+        if let Some(weight) = weight {
+            weight.type_ = None;
+            weight.format = None;
+            weight.x_kubernetes_int_or_string = Some(true);
         }
         crd.spec.versions = vec![v1, v2];
     }

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs every check and test, from a fresh machine of this project's kind: verifies the
+# toolchains, builds (or reuses) the local control-plane binaries, then runs formatting, lint and
+# all tests (unit, property, and the integration tests against a real local control plane).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+need() { command -v "$1" >/dev/null || { echo "test: '$1' is required: $2" >&2; exit 1; }; }
+need cargo "install Rust (rustup)"
+need go "install Go 1.25 or newer"
+for tool in openssl curl python3; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "test: installing $tool from Debian's packages" >&2
+    (apt-get update -qq && apt-get install -y -qq "$tool") >/dev/null
+  fi
+done
+rustup component add clippy rustfmt >/dev/null 2>&1 || true
+
+echo "== control-plane binaries"
+hack/build-control-plane.sh
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo test"
+cargo test --workspace --all-targets --locked "$@"

@@ -1,0 +1,278 @@
+//! The FailoverPolicy API as users meet it: `kubectl apply` of valid and invalid policies against
+//! a real API server, printer columns, `kubectl explain`, the generated CRD kept current, and
+//! the Rust-side validation agreeing with the CRD's rules.
+
+mod support;
+
+use std::{fs, path::PathBuf};
+
+use failover::{api::FailoverPolicySpec, crd};
+use serde::Deserialize;
+use support::{TestEnv, repo_root};
+
+#[derive(Deserialize)]
+struct InvalidCase {
+    name: String,
+    expect: String,
+    policy: serde_json::Value,
+}
+
+fn invalid_cases() -> Vec<InvalidCase> {
+    let text = fs::read_to_string(repo_root().join("tests/cases/invalid-policies.yaml"))
+        .expect("reading invalid-policies.yaml");
+    serde_yaml::from_str(&text).expect("parsing invalid-policies.yaml")
+}
+
+fn yaml_files(dir: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = fs::read_dir(repo_root().join(dir))
+        .expect("listing samples")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn squash(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[test]
+fn chart_crd_is_regenerated() {
+    let path =
+        repo_root().join("charts/failover-controller/crds/failoverpolicies.failover.dev.yaml");
+    let on_disk = fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        on_disk == crd::failover_policy_yaml().expect("crd yaml"),
+        "{} is stale; regenerate it with: cargo run --bin crd-gen -- --out-dir charts/failover-controller/crds",
+        path.display()
+    );
+}
+
+#[test]
+fn crd_gen_output_is_deterministic() {
+    assert_eq!(
+        crd::failover_policy_yaml().expect("yaml"),
+        crd::failover_policy_yaml().expect("yaml")
+    );
+}
+
+#[test]
+fn rust_validation_accepts_every_valid_sample() {
+    for file in yaml_files("samples") {
+        let text = fs::read_to_string(&file).expect("sample");
+        let value: serde_json::Value = serde_yaml::from_str(&text).expect("yaml");
+        let spec: FailoverPolicySpec =
+            serde_json::from_value(value["spec"].clone()).expect("sample spec deserializes");
+        assert_eq!(
+            spec.validate_spec(),
+            Ok(()),
+            "{} should be valid",
+            file.display()
+        );
+    }
+}
+
+/// Every case the API server rejects is also rejected by the Rust-side validation (or cannot be
+/// deserialized), except unknown fields, which only strict decoding catches.
+#[test]
+fn rust_validation_rejects_what_the_crd_rejects() {
+    let cases = invalid_cases();
+    assert!(cases.len() >= 30, "the table must stay large");
+    let mut checked = 0;
+    for case in cases {
+        let spec = serde_json::from_value::<FailoverPolicySpec>(case.policy["spec"].clone());
+        if let Ok(spec) = spec {
+            let reserialized = serde_json::to_value(&spec).expect("serialize");
+            if has_unknown_fields(&case.policy["spec"], &reserialized) {
+                continue;
+            }
+            let problems = spec
+                .validate_spec()
+                .expect_err(&format!("case {} should be invalid in Rust too", case.name));
+            let expected_field = case
+                .expect
+                .trim_start_matches("spec.")
+                .split(['[', ' ', ':'])
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            assert!(
+                problems.iter().any(|p| p.field.contains(&expected_field)),
+                "case {}: Rust named {problems:?}, the API server names {}",
+                case.name,
+                case.expect
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 25);
+}
+
+/// Whether `input` has object keys that did not survive a round trip through the Rust type.
+fn has_unknown_fields(input: &serde_json::Value, roundtrip: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (input, roundtrip) {
+        (Value::Object(a), Value::Object(b)) => a
+            .iter()
+            .any(|(k, v)| b.get(k).is_none_or(|w| has_unknown_fields(v, w))),
+        (Value::Array(a), Value::Array(b)) => {
+            a.iter().zip(b).any(|(x, y)| has_unknown_fields(x, y))
+        }
+        _ => false,
+    }
+}
+
+#[tokio::test]
+async fn every_valid_sample_applies() {
+    let Some(env) = TestEnv::new("valid-samples").await else {
+        return;
+    };
+    for file in yaml_files("samples") {
+        let out = env.kubectl(&["apply", "-f", file.to_str().expect("path")]);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn every_invalid_policy_is_rejected_naming_its_field() {
+    let Some(env) = TestEnv::new("invalid-table").await else {
+        return;
+    };
+    let cases = invalid_cases();
+    let mut failures = Vec::new();
+    for case in &cases {
+        let yaml = serde_yaml::to_string(&case.policy).expect("yaml");
+        let out = env.kubectl_stdin(&["apply", "-f", "-"], &yaml);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            failures.push(format!("{}: was accepted", case.name));
+        } else if !stderr.contains(&case.expect) {
+            failures.push(format!(
+                "{}: error does not contain {:?}: {}",
+                case.name,
+                case.expect,
+                stderr.trim()
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+    eprintln!(
+        "{} invalid policies rejected with a message naming the field",
+        cases.len()
+    );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn every_invalid_sample_is_rejected_with_its_documented_error() {
+    let Some(env) = TestEnv::new("invalid-samples").await else {
+        return;
+    };
+    for file in yaml_files("samples/invalid") {
+        let text = fs::read_to_string(&file).expect("sample");
+        let documented: String = text
+            .lines()
+            .skip_while(|l| !l.contains("rejects it with:"))
+            .skip(1)
+            .take_while(|l| l.starts_with("#   "))
+            .map(|l| l.trim_start_matches('#').trim())
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(
+            !documented.is_empty(),
+            "{} must document its error",
+            file.display()
+        );
+        let relative = file.strip_prefix(repo_root()).expect("relative path");
+        let out = env.kubectl(&["apply", "-f", relative.to_str().expect("path")]);
+        assert!(!out.status.success(), "{} was accepted", file.display());
+        let stderr = squash(&String::from_utf8_lossy(&out.stderr));
+        let first_line = squash(documented.split(" * ").next().unwrap_or_default());
+        assert!(
+            stderr.contains(&first_line),
+            "{}: expected {first_line:?} in {stderr:?}",
+            file.display()
+        );
+    }
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn trafficsplit_name_cannot_change() {
+    let Some(env) = TestEnv::new("immutable-name").await else {
+        return;
+    };
+    let policy = |split: &str| {
+        format!(
+            "apiVersion: failover.dev/v1alpha1\nkind: FailoverPolicy\nmetadata: {{name: web}}\nspec:\n  service: web\n  primary: web-a\n  secondaries: [{{service: web-b}}]\n  trafficSplit: {{name: {split}}}\n"
+        )
+    };
+    env.apply_policy(&policy("one"));
+    let out = env.kubectl_stdin(&["apply", "-f", "-"], &policy("two"));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("spec.trafficSplit.name"));
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn kubectl_get_shows_printer_columns_and_explain_shows_docs() {
+    let Some(env) = TestEnv::new("printer-columns").await else {
+        return;
+    };
+    env.kubectl(&[
+        "apply",
+        "-f",
+        repo_root()
+            .join("samples/failoverpolicy.yaml")
+            .to_str()
+            .expect("path"),
+    ]);
+    let out = env.kubectl(&["get", "failoverpolicies"]);
+    let header = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(
+        squash(&header),
+        "NAME PRIMARY ACTIVE PHASE READY AGE",
+        "{header}"
+    );
+    let out = env.kubectl(&["get", "fp", "-o", "wide"]);
+    let header = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(
+        squash(&header),
+        "NAME PRIMARY ACTIVE PHASE READY AGE SERVICE STRATEGY TRAFFICSPLIT REASON LAST-FAILOVER",
+        "{header}"
+    );
+    let out = env.kubectl(&["explain", "failoverpolicy.spec.strategy"]);
+    let text = squash(&String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("Ordered"), "{text}");
+    assert!(
+        text.contains("sends all of it to the first ready secondary in list order"),
+        "{text}"
+    );
+    env.cleanup().await;
+}

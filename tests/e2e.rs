@@ -1,0 +1,503 @@
+//! The controller end to end, run as in production (the `failover-controller` binary as a child
+//! process, one per test, watching the test's namespace) against the real control plane.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use failover::{
+    api::{FailoverPolicy, Phase},
+    trafficsplit::TrafficSplit,
+};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::events::v1::Event;
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+    runtime::{WatchStreamExt, watcher},
+};
+use support::{ControllerProcess, TestEnv, wait_until};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn policy_yaml(name: &str, strategy: &str, extra: &str) -> String {
+    format!(
+        r#"apiVersion: failover.dev/v1alpha1
+kind: FailoverPolicy
+metadata:
+  name: {name}
+spec:
+  service: web
+  primary: web
+  secondaries:
+    - service: web-east
+    - service: web-west
+  strategy: {strategy}
+{extra}"#
+    )
+}
+
+fn condition_reason(p: &FailoverPolicy, type_: &str) -> Option<String> {
+    p.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.reason.clone())
+}
+
+fn phase(p: &FailoverPolicy) -> Option<Phase> {
+    p.status.as_ref()?.phase
+}
+
+/// Sets up backends, a controller and one policy; waits until it routes to the primary.
+async fn setup(test: &str, strategy: &str, extra: &str) -> Option<(TestEnv, ControllerProcess)> {
+    let env = TestEnv::new(test).await?;
+    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    let controller = ControllerProcess::start(&env, &[]);
+    env.apply_policy(&policy_yaml("web", strategy, extra));
+    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
+        .await;
+    Some((env, controller))
+}
+
+#[tokio::test]
+async fn routes_all_traffic_to_ready_primary_and_owns_the_split() {
+    let Some((env, _controller)) = setup("primary-ready", "Ordered", "").await else {
+        return;
+    };
+    let policy = env
+        .wait_policy("web", WAIT, "phase Primary", |p| {
+            phase(p) == Some(Phase::Primary)
+        })
+        .await;
+    let ts = env
+        .api::<TrafficSplit>()
+        .get("web")
+        .await
+        .expect("TrafficSplit");
+    let owner = ts
+        .owner_references()
+        .first()
+        .cloned()
+        .expect("ownerReference");
+    assert_eq!(owner.uid, policy.uid().expect("uid"));
+    assert_eq!(owner.controller, Some(true));
+    assert_eq!(owner.block_owner_deletion, Some(true));
+    assert_eq!(ts.spec.service, "web");
+    let status = policy.status.expect("status");
+    assert_eq!(status.active_backends, vec!["web"]);
+    assert_eq!(status.ready_summary.as_deref(), Some("3/3"));
+    assert_eq!(status.traffic_split.as_deref(), Some("web"));
+    assert_eq!(status.observed_generation, policy.metadata.generation);
+    assert_eq!(
+        condition_reason(&env.policy("web").await.expect("policy"), "Ready").as_deref(),
+        Some("PrimaryActive")
+    );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn fails_over_to_first_ready_secondary_and_kubectl_shows_it() {
+    let Some((env, _controller)) = setup("ordered", "Ordered", "").await else {
+        return;
+    };
+    env.set_endpoints("web", 0, 2).await;
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
+        .await;
+    let policy = env
+        .wait_policy("web", WAIT, "FailedOver", |p| {
+            phase(p) == Some(Phase::FailedOver)
+        })
+        .await;
+    let status = policy.status.expect("status");
+    assert!(status.last_failover_time.is_some());
+    assert_eq!(
+        status.backends[0].message.as_deref(),
+        Some("0 of 2 endpoints ready, 1 needed")
+    );
+    let out = env.kubectl(&["get", "failoverpolicies"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row: Vec<&str> = table
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        &row[..5],
+        ["web", "web", "web-east", "FailedOver", "2/3"],
+        "{table}"
+    );
+    // An Event tells what happened, on the policy.
+    let events: Api<Event> = env.api();
+    let seen = wait_until(WAIT, || async {
+        events.list(&Default::default()).await.is_ok_and(|l| {
+            l.items.iter().any(|e| {
+                e.reason.as_deref() == Some("FailedOver")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("web")
+            })
+        })
+    })
+    .await;
+    assert!(seen, "a FailedOver Event is recorded");
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn equal_strategy_splits_among_ready_secondaries() {
+    let Some((env, _controller)) = setup("equal", "Equal", "").await else {
+        return;
+    };
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 1)], WAIT)
+        .await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn weighted_strategy_follows_weights() {
+    let Some(env) = TestEnv::new("weighted").await else {
+        return;
+    };
+    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    let _controller = ControllerProcess::start(&env, &[]);
+    env.apply_policy(
+        "apiVersion: failover.dev/v1alpha1\nkind: FailoverPolicy\nmetadata: {name: web}\nspec:\n  service: web\n  primary: web\n  strategy: Weighted\n  secondaries:\n    - {service: web-east, weight: 300}\n    - {service: web-west, weight: 700}\n",
+    );
+    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
+        .await;
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_weights(
+        "web",
+        &[("web", 0), ("web-east", 300), ("web-west", 700)],
+        WAIT,
+    )
+    .await;
+    env.set_endpoints("web-west", 0, 1).await;
+    env.wait_weights(
+        "web",
+        &[("web", 0), ("web-east", 300), ("web-west", 0)],
+        WAIT,
+    )
+    .await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn secondary_readiness_change_during_failover_moves_traffic() {
+    let Some((env, _controller)) = setup("secondary-change", "Ordered", "").await else {
+        return;
+    };
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
+        .await;
+    env.set_endpoints("web-east", 0, 1).await;
+    env.wait_weights("web", &[("web", 0), ("web-east", 0), ("web-west", 1)], WAIT)
+        .await;
+    env.set_endpoints("web-east", 3, 0).await;
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
+        .await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn fails_back_when_primary_recovers() {
+    let Some((env, _controller)) = setup("failback", "Ordered", "").await else {
+        return;
+    };
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
+        .await;
+    env.set_endpoints("web", 2, 0).await;
+    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
+        .await;
+    let p = env
+        .wait_policy("web", WAIT, "failback recorded", |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.last_failback_time.is_some() && s.phase == Some(Phase::Primary))
+        })
+        .await;
+    let s = p.status.expect("status");
+    assert!(s.last_failback_time >= s.last_failover_time);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn keeps_weights_when_nothing_is_ready() {
+    let Some((env, _controller)) = setup("none-ready", "Ordered", "").await else {
+        return;
+    };
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
+        .await;
+    env.set_endpoints("web-east", 0, 1).await;
+    env.set_endpoints("web-west", 0, 1).await;
+    let p = env
+        .wait_policy("web", WAIT, "NoReadyBackend", |p| {
+            phase(p) == Some(Phase::NoReadyBackend)
+        })
+        .await;
+    assert_eq!(
+        condition_reason(&p, "Ready").as_deref(),
+        Some("NoReadyBackend")
+    );
+    // Fail static: the weights stay where they were (web-west went down last, web-east first).
+    let weights = env.split_weights("web").await.expect("split");
+    assert!(
+        weights.iter().any(|(_, w)| *w > 0),
+        "never all zero: {weights:?}"
+    );
+    assert_eq!(
+        weights.iter().find(|(s, _)| s == "web").map(|(_, w)| *w),
+        Some(0)
+    );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn failover_after_holds_traffic_until_due() {
+    let Some((env, _controller)) = setup(
+        "hold",
+        "Ordered",
+        "  failoverAfter: 3s\n  failbackAfter: 2s\n",
+    )
+    .await
+    else {
+        return;
+    };
+    let lost = Instant::now();
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_policy("web", WAIT, "FailoverPending", |p| {
+        condition_reason(p, "Ready").as_deref() == Some("FailoverPending")
+    })
+    .await;
+    assert_eq!(
+        env.split_weights("web").await.expect("split")[0].1,
+        1,
+        "still on the primary during the hold"
+    );
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
+        .await;
+    let held = lost.elapsed();
+    assert!(
+        held >= Duration::from_millis(2900),
+        "failover happened after {held:?}, before failoverAfter"
+    );
+    let back = Instant::now();
+    env.set_endpoints("web", 1, 0).await;
+    env.wait_policy("web", WAIT, "FailbackPending", |p| {
+        condition_reason(p, "Ready").as_deref() == Some("FailbackPending")
+    })
+    .await;
+    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
+        .await;
+    assert!(
+        back.elapsed() >= Duration::from_millis(1900),
+        "failback after {:?}",
+        back.elapsed()
+    );
+    eprintln!(
+        "failoverAfter 3s took {held:?}; failbackAfter 2s took {:?}",
+        back.elapsed()
+    );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn foreign_traffic_split_is_never_touched() {
+    let Some(env) = TestEnv::new("conflict").await else {
+        return;
+    };
+    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    let foreign = serde_json::json!({
+        "apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit",
+        "metadata": {"name": "web"},
+        "spec": {"service": "web", "backends": [{"service": "other", "weight": 5}]}
+    });
+    let ts: TrafficSplit = serde_json::from_value(foreign).expect("ts");
+    let created = env
+        .api::<TrafficSplit>()
+        .create(&PostParams::default(), &ts)
+        .await
+        .expect("create foreign split");
+    let _controller = ControllerProcess::start(&env, &[]);
+    env.apply_policy(&policy_yaml("web", "Ordered", ""));
+    let p = env
+        .wait_policy("web", WAIT, "TrafficSplitConflict", |p| {
+            condition_reason(p, "Ready").as_deref() == Some("TrafficSplitConflict")
+        })
+        .await;
+    let ready = p
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .expect("Ready");
+    assert_eq!(ready.status, "False");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = env
+        .api::<TrafficSplit>()
+        .get("web")
+        .await
+        .expect("foreign split");
+    assert_eq!(
+        after.resource_version(),
+        created.resource_version(),
+        "the foreign TrafficSplit was modified"
+    );
+    // Once the foreign split is gone, the policy takes its name.
+    env.api::<TrafficSplit>()
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete");
+    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
+        .await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn hand_edit_of_the_split_is_reverted() {
+    let Some((env, _controller)) = setup("hand-edit", "Ordered", "").await else {
+        return;
+    };
+    let edit = serde_json::json!({"spec": {"backends": [{"service": "web", "weight": 0}, {"service": "web-east", "weight": 9}, {"service": "web-west", "weight": 0}]}});
+    env.api::<TrafficSplit>()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .expect("hand edit");
+    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
+        .await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn deleting_the_policy_garbage_collects_its_split() {
+    let Some((env, _controller)) = setup("gc-split", "Ordered", "").await else {
+        return;
+    };
+    env.api::<FailoverPolicy>()
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete policy");
+    let gone = wait_until(Duration::from_secs(60), || async {
+        env.split_weights("web").await.is_none()
+    })
+    .await;
+    assert!(gone, "the TrafficSplit was not garbage-collected");
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn missing_service_and_missing_slices_are_reported() {
+    let Some(env) = TestEnv::new("missing").await else {
+        return;
+    };
+    env.create_service("web-east").await;
+    env.ready_backends(&["web-west"]).await;
+    let _controller = ControllerProcess::start(&env, &[]);
+    env.apply_policy(&policy_yaml("web", "Ordered", ""));
+    env.wait_weights("web", &[("web", 0), ("web-east", 0), ("web-west", 1)], WAIT)
+        .await;
+    let p = env
+        .wait_policy("web", WAIT, "status", |p| {
+            phase(p) == Some(Phase::FailedOver)
+        })
+        .await;
+    let backends = p.status.expect("status").backends;
+    assert_eq!(backends[0].message.as_deref(), Some("Service not found"));
+    assert_eq!(
+        backends[1].message.as_deref(),
+        Some("Service has no EndpointSlices")
+    );
+    env.cleanup().await;
+}
+
+/// Changes seen by a watch, with the time each was seen.
+type Seen<K> = std::sync::Arc<std::sync::Mutex<Vec<(Instant, K)>>>;
+
+/// Records every change a watch sees, with the time it was seen.
+fn record<K>(api: Api<K>) -> (Seen<K>, tokio::task::JoinHandle<()>)
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = watcher(api, watcher::Config::default())
+            .applied_objects()
+            .boxed();
+        while let Ok(Some(obj)) = stream.try_next().await {
+            if let Ok(mut seen) = sink.lock() {
+                seen.push((Instant::now(), obj));
+            }
+        }
+    });
+    (seen, task)
+}
+
+/// Measures, for the record, the latency from an acknowledged EndpointSlice write to the
+/// TrafficSplit change seen by an independent watch, and counts the controller's writes for one
+/// failover and for an idle period: exactly one TrafficSplit write and one status write.
+#[tokio::test]
+async fn one_failover_costs_one_split_write_and_one_status_write() {
+    let Some((env, _controller)) = setup("write-count", "Ordered", "").await else {
+        return;
+    };
+    env.wait_policy("web", WAIT, "settled", |p| phase(p) == Some(Phase::Primary))
+        .await;
+    let (splits, split_task) = record(env.api::<TrafficSplit>());
+    let (policies, policy_task) = record(env.api::<FailoverPolicy>());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let baseline = (
+        splits.lock().map(|s| s.len()).unwrap_or(0),
+        policies.lock().map(|s| s.len()).unwrap_or(0),
+    );
+
+    let started = Instant::now();
+    env.set_endpoints("web", 0, 1).await;
+    let acked = Instant::now();
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
+        .await;
+    env.wait_policy("web", WAIT, "FailedOver", |p| {
+        phase(p) == Some(Phase::FailedOver)
+    })
+    .await;
+    // Quiet period: nothing changes, so nothing may be written.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    split_task.abort();
+    policy_task.abort();
+
+    let splits = splits
+        .lock()
+        .map(|s| s[baseline.0..].to_vec())
+        .unwrap_or_default();
+    let policies = policies
+        .lock()
+        .map(|s| s[baseline.1..].to_vec())
+        .unwrap_or_default();
+    assert_eq!(
+        splits.len(),
+        1,
+        "TrafficSplit writes for one failover: {splits:#?}"
+    );
+    assert_eq!(
+        policies.len(),
+        1,
+        "status writes for one failover: {:#?}",
+        policies.iter().map(|(_, p)| &p.status).collect::<Vec<_>>()
+    );
+    let seen = splits[0].0;
+    eprintln!(
+        "failover latency: EndpointSlice write acknowledged after {:?}; TrafficSplit change seen by a watch {:?} after the acknowledgement",
+        acked - started,
+        seen.saturating_duration_since(acked)
+    );
+    env.cleanup().await;
+}
