@@ -100,6 +100,7 @@ pub fn start(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> (CacheState, impl Future<Output = ()>) {
     let ns = settings.namespace.as_deref();
+    metrics.register_error_kinds(&crate::reconcile::Error::KINDS);
     let readiness = Arc::new(RwLock::new(ReadinessStore::default()));
     let index = Arc::new(RwLock::new(PolicyIndex::default()));
     let (synced_tx, synced_rx) = watch::channel(false);

@@ -8,6 +8,7 @@
 //! [`index`] (Service → policies), [`decision`] (the pure failover rule), [`reconcile`] (reads
 //! caches, writes results), [`controller`] (wiring), [`metrics`], [`leader`], [`telemetry`].
 
+pub mod admin;
 pub mod api;
 pub mod controller;
 pub mod crd;

@@ -1,16 +1,18 @@
 //! `failover-controller`: runs the FailoverPolicy controller.
 
-use std::sync::Arc;
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use clap::Parser;
 use failover::{
+    admin::{self, AdminState},
     controller::{self, Settings},
-    leader::LeaderState,
+    leader::{self, LeaderState, LeaseSettings},
     metrics::Metrics,
     telemetry::{self, LogFormat},
 };
-use tracing::info;
+use tokio::sync::watch;
+use tracing::{info, warn};
 
 /// Fails traffic over between backend Services by owning SMI TrafficSplits, driven by
 /// EndpointSlice readiness.
@@ -33,13 +35,49 @@ struct Args {
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
     log_format: LogFormat,
 
+    /// Address of the admin HTTP server (/metrics, /healthz, /readyz).
+    #[arg(long, env = "ADMIN_ADDR", default_value = "0.0.0.0:8080")]
+    admin_addr: SocketAddr,
+
     /// Most policies reconciled at once.
     #[arg(long, default_value_t = 16)]
     concurrency: u16,
 
-    /// Identity of this replica in Events and the leader Lease (default: the host name).
+    /// Elect a leader among replicas through a Lease; only the leader writes.
+    #[arg(long, env = "LEADER_ELECT", default_value_t = false)]
+    leader_elect: bool,
+
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "failover-controller")]
+    lease_name: String,
+
+    /// Namespace of the leader Lease (default: the Pod's namespace, else `default`).
+    #[arg(long, env = "POD_NAMESPACE")]
+    lease_namespace: Option<String>,
+
+    /// How long a lease lasts without renewal before a standby takes it, e.g. `15s`.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    lease_duration: Duration,
+
+    /// How long the leader keeps trying to renew before it stops writing, e.g. `10s`.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    renew_deadline: Duration,
+
+    /// How often the lease is renewed or tried, e.g. `2s`.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    retry_period: Duration,
+
+    /// On SIGTERM/SIGINT, how long in-flight writes may take before the process exits.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    shutdown_grace: Duration,
+
+    /// Identity of this replica in Events and the leader Lease (default: host name and pid).
     #[arg(long, env = "POD_NAME")]
     instance: Option<String>,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    failover::api::parse_duration(s).map_err(|e| e.to_string())
 }
 
 async fn client(args: &Args) -> anyhow::Result<kube::Client> {
@@ -58,26 +96,120 @@ async fn client(args: &Args) -> anyhow::Result<kube::Client> {
     kube::Client::try_from(config).context("building the API client")
 }
 
+/// Resolves when SIGTERM or SIGINT arrives.
+async fn termination() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => info!("SIGTERM received"),
+                    _ = tokio::signal::ctrl_c() => info!("SIGINT received"),
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     telemetry::init(&args.log_level, args.log_format);
+    if args.leader_elect && args.renew_deadline >= args.lease_duration {
+        anyhow::bail!("--renew-deadline must be shorter than --lease-duration");
+    }
     let client = client(&args).await?;
     let metrics = Arc::new(Metrics::new());
-    let leader = LeaderState::always();
+    let identity = args.instance.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    });
+    let leader = if args.leader_elect {
+        LeaderState::standby()
+    } else {
+        metrics.leader.set(1);
+        LeaderState::always()
+    };
+
+    // Shutdown: stop taking work, finish in-flight writes within the grace period, then release
+    // the lease so a standby takes over at once.
+    let (stopping_tx, stopping_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        termination().await;
+        let _ = stopping_tx.send(true);
+    });
+    let controller_stop = {
+        let mut rx = stopping_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+
     let settings = Settings {
         namespace: args.namespace.clone(),
         concurrency: args.concurrency,
-        instance: args.instance.clone(),
+        instance: Some(identity.clone()),
     };
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let (_caches, run) = controller::start(client, settings, metrics, leader, shutdown);
-    info!(
-        namespace = args.namespace.as_deref().unwrap_or("<all>"),
-        "starting"
+    let (caches, run) = controller::start(
+        client.clone(),
+        settings,
+        metrics.clone(),
+        leader.clone(),
+        controller_stop,
     );
-    run.await;
+
+    let admin_state = AdminState {
+        metrics: metrics.clone(),
+        caches,
+        leader: leader.clone(),
+    };
+    let (_, serve) = admin::bind(args.admin_addr, admin_state).await?;
+    tokio::spawn(async move {
+        if let Err(e) = serve.await {
+            warn!(error = %e, "admin server stopped");
+        }
+    });
+
+    let (election_stop_tx, election_stop_rx) = watch::channel(false);
+    let election = args.leader_elect.then(|| {
+        let lease = LeaseSettings {
+            namespace: args.lease_namespace.clone().unwrap_or_else(|| "default".into()),
+            name: args.lease_name.clone(),
+            identity: identity.clone(),
+            lease_duration: args.lease_duration,
+            renew_deadline: args.renew_deadline,
+            retry_period: args.retry_period,
+        };
+        info!(lease = %lease.name, namespace = %lease.namespace, identity = %lease.identity, "leader election enabled");
+        tokio::spawn(leader::run_election(client.clone(), lease, leader.clone(), metrics.clone(), election_stop_rx))
+    });
+
+    info!(namespace = args.namespace.as_deref().unwrap_or("<all>"), identity = %identity, "starting");
+    let mut run = std::pin::pin!(run);
+    let grace = {
+        let mut rx = stopping_rx.clone();
+        let grace = args.shutdown_grace;
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+            tokio::time::sleep(grace).await;
+        }
+    };
+    tokio::select! {
+        _ = &mut run => info!("in-flight work finished"),
+        _ = grace => warn!("in-flight work did not finish within the shutdown grace period"),
+    }
+    let _ = election_stop_tx.send(true);
+    if let Some(election) = election {
+        let _ = tokio::time::timeout(Duration::from_secs(5), election).await;
+    }
+    info!("stopped");
     Ok(())
 }

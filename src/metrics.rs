@@ -2,8 +2,12 @@
 //! and name, and are removed when the policy goes away; nothing is labelled per endpoint.
 
 use std::{
-    sync::atomic::{AtomicI64, AtomicU64},
-    time::Duration,
+    collections::HashMap,
+    sync::{
+        Mutex,
+        atomic::{AtomicI64, AtomicU64},
+    },
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use prometheus_client::{
@@ -52,8 +56,11 @@ pub struct Metrics {
     pub ready_backends: Family<PolicyLabels, Gauge>,
     /// Phase per policy: 0 Primary, 1 FailedOver, 2 NoReadyBackend.
     pub phase: Family<PolicyLabels, Gauge>,
-    /// Unix time of each policy's last transition of the active backends.
+    /// Unix time of each policy's last failover or failback.
     pub last_transition: Family<PolicyLabels, Gauge<f64, AtomicU64>>,
+    /// Seconds since each policy's last failover or failback, computed at scrape time.
+    pub since_last_transition: Family<PolicyLabels, Gauge<f64, AtomicU64>>,
+    transition_times: Mutex<HashMap<PolicyLabels, f64>>,
     /// API writes made, by kind (`trafficsplit`, `status`, `event`, `lease`).
     pub api_writes: Family<KindLabels, Counter>,
     /// Watch streams restarted after an error, by watched kind.
@@ -81,6 +88,8 @@ impl Metrics {
             ready_backends: Family::default(),
             phase: Family::default(),
             last_transition: Family::default(),
+            since_last_transition: Family::default(),
+            transition_times: Mutex::new(HashMap::new()),
             api_writes: Family::default(),
             watch_restarts: Family::default(),
             leader: Gauge::default(),
@@ -119,8 +128,13 @@ impl Metrics {
         );
         registry.register(
             "last_transition_timestamp_seconds",
-            "Unix time of each policy's last change of active backends; time since = time() - this",
+            "Unix time of each policy's last failover or failback",
             m.last_transition.clone(),
+        );
+        registry.register(
+            "seconds_since_last_transition",
+            "Seconds since each policy's last failover or failback",
+            m.since_last_transition.clone(),
         );
         registry.register(
             "api_writes",
@@ -137,11 +151,46 @@ impl Metrics {
             "1 while this replica holds the leader lease",
             m.leader.clone(),
         );
+        // Known bounded series start at zero, so rates and alerts work before the first event.
+        for kind in ["endpointslice", "service", "failoverpolicy", "trafficsplit"] {
+            m.watch_restart_counter(kind);
+        }
+        for kind in ["trafficsplit", "status", "event", "lease"] {
+            m.api_writes.get_or_create(&KindLabels {
+                kind: kind.to_string(),
+            });
+        }
         Self { registry, ..m }
+    }
+
+    fn watch_restart_counter(&self, kind: &str) -> Counter {
+        self.watch_restarts.get_or_create_owned(&KindLabels {
+            kind: kind.to_string(),
+        })
+    }
+
+    /// Starts the error series of every error kind at zero.
+    pub fn register_error_kinds(&self, kinds: &[&str]) {
+        for kind in kinds {
+            self.reconcile_errors.get_or_create(&KindLabels {
+                kind: kind.to_string(),
+            });
+        }
     }
 
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        if let Ok(times) = self.transition_times.lock() {
+            for (labels, at) in times.iter() {
+                self.since_last_transition
+                    .get_or_create(labels)
+                    .set((now - at).max(0.0));
+            }
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
@@ -183,6 +232,8 @@ impl Metrics {
 
     /// Records a policy's current state.
     pub fn set_policy_state(&self, labels: &PolicyLabels, ready_backends: usize, phase: Phase) {
+        self.failovers.get_or_create(labels);
+        self.failbacks.get_or_create(labels);
         self.ready_backends
             .get_or_create(labels)
             .set(i64::try_from(ready_backends).unwrap_or(i64::MAX));
@@ -193,8 +244,20 @@ impl Metrics {
         });
     }
 
+    /// Records when a policy's traffic last moved (Unix seconds).
+    pub fn set_last_transition(&self, labels: &PolicyLabels, unix_seconds: f64) {
+        self.last_transition.get_or_create(labels).set(unix_seconds);
+        if let Ok(mut times) = self.transition_times.lock() {
+            times.insert(labels.clone(), unix_seconds);
+        }
+    }
+
     /// Forgets every series of a deleted policy.
     pub fn forget_policy(&self, labels: &PolicyLabels) {
+        if let Ok(mut times) = self.transition_times.lock() {
+            times.remove(labels);
+        }
+        self.since_last_transition.remove(labels);
         self.failovers.remove(labels);
         self.failbacks.remove(labels);
         self.ready_backends.remove(labels);

@@ -61,12 +61,25 @@ pub enum Error {
     /// The TrafficSplit was reported to exist, then could not be read.
     #[error("TrafficSplit {0} vanished while being created; retrying")]
     TrafficSplitVanished(String),
+    /// This replica lost leadership before writing.
+    #[error("not the leader; writes stopped")]
+    NotLeader,
     /// The policy lacks a namespace or uid (never true of objects from the API server).
     #[error("policy object is missing {0}")]
     MissingMetadata(&'static str),
 }
 
 impl Error {
+    /// Every value [`Error::kind`] can return.
+    pub const KINDS: [&'static str; 6] = [
+        "caches_not_synced",
+        "trafficsplit_write",
+        "trafficsplit_vanished",
+        "status_write",
+        "missing_metadata",
+        "not_leader",
+    ];
+
     /// A short, bounded label for metrics.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -75,6 +88,7 @@ impl Error {
             Error::TrafficSplitVanished(_) => "trafficsplit_vanished",
             Error::StatusWrite(_) => "status_write",
             Error::MissingMetadata(_) => "missing_metadata",
+            Error::NotLeader => "not_leader",
         }
     }
 }
@@ -119,6 +133,15 @@ impl Context {
             metrics,
             leader,
             failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Fails unless this replica may write right now: a lost lease stops writes at once.
+    fn ensure_leader(&self) -> Result<(), Error> {
+        if self.leader.is_leader() {
+            Ok(())
+        } else {
+            Err(Error::NotLeader)
         }
     }
 
@@ -179,6 +202,10 @@ pub async fn reconcile(policy: Arc<FailoverPolicy>, ctx: Arc<Context>) -> Result
 
 /// Requeues a failed policy with per-policy exponential backoff.
 pub fn error_policy(policy: Arc<FailoverPolicy>, error: &Error, ctx: Arc<Context>) -> Action {
+    if matches!(error, Error::NotLeader) {
+        // The new leader takes over; a regained leadership queues every policy anyway.
+        return Action::await_change();
+    }
     ctx.metrics.error(error.kind());
     let delay = ctx.next_backoff(&ObjectRef::from_obj(policy.as_ref()));
     warn!(
@@ -283,6 +310,10 @@ async fn reconcile_inner(policy: &FailoverPolicy, ctx: &Context) -> Result<Actio
     let ready = status.backends.iter().filter(|b| b.ready).count();
     ctx.metrics
         .set_policy_state(&labels, ready, status.phase.unwrap_or(Phase::Primary));
+    if let Some(last) = status.last_failover_time.max(status.last_failback_time) {
+        ctx.metrics
+            .set_last_transition(&labels, last.0.timestamp_millis() as f64 / 1000.0);
+    }
     Ok(Action::requeue(decision.requeue_after.unwrap_or(RESYNC)))
 }
 
@@ -389,6 +420,7 @@ async fn ensure_traffic_split(
                 field_manager: Some(FIELD_MANAGER.to_string()),
                 ..Default::default()
             };
+            ctx.ensure_leader()?;
             match api.create(&params, &desired).await {
                 Ok(_) => {
                     ctx.metrics.write("trafficsplit");
@@ -414,6 +446,7 @@ async fn ensure_traffic_split(
         return Ok(SplitOutcome::InPlace);
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();
+    ctx.ensure_leader()?;
     api.patch(split_name, &params, &Patch::Apply(&desired))
         .await
         .map_err(write_error)?;
@@ -440,6 +473,7 @@ async fn write_status_if_changed(
         .namespace()
         .ok_or(Error::MissingMetadata("metadata.namespace"))?;
     let api: Api<FailoverPolicy> = Api::namespaced(ctx.client.clone(), &namespace);
+    ctx.ensure_leader()?;
     let body = json!({
         "apiVersion": FailoverPolicy::api_version(&()),
         "kind": FailoverPolicy::kind(&()),
@@ -503,10 +537,6 @@ async fn record_transition(
         Transition::FailedBack => ctx.metrics.failbacks.get_or_create(labels).inc(),
         Transition::NoReadyBackend | Transition::Recovered => 0,
     };
-    ctx.metrics
-        .last_transition
-        .get_or_create(labels)
-        .set(Utc::now().timestamp_millis() as f64 / 1000.0);
     let event_type = match transition {
         Transition::NoReadyBackend => EventType::Warning,
         _ => EventType::Normal,

@@ -469,12 +469,18 @@ impl ControllerProcess {
 
     /// Starts `failover-controller` for one namespace with the given kubeconfig.
     pub fn start_with_kubeconfig(env: &TestEnv, kubeconfig: &Path, extra: &[&str]) -> Self {
-        let log = std::env::temp_dir().join(format!("failover-controller-{}.log", env.ns));
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let log = std::env::temp_dir().join(format!("failover-controller-{}-{n}.log", env.ns));
         let file = std::fs::File::create(&log).expect("controller log file");
+        let mut args: Vec<&str> =
+            vec!["--namespace", &env.ns, "--log-level", "info,failover=debug"];
+        if !extra.contains(&"--admin-addr") {
+            args.extend(["--admin-addr", "127.0.0.1:0"]);
+        }
         let child = Command::new(env!("CARGO_BIN_EXE_failover-controller"))
             .env("KUBECONFIG", kubeconfig)
             .env_remove("RUST_LOG")
-            .args(["--namespace", &env.ns, "--log-level", "info,failover=debug"])
+            .args(&args)
             .args(extra)
             .stdout(file.try_clone().expect("log file"))
             .stderr(file)
@@ -486,6 +492,33 @@ impl ControllerProcess {
     /// The controller's log so far.
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The admin server's address, from the log (waits up to 10 s for it).
+    pub async fn admin_addr(&self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(addr) = self
+                .logs()
+                .lines()
+                .find(|l| l.contains("admin server listening"))
+                .and_then(|l| l.split("address=").nth(1))
+                .and_then(|rest| rest.split_whitespace().next())
+            {
+                return addr.trim_matches('"').to_string();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "controller did not start its admin server:\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// GET on the admin server: (status code, body).
+    pub async fn admin_get(&self, path: &str) -> (u16, String) {
+        http_get(&self.admin_addr().await, path)
     }
 
     /// The child's process id.
@@ -519,4 +552,77 @@ pub async fn apply_crd(client: &Client, crd: &CustomResourceDefinition) {
     )
     .await
     .expect("applying CRD");
+}
+
+/// A minimal HTTP/1.1 GET over loopback: (status code, body); (0, error) when unreachable.
+pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return (0, format!("cannot connect to {addr}"));
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return (0, "write failed".into());
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The value of one sample in a Prometheus text exposition (`name{labels}` as written), if any.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+impl TestEnv {
+    /// Creates a ServiceAccount and returns a kubeconfig that authenticates as it, with a token
+    /// from `kubectl create token` (the API server's TokenRequest API).
+    pub fn service_account_kubeconfig(&self, name: &str) -> PathBuf {
+        let out = self.kubectl(&["create", "serviceaccount", name]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = self.kubectl(&["create", "token", name, "--duration=2h"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let admin: serde_json::Value = serde_yaml::from_str(
+            &std::fs::read_to_string(&self.cp.kubeconfig).expect("admin kubeconfig"),
+        )
+        .expect("kubeconfig yaml");
+        let cluster = &admin["clusters"][0]["cluster"];
+        let kubeconfig = serde_json::json!({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "local", "cluster": cluster}],
+            "users": [{"name": name, "user": {"token": token}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "local", "user": name, "namespace": self.ns}}],
+            "current-context": "sa",
+        });
+        let path = std::env::temp_dir().join(format!("{}-{name}.kubeconfig", self.ns));
+        std::fs::write(&path, serde_yaml::to_string(&kubeconfig).expect("yaml"))
+            .expect("writing kubeconfig");
+        path
+    }
 }

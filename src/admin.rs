@@ -1,0 +1,93 @@
+//! The admin HTTP server: `/metrics` (Prometheus text format), `/healthz` (the process is alive)
+//! and `/readyz` (caches synced, and leader or standby state known).
+
+use std::{net::SocketAddr, sync::Arc};
+
+use axum::{
+    Router, extract::State, http::StatusCode, http::header, response::IntoResponse, routing::get,
+};
+use tokio::net::TcpListener;
+use tracing::info;
+
+use crate::{controller::CacheState, leader::LeaderState, metrics::Metrics};
+
+/// What the admin endpoints report on.
+#[derive(Clone)]
+pub struct AdminState {
+    /// Metrics to expose.
+    pub metrics: Arc<Metrics>,
+    /// Cache readiness.
+    pub caches: CacheState,
+    /// Leadership.
+    pub leader: LeaderState,
+}
+
+/// Errors of the admin server.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The listen address could not be bound.
+    #[error("binding admin server to {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The server failed while running.
+    #[error("admin server: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// Binds the admin server; returns the bound address and the future that serves it.
+pub async fn bind(
+    addr: SocketAddr,
+    state: AdminState,
+) -> Result<(SocketAddr, impl Future<Output = Result<(), AdminError>>), AdminError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| AdminError::Bind { addr, source })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| AdminError::Bind { addr, source })?;
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(state);
+    info!(address = %local, "admin server listening");
+    Ok((local, async move {
+        axum::serve(listener, app).await.map_err(AdminError::Serve)
+    }))
+}
+
+async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+}
+
+async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
+    let synced = state.caches.is_synced();
+    let known = state.leader.is_known();
+    let role = if state.leader.is_leader() {
+        "leader"
+    } else {
+        "standby"
+    };
+    match (synced, known) {
+        (true, true) => (StatusCode::OK, format!("ok ({role})")),
+        (false, _) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "caches not synced".to_string(),
+        ),
+        (true, false) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "leader election pending".to_string(),
+        ),
+    }
+}

@@ -1,0 +1,282 @@
+//! Production operation against the real control plane: metrics and health endpoints, readiness
+//! gated on synced caches, leader election with takeover after SIGKILL and SIGTERM.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{ControllerProcess, TestEnv, metric, wait_until};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+const POLICY: &str = "apiVersion: failover.dev/v1alpha1\nkind: FailoverPolicy\nmetadata: {name: web}\nspec:\n  service: web\n  primary: web\n  secondaries: [{service: web-east}, {service: web-west}]\n";
+
+#[tokio::test]
+async fn metrics_and_health_endpoints_report_a_failover() {
+    let Some(env) = TestEnv::new("metrics").await else {
+        return;
+    };
+    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    let controller = ControllerProcess::start(&env, &[]);
+    assert_eq!(
+        controller.admin_get("/healthz").await,
+        (200, "ok".to_string())
+    );
+    let ready = wait_until(WAIT, || async {
+        controller.admin_get("/readyz").await.0 == 200
+    })
+    .await;
+    assert!(ready, "/readyz never turned ready");
+    env.apply_policy(POLICY);
+    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
+        .await;
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
+        .await;
+    let labels = format!("{{namespace=\"{}\",policy=\"web\"}}", env.ns);
+    let seen = wait_until(WAIT, || async {
+        let text = controller.admin_get("/metrics").await.1;
+        metric(&text, &format!("failover_failovers_total{labels}")) == Some(1.0)
+    })
+    .await;
+    let text = controller.admin_get("/metrics").await.1;
+    assert!(seen, "failovers_total not 1:\n{text}");
+    assert_eq!(
+        metric(&text, &format!("failover_ready_backends{labels}")),
+        Some(2.0)
+    );
+    assert_eq!(
+        metric(&text, &format!("failover_policy_phase{labels}")),
+        Some(1.0)
+    );
+    assert!(
+        metric(
+            &text,
+            &format!("failover_seconds_since_last_transition{labels}")
+        )
+        .is_some_and(|s| (0.0..60.0).contains(&s)),
+        "{text}"
+    );
+    assert!(
+        metric(
+            &text,
+            &format!("failover_last_transition_timestamp_seconds{labels}")
+        )
+        .is_some_and(|t| t > 1.7e9)
+    );
+    assert!(metric(&text, "failover_reconciles_total").is_some_and(|n| n >= 2.0));
+    assert!(metric(&text, "failover_reconcile_duration_seconds_count").is_some_and(|n| n >= 2.0));
+    assert_eq!(
+        metric(&text, "failover_api_writes_total{kind=\"trafficsplit\"}"),
+        Some(2.0),
+        "create + one failover apply"
+    );
+    assert_eq!(
+        metric(&text, "failover_api_writes_total{kind=\"status\"}"),
+        Some(2.0)
+    );
+    assert_eq!(
+        metric(&text, "failover_api_writes_total{kind=\"event\"}"),
+        Some(1.0)
+    );
+    assert_eq!(metric(&text, "failover_leader"), Some(1.0));
+    for family in [
+        "failover_reconcile_errors",
+        "failover_failbacks",
+        "failover_watch_restarts",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {family} counter")),
+            "{family} missing:\n{text}"
+        );
+    }
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn readyz_turns_ready_only_after_caches_synced() {
+    let Some(env) = TestEnv::new("readyz").await else {
+        return;
+    };
+    // A service account that may do everything but list EndpointSlices: caches cannot sync.
+    let kubeconfig = env.service_account_kubeconfig("controller");
+    let rules = r#"
+- apiGroups: [failover.dev]
+  resources: [failoverpolicies]
+  verbs: [get, list, watch]
+- apiGroups: [failover.dev]
+  resources: [failoverpolicies/status]
+  verbs: [patch]
+- apiGroups: [split.smi-spec.io]
+  resources: [trafficsplits]
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [list, watch]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+"#;
+    let role = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: most}}\nrules:{rules}"
+    );
+    assert!(
+        env.kubectl_stdin(&["apply", "-f", "-"], &role)
+            .status
+            .success()
+    );
+    assert!(
+        env.kubectl(&[
+            "create",
+            "rolebinding",
+            "most",
+            "--role=most",
+            "--serviceaccount",
+            &format!("{}:controller", env.ns)
+        ])
+        .status
+        .success()
+    );
+    let controller = ControllerProcess::start_with_kubeconfig(&env, &kubeconfig, &[]);
+    assert_eq!(controller.admin_get("/healthz").await.0, 200);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (code, body) = controller.admin_get("/readyz").await;
+    assert_eq!((code, body.as_str()), (503, "caches not synced"));
+    // Granting the missing permission lets the watch start; readiness follows.
+    let slices = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: slices}\nrules:\n- apiGroups: [discovery.k8s.io]\n  resources: [endpointslices]\n  verbs: [list, watch]\n";
+    assert!(
+        env.kubectl_stdin(&["apply", "-f", "-"], slices)
+            .status
+            .success()
+    );
+    assert!(
+        env.kubectl(&[
+            "create",
+            "rolebinding",
+            "slices",
+            "--role=slices",
+            "--serviceaccount",
+            &format!("{}:controller", env.ns)
+        ])
+        .status
+        .success()
+    );
+    let ready = wait_until(WAIT, || async {
+        controller.admin_get("/readyz").await.0 == 200
+    })
+    .await;
+    assert!(
+        ready,
+        "/readyz did not turn ready after the caches could sync:\n{}",
+        controller.logs()
+    );
+    env.cleanup().await;
+}
+
+fn election_args(ns: &str) -> Vec<String> {
+    [
+        "--leader-elect",
+        "--lease-namespace",
+        ns,
+        "--lease-duration",
+        "4s",
+        "--renew-deadline",
+        "3s",
+        "--retry-period",
+        "250ms",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+async fn is_leader(c: &ControllerProcess) -> bool {
+    metric(&c.admin_get("/metrics").await.1, "failover_leader") == Some(1.0)
+}
+
+async fn writes(c: &ControllerProcess) -> f64 {
+    let text = c.admin_get("/metrics").await.1;
+    ["trafficsplit", "status", "event"]
+        .iter()
+        .filter_map(|k| metric(&text, &format!("failover_api_writes_total{{kind=\"{k}\"}}")))
+        .sum()
+}
+
+#[tokio::test]
+async fn one_leader_writes_and_a_standby_takes_over_after_sigkill_and_sigterm() {
+    let Some(env) = TestEnv::new("leader").await else {
+        return;
+    };
+    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    let args = election_args(&env.ns);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut a = ControllerProcess::start(&env, &args);
+    let mut b = ControllerProcess::start(&env, &args);
+    env.apply_policy(POLICY);
+    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
+        .await;
+    assert!(
+        wait_until(WAIT, || async {
+            is_leader(&a).await != is_leader(&b).await
+        })
+        .await,
+        "exactly one leader"
+    );
+    if is_leader(&b).await {
+        std::mem::swap(&mut a, &mut b);
+    }
+    // Exactly one writes.
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(writes(&a).await >= 2.0, "the leader wrote");
+    assert_eq!(writes(&b).await, 0.0, "the standby wrote nothing");
+    assert!(
+        wait_until(WAIT, || async {
+            b.admin_get("/readyz").await == (200, "ok (standby)".to_string())
+        })
+        .await
+    );
+
+    // SIGKILL the leader, then change readiness: the standby takes over and completes it.
+    a.signal("KILL");
+    let killed = Instant::now();
+    env.set_endpoints("web", 1, 0).await;
+    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
+        .await;
+    let sigkill_takeover = killed.elapsed();
+    assert!(
+        sigkill_takeover < Duration::from_secs(4) + Duration::from_secs(2),
+        "takeover after SIGKILL took {sigkill_takeover:?}"
+    );
+
+    // A new standby joins; SIGTERM the leader: the lease is released and the standby takes
+    // over within a couple of seconds.
+    let c = ControllerProcess::start(&env, &args);
+    assert!(
+        wait_until(WAIT, || async {
+            c.admin_get("/readyz").await == (200, "ok (standby)".to_string())
+        })
+        .await
+    );
+    b.signal("TERM");
+    let terminated = Instant::now();
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
+        .await;
+    let sigterm_takeover = terminated.elapsed();
+    assert!(
+        sigterm_takeover < Duration::from_secs(3),
+        "takeover after SIGTERM took {sigterm_takeover:?}"
+    );
+    assert!(
+        b.logs().contains("released the leader Lease"),
+        "{}",
+        b.logs()
+    );
+    eprintln!(
+        "takeover: after SIGKILL {sigkill_takeover:?} (lease 4s), after SIGTERM {sigterm_takeover:?}"
+    );
+    env.cleanup().await;
+}
