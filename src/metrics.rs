@@ -156,7 +156,7 @@ impl Metrics {
             m.watch_restart_counter(kind);
         }
         for kind in ["trafficsplit", "status", "event", "lease"] {
-            m.api_writes.get_or_create(&KindLabels {
+            let _ = m.api_writes.get_or_create_owned(&KindLabels {
                 kind: kind.to_string(),
             });
         }
@@ -172,7 +172,7 @@ impl Metrics {
     /// Starts the error series of every error kind at zero.
     pub fn register_error_kinds(&self, kinds: &[&str]) {
         for kind in kinds {
-            self.reconcile_errors.get_or_create(&KindLabels {
+            let _ = self.reconcile_errors.get_or_create_owned(&KindLabels {
                 kind: kind.to_string(),
             });
         }
@@ -232,8 +232,8 @@ impl Metrics {
 
     /// Records a policy's current state.
     pub fn set_policy_state(&self, labels: &PolicyLabels, ready_backends: usize, phase: Phase) {
-        self.failovers.get_or_create(labels);
-        self.failbacks.get_or_create(labels);
+        let _ = self.failovers.get_or_create_owned(labels);
+        let _ = self.failbacks.get_or_create_owned(labels);
         self.ready_backends
             .get_or_create(labels)
             .set(i64::try_from(ready_backends).unwrap_or(i64::MAX));
