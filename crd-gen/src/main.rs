@@ -3,7 +3,8 @@
 //! ```text
 //! cargo run --bin crd-gen                          # the FailoverPolicy CRD on stdout
 //! cargo run --bin crd-gen -- --with-traffic-split  # also the SMI TrafficSplit CRD
-//! cargo run --bin crd-gen -- --out-dir charts/failover-controller/crds
+//! cargo run --bin crd-gen -- --out-dir DIR               # one file per CRD
+//! cargo run --bin crd-gen -- --chart charts/failover-controller --api-reference docs/api-reference.md
 //! ```
 
 use std::{fs, path::PathBuf};
@@ -24,10 +25,44 @@ struct Args {
     /// Write one file per CRD into this directory instead of printing to stdout.
     #[arg(long)]
     out_dir: Option<PathBuf>,
+
+    /// Regenerate the chart's generated files in this chart directory: `crds/` and the optional
+    /// TrafficSplit CRD template.
+    #[arg(long)]
+    chart: Option<PathBuf>,
+
+    /// Write the API reference (Markdown, from the CRD's descriptions) to this file.
+    #[arg(long)]
+    api_reference: Option<PathBuf>,
+}
+
+fn write(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.chart.is_some() || args.api_reference.is_some() {
+        if let Some(chart) = &args.chart {
+            write(
+                &chart.join("crds/failoverpolicies.failover.dev.yaml"),
+                &crd::failover_policy_yaml()?,
+            )?;
+            write(
+                &chart.join("templates/trafficsplit-crd.yaml"),
+                &crd::traffic_split_chart_template()?,
+            )?;
+        }
+        if let Some(path) = &args.api_reference {
+            write(path, &crd::api_reference_markdown())?;
+        }
+        return Ok(());
+    }
     let mut documents = vec![(
         "failoverpolicies.failover.dev.yaml",
         crd::failover_policy_yaml()?,
@@ -40,11 +75,8 @@ fn main() -> anyhow::Result<()> {
     }
     match args.out_dir {
         Some(dir) => {
-            fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             for (file, yaml) in documents {
-                let path = dir.join(file);
-                fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
-                eprintln!("wrote {}", path.display());
+                write(&dir.join(file), &yaml)?;
             }
         }
         None => {
