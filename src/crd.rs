@@ -68,16 +68,6 @@ fn reflow(text: &str) -> String {
         .join("\n\n")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reflow_keeps_paragraphs_and_joins_lines() {
-        assert_eq!(reflow("a\nb\n\nc\nd"), "a b\n\nc d");
-    }
-}
-
 /// The chart template that installs the SMI TrafficSplit CRD when `trafficSplitCRD.install` is
 /// set. It is kept on uninstall: deleting a CRD deletes every TrafficSplit.
 pub fn traffic_split_chart_template() -> Result<String, serde_yaml::Error> {
@@ -113,9 +103,7 @@ pub fn api_reference_markdown() -> String {
         out.push_str(d);
         out.push_str("\n\n");
     }
-    out.push_str(&format!(
-        "Kind `FailoverPolicy`, plural `failoverpolicies`, short name `fp`, namespaced, with a status subresource.\n\n## Printer columns\n\n| Column | JSONPath | Shown | Description |\n|---|---|---|---|\n"
-    ));
+    out.push_str("Kind `FailoverPolicy`, plural `failoverpolicies`, short name `fp`, namespaced, with a status subresource.\n\n## Printer columns\n\n| Column | JSONPath | Shown | Description |\n|---|---|---|---|\n");
     for c in version
         .additional_printer_columns
         .as_deref()
@@ -139,7 +127,7 @@ pub fn api_reference_markdown() -> String {
             field_rows(section, s, &mut out);
             let rules = collect_rules(section, s);
             if !rules.is_empty() {
-                out.push_str(&format!("\n### Rules checked at `kubectl apply` time (CEL)\n\n| Field | Rule | Message |\n|---|---|---|\n"));
+                out.push_str("\n### Rules checked at `kubectl apply` time (CEL)\n\n| Field | Rule | Message |\n|---|---|---|\n");
                 out.push_str(&rules);
             }
         }
@@ -260,4 +248,14 @@ fn collect_rules(path: &str, schema: &Value) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reflow_keeps_paragraphs_and_joins_lines() {
+        assert_eq!(reflow("a\nb\n\nc\nd"), "a b\n\nc d");
+    }
 }

@@ -17,39 +17,85 @@ fn helm(env: &TestEnv, args: &[&str]) -> Output {
     std::process::Command::new(env.cp.bin("helm"))
         .current_dir(repo_root())
         .env("KUBECONFIG", &env.cp.kubeconfig)
-        .env("HELM_CACHE_HOME", std::env::temp_dir().join("failover-helm/cache"))
-        .env("HELM_CONFIG_HOME", std::env::temp_dir().join("failover-helm/config"))
-        .env("HELM_DATA_HOME", std::env::temp_dir().join("failover-helm/data"))
+        .env(
+            "HELM_CACHE_HOME",
+            std::env::temp_dir().join("failover-helm/cache"),
+        )
+        .env(
+            "HELM_CONFIG_HOME",
+            std::env::temp_dir().join("failover-helm/config"),
+        )
+        .env(
+            "HELM_DATA_HOME",
+            std::env::temp_dir().join("failover-helm/data"),
+        )
         .args(args)
         .output()
         .expect("running helm")
 }
 
 fn ok(out: &Output, what: &str) -> String {
-    assert!(out.status.success(), "{what} failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
 #[tokio::test]
 async fn helm_lint_is_clean() {
-    let Some(env) = TestEnv::new("helm-lint").await else { return };
+    let Some(env) = TestEnv::new("helm-lint").await else {
+        return;
+    };
     let out = ok(&helm(&env, &["lint", "--strict", CHART]), "helm lint");
     assert!(out.contains("0 chart(s) failed"), "{out}");
-    assert!(!out.contains("[WARNING]") && !out.contains("[ERROR]"), "{out}");
+    assert!(
+        !out.contains("[WARNING]") && !out.contains("[ERROR]"),
+        "{out}"
+    );
     env.cleanup().await;
 }
 
 #[tokio::test]
 async fn rendered_manifests_pass_a_server_side_dry_run() {
-    let Some(env) = TestEnv::new("helm-dry-run").await else { return };
+    let Some(env) = TestEnv::new("helm-dry-run").await else {
+        return;
+    };
     let watch = format!("watchNamespace={}", env.ns);
     let value_sets: [&[&str]; 3] = [
         &[],
-        &["--set", "replicaCount=3", "--set", &watch, "--set", "logFormat=plain", "--set", "extraLabels.team=net", "--set", "extraAnnotations.owner=sre"],
-        &["--set", "leaderElection.enabled=false", "--set", "metrics.service.enabled=false", "--set", "trafficSplitCRD.install=true"],
+        &[
+            "--set",
+            "replicaCount=3",
+            "--set",
+            &watch,
+            "--set",
+            "logFormat=plain",
+            "--set",
+            "extraLabels.team=net",
+            "--set",
+            "extraAnnotations.owner=sre",
+        ],
+        &[
+            "--set",
+            "leaderElection.enabled=false",
+            "--set",
+            "metrics.service.enabled=false",
+            "--set",
+            "trafficSplitCRD.install=true",
+        ],
     ];
     for values in value_sets {
-        let mut args = vec!["template", "dry", CHART, "--namespace", env.ns.as_str(), "--include-crds"];
+        let mut args = vec![
+            "template",
+            "dry",
+            CHART,
+            "--namespace",
+            env.ns.as_str(),
+            "--include-crds",
+        ];
         args.extend_from_slice(values);
         let rendered = ok(&helm(&env, &args), "helm template");
         let out = env.kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], &rendered);
@@ -60,9 +106,26 @@ async fn rendered_manifests_pass_a_server_side_dry_run() {
 
 #[tokio::test]
 async fn helm_install_creates_every_object() {
-    let Some(env) = TestEnv::new("helm-install").await else { return };
+    let Some(env) = TestEnv::new("helm-install").await else {
+        return;
+    };
     let release = format!("fc{}", std::process::id());
-    ok(&helm(&env, &["install", &release, CHART, "--namespace", &env.ns, "--set", "replicaCount=2", "--wait=false"]), "helm install");
+    ok(
+        &helm(
+            &env,
+            &[
+                "install",
+                &release,
+                CHART,
+                "--namespace",
+                &env.ns,
+                "--set",
+                "replicaCount=2",
+                "--wait=false",
+            ],
+        ),
+        "helm install",
+    );
     let full = format!("{release}-failover-controller");
     let cluster = format!("{}-{full}", env.ns);
     for (kind, name, namespaced) in [
@@ -76,23 +139,45 @@ async fn helm_install_creates_every_object() {
         ("clusterrolebinding", cluster.as_str(), false),
         ("crd", "failoverpolicies.failover.dev", false),
     ] {
-        let out = if namespaced { env.kubectl(&["get", kind, name]) } else { support::kubectl(env.cp, &["get", kind, name]) };
+        let out = if namespaced {
+            env.kubectl(&["get", kind, name])
+        } else {
+            support::kubectl(env.cp, &["get", kind, name])
+        };
         ok(&out, &format!("{kind}/{name} after helm install"));
     }
-    let deployment = ok(&env.kubectl(&["get", "deployment", &full, "-o", "json"]), "get deployment");
+    let deployment = ok(
+        &env.kubectl(&["get", "deployment", &full, "-o", "json"]),
+        "get deployment",
+    );
     let d: serde_json::Value = serde_json::from_str(&deployment).expect("json");
     let pod = &d["spec"]["template"]["spec"];
     let container = &pod["containers"][0];
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
-    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
     assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
-    assert_eq!(container["securityContext"]["allowPrivilegeEscalation"], false);
-    assert_eq!(container["securityContext"]["capabilities"]["drop"][0], "ALL");
+    assert_eq!(
+        container["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
+    assert_eq!(
+        container["securityContext"]["capabilities"]["drop"][0],
+        "ALL"
+    );
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert!(container["resources"]["limits"]["memory"].is_string());
-    ok(&helm(&env, &["uninstall", &release, "--namespace", &env.ns]), "helm uninstall");
-    support::kubectl(env.cp, &["delete", "clusterrole", &cluster, "--ignore-not-found"]);
+    ok(
+        &helm(&env, &["uninstall", &release, "--namespace", &env.ns]),
+        "helm uninstall",
+    );
+    support::kubectl(
+        env.cp,
+        &["delete", "clusterrole", &cluster, "--ignore-not-found"],
+    );
     env.cleanup().await;
 }
 
@@ -102,17 +187,36 @@ async fn helm_install_creates_every_object() {
 /// their resourceVersions.
 #[tokio::test]
 async fn controller_works_under_exactly_the_charts_rbac_and_touches_nothing_foreign() {
-    let Some(env) = TestEnv::new("least-privilege").await else { return };
+    let Some(env) = TestEnv::new("least-privilege").await else {
+        return;
+    };
     let release = format!("lp{}", std::process::id());
     ok(
-        &helm(&env, &["install", &release, CHART, "--namespace", &env.ns, "--set", &format!("watchNamespace={}", env.ns), "--wait=false"]),
+        &helm(
+            &env,
+            &[
+                "install",
+                &release,
+                CHART,
+                "--namespace",
+                &env.ns,
+                "--set",
+                &format!("watchNamespace={}", env.ns),
+                "--wait=false",
+            ],
+        ),
         "helm install",
     );
     let full = format!("{release}-failover-controller");
     let token_kubeconfig = {
         // The chart created the ServiceAccount; only a token is needed.
-        let out = ok(&env.kubectl(&["create", "token", &full, "--duration=2h"]), "kubectl create token");
-        let admin: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(&env.cp.kubeconfig).expect("kubeconfig")).expect("yaml");
+        let out = ok(
+            &env.kubectl(&["create", "token", &full, "--duration=2h"]),
+            "kubectl create token",
+        );
+        let admin: serde_json::Value =
+            serde_yaml::from_str(&std::fs::read_to_string(&env.cp.kubeconfig).expect("kubeconfig"))
+                .expect("yaml");
         let config = serde_json::json!({
             "apiVersion": "v1", "kind": "Config",
             "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
@@ -126,48 +230,108 @@ async fn controller_works_under_exactly_the_charts_rbac_and_touches_nothing_fore
     };
 
     // Backends, plus bystanders the controller must never modify.
-    env.ready_backends(&["web", "web-east", "web-west", "bystander"]).await;
+    env.ready_backends(&["web", "web-east", "web-west", "bystander"])
+        .await;
     let foreign: failover::trafficsplit::TrafficSplit = serde_json::from_value(serde_json::json!({
         "apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit",
         "metadata": {"name": "someone-elses"},
         "spec": {"service": "bystander", "backends": [{"service": "bystander", "weight": 1}]}
     }))
     .expect("ts");
-    env.api::<failover::trafficsplit::TrafficSplit>().create(&PostParams::default(), &foreign).await.expect("foreign split");
+    env.api::<failover::trafficsplit::TrafficSplit>()
+        .create(&PostParams::default(), &foreign)
+        .await
+        .expect("foreign split");
 
-    let lease = ["--leader-elect", "--lease-namespace", &env.ns, "--lease-name", &full, "--retry-period", "500ms"];
+    let lease = [
+        "--leader-elect",
+        "--lease-namespace",
+        &env.ns,
+        "--lease-name",
+        &full,
+        "--retry-period",
+        "500ms",
+    ];
     let controller = ControllerProcess::start_with_kubeconfig(&env, &token_kubeconfig, &lease);
     env.apply_policy("apiVersion: failover.dev/v1alpha1\nkind: FailoverPolicy\nmetadata: {name: web}\nspec:\n  service: web\n  primary: web\n  secondaries: [{service: web-east}, {service: web-west}]\n");
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT).await;
-    let versions = |services: Vec<Service>, slices: Vec<EndpointSlice>, splits: Vec<failover::trafficsplit::TrafficSplit>| {
+    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
+        .await;
+    let versions = |services: Vec<Service>,
+                    slices: Vec<EndpointSlice>,
+                    splits: Vec<failover::trafficsplit::TrafficSplit>| {
         let mut v = BTreeMap::new();
-        for s in services { v.insert(format!("service/{}", s.name_any()), s.resource_version()); }
-        for s in slices { v.insert(format!("slice/{}", s.name_any()), s.resource_version()); }
-        for s in splits.into_iter().filter(|s| s.name_any() != "web") { v.insert(format!("split/{}", s.name_any()), s.resource_version()); }
+        for s in services {
+            v.insert(format!("service/{}", s.name_any()), s.resource_version());
+        }
+        for s in slices {
+            v.insert(format!("slice/{}", s.name_any()), s.resource_version());
+        }
+        for s in splits.into_iter().filter(|s| s.name_any() != "web") {
+            v.insert(format!("split/{}", s.name_any()), s.resource_version());
+        }
         v
     };
     let list = || async {
-        let services = env.api::<Service>().list(&Default::default()).await.expect("services").items;
-        let slices = env.api::<EndpointSlice>().list(&Default::default()).await.expect("slices").items;
-        let splits = env.api::<failover::trafficsplit::TrafficSplit>().list(&Default::default()).await.expect("splits").items;
+        let services = env
+            .api::<Service>()
+            .list(&Default::default())
+            .await
+            .expect("services")
+            .items;
+        let slices = env
+            .api::<EndpointSlice>()
+            .list(&Default::default())
+            .await
+            .expect("slices")
+            .items;
+        let splits = env
+            .api::<failover::trafficsplit::TrafficSplit>()
+            .list(&Default::default())
+            .await
+            .expect("splits")
+            .items;
         (services, slices, splits)
     };
     let (services, slices, splits) = list().await;
-    let slices_before: Vec<EndpointSlice> = slices.into_iter().filter(|s| s.name_any().starts_with("bystander")).collect();
+    let slices_before: Vec<EndpointSlice> = slices
+        .into_iter()
+        .filter(|s| s.name_any().starts_with("bystander"))
+        .collect();
     let before = versions(services, slices_before, splits);
 
     env.set_endpoints("web", 0, 1).await;
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT).await;
-    env.wait_policy("web", WAIT, "FailedOver status", |p| p.status.as_ref().and_then(|s| s.phase) == Some(Phase::FailedOver)).await;
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
+        .await;
+    env.wait_policy("web", WAIT, "FailedOver status", |p| {
+        p.status.as_ref().and_then(|s| s.phase) == Some(Phase::FailedOver)
+    })
+    .await;
     env.set_endpoints("web", 1, 0).await;
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT).await;
-    env.wait_policy("web", WAIT, "Primary status", |p| p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Primary)).await;
+    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
+        .await;
+    env.wait_policy("web", WAIT, "Primary status", |p| {
+        p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Primary)
+    })
+    .await;
 
     let (services, slices, splits) = list().await;
-    let slices_after: Vec<EndpointSlice> = slices.into_iter().filter(|s| s.name_any().starts_with("bystander")).collect();
-    assert_eq!(before, versions(services, slices_after, splits), "foreign objects were modified");
+    let slices_after: Vec<EndpointSlice> = slices
+        .into_iter()
+        .filter(|s| s.name_any().starts_with("bystander"))
+        .collect();
+    assert_eq!(
+        before,
+        versions(services, slices_after, splits),
+        "foreign objects were modified"
+    );
     let logs = controller.logs();
-    assert!(!logs.to_lowercase().contains("forbidden"), "a permission was missing:\n{logs}");
-    ok(&helm(&env, &["uninstall", &release, "--namespace", &env.ns]), "helm uninstall");
+    assert!(
+        !logs.to_lowercase().contains("forbidden"),
+        "a permission was missing:\n{logs}"
+    );
+    ok(
+        &helm(&env, &["uninstall", &release, "--namespace", &env.ns]),
+        "helm uninstall",
+    );
     env.cleanup().await;
 }

@@ -469,15 +469,25 @@ impl ControllerProcess {
 
     /// Starts `failover-controller` for one namespace with the given kubeconfig.
     pub fn start_with_kubeconfig(env: &TestEnv, kubeconfig: &Path, extra: &[&str]) -> Self {
+        let binary = option_env!("CARGO_BIN_EXE_failover-controller")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo_root().join("target/release/failover-controller"));
+        Self::start_binary(&binary, env, kubeconfig, extra)
+    }
+
+    /// Starts a given `failover-controller` binary for one namespace.
+    pub fn start_binary(binary: &Path, env: &TestEnv, kubeconfig: &Path, extra: &[&str]) -> Self {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let log = std::env::temp_dir().join(format!("failover-controller-{}-{n}.log", env.ns));
         let file = std::fs::File::create(&log).expect("controller log file");
-        let mut args: Vec<&str> =
-            vec!["--namespace", &env.ns, "--log-level", "info,failover=debug"];
+        let mut args: Vec<&str> = vec!["--namespace", &env.ns];
+        if !extra.contains(&"--log-level") {
+            args.extend(["--log-level", "info,failover=debug"]);
+        }
         if !extra.contains(&"--admin-addr") {
             args.extend(["--admin-addr", "127.0.0.1:0"]);
         }
-        let child = Command::new(env!("CARGO_BIN_EXE_failover-controller"))
+        let child = Command::new(binary)
             .env("KUBECONFIG", kubeconfig)
             .env_remove("RUST_LOG")
             .args(&args)
