@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds, once, the binaries the local control plane needs, from the Go module proxy:
 # kube-apiserver, kube-controller-manager and kubectl (k8s.io/kubernetes), etcd (go.etcd.io/etcd)
-# and helm (helm.sh/helm). They are cached outside the repository, keyed by hack/versions.env:
+# helm (helm.sh/helm) and the manifest linter kube-score (github.com/zegl/kube-score). They are cached outside the repository, keyed by hack/versions.env:
 #   ${FAILOVER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/failover-controller}/k8s-<v>-etcd-<v>-helm-<v>/bin
 # A warm cache returns at once. The last line printed is the bin directory.
 # With --check, nothing is built: it fails with a message when the binaries are missing.
@@ -15,10 +15,11 @@ cache_root=${FAILOVER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/failover-contro
 key="k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}-helm-${HELM_VERSION}"
 bin="$cache_root/$key/bin"
 work="$cache_root/$key/build"
-tools=(kube-apiserver kube-controller-manager kubectl etcd helm)
+tools=(kube-apiserver kube-controller-manager kubectl etcd helm kube-score)
 
 all_present() {
   for t in "${tools[@]}"; do [[ -x "$bin/$t" ]] || return 1; done
+  [[ "$(cat "$bin/.kube-score-version" 2>/dev/null)" == "$KUBE_SCORE_VERSION" ]]
 }
 if all_present; then
   echo "$bin"
@@ -89,9 +90,20 @@ build_helm() {
   mv "$bin/helm.tmp" "$bin/helm"
 }
 
+build_kube_score() {
+  local mod="$work/kube-score" log="$work/kube-score.log"
+  rm -rf "$mod" && mkdir -p "$mod"
+  printf 'module localbuild/kubescore\n\ngo 1.23\n\nrequire github.com/zegl/kube-score v%s\n' "$KUBE_SCORE_VERSION" > "$mod/go.mod"
+  step "building kube-score v$KUBE_SCORE_VERSION"
+  (cd "$mod" && go build -mod=mod -ldflags "-s -w" -o "$bin/kube-score.tmp" github.com/zegl/kube-score/cmd/kube-score) > "$log" 2>&1 || fail "build kube-score" "$log"
+  mv "$bin/kube-score.tmp" "$bin/kube-score"
+  echo "$KUBE_SCORE_VERSION" > "$bin/.kube-score-version"
+}
+
 start=$(date +%s)
 [[ -x "$bin/etcd" ]] || build_etcd
 [[ -x "$bin/kube-apiserver" && -x "$bin/kube-controller-manager" && -x "$bin/kubectl" ]] || build_kubernetes
 [[ -x "$bin/helm" ]] || build_helm
+[[ -x "$bin/kube-score" && "$(cat "$bin/.kube-score-version" 2>/dev/null)" == "$KUBE_SCORE_VERSION" ]] || build_kube_score
 step "done in $(( $(date +%s) - start ))s"
 echo "$bin"

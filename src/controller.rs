@@ -42,6 +42,38 @@ use crate::{
     trafficsplit::TrafficSplit,
 };
 
+/// Retry delay of a failed watch: 250 ms doubling to 3 s, with up to 10% jitter, so watches
+/// reconnect within seconds of an API server's return (client-go's default waits up to 30 s).
+#[derive(Debug, Default)]
+pub struct WatchBackoff {
+    next: Option<Duration>,
+}
+
+impl WatchBackoff {
+    const FIRST: Duration = Duration::from_millis(250);
+    const MAX: Duration = Duration::from_secs(3);
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let delay = self.next.unwrap_or(Self::FIRST);
+        self.next = Some((delay * 2).min(Self::MAX));
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        Some(delay + delay.mul_f64(f64::from(nanos % 1000) / 10_000.0))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = None;
+    }
+}
+
 /// How the controller runs.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -130,8 +162,8 @@ pub fn start(
         let metrics = metrics.clone();
         let synced_tx = synced_tx.clone();
         let wake = wake.clone();
-        let stream =
-            watcher(api, watcher::Config::default().labels(SERVICE_NAME_LABEL)).default_backoff();
+        let stream = watcher(api, watcher::Config::default().labels(SERVICE_NAME_LABEL))
+            .backoff(WatchBackoff::default());
         async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
@@ -159,7 +191,7 @@ pub fn start(
         let readiness = readiness.clone();
         let metrics = metrics.clone();
         let wake = wake.clone();
-        let stream = watcher(api, watcher::Config::default()).default_backoff();
+        let stream = watcher(api, watcher::Config::default()).backoff(WatchBackoff::default());
         async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
@@ -188,7 +220,8 @@ pub fn start(
         let metrics = metrics.clone();
         reflector(
             policy_writer,
-            watcher(scoped(&client, ns), watcher::Config::default()).default_backoff(),
+            watcher(scoped(&client, ns), watcher::Config::default())
+                .backoff(WatchBackoff::default()),
         )
         .inspect(move |event| match event {
             Ok(event) => {
@@ -216,7 +249,8 @@ pub fn start(
         let metrics = metrics.clone();
         reflector(
             split_writer,
-            watcher(scoped(&client, ns), watcher::Config::default()).default_backoff(),
+            watcher(scoped(&client, ns), watcher::Config::default())
+                .backoff(WatchBackoff::default()),
         )
         .inspect(move |event| {
             if let Err(e) = event {

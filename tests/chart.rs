@@ -133,6 +133,7 @@ async fn helm_install_creates_every_object() {
         ("serviceaccount", full.as_str(), true),
         ("service", &format!("{full}-metrics"), true),
         ("poddisruptionbudget", full.as_str(), true),
+        ("networkpolicy", full.as_str(), true),
         ("role", &format!("{full}-leader-election"), true),
         ("rolebinding", &format!("{full}-leader-election"), true),
         ("clusterrole", cluster.as_str(), false),
@@ -333,5 +334,48 @@ async fn controller_works_under_exactly_the_charts_rbac_and_touches_nothing_fore
         &helm(&env, &["uninstall", &release, "--namespace", &env.ns]),
         "helm uninstall",
     );
+    env.cleanup().await;
+}
+
+/// The rendered chart passes kube-score, a Kubernetes manifest security and reliability linter.
+/// One check is ignored on purpose (see docs/operations.md): `container-image-pull-policy`, since
+/// a pinned tag with `IfNotPresent` keeps a failover controller restartable while the registry is
+/// unreachable.
+#[tokio::test]
+async fn rendered_chart_passes_the_manifest_security_linter() {
+    let Some(env) = TestEnv::new("kube-score").await else {
+        return;
+    };
+    for replicas in ["1", "3"] {
+        let rendered = ok(
+            &helm(
+                &env,
+                &[
+                    "template",
+                    "score",
+                    CHART,
+                    "--set",
+                    &format!("replicaCount={replicas}"),
+                ],
+            ),
+            "helm template",
+        );
+        let mut child = std::process::Command::new(env.cp.bin("kube-score"))
+            .args(["score", "--ignore-test", "container-image-pull-policy", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("kube-score");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(rendered.as_bytes())
+            .expect("write");
+        let out = child.wait_with_output().expect("kube-score output");
+        ok(&out, &format!("kube-score with replicaCount={replicas}"));
+    }
     env.cleanup().await;
 }

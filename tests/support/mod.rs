@@ -226,7 +226,20 @@ static COUNTER: AtomicU32 = AtomicU32::new(0);
 impl TestEnv {
     /// A fresh namespace named after the test, or `None` when cluster tests are skipped.
     pub async fn new(test: &str) -> Option<Self> {
-        let cp = shared()?;
+        Self::on(shared()?, test).await
+    }
+
+    /// A control plane of this test's own (for tests that stop its components), with the CRDs,
+    /// or `None` when cluster tests are skipped. It stops when the test process exits.
+    pub async fn dedicated(test: &str) -> Option<Self> {
+        shared()?;
+        let cp: &'static ControlPlane = Box::leak(Box::new(start_control_plane()));
+        install_crds(cp);
+        Self::on(cp, test).await
+    }
+
+    /// A fresh namespace on the given control plane.
+    pub async fn on(cp: &'static ControlPlane, test: &str) -> Option<Self> {
         let client = cp.client().await;
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let mut ns: String = format!("{test}-{}-{n}", std::process::id())
@@ -459,6 +472,7 @@ pub struct ControllerProcess {
     child: Child,
     /// Where its log goes.
     pub log: PathBuf,
+    admin: Option<String>,
 }
 
 impl ControllerProcess {
@@ -484,8 +498,13 @@ impl ControllerProcess {
         if !extra.contains(&"--log-level") {
             args.extend(["--log-level", "info,failover=debug"]);
         }
+        // A free port picked here, so the address is known whatever the log level.
+        let admin = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.to_string())
+            .expect("free port");
         if !extra.contains(&"--admin-addr") {
-            args.extend(["--admin-addr", "127.0.0.1:0"]);
+            args.extend(["--admin-addr", &admin]);
         }
         let child = Command::new(binary)
             .env("KUBECONFIG", kubeconfig)
@@ -496,7 +515,11 @@ impl ControllerProcess {
             .stderr(file)
             .spawn()
             .expect("starting failover-controller");
-        Self { child, log }
+        Self {
+            child,
+            log,
+            admin: (!extra.contains(&"--admin-addr")).then_some(admin),
+        }
     }
 
     /// The controller's log so far.
@@ -506,6 +529,9 @@ impl ControllerProcess {
 
     /// The admin server's address, from the log (waits up to 10 s for it).
     pub async fn admin_addr(&self) -> String {
+        if let Some(addr) = &self.admin {
+            return addr.clone();
+        }
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(addr) = self

@@ -1,0 +1,507 @@
+//! Faults against a real control plane: API server and etcd outages, the controller's own crash,
+//! failing writes, odd and large inputs, and flapping readiness. Each test waits a bounded time
+//! and asserts the final state; convergence times are printed for the record.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use failover::api::{FailoverPolicy, Phase};
+use kube::api::PostParams;
+use support::{ControllerProcess, TestEnv, metric, wait_until};
+
+const WAIT: Duration = Duration::from_secs(60);
+const POLICY: &str = "apiVersion: failover.dev/v1alpha1\nkind: FailoverPolicy\nmetadata: {name: web}\nspec:\n  service: web\n  primary: web\n  secondaries: [{service: web-east}, {service: web-west}]\n";
+const PRIMARY: [(&str, i64); 3] = [("web", 1), ("web-east", 0), ("web-west", 0)];
+const FAILED_OVER: [(&str, i64); 3] = [("web", 0), ("web-east", 1), ("web-west", 0)];
+
+fn phase(p: &FailoverPolicy) -> Option<Phase> {
+    p.status.as_ref()?.phase
+}
+
+fn ready_reason(p: &FailoverPolicy) -> Option<String> {
+    p.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.reason.clone())
+}
+
+async fn started(env: &TestEnv) -> ControllerProcess {
+    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    let controller = ControllerProcess::start(env, &[]);
+    env.apply_policy(POLICY);
+    env.wait_weights("web", &PRIMARY, WAIT).await;
+    controller
+}
+
+fn component(env: &TestEnv, action: &str, name: &str) {
+    let dir = env.cp.dir.to_str().expect("dir");
+    let out = env.cp.script(&[action, dir, name]);
+    assert!(
+        out.status.success(),
+        "{action} {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Waits until the API server answers `/readyz` and serves the custom resources again (right
+/// after a restart, CRD-backed resources can lag `/readyz` by several seconds).
+async fn wait_api(env: &TestEnv) {
+    let ok = wait_until(WAIT, || async {
+        support::kubectl(env.cp, &["get", "--raw", "/readyz"])
+            .status
+            .success()
+            && env
+                .api::<failover::trafficsplit::TrafficSplit>()
+                .list(&Default::default())
+                .await
+                .is_ok()
+            && env
+                .api::<FailoverPolicy>()
+                .list(&Default::default())
+                .await
+                .is_ok()
+    })
+    .await;
+    assert!(ok, "the API server did not come back");
+}
+
+#[tokio::test]
+async fn api_server_outage_during_a_failover_loses_no_transition() {
+    let Some(env) = TestEnv::dedicated("apiserver-outage").await else {
+        return;
+    };
+    let controller = started(&env).await;
+    // The primary goes unready and the API server stops at once, before or during the
+    // controller's reaction; it stays down for five seconds.
+    env.set_endpoints("web", 0, 1).await;
+    component(&env, "stop-component", "kube-apiserver");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    component(&env, "start-component", "kube-apiserver");
+    let back = Instant::now();
+    wait_api(&env).await;
+    let serving = back.elapsed();
+    env.wait_weights("web", &FAILED_OVER, WAIT).await;
+    env.wait_policy("web", WAIT, "FailedOver", |p| {
+        phase(p) == Some(Phase::FailedOver)
+    })
+    .await;
+    // The watches reconnected: a change made after the outage is seen too.
+    let changed = Instant::now();
+    env.set_endpoints("web", 1, 0).await;
+    env.wait_weights("web", &PRIMARY, WAIT).await;
+    eprintln!(
+        "API server outage: API serving again {serving:?} after restart; converged {:?} after restart; a later change applied in {:?}",
+        back.elapsed(),
+        changed.elapsed()
+    );
+    drop(controller);
+    let _ = env.cp.script(&["stop", env.cp.dir.to_str().expect("dir")]);
+}
+
+#[tokio::test]
+async fn etcd_restart_loses_no_transition() {
+    let Some(env) = TestEnv::dedicated("etcd-restart").await else {
+        return;
+    };
+    let controller = started(&env).await;
+    env.set_endpoints("web", 0, 1).await;
+    component(&env, "stop-component", "etcd");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    component(&env, "start-component", "etcd");
+    let back = Instant::now();
+    wait_api(&env).await;
+    env.wait_weights("web", &FAILED_OVER, WAIT).await;
+    env.wait_policy("web", WAIT, "FailedOver", |p| {
+        phase(p) == Some(Phase::FailedOver)
+    })
+    .await;
+    let changed = Instant::now();
+    env.set_endpoints("web", 1, 0).await;
+    env.wait_weights("web", &PRIMARY, WAIT).await;
+    eprintln!(
+        "etcd restart: converged {:?} after restart; a later change applied in {:?}",
+        back.elapsed(),
+        changed.elapsed()
+    );
+    drop(controller);
+    let _ = env.cp.script(&["stop", env.cp.dir.to_str().expect("dir")]);
+}
+
+#[tokio::test]
+async fn controller_killed_before_its_write_converges_after_restart() {
+    let Some(env) = TestEnv::new("crash").await else {
+        return;
+    };
+    let mut controller = started(&env).await;
+    env.set_endpoints("web", 0, 1).await;
+    controller.signal("KILL");
+    // Whatever it managed to write, the restarted controller converges from what it finds.
+    env.set_endpoints("web-east", 0, 1).await;
+    let restarted = Instant::now();
+    let _controller = ControllerProcess::start(&env, &[]);
+    env.wait_weights("web", &[("web", 0), ("web-east", 0), ("web-west", 1)], WAIT)
+        .await;
+    let p = env
+        .wait_policy("web", WAIT, "FailedOver", |p| {
+            phase(p) == Some(Phase::FailedOver)
+        })
+        .await;
+    assert_eq!(p.status.expect("status").active_backends, vec!["web-west"]);
+    eprintln!(
+        "controller SIGKILL: converged {:?} after restart",
+        restarted.elapsed()
+    );
+    env.cleanup().await;
+}
+
+const CONTROLLER_RULES: &str = r#"
+- apiGroups: [failover.dev]
+  resources: [failoverpolicies]
+  verbs: [get, list, watch]
+- apiGroups: [failover.dev]
+  resources: [failoverpolicies/status]
+  verbs: [patch]
+- apiGroups: [split.smi-spec.io]
+  resources: [trafficsplits]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [list, watch]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+"#;
+const SPLIT_WRITES: &str = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: split-writes}\nrules:\n- apiGroups: [split.smi-spec.io]\n  resources: [trafficsplits]\n  verbs: [create, patch]\n";
+
+/// The behaviour linkerd-failover loses: a write denied for a while. The status says why, and
+/// once writes are allowed again the failover completes.
+#[tokio::test]
+async fn denied_writes_are_reported_then_retried_until_they_land() {
+    let Some(env) = TestEnv::new("denied").await else {
+        return;
+    };
+    let kubeconfig = env.service_account_kubeconfig("controller");
+    let base = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: base}}\nrules:{CONTROLLER_RULES}"
+    );
+    let sa = format!("{}:controller", env.ns);
+    assert!(
+        env.kubectl_stdin(&["apply", "-f", "-"], &base)
+            .status
+            .success()
+    );
+    assert!(
+        env.kubectl(&[
+            "create",
+            "rolebinding",
+            "base",
+            "--role=base",
+            "--serviceaccount",
+            &sa
+        ])
+        .status
+        .success()
+    );
+    assert!(
+        env.kubectl_stdin(&["apply", "-f", "-"], SPLIT_WRITES)
+            .status
+            .success()
+    );
+    assert!(
+        env.kubectl(&[
+            "create",
+            "rolebinding",
+            "split-writes",
+            "--role=split-writes",
+            "--serviceaccount",
+            &sa
+        ])
+        .status
+        .success()
+    );
+    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    let controller = ControllerProcess::start_with_kubeconfig(&env, &kubeconfig, &[]);
+    env.apply_policy(POLICY);
+    env.wait_weights("web", &PRIMARY, WAIT).await;
+
+    // Revoke the TrafficSplit writes, then lose the primary.
+    assert!(
+        env.kubectl(&["delete", "rolebinding", "split-writes"])
+            .status
+            .success()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.set_endpoints("web", 0, 1).await;
+    let p = env
+        .wait_policy("web", WAIT, "TrafficSplitWriteFailed", |p| {
+            ready_reason(p).as_deref() == Some("TrafficSplitWriteFailed")
+        })
+        .await;
+    let message = p
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains("forbidden"),
+        "the status says why: {message}"
+    );
+    assert_eq!(
+        phase(&p),
+        Some(Phase::Primary),
+        "the status keeps what is really in place"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(env.split_weights("web").await.expect("split")[0].1, 1);
+
+    // Restore the permission: the pending failover lands without any other change.
+    assert!(
+        env.kubectl(&[
+            "create",
+            "rolebinding",
+            "split-writes",
+            "--role=split-writes",
+            "--serviceaccount",
+            &sa
+        ])
+        .status
+        .success()
+    );
+    let restored = Instant::now();
+    env.wait_weights("web", &FAILED_OVER, WAIT).await;
+    env.wait_policy("web", WAIT, "FailedOver", |p| {
+        phase(p) == Some(Phase::FailedOver) && ready_reason(p).as_deref() == Some("FailedOver")
+    })
+    .await;
+    let errors = metric(
+        &controller.admin_get("/metrics").await.1,
+        "failover_reconcile_errors_total{kind=\"trafficsplit_write\"}",
+    )
+    .unwrap_or(0.0);
+    eprintln!(
+        "denied writes: converged {:?} after the permission returned ({errors} failed attempts, backoff capped at 10s)",
+        restored.elapsed()
+    );
+    assert!(
+        (1.0..30.0).contains(&errors),
+        "retries are backed off: {errors}"
+    );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn policy_whose_services_do_not_exist_reports_them() {
+    let Some(env) = TestEnv::new("no-services").await else {
+        return;
+    };
+    let controller = ControllerProcess::start(&env, &[]);
+    env.apply_policy(POLICY);
+    let p = env
+        .wait_policy("web", WAIT, "NoReadyBackend", |p| {
+            phase(p) == Some(Phase::NoReadyBackend)
+        })
+        .await;
+    let status = p.status.expect("status");
+    assert!(
+        status
+            .backends
+            .iter()
+            .all(|b| b.message.as_deref() == Some("Service not found"))
+    );
+    assert_eq!(
+        env.split_weights("web").await,
+        Some(vec![
+            ("web".into(), 1),
+            ("web-east".into(), 0),
+            ("web-west".into(), 0)
+        ])
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let text = controller.admin_get("/metrics").await.1;
+    let errors: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("failover_reconcile_errors_total"))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(errors, 0.0, "no error storm");
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn deleting_the_namespace_under_the_policies_is_harmless() {
+    let Some(env) = TestEnv::new("ns-delete").await else {
+        return;
+    };
+    let mut controller = started(&env).await;
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(env.client.clone());
+    namespaces
+        .delete(&env.ns, &Default::default())
+        .await
+        .expect("delete namespace");
+    let gone = wait_until(WAIT, || async {
+        namespaces.get_opt(&env.ns).await.ok().flatten().is_none()
+    })
+    .await;
+    assert!(gone, "namespace not deleted");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        controller.admin_get("/healthz").await.0,
+        200,
+        "the controller is still alive"
+    );
+    let text = controller.admin_get("/metrics").await.1;
+    let errors: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("failover_reconcile_errors_total"))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .sum();
+    assert!(errors < 5.0, "no error storm: {errors}");
+    assert!(!controller.logs().contains("panicked"));
+    controller.signal("TERM");
+}
+
+#[tokio::test]
+async fn five_hundred_policies_sharing_one_primary_all_fail_over() {
+    let Some(env) = TestEnv::new("shared-primary").await else {
+        return;
+    };
+    env.ready_backends(&["shared", "east", "west"]).await;
+    let controller = ControllerProcess::start(&env, &["--log-level", "warn"]);
+    let api: kube::Api<FailoverPolicy> = env.api();
+    for i in 0..500 {
+        let p: FailoverPolicy = serde_json::from_value(serde_json::json!({
+            "apiVersion": "failover.dev/v1alpha1", "kind": "FailoverPolicy", "metadata": {"name": format!("p{i}")},
+            "spec": {"service": format!("apex{i}"), "primary": "shared", "secondaries": [{"service": "east"}, {"service": "west"}]}
+        }))
+        .expect("policy");
+        api.create(&PostParams::default(), &p)
+            .await
+            .expect("create policy");
+    }
+    let splits: kube::Api<failover::trafficsplit::TrafficSplit> = env.api();
+    let count = |weights: [i64; 3]| {
+        let splits = splits.clone();
+        async move {
+            splits
+                .list(&Default::default())
+                .await
+                .map(|l| {
+                    l.items
+                        .iter()
+                        .filter(|t| t.spec.backends.iter().map(|b| b.weight).eq(weights))
+                        .count()
+                })
+                .unwrap_or(0)
+        }
+    };
+    assert!(
+        wait_until(WAIT, || async { count([1, 0, 0]).await == 500 }).await,
+        "500 TrafficSplits on the primary"
+    );
+    let flipped = Instant::now();
+    env.set_endpoints("shared", 0, 1).await;
+    assert!(
+        wait_until(WAIT, || async { count([0, 1, 0]).await == 500 }).await,
+        "500 TrafficSplits failed over"
+    );
+    let took = flipped.elapsed();
+    let all = wait_until(WAIT, || async {
+        api.list(&Default::default()).await.is_ok_and(|l| {
+            l.items
+                .iter()
+                .filter(|p| phase(p) == Some(Phase::FailedOver))
+                .count()
+                == 500
+        })
+    })
+    .await;
+    assert!(all, "every status says FailedOver");
+    let text = controller.admin_get("/metrics").await.1;
+    let errors: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("failover_reconcile_errors_total"))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(errors, 0.0);
+    eprintln!("500 policies sharing one primary: all TrafficSplits failed over in {took:?}");
+    env.cleanup().await;
+}
+
+async fn toggle(env: &TestEnv, service: &str, times: usize, every: Duration) -> usize {
+    for i in 0..times {
+        env.set_endpoints(service, usize::from(i % 2 == 1), usize::from(i % 2 == 0))
+            .await;
+        tokio::time::sleep(every).await;
+    }
+    times
+}
+
+#[tokio::test]
+async fn flapping_within_the_holds_never_moves_traffic() {
+    let Some(env) = TestEnv::new("flap-held").await else {
+        return;
+    };
+    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    let controller = ControllerProcess::start(&env, &[]);
+    env.apply_policy(&format!(
+        "{POLICY}  failoverAfter: 2s\n  failbackAfter: 2s\n"
+    ));
+    env.wait_weights("web", &PRIMARY, WAIT).await;
+    let writes_before = metric(
+        &controller.admin_get("/metrics").await.1,
+        "failover_api_writes_total{kind=\"trafficsplit\"}",
+    )
+    .unwrap_or(0.0);
+    // Ten changes a second for four seconds; the primary is never down for 2s in a row. Ends ready.
+    toggle(&env, "web", 40, Duration::from_millis(100)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let writes_after = metric(
+        &controller.admin_get("/metrics").await.1,
+        "failover_api_writes_total{kind=\"trafficsplit\"}",
+    )
+    .unwrap_or(0.0);
+    assert_eq!(writes_after, writes_before, "the TrafficSplit did not flap");
+    assert_eq!(env.split_weights("web").await.map(|w| w[0].1), Some(1));
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn flapping_without_holds_ends_right_with_bounded_writes() {
+    let Some(env) = TestEnv::new("flap-free").await else {
+        return;
+    };
+    let controller = started(&env).await;
+    let writes_before = metric(
+        &controller.admin_get("/metrics").await.1,
+        "failover_api_writes_total{kind=\"trafficsplit\"}",
+    )
+    .unwrap_or(0.0);
+    let changes = toggle(&env, "web", 41, Duration::from_millis(50)).await;
+    // 41 changes end with the primary not ready.
+    env.wait_weights("web", &FAILED_OVER, WAIT).await;
+    env.wait_policy("web", WAIT, "FailedOver", |p| {
+        phase(p) == Some(Phase::FailedOver)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let writes = metric(
+        &controller.admin_get("/metrics").await.1,
+        "failover_api_writes_total{kind=\"trafficsplit\"}",
+    )
+    .unwrap_or(0.0)
+        - writes_before;
+    assert!(
+        writes >= 1.0 && writes <= changes as f64,
+        "{writes} TrafficSplit writes for {changes} readiness changes"
+    );
+    eprintln!("flapping without holds: {changes} readiness changes, {writes} TrafficSplit writes");
+    env.cleanup().await;
+}
