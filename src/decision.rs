@@ -183,6 +183,12 @@ pub fn decide(
         .collect();
 
     let previous_phase = previous.and_then(|p| p.phase);
+    let active_ready = names
+        .iter()
+        .zip(&weights)
+        .zip(&ready)
+        .filter(|((_, w), _)| **w > 0)
+        .all(|(_, r)| *r);
     let transition = match phase {
         _ if previous.is_none() || previous_phase.is_none() => None,
         Phase::NoReadyBackend if previous_phase != Some(Phase::NoReadyBackend) => {
@@ -194,7 +200,11 @@ pub fn decide(
         } else {
             Transition::FailedOver
         }),
-        _ if previous_phase == Some(Phase::NoReadyBackend) => Some(Transition::Recovered),
+        // Leaving NoReadyBackend with traffic where it was: worth an Event only once the backends
+        // taking the traffic are ready (not while a failover hold keeps it on a dead primary).
+        _ if previous_phase == Some(Phase::NoReadyBackend) && active_ready => {
+            Some(Transition::Recovered)
+        }
         _ => None,
     };
     let transition_message = transition.map(|t| match t {

@@ -218,6 +218,27 @@ fn recovery_from_no_ready_backend_is_reported() {
 }
 
 #[test]
+fn no_recovered_event_while_a_failover_hold_keeps_traffic_on_a_dead_primary() {
+    let mut s = three(Strategy::Ordered);
+    s.failover_after = "30s".into();
+    let ds = run(
+        &s,
+        &[
+            (0, vec![up(1), up(1), up(1)]),
+            (1, vec![down(), down(), down()]),
+            (2, vec![down(), up(1), down()]),
+        ],
+    );
+    assert_eq!(ds[1].transition, Some(Transition::NoReadyBackend));
+    assert_eq!(ds[2].weights, vec![1, 0, 0]);
+    assert_eq!(ds[2].transition, None);
+    assert_eq!(
+        condition_reason(&ds[2], CONDITION_READY),
+        ("False", "FailoverPending")
+    );
+}
+
+#[test]
 fn failover_after_holds_traffic_on_primary_until_due() {
     let mut s = three(Strategy::Ordered);
     s.failover_after = "30s".into();

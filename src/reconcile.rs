@@ -182,7 +182,7 @@ pub fn backoff(failures: u32) -> Duration {
 }
 
 /// Reconciles one policy.
-#[tracing::instrument(skip_all, fields(namespace = policy.namespace().unwrap_or_default(), name = policy.name_any()))]
+#[tracing::instrument(skip_all, fields(namespace = policy.namespace().unwrap_or_default(), policy = policy.name_any()))]
 pub async fn reconcile(policy: Arc<FailoverPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
     if !ctx.leader.is_leader() {
         // Standbys keep their caches warm and write nothing; leadership triggers a full pass.
@@ -210,7 +210,7 @@ pub fn error_policy(policy: Arc<FailoverPolicy>, error: &Error, ctx: Arc<Context
     let delay = ctx.next_backoff(&ObjectRef::from_obj(policy.as_ref()));
     warn!(
         namespace = policy.namespace().unwrap_or_default(),
-        name = policy.name_any(),
+        policy = policy.name_any(),
         error = %error,
         retry_in_ms = delay.as_millis() as u64,
         "reconcile failed"
