@@ -146,6 +146,7 @@ pub fn start(
                 return;
             }
             let Ok(index) = index.read() else { return };
+            debug!(services = changed.len(), "readiness changed");
             for service in changed {
                 for policy in index.policies_for_service(&service) {
                     let _ = trigger_tx

@@ -192,6 +192,7 @@ pub async fn reconcile(policy: Arc<FailoverPolicy>, ctx: Arc<Context>) -> Result
         return Ok(Action::await_change());
     }
     let started = Instant::now();
+    debug!("reconcile started");
     let result = reconcile_inner(&policy, &ctx).await;
     ctx.metrics.observe_reconcile(started.elapsed());
     if result.is_ok() {
@@ -447,6 +448,7 @@ async fn ensure_traffic_split(
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();
     ctx.ensure_leader()?;
+    debug!(traffic_split = split_name, "applying TrafficSplit");
     api.patch(split_name, &params, &Patch::Apply(&desired))
         .await
         .map_err(write_error)?;
