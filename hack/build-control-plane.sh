@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds, once, the binaries the local control plane needs, from the Go module proxy:
 # kube-apiserver, kube-controller-manager and kubectl (k8s.io/kubernetes), etcd (go.etcd.io/etcd)
-# helm (helm.sh/helm) and the manifest linter kube-score (github.com/zegl/kube-score). They are cached outside the repository, keyed by hack/versions.env:
+# helm (helm.sh/helm), the manifest linter kube-score (github.com/zegl/kube-score), and the Gateway
+# API CRDs (standard channel, from the sigs.k8s.io/gateway-api module). They are cached outside the repository, keyed by hack/versions.env:
 #   ${FAILOVER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/failover-controller}/k8s-<v>-etcd-<v>-helm-<v>/bin
 # A warm cache returns at once. The last line printed is the bin directory.
 # With --check, nothing is built: it fails with a message when the binaries are missing.
@@ -19,7 +20,8 @@ tools=(kube-apiserver kube-controller-manager kubectl etcd helm kube-score)
 
 all_present() {
   for t in "${tools[@]}"; do [[ -x "$bin/$t" ]] || return 1; done
-  [[ "$(cat "$bin/.kube-score-version" 2>/dev/null)" == "$KUBE_SCORE_VERSION" ]]
+  [[ "$(cat "$bin/.kube-score-version" 2>/dev/null)" == "$KUBE_SCORE_VERSION" ]] || return 1
+  [[ -s "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" ]]
 }
 if all_present; then
   echo "$bin"
@@ -100,10 +102,25 @@ build_kube_score() {
   echo "$KUBE_SCORE_VERSION" > "$bin/.kube-score-version"
 }
 
+# The Gateway API's standard-channel CRDs, as published in its Go module (config/crd/standard).
+fetch_gateway_api_crds() {
+  local log="$work/gateway-api.log" dir out="$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml"
+  step "fetching the Gateway API v$GATEWAY_API_VERSION CRDs from its Go module"
+  dir=$(cd "$work" && go mod download -json "sigs.k8s.io/gateway-api@v$GATEWAY_API_VERSION" 2> "$log" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p') || fail "download sigs.k8s.io/gateway-api" "$log"
+  [[ -d "$dir/config/crd/standard" ]] || fail "find the Gateway API CRDs in the module" "$log"
+  : > "$out.tmp"
+  for f in "$dir"/config/crd/standard/*.yaml; do
+    [[ "$(basename "$f")" == kustomization.yaml ]] && continue
+    { echo "---"; cat "$f"; } >> "$out.tmp"
+  done
+  mv "$out.tmp" "$out"
+}
+
 start=$(date +%s)
 [[ -x "$bin/etcd" ]] || build_etcd
 [[ -x "$bin/kube-apiserver" && -x "$bin/kube-controller-manager" && -x "$bin/kubectl" ]] || build_kubernetes
 [[ -x "$bin/helm" ]] || build_helm
 [[ -x "$bin/kube-score" && "$(cat "$bin/.kube-score-version" 2>/dev/null)" == "$KUBE_SCORE_VERSION" ]] || build_kube_score
+[[ -s "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" ]] || fetch_gateway_api_crds
 step "done in $(( $(date +%s) - start ))s"
 echo "$bin"

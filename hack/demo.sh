@@ -30,9 +30,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-say "installing the CRDs (cargo run --bin crd-gen -- --with-traffic-split | kubectl apply -f -)"
+say "installing the CRDs (cargo run --bin crd-gen -- --with-traffic-split | kubectl apply -f -) and the Gateway API's"
 target/debug/crd-gen --with-traffic-split | kubectl apply -f -
-kubectl wait --for=condition=Established --timeout=60s crd/failoverpolicies.failover.dev crd/trafficsplits.split.smi-spec.io >/dev/null
+source hack/versions.env
+kubectl apply --server-side -f "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" >/dev/null
+kubectl wait --for=condition=Established --timeout=60s crd/failoverpolicies.failover.dev crd/trafficsplits.split.smi-spec.io crd/httproutes.gateway.networking.k8s.io >/dev/null
 
 say "starting failover-controller"
 target/debug/failover-controller --log-level warn,failover=info > "$cp_dir/logs/failover-controller.log" 2>&1 &
@@ -75,9 +77,9 @@ kubectl apply -f samples/
 say "an invalid policy is rejected at apply time"
 kubectl apply -f samples/invalid/primary-is-secondary.yaml || true
 
-say "shortening failoverAfter/failbackAfter to 3s for the demo"
+say "shortening failoverAfter/failbackAfter to 3s for the demo (Proportional policies have none)"
 for p in $(kubectl get failoverpolicies -o name); do
-  kubectl patch "$p" --type merge -p '{"spec":{"failoverAfter":"3s","failbackAfter":"3s"}}' >/dev/null
+  kubectl patch "$p" --type merge -p '{"spec":{"failoverAfter":"3s","failbackAfter":"3s"}}' >/dev/null 2>&1 || true
 done
 
 show() {
@@ -85,6 +87,8 @@ show() {
   kubectl get failoverpolicies
   echo
   kubectl get trafficsplits -o custom-columns='TRAFFICSPLIT:.metadata.name,BACKENDS:.spec.backends[*].service,WEIGHTS:.spec.backends[*].weight'
+  echo
+  kubectl get httproutes -o custom-columns='HTTPROUTE:.metadata.name,BACKENDS:.spec.rules[0].backendRefs[*].name,WEIGHTS:.spec.rules[0].backendRefs[*].weight'
 }
 say "every primary is ready: all traffic goes to the primaries"
 show 2

@@ -132,7 +132,13 @@ fn regex_or_never(pattern: &str) -> regex::Regex {
 #[x_kube(
     validation = Rule::new("!self.secondaries.exists(s, s.service == self.primary)").message("the primary must not also be listed as a secondary").field_path(".primary"),
     validation = Rule::new("self.strategy == 'Weighted' || self.secondaries.all(s, !has(s.weight))").message("secondaries[].weight is only meaningful with strategy Weighted").field_path(".secondaries"),
-    validation = Rule::new("(has(self.trafficSplit) && has(self.trafficSplit.name) ? self.trafficSplit.name : '') == (has(oldSelf.trafficSplit) && has(oldSelf.trafficSplit.name) ? oldSelf.trafficSplit.name : '')").message("trafficSplit.name cannot be changed; create a new policy instead").field_path(".trafficSplit.name")
+    validation = Rule::new("(has(self.trafficSplit) && has(self.trafficSplit.name) ? self.trafficSplit.name : '') == (has(oldSelf.trafficSplit) && has(oldSelf.trafficSplit.name) ? oldSelf.trafficSplit.name : '')").message("trafficSplit.name cannot be changed; create a new policy instead").field_path(".trafficSplit.name"),
+    validation = Rule::new("!has(self.overprovisioningFactor) || self.strategy == 'Proportional'").message("overprovisioningFactor is only meaningful with strategy Proportional").field_path(".overprovisioningFactor"),
+    validation = Rule::new("self.strategy != 'Proportional' || ((self.failoverAfter == '0s' || self.failoverAfter == '0') && (self.failbackAfter == '0s' || self.failbackAfter == '0'))").message("failoverAfter and failbackAfter are not supported with strategy Proportional, which follows health continuously").field_path(".strategy"),
+    validation = Rule::new("!has(self.pin) || self.pin == self.primary || self.secondaries.exists(s, s.service == self.pin)").message("pin must name the primary or one of the secondaries").field_path(".pin"),
+    validation = Rule::new("self.output != 'HTTPRoute' || has(self.httpRoute)").message("httpRoute (with the backends' port) is required with output HTTPRoute").field_path(".httpRoute"),
+    validation = Rule::new("(has(self.httpRoute) && has(self.httpRoute.name) ? self.httpRoute.name : '') == (has(oldSelf.httpRoute) && has(oldSelf.httpRoute.name) ? oldSelf.httpRoute.name : '')").message("httpRoute.name cannot be changed; create a new policy instead").field_path(".httpRoute.name"),
+    validation = Rule::new("self.output == oldSelf.output").message("output cannot be changed; create a new policy instead").field_path(".output")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct FailoverPolicySpec {
@@ -165,10 +171,56 @@ pub struct FailoverPolicySpec {
     /// How traffic is shared among the ready secondaries while the primary is not ready:
     /// `Ordered` (default) sends all of it to the first ready secondary in list order; `Equal`
     /// splits it equally among all ready secondaries; `Weighted` splits it in proportion to each
-    /// ready secondary's `weight`.
+    /// ready secondary's `weight`. `Proportional` spills traffic over by health, as Envoy's
+    /// priority levels do: the primary keeps a share that follows its share of ready endpoints
+    /// (times `overprovisioningFactor`), and the secondaries, in list order, take the rest.
     #[serde(default)]
     #[garde(skip)]
     pub strategy: Strategy,
+
+    /// With strategy `Proportional`: how much headroom a backend is assumed to have, as in
+    /// Envoy's overprovisioning factor (default 1.4, from 1 to 5). A backend's health is
+    /// `min(100, factor x 100 x readyEndpoints / totalEndpoints)`; with 1.4, a primary at least
+    /// 72% ready keeps all traffic and one 50% ready keeps 70% of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1.0, max = 5.0))]
+    #[garde(inner(range(min = 1.0, max = 5.0)))]
+    pub overprovisioning_factor: Option<f64>,
+
+    /// What happens when no backend is ready: `KeepLast` (default) keeps the weights as they are
+    /// (fail static); `Primary` sends all traffic to the primary, so clients see its errors
+    /// rather than a stale backend's.
+    #[serde(default)]
+    #[garde(skip)]
+    pub when_none_ready: WhenNoneReady,
+
+    /// Freezes the generated route as it is: the controller stops changing its weights, while the
+    /// status keeps showing what it would do (condition `Suspended`). Default false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    #[garde(skip)]
+    pub suspend: bool,
+
+    /// Sends all traffic to this backend (the primary or a secondary), whatever its readiness,
+    /// until unset (condition `Pinned`; a Warning Event while the pinned backend is not ready).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    #[garde(inner(length(min = 1, max = 63), custom(dns1035_label)))]
+    pub pin: Option<String>,
+
+    /// What the controller generates and owns: `TrafficSplit` (default, SMI) or `HTTPRoute`
+    /// (Gateway API `gateway.networking.k8s.io/v1`, attached to the apex Service as its parent,
+    /// the mesh pattern Linkerd 2.14+ reads). Cannot be changed later.
+    #[serde(default)]
+    #[garde(skip)]
+    pub output: Output,
+
+    /// The generated HTTPRoute, with output `HTTPRoute`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub http_route: Option<HttpRouteSpec>,
 
     /// When a backend counts as ready.
     #[serde(default)]
@@ -209,6 +261,29 @@ fn zero_duration() -> String {
     "0s".to_string()
 }
 
+/// An empty spec (not valid until service, primary and secondaries are set), with every
+/// optional field at its default.
+impl Default for FailoverPolicySpec {
+    fn default() -> Self {
+        Self {
+            service: String::new(),
+            primary: String::new(),
+            secondaries: Vec::new(),
+            strategy: Strategy::default(),
+            overprovisioning_factor: None,
+            when_none_ready: WhenNoneReady::default(),
+            suspend: false,
+            pin: None,
+            output: Output::default(),
+            http_route: None,
+            readiness: ReadinessSpec::default(),
+            failover_after: zero_duration(),
+            failback_after: zero_duration(),
+            traffic_split: TrafficSplitSpec::default(),
+        }
+    }
+}
+
 /// One secondary backend.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Validate)]
 #[serde(rename_all = "camelCase")]
@@ -240,6 +315,8 @@ pub enum Strategy {
     Equal,
     /// Traffic split among ready secondaries in proportion to their `weight`.
     Weighted,
+    /// Traffic spills over by health, primary first, then the secondaries in list order.
+    Proportional,
 }
 
 impl fmt::Display for Strategy {
@@ -248,12 +325,13 @@ impl fmt::Display for Strategy {
             Strategy::Ordered => "Ordered",
             Strategy::Equal => "Equal",
             Strategy::Weighted => "Weighted",
+            Strategy::Proportional => "Proportional",
         })
     }
 }
 
 /// When a backend counts as ready.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Validate)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Validate)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadinessSpec {
     /// A backend is ready when at least this many of its endpoints are ready, summed over all of
@@ -263,6 +341,14 @@ pub struct ReadinessSpec {
     #[schemars(range(min = 1, max = 100000))]
     #[garde(range(min = 1, max = MAX_MIN_READY_ENDPOINTS))]
     pub min_ready_endpoints: i32,
+
+    /// A backend is also not ready when fewer than this share of its endpoints are ready, from 0
+    /// to 1 (e.g. 0.5: at least half). Both this and `minReadyEndpoints` must hold. Default: no
+    /// ratio.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    #[garde(inner(range(min = 0.0, max = 1.0)))]
+    pub min_ready_ratio: Option<f64>,
 }
 
 fn one() -> i32 {
@@ -273,8 +359,71 @@ impl Default for ReadinessSpec {
     fn default() -> Self {
         Self {
             min_ready_endpoints: 1,
+            min_ready_ratio: None,
         }
     }
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// What happens when no backend is ready.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WhenNoneReady {
+    /// Keep the weights as they are (fail static).
+    #[default]
+    KeepLast,
+    /// Send all traffic to the primary.
+    Primary,
+}
+
+/// The kind of object the controller generates.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Output {
+    /// An SMI TrafficSplit (`split.smi-spec.io`).
+    #[default]
+    TrafficSplit,
+    /// A Gateway API HTTPRoute (`gateway.networking.k8s.io/v1`) whose parent is the apex Service.
+    #[serde(rename = "HTTPRoute")]
+    HttpRoute,
+}
+
+impl Output {
+    /// The kind's name, as in the API.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Output::TrafficSplit => "TrafficSplit",
+            Output::HttpRoute => "HTTPRoute",
+        }
+    }
+}
+
+/// The generated HTTPRoute.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Validate)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteSpec {
+    /// Name of the HTTPRoute (default: the policy's name). It cannot be changed later. An
+    /// HTTPRoute of this name that the policy does not own is never touched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    #[garde(inner(length(min = 1, max = 253), custom(dns1123_subdomain)))]
+    pub name: Option<String>,
+
+    /// The port of the apex Service the route attaches to (parentRef port); default: every port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    #[garde(inner(range(min = 1, max = 65535)))]
+    pub parent_port: Option<i32>,
+
+    /// The port of the backend Services that traffic goes to (backendRef port, required by the
+    /// Gateway API for Service backends).
+    #[schemars(range(min = 1, max = 65535))]
+    #[garde(range(min = 1, max = 65535))]
+    pub port: i32,
 }
 
 /// The generated TrafficSplit.
@@ -456,11 +605,47 @@ impl FailoverPolicySpec {
                 message: "secondaries[].weight is only meaningful with strategy Weighted".into(),
             });
         }
+        let mut check = |ok: bool, field: &str, message: &str| {
+            if !ok {
+                problems.push(SpecProblem {
+                    field: field.into(),
+                    message: message.into(),
+                });
+            }
+        };
+        check(
+            self.overprovisioning_factor.is_none() || self.strategy == Strategy::Proportional,
+            "spec.overprovisioningFactor",
+            "overprovisioningFactor is only meaningful with strategy Proportional",
+        );
+        check(
+            self.strategy != Strategy::Proportional
+                || (self.failover_after().is_zero() && self.failback_after().is_zero()),
+            "spec.strategy",
+            "failoverAfter and failbackAfter are not supported with strategy Proportional, which follows health continuously",
+        );
+        check(
+            self.pin
+                .as_deref()
+                .is_none_or(|pin| self.backend_services().any(|b| b == pin)),
+            "spec.pin",
+            "pin must name the primary or one of the secondaries",
+        );
+        check(
+            self.output != Output::HttpRoute || self.http_route.is_some(),
+            "spec.httpRoute",
+            "httpRoute (with the backends' port) is required with output HTTPRoute",
+        );
         if problems.is_empty() {
             Ok(())
         } else {
             Err(problems)
         }
+    }
+
+    /// The overprovisioning factor for `Proportional` (1.4 unless set).
+    pub fn overprovisioning_factor(&self) -> f64 {
+        self.overprovisioning_factor.unwrap_or(1.4)
     }
 
     /// `failoverAfter` as a duration (zero when unparseable; [`Self::validate_spec`] reports it).
@@ -520,6 +705,20 @@ impl FailoverPolicy {
             .clone()
             .or_else(|| self.metadata.name.clone())
             .unwrap_or_default()
+    }
+
+    /// Name of the object this policy generates and owns (TrafficSplit or HTTPRoute).
+    pub fn route_name(&self) -> String {
+        match self.spec.output {
+            Output::TrafficSplit => self.traffic_split_name(),
+            Output::HttpRoute => self
+                .spec
+                .http_route
+                .as_ref()
+                .and_then(|h| h.name.clone())
+                .or_else(|| self.metadata.name.clone())
+                .unwrap_or_default(),
+        }
     }
 }
 
@@ -626,12 +825,17 @@ pub struct FailoverPolicyStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failback_time: Option<Timestamp>,
 
-    /// Name of the TrafficSplit this policy owns.
+    /// Name of the TrafficSplit this policy owns (output `TrafficSplit`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traffic_split: Option<String>,
 
+    /// Name of the HTTPRoute this policy owns (output `HTTPRoute`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_route: Option<String>,
+
     /// Standard conditions: `Ready` (traffic is routed to a ready backend through the owned
-    /// TrafficSplit) and `Degraded` (some backend, the primary above all, is not ready).
+    /// route) and `Degraded` (some backend, the primary above all, is not ready); `Suspended` and
+    /// `Pinned` while `spec.suspend` or `spec.pin` is set.
     #[serde(default)]
     pub conditions: Vec<Condition>,
 }
@@ -650,8 +854,11 @@ pub struct BackendStatus {
     pub ready_endpoints: i32,
     /// All endpoints, summed over the Service's EndpointSlices.
     pub total_endpoints: i32,
-    /// The weight this backend has in the TrafficSplit.
+    /// The weight this backend has in the generated route.
     pub weight: i32,
+    /// This backend's share of the traffic, e.g. `70%` or `33.33%`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<String>,
     /// When this backend's readiness last changed (or was first observed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Timestamp>,

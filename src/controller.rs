@@ -18,6 +18,7 @@ use futures::{StreamExt, channel::mpsc};
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{
     Api, Client, ResourceExt,
+    api::DynamicObject,
     core::PartialObjectMeta,
     runtime::{
         Controller, WatchStreamExt,
@@ -38,7 +39,7 @@ use crate::{
     leader::LeaderState,
     metrics::{Metrics, PolicyLabels},
     readiness::{ReadinessStore, SERVICE_NAME_LABEL, ServiceKey},
-    reconcile::{Context, FIELD_MANAGER, error_policy, reconcile},
+    reconcile::{Caches, Context, FIELD_MANAGER, error_policy, reconcile},
     trafficsplit::TrafficSplit,
 };
 
@@ -74,6 +75,15 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     }
 }
 
+/// Drops what the controller never reads from cached objects (managed fields and the
+/// client-side-apply copy of the whole object), which is most of their size.
+fn slim<K: kube::Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+    if let Some(annotations) = obj.meta_mut().annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
 /// How the controller runs.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -83,6 +93,8 @@ pub struct Settings {
     pub concurrency: u16,
     /// Identity of this replica in Events (usually the Pod name).
     pub instance: Option<String>,
+    /// Watch Gateway API HTTPRoutes (only when the cluster serves them).
+    pub http_routes: bool,
 }
 
 impl Default for Settings {
@@ -91,6 +103,7 @@ impl Default for Settings {
             namespace: None,
             concurrency: 16,
             instance: None,
+            http_routes: false,
         }
     }
 }
@@ -222,7 +235,8 @@ pub fn start(
         reflector(
             policy_writer,
             watcher(scoped(&client, ns), watcher::Config::default())
-                .backoff(WatchBackoff::default()),
+                .backoff(WatchBackoff::default())
+                .modify(slim::<FailoverPolicy>),
         )
         .inspect(move |event| match event {
             Ok(event) => {
@@ -251,7 +265,8 @@ pub fn start(
         reflector(
             split_writer,
             watcher(scoped(&client, ns), watcher::Config::default())
-                .backoff(WatchBackoff::default()),
+                .backoff(WatchBackoff::default())
+                .modify(slim::<TrafficSplit>),
         )
         .inspect(move |event| {
             if let Err(e) = event {
@@ -261,26 +276,62 @@ pub fn start(
         })
         .touched_objects()
     };
-    let split_mapper = {
+    // A route wakes its owner, and any policy that names it (to resolve a conflict).
+    let route_owners = {
         let index = index.clone();
-        move |split: TrafficSplit| {
-            let namespace = split.namespace().unwrap_or_default();
-            let mut refs: Vec<ObjectRef<FailoverPolicy>> = split
-                .owner_references()
+        move |meta: &kube::api::ObjectMeta| {
+            let namespace = meta.namespace.clone().unwrap_or_default();
+            let mut refs: Vec<ObjectRef<FailoverPolicy>> = meta
+                .owner_references
+                .as_deref()
+                .unwrap_or_default()
                 .iter()
                 .filter(|o| o.controller == Some(true) && o.kind == "FailoverPolicy")
                 .map(|o| ObjectRef::new(&o.name).within(&namespace))
                 .collect();
             if let Ok(index) = index.read() {
+                let name = meta.name.clone().unwrap_or_default();
                 refs.extend(
                     index
-                        .policies_for_traffic_split(&ServiceKey::new(&namespace, &split.name_any()))
+                        .policies_for_traffic_split(&ServiceKey::new(&namespace, &name))
                         .into_iter()
                         .map(|p| ObjectRef::new(&p.name).within(&p.namespace)),
                 );
             }
             refs
         }
+    };
+    let split_mapper = {
+        let route_owners = route_owners.clone();
+        move |split: TrafficSplit| route_owners(&split.metadata)
+    };
+
+    // HTTPRoutes, when the Gateway API is served: a store and the same trigger.
+    let http_route_resource = crate::reconcile::http_route_resource();
+    let (http_route_store, http_route_stream) = if settings.http_routes {
+        let writer = reflector::store::Writer::<DynamicObject>::new(http_route_resource.clone());
+        let store = writer.as_reader();
+        let api: Api<DynamicObject> = match ns {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &http_route_resource),
+            None => Api::all_with(client.clone(), &http_route_resource),
+        };
+        let metrics = metrics.clone();
+        let stream = reflector(
+            writer,
+            watcher(api, watcher::Config::default())
+                .backoff(WatchBackoff::default())
+                .modify(slim::<DynamicObject>),
+        )
+        .inspect(move |event| {
+            if let Err(e) = event {
+                metrics.watch_restart("httproute");
+                debug!(error = %e, "HTTPRoute watch failed; retrying");
+            }
+        })
+        .touched_objects();
+        (Some(store), Some(stream))
+    } else {
+        (None, None)
     };
 
     let recorder = Recorder::new(
@@ -290,11 +341,15 @@ pub fn start(
             instance: settings.instance.clone(),
         },
     );
+    let caches = Caches {
+        readiness,
+        readiness_synced: synced_rx.clone(),
+        traffic_splits: split_store.clone(),
+        http_routes: http_route_store,
+    };
     let context = Arc::new(Context::new(
         client,
-        readiness,
-        synced_rx.clone(),
-        split_store.clone(),
+        caches,
         recorder,
         metrics,
         leader.clone(),
@@ -311,6 +366,12 @@ pub fn start(
     });
 
     let stores_ready = Arc::new(AtomicBool::new(false));
+    // The safety-net resync of every policy.
+    let resync = futures::stream::unfold((), |()| async {
+        tokio::time::sleep(crate::reconcile::RESYNC).await;
+        Some(((), ()))
+    });
+
     let cache_state = CacheState {
         readiness_synced: synced_rx,
         stores_ready: stores_ready.clone(),
@@ -327,11 +388,16 @@ pub fn start(
     };
 
     let run = async move {
-        let controller = Controller::for_stream(policy_stream, policy_store)
+        let mut controller = Controller::for_stream(policy_stream, policy_store)
             .with_config(ControllerConfig::default().concurrency(settings.concurrency))
-            .watches_stream(split_stream, split_mapper)
+            .watches_stream(split_stream, split_mapper);
+        if let Some(stream) = http_route_stream {
+            let mapper = move |route: DynamicObject| route_owners(&route.metadata);
+            controller = controller.watches_stream_with(stream, mapper, http_route_resource);
+        }
+        let controller = controller
             .reconcile_on(trigger_rx)
-            .reconcile_all_on(leadership_gained)
+            .reconcile_all_on(futures::stream::select(leadership_gained, resync))
             .graceful_shutdown_on(shutdown)
             .run(reconcile, error_policy, context)
             .for_each(|result| async move {

@@ -9,13 +9,19 @@ use chrono::{DateTime, Utc};
 
 use crate::api::{
     BackendStatus, Condition, FailoverPolicySpec, FailoverPolicyStatus, Phase, Role, Strategy,
-    Timestamp,
+    Timestamp, WhenNoneReady,
 };
 
 /// Condition type: traffic is routed to a ready backend through the owned TrafficSplit.
 pub const CONDITION_READY: &str = "Ready";
 /// Condition type: some backend is not ready.
 pub const CONDITION_DEGRADED: &str = "Degraded";
+/// Condition type: `spec.suspend` freezes the generated route.
+pub const CONDITION_SUSPENDED: &str = "Suspended";
+/// Condition type: `spec.pin` sends all traffic to one backend.
+pub const CONDITION_PINNED: &str = "Pinned";
+/// With strategy `Proportional`, the weights of a route always add up to this (basis points).
+pub const PROPORTIONAL_TOTAL: i32 = 10_000;
 
 /// What the controller observed of one backend Service.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -41,6 +47,8 @@ pub enum Transition {
     NoReadyBackend,
     /// A backend is ready again after a `NoReadyBackend` phase, with traffic where it was.
     Recovered,
+    /// The backend named by `spec.pin` is not ready, yet takes all traffic.
+    PinnedBackendNotReady,
 }
 
 impl Transition {
@@ -51,7 +59,16 @@ impl Transition {
             Transition::FailedBack => "FailedBack",
             Transition::NoReadyBackend => "NoReadyBackend",
             Transition::Recovered => "Recovered",
+            Transition::PinnedBackendNotReady => "PinnedBackendNotReady",
         }
+    }
+
+    /// Whether the Event for this transition is a Warning.
+    pub fn is_warning(self) -> bool {
+        matches!(
+            self,
+            Transition::NoReadyBackend | Transition::PinnedBackendNotReady
+        )
     }
 }
 
@@ -85,11 +102,9 @@ pub fn decide(
     let names: Vec<&str> = spec.backend_services().collect();
     let min_ready = spec.readiness.min_ready_endpoints.max(1);
     let observation = |i: usize| observations.get(i).copied().unwrap_or_default();
+    let min_ratio = spec.readiness.min_ready_ratio.unwrap_or(0.0);
     let ready: Vec<bool> = (0..names.len())
-        .map(|i| {
-            let o = observation(i);
-            o.service_exists && o.ready_endpoints >= min_ready
-        })
+        .map(|i| is_ready(observation(i), min_ready, min_ratio))
         .collect();
     let previous_backend =
         |name: &str| previous.and_then(|p| p.backends.iter().find(|b| b.service == name));
@@ -117,41 +132,70 @@ pub fn decide(
     let on_primary = previous_active.is_empty() || previous_active.iter().any(|a| a == names[0]);
 
     let primary_only: Vec<i32> = (0..names.len()).map(|i| i32::from(i == 0)).collect();
-    let secondary_weights = strategy_weights(spec, &ready);
+    let when_none_ready = || match spec.when_none_ready {
+        WhenNoneReady::Primary => primary_only.clone(),
+        WhenNoneReady::KeepLast => previous_weights
+            .clone()
+            .filter(|w| w.iter().any(|&x| x > 0))
+            .unwrap_or_else(|| primary_only.clone()),
+    };
+    let pinned = spec
+        .pin
+        .as_deref()
+        .and_then(|pin| names.iter().position(|n| *n == pin));
 
     let mut hold: Option<Hold> = None;
-    let (phase, weights) = if ready[0] {
-        if on_primary || secondary_weights.is_none() {
-            (Phase::Primary, primary_only)
-        } else {
-            let due = since[0] + spec.failback_after();
-            if now >= due {
-                (Phase::Primary, primary_only)
+    let (phase, weights) = if let Some(p) = pinned {
+        let weights = (0..names.len()).map(|i| i32::from(i == p)).collect();
+        (
+            if p == 0 {
+                Phase::Primary
             } else {
-                hold = Some(Hold::Failback { due });
-                (Phase::FailedOver, secondary_weights.unwrap_or(primary_only))
-            }
+                Phase::FailedOver
+            },
+            weights,
+        )
+    } else if spec.strategy == Strategy::Proportional {
+        let observed: Vec<BackendObservation> = (0..names.len()).map(observation).collect();
+        match proportional_weights(spec.overprovisioning_factor(), &observed, &ready) {
+            Some(w) if w[0] == PROPORTIONAL_TOTAL => (Phase::Primary, w),
+            Some(w) => (Phase::FailedOver, w),
+            None => (Phase::NoReadyBackend, when_none_ready()),
         }
     } else {
-        match secondary_weights {
-            None => (
-                Phase::NoReadyBackend,
-                previous_weights
-                    .filter(|w| w.iter().any(|&x| x > 0))
-                    .unwrap_or(primary_only),
-            ),
-            Some(weights) if on_primary => {
-                let due = since[0] + spec.failover_after();
+        let secondary_weights = strategy_weights(spec, &ready);
+        if ready[0] {
+            if on_primary || secondary_weights.is_none() {
+                (Phase::Primary, primary_only.clone())
+            } else {
+                let due = since[0] + spec.failback_after();
                 if now >= due {
-                    (Phase::FailedOver, weights)
+                    (Phase::Primary, primary_only.clone())
                 } else {
-                    hold = Some(Hold::Failover { due });
-                    (Phase::Primary, primary_only)
+                    hold = Some(Hold::Failback { due });
+                    (
+                        Phase::FailedOver,
+                        secondary_weights.unwrap_or_else(|| primary_only.clone()),
+                    )
                 }
             }
-            Some(weights) => (Phase::FailedOver, weights),
+        } else {
+            match secondary_weights {
+                None => (Phase::NoReadyBackend, when_none_ready()),
+                Some(weights) if on_primary => {
+                    let due = since[0] + spec.failover_after();
+                    if now >= due {
+                        (Phase::FailedOver, weights)
+                    } else {
+                        hold = Some(Hold::Failover { due });
+                        (Phase::Primary, primary_only.clone())
+                    }
+                }
+                Some(weights) => (Phase::FailedOver, weights),
+            }
         }
     };
+    let total_weight: i64 = weights.iter().map(|w| i64::from(*w)).sum();
 
     let active: Vec<String> = names
         .iter()
@@ -176,6 +220,7 @@ pub fn decide(
                 ready_endpoints: o.ready_endpoints,
                 total_endpoints: o.total_endpoints,
                 weight: weights[i],
+                share: Some(share(weights[i], total_weight)),
                 last_transition_time: Some(Timestamp(since[i])),
                 message: (!ready[i]).then(|| not_ready_message(o, min_ready)),
             }
@@ -189,7 +234,17 @@ pub fn decide(
         .zip(&ready)
         .filter(|((_, w), _)| **w > 0)
         .all(|(_, r)| *r);
+    let previous_conditions = previous
+        .map(|p| p.conditions.as_slice())
+        .unwrap_or_default();
+    let pinned_not_ready = pinned.is_some_and(|p| !ready[p]);
+    let was_pinned_not_ready = previous_conditions
+        .iter()
+        .any(|c| c.type_ == CONDITION_PINNED && c.reason == "PinnedBackendNotReady");
     let transition = match phase {
+        // While suspended nothing moves, so nothing is announced.
+        _ if spec.suspend => None,
+        _ if pinned_not_ready && !was_pinned_not_ready => Some(Transition::PinnedBackendNotReady),
         _ if previous.is_none() || previous_phase.is_none() => None,
         Phase::NoReadyBackend if previous_phase != Some(Phase::NoReadyBackend) => {
             Some(Transition::NoReadyBackend)
@@ -221,11 +276,12 @@ pub fn decide(
         Transition::FailedBack => {
             format!("primary {} is ready; traffic moved back to it", names[0])
         }
-        Transition::NoReadyBackend => format!(
-            "no backend is ready; weights kept as they were (traffic stays on {})",
+        Transition::NoReadyBackend => no_ready_message(spec, &active),
+        Transition::Recovered => format!("{} is ready again", active.join(", ")),
+        Transition::PinnedBackendNotReady => format!(
+            "spec.pin sends all traffic to {}, which is not ready",
             active.join(", ")
         ),
-        Transition::Recovered => format!("{} is ready again", active.join(", ")),
     });
 
     let mut last_failover_time = previous.and_then(|p| p.last_failover_time);
@@ -239,14 +295,25 @@ pub fn decide(
         }
     }
 
-    let previous_conditions = previous
-        .map(|p| p.conditions.as_slice())
-        .unwrap_or_default();
-    let (ready_status, ready_reason, ready_message) =
-        ready_condition(phase, hold, &names, &active, &since, spec);
+    let (ready_status, ready_reason, ready_message) = match pinned {
+        Some(p) if ready[p] => (
+            "True",
+            "Pinned",
+            format!("spec.pin sends all traffic to {}", names[p]),
+        ),
+        Some(p) => (
+            "False",
+            "PinnedBackendNotReady",
+            format!(
+                "spec.pin sends all traffic to {}, which is not ready",
+                names[p]
+            ),
+        ),
+        None => ready_condition(phase, hold, &names, &active, &backends, &since, spec),
+    };
     let (degraded_status, degraded_reason, degraded_message) =
         degraded_condition(&names, &ready, &backends);
-    let conditions = vec![
+    let mut conditions = vec![
         condition(
             previous_conditions,
             CONDITION_READY,
@@ -264,6 +331,41 @@ pub fn decide(
             now,
         ),
     ];
+    if let Some(p) = pinned {
+        let (reason, message) = if ready[p] {
+            (
+                "PinnedBackendReady",
+                format!("all traffic pinned to {}", names[p]),
+            )
+        } else {
+            (
+                "PinnedBackendNotReady",
+                format!("all traffic pinned to {}, which is not ready", names[p]),
+            )
+        };
+        conditions.push(condition(
+            previous_conditions,
+            CONDITION_PINNED,
+            "True",
+            reason,
+            message,
+            now,
+        ));
+    }
+    if spec.suspend {
+        conditions.push(condition(
+            previous_conditions,
+            CONDITION_SUSPENDED,
+            "True",
+            "Suspended",
+            format!(
+                "spec.suspend is set: the generated {} is frozen; without it, traffic would go to {}",
+                spec.output.kind(),
+                active.join(", ")
+            ),
+            now,
+        ));
+    }
 
     let ready_count = ready.iter().filter(|r| **r).count();
     let status = FailoverPolicyStatus {
@@ -276,6 +378,7 @@ pub fn decide(
         last_failover_time,
         last_failback_time,
         traffic_split: previous.and_then(|p| p.traffic_split.clone()),
+        http_route: previous.and_then(|p| p.http_route.clone()),
         conditions,
     };
 
@@ -296,6 +399,90 @@ pub fn decide(
     }
 }
 
+/// A backend is ready when its Service exists, at least `min_ready` of its endpoints are ready,
+/// and (when `min_ratio` > 0) at least that share of them.
+fn is_ready(o: BackendObservation, min_ready: i32, min_ratio: f64) -> bool {
+    let ratio_ok = min_ratio <= 0.0
+        || (o.total_endpoints > 0
+            && f64::from(o.ready_endpoints) >= min_ratio * f64::from(o.total_endpoints));
+    o.service_exists && o.ready_endpoints >= min_ready && ratio_ok
+}
+
+/// Envoy's priority-level spillover, the primary first and the secondaries after it in list
+/// order. Health of a backend: `min(100, factor x 100 x ready / total)` (0 when not ready under
+/// `spec.readiness`); `sum = min(100, total of healths)`; the first backend's share is
+/// `min(100, health x 100 / sum)` and each next one's `min(100 - shares before, health x 100 / sum)`.
+/// Weights are basis points adding up to [`PROPORTIONAL_TOTAL`]: every backend gets the floor of
+/// its share and the first backend with a share gets the rounding remainder, so more ready
+/// endpoints on a backend never move traffic away from it. `None` when every health is 0.
+pub fn proportional_weights(
+    factor: f64,
+    observations: &[BackendObservation],
+    ready: &[bool],
+) -> Option<Vec<i32>> {
+    let health: Vec<f64> = observations
+        .iter()
+        .zip(ready)
+        .map(|(o, &r)| {
+            if !r || o.total_endpoints <= 0 {
+                0.0
+            } else {
+                (factor * 100.0 * f64::from(o.ready_endpoints) / f64::from(o.total_endpoints))
+                    .min(100.0)
+            }
+        })
+        .collect();
+    let sum = health.iter().sum::<f64>().min(100.0);
+    if sum <= 0.0 {
+        return None;
+    }
+    let mut assigned = 0.0;
+    let shares: Vec<f64> = health
+        .iter()
+        .map(|h| {
+            let share = (h * 100.0 / sum).min(100.0 - assigned).max(0.0);
+            assigned += share;
+            share
+        })
+        .collect();
+    let scale = f64::from(PROPORTIONAL_TOTAL) / 100.0;
+    let mut weights: Vec<i32> = shares.iter().map(|s| (s * scale).floor() as i32).collect();
+    let remainder = PROPORTIONAL_TOTAL - weights.iter().sum::<i32>();
+    if let Some(first) = shares.iter().position(|s| *s > 0.0) {
+        weights[first] += remainder;
+    }
+    Some(weights)
+}
+
+/// A weight as a share of the total, e.g. `70%` or `33.33%`.
+fn share(weight: i32, total: i64) -> String {
+    if total <= 0 {
+        return "0%".to_string();
+    }
+    let basis_points = (i64::from(weight) * 10_000 + total / 2) / total;
+    let (whole, fraction) = (basis_points / 100, basis_points % 100);
+    if fraction == 0 {
+        format!("{whole}%")
+    } else if fraction % 10 == 0 {
+        format!("{whole}.{}%", fraction / 10)
+    } else {
+        format!("{whole}.{fraction:02}%")
+    }
+}
+
+fn no_ready_message(spec: &FailoverPolicySpec, active: &[String]) -> String {
+    match spec.when_none_ready {
+        WhenNoneReady::KeepLast => format!(
+            "no backend is ready; weights kept as they were (traffic stays on {})",
+            active.join(", ")
+        ),
+        WhenNoneReady::Primary => format!(
+            "no backend is ready; all traffic goes to the primary {} (whenNoneReady: Primary)",
+            spec.primary
+        ),
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Hold {
     Failover { due: DateTime<Utc> },
@@ -310,7 +497,10 @@ fn strategy_weights(spec: &FailoverPolicySpec, ready: &[bool]) -> Option<Vec<i32
     let first = *ready_secondaries.first()?;
     match spec.strategy {
         Strategy::Ordered => weights[first] = 1,
-        Strategy::Equal => ready_secondaries.iter().for_each(|&i| weights[i] = 1),
+        // Proportional is decided by `proportional_weights`; as a plain strategy it is Equal.
+        Strategy::Equal | Strategy::Proportional => {
+            ready_secondaries.iter().for_each(|&i| weights[i] = 1)
+        }
         Strategy::Weighted => ready_secondaries.iter().for_each(|&i| {
             weights[i] = spec
                 .secondaries
@@ -341,6 +531,7 @@ fn ready_condition(
     hold: Option<Hold>,
     names: &[&str],
     active: &[String],
+    backends: &[BackendStatus],
     since: &[DateTime<Utc>],
     spec: &FailoverPolicySpec,
 ) -> (&'static str, &'static str, String) {
@@ -374,6 +565,19 @@ fn ready_condition(
                 spec.failback_after
             ),
         ),
+        (Phase::FailedOver, _) if spec.strategy == Strategy::Proportional => (
+            "True",
+            "Spillover",
+            format!(
+                "traffic shared by health: {}",
+                backends
+                    .iter()
+                    .filter(|b| b.weight > 0)
+                    .map(|b| format!("{} {}", b.service, b.share.as_deref().unwrap_or("")))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
         (Phase::FailedOver, _) => (
             "True",
             "FailedOver",
@@ -384,14 +588,7 @@ fn ready_condition(
                 spec.strategy
             ),
         ),
-        (Phase::NoReadyBackend, _) => (
-            "False",
-            "NoReadyBackend",
-            format!(
-                "no backend is ready; weights kept as they were (traffic stays on {})",
-                active.join(", ")
-            ),
-        ),
+        (Phase::NoReadyBackend, _) => ("False", "NoReadyBackend", no_ready_message(spec, active)),
     }
 }
 

@@ -21,6 +21,12 @@ fn spec(strategy: Strategy, secondaries: &[(&str, Option<i32>)]) -> FailoverPoli
         failover_after: "0s".into(),
         failback_after: "0s".into(),
         traffic_split: TrafficSplitSpec::default(),
+        overprovisioning_factor: None,
+        when_none_ready: Default::default(),
+        suspend: false,
+        pin: None,
+        output: Default::default(),
+        http_route: None,
     }
 }
 
@@ -388,6 +394,217 @@ fn condition_transition_time_moves_only_on_status_change() {
     assert_eq!(degraded_time(&ds[2]), Timestamp(t(9)));
 }
 
+fn endpoints(ready: i32, total: i32) -> BackendObservation {
+    BackendObservation {
+        service_exists: true,
+        slices: 1,
+        ready_endpoints: ready,
+        total_endpoints: total,
+    }
+}
+
+#[test]
+fn proportional_primary_at_least_72_percent_ready_keeps_all_traffic() {
+    let s = three(Strategy::Proportional);
+    let d = decide(
+        &s,
+        &[endpoints(72, 100), endpoints(10, 10), endpoints(10, 10)],
+        None,
+        t(0),
+    );
+    assert_eq!(d.weights, vec![10_000, 0, 0]);
+    assert_eq!(d.status.phase, Some(Phase::Primary));
+    assert_eq!(d.status.backends[0].share.as_deref(), Some("100%"));
+}
+
+#[test]
+fn proportional_primary_half_ready_keeps_70_percent() {
+    let s = three(Strategy::Proportional);
+    let d = decide(
+        &s,
+        &[endpoints(5, 10), endpoints(10, 10), endpoints(10, 10)],
+        None,
+        t(0),
+    );
+    assert_eq!(d.weights, vec![7_000, 3_000, 0]);
+    assert_eq!(d.status.phase, Some(Phase::FailedOver));
+    assert_eq!(condition_reason(&d, CONDITION_READY), ("True", "Spillover"));
+    assert_eq!(d.status.backends[1].share.as_deref(), Some("30%"));
+}
+
+#[test]
+fn proportional_normalises_when_every_backend_is_degraded() {
+    // Healths 14 and 28 (factor 1.4): sum 42, so shares 33.33% and 66.67%.
+    let s = three(Strategy::Proportional);
+    let d = decide(
+        &s,
+        &[endpoints(1, 10), endpoints(2, 10), endpoints(0, 10)],
+        None,
+        t(0),
+    );
+    assert_eq!(d.weights, vec![3_334, 6_666, 0]);
+    assert_eq!(d.weights.iter().sum::<i32>(), PROPORTIONAL_TOTAL);
+    assert_eq!(d.status.backends[0].share.as_deref(), Some("33.34%"));
+}
+
+#[test]
+fn proportional_with_nothing_healthy_applies_when_none_ready() {
+    let mut s = three(Strategy::Proportional);
+    let d = decide(
+        &s,
+        &[endpoints(0, 3), endpoints(0, 3), endpoints(0, 3)],
+        None,
+        t(0),
+    );
+    assert_eq!(d.status.phase, Some(Phase::NoReadyBackend));
+    assert_eq!(d.weights, vec![1, 0, 0]);
+    s.when_none_ready = crate::api::WhenNoneReady::Primary;
+    let first = decide(
+        &s,
+        &[endpoints(0, 3), endpoints(3, 3), endpoints(0, 3)],
+        None,
+        t(0),
+    );
+    let d = decide(
+        &s,
+        &[endpoints(0, 3), endpoints(0, 3), endpoints(0, 3)],
+        Some(&first.status),
+        t(1),
+    );
+    assert_eq!(
+        d.weights,
+        vec![1, 0, 0],
+        "whenNoneReady Primary sends everything to the primary"
+    );
+}
+
+#[test]
+fn when_none_ready_primary_overrides_fail_static() {
+    let mut s = three(Strategy::Ordered);
+    s.when_none_ready = crate::api::WhenNoneReady::Primary;
+    let ds = run(
+        &s,
+        &[
+            (0, vec![down(), up(1), up(1)]),
+            (1, vec![down(), down(), down()]),
+        ],
+    );
+    assert_eq!(ds[0].weights, vec![0, 1, 0]);
+    assert_eq!(ds[1].weights, vec![1, 0, 0]);
+    assert_eq!(ds[1].status.phase, Some(Phase::NoReadyBackend));
+    assert!(
+        ds[1]
+            .transition_message
+            .as_deref()
+            .is_some_and(|m| m.contains("whenNoneReady: Primary"))
+    );
+}
+
+#[test]
+fn min_ready_ratio_makes_a_thinned_backend_not_ready() {
+    let mut s = three(Strategy::Ordered);
+    s.readiness.min_ready_ratio = Some(0.5);
+    let d = decide(
+        &s,
+        &[endpoints(4, 10), endpoints(5, 10), endpoints(10, 10)],
+        None,
+        t(0),
+    );
+    assert_eq!(d.weights, vec![0, 1, 0], "4/10 < 0.5 is not ready; 5/10 is");
+    assert!(!d.status.backends[0].ready);
+}
+
+#[test]
+fn pin_sends_everything_to_the_pinned_backend_and_warns_when_it_is_not_ready() {
+    let mut s = three(Strategy::Ordered);
+    s.pin = Some("web-west".into());
+    let ds = run(
+        &s,
+        &[
+            (0, vec![up(1), up(1), up(1)]),
+            (1, vec![up(1), up(1), down()]),
+            (2, vec![up(1), up(1), down()]),
+        ],
+    );
+    assert_eq!(ds[0].weights, vec![0, 0, 1]);
+    assert_eq!(
+        condition_reason(&ds[0], CONDITION_PINNED),
+        ("True", "PinnedBackendReady")
+    );
+    assert_eq!(ds[1].weights, vec![0, 0, 1], "regardless of readiness");
+    assert_eq!(ds[1].transition, Some(Transition::PinnedBackendNotReady));
+    assert!(ds[1].transition.is_some_and(Transition::is_warning));
+    assert_eq!(
+        condition_reason(&ds[1], CONDITION_READY),
+        ("False", "PinnedBackendNotReady")
+    );
+    assert_eq!(ds[2].transition, None, "warned once per episode");
+}
+
+#[test]
+fn suspend_reports_what_would_happen_and_announces_nothing() {
+    let mut s = three(Strategy::Ordered);
+    s.suspend = true;
+    let ds = run(
+        &s,
+        &[
+            (0, vec![up(1), up(1), up(1)]),
+            (1, vec![down(), up(1), up(1)]),
+        ],
+    );
+    assert_eq!(ds[1].weights, vec![0, 1, 0], "what it would do");
+    assert_eq!(ds[1].transition, None);
+    let c = ds[1]
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_SUSPENDED)
+        .expect("Suspended");
+    assert_eq!(c.status, "True");
+    assert!(c.message.contains("would go to web-east"), "{}", c.message);
+}
+
+#[test]
+fn shares_are_rounded_percentages() {
+    let s = spec(Strategy::Equal, &[("a", None), ("b", None), ("c", None)]);
+    let d = decide(&s, &[down(), up(1), up(1), up(1)], None, t(0));
+    let shares: Vec<_> = d
+        .status
+        .backends
+        .iter()
+        .map(|b| b.share.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(shares, vec!["0%", "33.33%", "33.33%", "33.33%"]);
+}
+
+proptest! {
+    /// More ready endpoints on the primary never moves traffic away from it.
+    #[test]
+    fn proportional_is_monotonic_in_the_primary_readiness(
+        total in 1i32..50,
+        ready_a in 0i32..50,
+        extra in 1i32..10,
+        others in proptest::collection::vec((0i32..20, 1i32..20), 1..5),
+        factor in 1.0f64..5.0,
+    ) {
+        let ready_a = ready_a.min(total);
+        let ready_b = (ready_a + extra).min(total);
+        let mut obs = vec![endpoints(ready_a, total)];
+        obs.extend(others.iter().map(|&(r, t)| endpoints(r.min(t), t)));
+        let ready: Vec<bool> = obs.iter().map(|o| o.ready_endpoints >= 1).collect();
+        let before = proportional_weights(factor, &obs, &ready);
+        obs[0] = endpoints(ready_b, total);
+        let ready: Vec<bool> = obs.iter().map(|o| o.ready_endpoints >= 1).collect();
+        let after = proportional_weights(factor, &obs, &ready);
+        let primary = |w: &Option<Vec<i32>>| w.as_ref().map_or(0, |w| w[0]);
+        prop_assert!(primary(&after) >= primary(&before), "{before:?} -> {after:?}");
+        for w in [&before, &after].into_iter().flatten() {
+            prop_assert_eq!(w.iter().sum::<i32>(), PROPORTIONAL_TOTAL);
+            prop_assert!(w.iter().all(|x| *x >= 0));
+        }
+    }
+}
+
 fn arb_observation() -> impl proptest::strategy::Strategy<Value = BackendObservation> {
     (any::<bool>(), 0u32..3, 0i32..5, 0i32..5).prop_map(|(exists, slices, ready, extra)| {
         BackendObservation {
@@ -429,8 +646,10 @@ fn arb_spec() -> impl proptest::strategy::Strategy<Value = FailoverPolicySpec> {
                 .collect();
             let mut s = spec(strategy, &secondaries);
             s.readiness.min_ready_endpoints = min_ready;
-            s.failover_after = fo.into();
-            s.failback_after = fb.into();
+            if strategy != Strategy::Proportional {
+                s.failover_after = fo.into();
+                s.failback_after = fb.into();
+            }
             s
         })
 }

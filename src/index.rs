@@ -2,7 +2,7 @@
 //! current from the policy watch, so an EndpointSlice, Service or TrafficSplit event wakes only
 //! the policies it concerns instead of a scan of every policy.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use kube::{ResourceExt, runtime::watcher};
 
@@ -11,30 +11,39 @@ use crate::{api::FailoverPolicy, readiness::ServiceKey};
 /// A policy by namespace and name.
 pub type PolicyKey = ServiceKey;
 
-/// What one policy references.
+/// What one policy references: its Services (sorted, distinct) and its route's name. Boxed
+/// strings and vectors keep the index small: most entries hold one or two names.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct References {
-    services: BTreeSet<String>,
-    traffic_split: String,
+    services: Vec<Box<str>>,
+    traffic_split: Box<str>,
 }
 
 impl References {
     fn of(policy: &FailoverPolicy) -> Self {
-        let mut services: BTreeSet<String> =
-            policy.spec.backend_services().map(str::to_string).collect();
-        services.insert(policy.spec.service.clone());
+        let mut services: Vec<Box<str>> = policy
+            .spec
+            .backend_services()
+            .chain(std::iter::once(policy.spec.service.as_str()))
+            .map(Box::from)
+            .collect();
+        services.sort();
+        services.dedup();
         Self {
             services,
-            traffic_split: policy.traffic_split_name(),
+            traffic_split: policy.route_name().into(),
         }
     }
 }
 
+/// Names of the policies that reference one object (usually one or two).
+type Names = Vec<Box<str>>;
+
 /// Service → policies and TrafficSplit name → policies, within each namespace.
 #[derive(Debug, Default)]
 pub struct PolicyIndex {
-    by_service: HashMap<ServiceKey, BTreeSet<String>>,
-    by_traffic_split: HashMap<ServiceKey, BTreeSet<String>>,
+    by_service: HashMap<ServiceKey, Names>,
+    by_traffic_split: HashMap<ServiceKey, Names>,
     references: HashMap<PolicyKey, References>,
     relist: Option<HashMap<PolicyKey, References>>,
 }
@@ -45,7 +54,7 @@ impl PolicyIndex {
         Self::lookup(&self.by_service, service)
     }
 
-    /// The policies whose TrafficSplit has this namespace and name.
+    /// The policies whose generated route (TrafficSplit or HTTPRoute) has this namespace and name.
     pub fn policies_for_traffic_split(&self, split: &ServiceKey) -> Vec<PolicyKey> {
         Self::lookup(&self.by_traffic_split, split)
     }
@@ -60,7 +69,7 @@ impl PolicyIndex {
         self.references.is_empty()
     }
 
-    fn lookup(map: &HashMap<ServiceKey, BTreeSet<String>>, key: &ServiceKey) -> Vec<PolicyKey> {
+    fn lookup(map: &HashMap<ServiceKey, Names>, key: &ServiceKey) -> Vec<PolicyKey> {
         map.get(key)
             .map(|names| {
                 names
@@ -118,16 +127,18 @@ impl PolicyIndex {
             return;
         }
         self.remove(&key);
+        let link = |map: &mut HashMap<ServiceKey, Names>, target: &str| {
+            let names = map
+                .entry(ServiceKey::new(&key.namespace, target))
+                .or_default();
+            if !names.iter().any(|n| **n == *key.name) {
+                names.push(key.name.as_str().into());
+            }
+        };
         for svc in &refs.services {
-            self.by_service
-                .entry(ServiceKey::new(&key.namespace, svc))
-                .or_default()
-                .insert(key.name.clone());
+            link(&mut self.by_service, svc);
         }
-        self.by_traffic_split
-            .entry(ServiceKey::new(&key.namespace, &refs.traffic_split))
-            .or_default()
-            .insert(key.name.clone());
+        link(&mut self.by_traffic_split, &refs.traffic_split);
         self.references.insert(key, refs);
     }
 
@@ -135,10 +146,10 @@ impl PolicyIndex {
         let Some(refs) = self.references.remove(key) else {
             return;
         };
-        let unlink = |map: &mut HashMap<ServiceKey, BTreeSet<String>>, target: &str| {
+        let unlink = |map: &mut HashMap<ServiceKey, Names>, target: &str| {
             let k = ServiceKey::new(&key.namespace, target);
             if let Some(names) = map.get_mut(&k) {
-                names.remove(&key.name);
+                names.retain(|n| **n != *key.name);
                 if names.is_empty() {
                     map.remove(&k);
                 }
@@ -176,11 +187,7 @@ mod tests {
                         weight: None,
                     })
                     .collect(),
-                strategy: Default::default(),
-                readiness: Default::default(),
-                failover_after: "0s".into(),
-                failback_after: "0s".into(),
-                traffic_split: Default::default(),
+                ..Default::default()
             },
         );
         p.metadata.namespace = Some("ns".into());

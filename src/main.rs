@@ -19,8 +19,9 @@ use tracing::{info, warn};
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
-    /// Path to a kubeconfig; without it, KUBECONFIG or the in-cluster service account is used.
-    #[arg(long, env = "KUBECONFIG")]
+    /// Path to a kubeconfig; without it, the KUBECONFIG variable (one or more paths), then
+    /// ~/.kube/config, then the in-cluster service account is used.
+    #[arg(long)]
     kubeconfig: Option<std::path::PathBuf>,
 
     /// Watch only this namespace (default: all namespaces).
@@ -153,10 +154,21 @@ async fn main() -> anyhow::Result<()> {
         }
     };
 
+    // HTTPRoute output needs the Gateway API; its watch starts only when the cluster serves it.
+    let http_routes = client
+        .list_api_group_resources("gateway.networking.k8s.io/v1")
+        .await
+        .is_ok_and(|list| list.resources.iter().any(|r| r.name == "httproutes"));
+    if !http_routes {
+        info!(
+            "the Gateway API HTTPRoute resource is not served; output HTTPRoute is unavailable until a restart after it is installed"
+        );
+    }
     let settings = Settings {
         namespace: args.namespace.clone(),
         concurrency: args.concurrency,
         instance: Some(identity.clone()),
+        http_routes,
     };
     let (caches, run) = controller::start(
         client.clone(),

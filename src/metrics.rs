@@ -56,8 +56,6 @@ pub struct Metrics {
     pub ready_backends: Family<PolicyLabels, Gauge>,
     /// Phase per policy: 0 Primary, 1 FailedOver, 2 NoReadyBackend.
     pub phase: Family<PolicyLabels, Gauge>,
-    /// Unix time of each policy's last failover or failback.
-    pub last_transition: Family<PolicyLabels, Gauge<f64, AtomicU64>>,
     /// Seconds since each policy's last failover or failback, computed at scrape time.
     pub since_last_transition: Family<PolicyLabels, Gauge<f64, AtomicU64>>,
     transition_times: Mutex<HashMap<PolicyLabels, f64>>,
@@ -87,7 +85,6 @@ impl Metrics {
             failbacks: Family::default(),
             ready_backends: Family::default(),
             phase: Family::default(),
-            last_transition: Family::default(),
             since_last_transition: Family::default(),
             transition_times: Mutex::new(HashMap::new()),
             api_writes: Family::default(),
@@ -127,11 +124,6 @@ impl Metrics {
             m.phase.clone(),
         );
         registry.register(
-            "last_transition_timestamp_seconds",
-            "Unix time of each policy's last failover or failback",
-            m.last_transition.clone(),
-        );
-        registry.register(
             "seconds_since_last_transition",
             "Seconds since each policy's last failover or failback",
             m.since_last_transition.clone(),
@@ -152,10 +144,16 @@ impl Metrics {
             m.leader.clone(),
         );
         // Known bounded series start at zero, so rates and alerts work before the first event.
-        for kind in ["endpointslice", "service", "failoverpolicy", "trafficsplit"] {
+        for kind in [
+            "endpointslice",
+            "service",
+            "failoverpolicy",
+            "trafficsplit",
+            "httproute",
+        ] {
             m.watch_restart_counter(kind);
         }
-        for kind in ["trafficsplit", "status", "event", "lease"] {
+        for kind in ["trafficsplit", "httproute", "status", "event", "lease"] {
             let _ = m.api_writes.get_or_create_owned(&KindLabels {
                 kind: kind.to_string(),
             });
@@ -246,7 +244,6 @@ impl Metrics {
 
     /// Records when a policy's traffic last moved (Unix seconds).
     pub fn set_last_transition(&self, labels: &PolicyLabels, unix_seconds: f64) {
-        self.last_transition.get_or_create(labels).set(unix_seconds);
         if let Ok(mut times) = self.transition_times.lock() {
             times.insert(labels.clone(), unix_seconds);
         }
@@ -262,6 +259,5 @@ impl Metrics {
         self.failbacks.remove(labels);
         self.ready_backends.remove(labels);
         self.phase.remove(labels);
-        self.last_transition.remove(labels);
     }
 }

@@ -46,14 +46,27 @@ struct SliceCounts {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct ServiceEntry {
     exists: bool,
-    /// Slice name to its counts.
-    slices: HashMap<String, SliceCounts>,
+    /// Each slice's name and counts (a Service has one or a few slices).
+    slices: Vec<(Box<str>, SliceCounts)>,
+}
+
+impl ServiceEntry {
+    fn set_slice(&mut self, name: &str, counts: SliceCounts) {
+        match self.slices.iter_mut().find(|(n, _)| **n == *name) {
+            Some((_, c)) => *c = counts,
+            None => self.slices.push((name.into(), counts)),
+        }
+    }
+
+    fn remove_slice(&mut self, name: &str) {
+        self.slices.retain(|(n, _)| **n != *name);
+    }
 }
 
 impl ServiceEntry {
     fn observation(&self) -> BackendObservation {
         let (mut ready4, mut total4, mut ready6, mut total6) = (0i32, 0i32, 0i32, 0i32);
-        for c in self.slices.values() {
+        for (_, c) in &self.slices {
             if c.ipv6 {
                 ready6 = ready6.saturating_add(c.ready);
                 total6 = total6.saturating_add(c.total);
@@ -95,14 +108,26 @@ fn slice_counts(slice: &EndpointSlice) -> SliceCounts {
     }
 }
 
+fn slice_id(namespace: &str, slice: &str) -> Box<str> {
+    format!("{namespace}/{slice}").into()
+}
+
+/// The Service a slice belongs to, its name and its counts; `None` without the service label.
+fn counted(slice: &EndpointSlice) -> Option<(ServiceKey, String, SliceCounts)> {
+    let ns = slice.metadata.namespace.as_deref()?;
+    let name = slice.metadata.name.clone()?;
+    let service = slice.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
+    Some((ServiceKey::new(ns, service), name, slice_counts(slice)))
+}
+
 /// Readiness of every Service in the watched scope.
 #[derive(Debug, Default)]
 pub struct ReadinessStore {
     services: HashMap<ServiceKey, ServiceEntry>,
-    /// Which Service each slice (by namespace and slice name) was counted for.
-    slice_service: HashMap<(String, String), ServiceKey>,
-    /// Slices received during a relist, applied at its end.
-    relist_slices: Option<Vec<EndpointSlice>>,
+    /// Which Service each slice (by `namespace/slice`) was counted for.
+    slice_service: HashMap<Box<str>, Box<str>>,
+    /// Slice counts received during a relist (compact, never whole objects), applied at its end.
+    relist_slices: Option<Vec<(ServiceKey, String, SliceCounts)>>,
     /// Services received during a relist, applied at its end.
     relist_services: Option<HashSet<ServiceKey>>,
     slices_synced: bool,
@@ -152,7 +177,7 @@ impl ReadinessStore {
             }
             watcher::Event::InitApply(slice) => {
                 match self.relist_slices.as_mut() {
-                    Some(buffer) => buffer.push(slice),
+                    Some(buffer) => buffer.extend(counted(&slice)),
                     None => return self.upsert_slice(&slice).into_iter().collect(),
                 }
                 Vec::new()
@@ -240,29 +265,25 @@ impl ReadinessStore {
         ) else {
             return Vec::new();
         };
-        let service = slice
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(SERVICE_NAME_LABEL))
-            .map(|svc| ServiceKey::new(ns, svc));
-        let slice_id = (ns.to_string(), slice_name.to_string());
+        let counted = counted(slice);
+        let service = counted.as_ref().map(|(service, _, _)| service.clone());
+        let slice_id = slice_id(ns, slice_name);
         let mut changed = Vec::new();
         // A slice whose service label changed (or was removed) leaves its old Service.
-        if let Some(old) = self.slice_service.get(&slice_id).cloned()
-            && Some(&old) != service.as_ref()
+        if let Some(old) = self.slice_service.get(&slice_id)
+            && service.as_ref().is_none_or(|s| *s.name != **old)
         {
             changed.extend(self.remove_slice(ns, slice_name));
         }
-        let Some(service) = service else {
+        let Some((service, _, counts)) = counted else {
             return changed;
         };
-        let counts = slice_counts(slice);
         let entry = self.services.entry(service.clone()).or_default();
         let before = entry.observation();
-        entry.slices.insert(slice_name.to_string(), counts);
+        entry.set_slice(slice_name, counts);
         let after = entry.observation();
-        self.slice_service.insert(slice_id, service.clone());
+        self.slice_service
+            .insert(slice_id, service.name.as_str().into());
         if before != after {
             changed.push(service);
         }
@@ -270,12 +291,13 @@ impl ReadinessStore {
     }
 
     fn remove_slice(&mut self, namespace: &str, slice_name: &str) -> Option<ServiceKey> {
-        let service = self
+        let service_name = self
             .slice_service
-            .remove(&(namespace.to_string(), slice_name.to_string()))?;
+            .remove(&*slice_id(namespace, slice_name))?;
+        let service = ServiceKey::new(namespace, &service_name);
         let entry = self.services.get_mut(&service)?;
         let before = entry.observation();
-        entry.slices.remove(slice_name);
+        entry.remove_slice(slice_name);
         let after = entry.observation();
         if entry.is_empty() {
             self.services.remove(&service);
@@ -284,7 +306,10 @@ impl ReadinessStore {
     }
 
     /// Replaces all slice counts with a complete list, returning the Services that changed.
-    fn replace_slices(&mut self, listed: Vec<EndpointSlice>) -> Vec<ServiceKey> {
+    fn replace_slices(
+        &mut self,
+        listed: Vec<(ServiceKey, String, SliceCounts)>,
+    ) -> Vec<ServiceKey> {
         let before: HashMap<ServiceKey, BackendObservation> = self
             .services
             .iter()
@@ -295,8 +320,15 @@ impl ReadinessStore {
             entry.slices.clear();
         }
         self.services.retain(|_, e| !e.is_empty());
-        for slice in &listed {
-            self.upsert_slice(slice);
+        for (service, slice_name, counts) in listed {
+            self.slice_service.insert(
+                slice_id(&service.namespace, &slice_name),
+                service.name.as_str().into(),
+            );
+            self.services
+                .entry(service)
+                .or_default()
+                .set_slice(&slice_name, counts);
         }
         let mut changed: HashSet<ServiceKey> = HashSet::new();
         for (key, old) in &before {

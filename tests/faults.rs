@@ -282,7 +282,7 @@ async fn denied_writes_are_reported_then_retried_until_they_land() {
     .await;
     let errors = metric(
         &controller.admin_get("/metrics").await.1,
-        "failover_reconcile_errors_total{kind=\"trafficsplit_write\"}",
+        "failover_reconcile_errors_total{kind=\"route_write\"}",
     )
     .unwrap_or(0.0);
     eprintln!(
@@ -455,6 +455,16 @@ async fn flapping_within_the_holds_never_moves_traffic() {
         "{POLICY}  failoverAfter: 2s\n  failbackAfter: 2s\n"
     ));
     env.wait_weights("web", &PRIMARY, WAIT).await;
+    // The create is visible before the controller has counted it: wait for the count.
+    let counted = wait_until(WAIT, || async {
+        metric(
+            &controller.admin_get("/metrics").await.1,
+            "failover_api_writes_total{kind=\"trafficsplit\"}",
+        )
+        .is_some_and(|n| n >= 1.0)
+    })
+    .await;
+    assert!(counted);
     let writes_before = metric(
         &controller.admin_get("/metrics").await.1,
         "failover_api_writes_total{kind=\"trafficsplit\"}",

@@ -554,7 +554,16 @@ impl ControllerProcess {
 
     /// GET on the admin server: (status code, body).
     pub async fn admin_get(&self, path: &str) -> (u16, String) {
-        http_get(&self.admin_addr().await, path)
+        let addr = self.admin_addr().await;
+        // Right after start the server may not listen yet: retry refused connections briefly.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let answer = http_get(&addr, path);
+            if answer.0 != 0 || Instant::now() >= deadline {
+                return answer;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// The child's process id.

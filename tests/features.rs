@@ -1,0 +1,385 @@
+//! Beyond the peers, end to end against the real control plane: proportional spillover,
+//! ready-ratio thresholds, whenNoneReady, suspend, pin, and HTTPRoute output (Gateway API CRDs
+//! from the upstream module).
+
+mod support;
+
+use std::{sync::Once, time::Duration};
+
+use failover::api::{FailoverPolicy, Phase};
+use k8s_openapi::api::events::v1::Event;
+use kube::{
+    Api,
+    api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
+};
+use support::{ControllerProcess, TestEnv, kubectl, kubectl_stdin, wait_until};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn policy(extra: &str) -> String {
+    format!(
+        "apiVersion: failover.dev/v1alpha1\nkind: FailoverPolicy\nmetadata: {{name: web}}\nspec:\n  service: web\n  primary: web\n  secondaries: [{{service: web-east}}, {{service: web-west}}]\n{extra}"
+    )
+}
+
+fn condition(p: &FailoverPolicy, type_: &str) -> Option<(String, String, String)> {
+    let c = p
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+async fn setup(test: &str, extra: &str) -> Option<(TestEnv, ControllerProcess)> {
+    let env = TestEnv::new(test).await?;
+    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    let controller = ControllerProcess::start(&env, &[]);
+    env.apply_policy(&policy(extra));
+    Some((env, controller))
+}
+
+#[tokio::test]
+async fn proportional_spills_traffic_over_by_health() {
+    let Some((env, _c)) = setup("proportional", "  strategy: Proportional\n").await else {
+        return;
+    };
+    env.set_endpoints("web", 10, 0).await;
+    env.wait_weights(
+        "web",
+        &[("web", 10_000), ("web-east", 0), ("web-west", 0)],
+        WAIT,
+    )
+    .await;
+    // 5 of 10 ready: health 70 (factor 1.4); the primary keeps 70%, web-east takes the rest.
+    env.set_endpoints("web", 5, 5).await;
+    env.wait_weights(
+        "web",
+        &[("web", 7_000), ("web-east", 3_000), ("web-west", 0)],
+        WAIT,
+    )
+    .await;
+    let p = env
+        .wait_policy("web", WAIT, "Spillover", |p| {
+            condition(p, "Ready").is_some_and(|c| c.1 == "Spillover")
+        })
+        .await;
+    let shares: Vec<_> = p
+        .status
+        .expect("status")
+        .backends
+        .iter()
+        .map(|b| b.share.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(shares, vec!["70%", "30%", "0%"]);
+    // 8 of 10 ready: health 100, all traffic back on the primary.
+    env.set_endpoints("web", 8, 2).await;
+    env.wait_weights(
+        "web",
+        &[("web", 10_000), ("web-east", 0), ("web-west", 0)],
+        WAIT,
+    )
+    .await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn min_ready_ratio_fails_over_a_thinned_primary() {
+    let Some((env, _c)) = setup(
+        "ratio",
+        "  readiness: {minReadyEndpoints: 1, minReadyRatio: 0.5}\n",
+    )
+    .await
+    else {
+        return;
+    };
+    env.set_endpoints("web", 6, 4).await;
+    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
+        .await;
+    env.set_endpoints("web", 4, 6).await;
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
+        .await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn when_none_ready_primary_sends_everything_to_the_primary() {
+    let Some((env, _c)) = setup("none-primary", "  whenNoneReady: Primary\n").await else {
+        return;
+    };
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
+        .await;
+    env.set_endpoints("web-east", 0, 1).await;
+    env.set_endpoints("web-west", 0, 1).await;
+    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
+        .await;
+    env.wait_policy("web", WAIT, "NoReadyBackend", |p| {
+        p.status.as_ref().and_then(|s| s.phase) == Some(Phase::NoReadyBackend)
+    })
+    .await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn suspend_freezes_the_split_while_status_shows_the_decision() {
+    let Some((env, _c)) = setup("suspend", "").await else {
+        return;
+    };
+    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
+        .await;
+    env.apply_policy(&policy("  suspend: true\n"));
+    env.set_endpoints("web", 0, 1).await;
+    let p = env
+        .wait_policy("web", WAIT, "Suspended with the would-be decision", |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.phase == Some(Phase::FailedOver))
+                && condition(p, "Suspended").is_some_and(|c| c.0 == "True")
+        })
+        .await;
+    assert!(condition(&p, "Suspended").is_some_and(|c| c.2.contains("would go to web-east")));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        env.split_weights("web").await.expect("split")[0],
+        ("web".to_string(), 1),
+        "frozen while suspended"
+    );
+    env.apply_policy(&policy(""));
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
+        .await;
+    let p = env
+        .wait_policy("web", WAIT, "no Suspended condition", |p| {
+            condition(p, "Suspended").is_none()
+        })
+        .await;
+    assert_eq!(p.status.and_then(|s| s.phase), Some(Phase::FailedOver));
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn pin_overrides_readiness_and_warns_while_the_pinned_backend_is_down() {
+    let Some((env, _c)) = setup("pin", "  pin: web-west\n").await else {
+        return;
+    };
+    env.wait_weights("web", &[("web", 0), ("web-east", 0), ("web-west", 1)], WAIT)
+        .await;
+    env.set_endpoints("web-west", 0, 1).await;
+    let p = env
+        .wait_policy("web", WAIT, "PinnedBackendNotReady", |p| {
+            condition(p, "Pinned").is_some_and(|c| c.1 == "PinnedBackendNotReady")
+        })
+        .await;
+    assert_eq!(
+        condition(&p, "Ready").map(|c| c.0),
+        Some("False".to_string())
+    );
+    assert_eq!(
+        env.split_weights("web").await.expect("split")[2].1,
+        1,
+        "still pinned"
+    );
+    let events: Api<Event> = env.api();
+    let warned = wait_until(WAIT, || async {
+        events.list(&Default::default()).await.is_ok_and(|l| {
+            l.items.iter().any(|e| {
+                e.reason.as_deref() == Some("PinnedBackendNotReady")
+                    && e.type_.as_deref() == Some("Warning")
+            })
+        })
+    })
+    .await;
+    assert!(
+        warned,
+        "a Warning Event while the pinned backend is not ready"
+    );
+    // Unpinning returns to the normal rules (the primary is ready).
+    env.apply_policy(&policy(""));
+    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
+        .await;
+    env.cleanup().await;
+}
+
+static GATEWAY_API: Once = Once::new();
+
+/// Installs the Gateway API's standard-channel CRDs, from its Go module, once per control plane.
+fn install_gateway_api(env: &TestEnv) {
+    GATEWAY_API.call_once(|| {
+        let versions = std::fs::read_to_string(support::repo_root().join("hack/versions.env"))
+            .expect("versions.env");
+        let version = versions
+            .lines()
+            .find_map(|l| l.strip_prefix("GATEWAY_API_VERSION="))
+            .expect("GATEWAY_API_VERSION")
+            .trim()
+            .to_string();
+        let crds = std::fs::read_to_string(
+            env.cp
+                .bin_dir
+                .join(format!("gateway-api-{version}-standard.yaml")),
+        )
+        .expect("Gateway API CRDs (hack/build-control-plane.sh fetches them)");
+        let out = kubectl_stdin(env.cp, &["apply", "--server-side", "-f", "-"], &crds);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = kubectl(
+            env.cp,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/httproutes.gateway.networking.k8s.io",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}
+
+fn route_weights(route: &DynamicObject) -> Vec<(String, i64)> {
+    route.data["spec"]["rules"][0]["backendRefs"]
+        .as_array()
+        .map(|refs| {
+            refs.iter()
+                .map(|r| {
+                    (
+                        r["name"].as_str().unwrap_or_default().to_string(),
+                        r["weight"].as_i64().unwrap_or(-1),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn http_route_output_is_owned_kept_and_collected_like_a_traffic_split() {
+    let Some(env) = TestEnv::new("httproute").await else {
+        return;
+    };
+    install_gateway_api(&env);
+    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    // Started after the CRDs exist: the controller discovers the Gateway API at start.
+    let _c = ControllerProcess::start(&env, &[]);
+    env.apply_policy(&policy(
+        "  output: HTTPRoute\n  httpRoute: {port: 8080, parentPort: 80}\n",
+    ));
+    let routes: Api<DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        &env.ns,
+        &failover::reconcile::http_route_resource(),
+    );
+    let wait_route = |expected: Vec<(&'static str, i64)>| {
+        let routes = routes.clone();
+        async move {
+            let expected: Vec<(String, i64)> = expected
+                .into_iter()
+                .map(|(s, w)| (s.to_string(), w))
+                .collect();
+            let ok = wait_until(WAIT, || async {
+                routes
+                    .get_opt("web")
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|r| route_weights(&r) == expected)
+            })
+            .await;
+            assert!(
+                ok,
+                "HTTPRoute never had {expected:?}: {:?}",
+                routes.get_opt("web").await.ok().flatten().map(|r| r.data)
+            );
+        }
+    };
+    wait_route(vec![("web", 1), ("web-east", 0), ("web-west", 0)]).await;
+    let route = routes.get("web").await.expect("route");
+    let parent = &route.data["spec"]["parentRefs"][0];
+    assert_eq!(
+        (
+            parent["kind"].as_str(),
+            parent["name"].as_str(),
+            parent["port"].as_i64()
+        ),
+        (Some("Service"), Some("web"), Some(80))
+    );
+    assert_eq!(
+        route.data["spec"]["rules"][0]["backendRefs"][0]["port"].as_i64(),
+        Some(8080)
+    );
+    let policy = env.policy("web").await.expect("policy");
+    assert_eq!(
+        policy.status.as_ref().and_then(|s| s.http_route.as_deref()),
+        Some("web")
+    );
+    let owner = route.metadata.owner_references.clone().unwrap_or_default();
+    assert!(
+        owner
+            .iter()
+            .any(|o| o.controller == Some(true) && Some(&o.uid) == policy.metadata.uid.as_ref())
+    );
+
+    // Failover moves the weights.
+    env.set_endpoints("web", 0, 1).await;
+    wait_route(vec![("web", 0), ("web-east", 1), ("web-west", 0)]).await;
+    // A hand edit is reverted.
+    let edit = serde_json::json!({"spec": {"rules": [{"backendRefs": [{"name": "web", "port": 8080, "weight": 5}]}]}});
+    routes
+        .patch("web", &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .expect("hand edit");
+    wait_route(vec![("web", 0), ("web-east", 1), ("web-west", 0)]).await;
+    // Deleting the policy garbage-collects the route.
+    env.api::<FailoverPolicy>()
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete");
+    assert!(
+        wait_until(Duration::from_secs(60), || async {
+            routes.get_opt("web").await.ok().flatten().is_none()
+        })
+        .await,
+        "HTTPRoute not collected"
+    );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn foreign_http_route_is_never_touched() {
+    let Some(env) = TestEnv::new("httproute-conflict").await else {
+        return;
+    };
+    install_gateway_api(&env);
+    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    let routes: Api<DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        &env.ns,
+        &failover::reconcile::http_route_resource(),
+    );
+    let mut foreign = DynamicObject::new("web", &failover::reconcile::http_route_resource());
+    foreign.data = serde_json::json!({"spec": {"parentRefs": [{"group": "core", "kind": "Service", "name": "web"}], "rules": [{"backendRefs": [{"name": "other", "port": 80}]}]}});
+    let created = routes
+        .create(&PostParams::default(), &foreign)
+        .await
+        .expect("foreign route");
+    let _c = ControllerProcess::start(&env, &[]);
+    env.apply_policy(&policy("  output: HTTPRoute\n  httpRoute: {port: 8080}\n"));
+    env.wait_policy("web", WAIT, "HTTPRouteConflict", |p| {
+        condition(p, "Ready").is_some_and(|c| c.1 == "HTTPRouteConflict")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = routes.get("web").await.expect("route");
+    assert_eq!(
+        after.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    env.cleanup().await;
+}
