@@ -186,10 +186,16 @@ impl SplitWatch {
         let notify = Arc::new(Notify::new());
         let (sink, wake) = (changes.clone(), notify.clone());
         tokio::spawn(async move {
+            // Errors are retried with backoff; the stream itself never ends.
             let mut s = watcher(api, watcher::Config::default())
+                .default_backoff()
                 .applied_objects()
                 .boxed();
-            while let Ok(Some(ts)) = s.try_next().await {
+            while let Some(event) = s.next().await {
+                let Ok(ts) = event else {
+                    eprintln!("TrafficSplit watch error (retrying): {event:?}");
+                    continue;
+                };
                 let weights: Vec<i64> = ts.spec.backends.iter().map(|b| b.weight).collect();
                 if let Ok(mut c) = sink.lock() {
                     let entry = c

@@ -84,6 +84,43 @@ fn slim<K: kube::Resource>(obj: &mut K) {
     }
 }
 
+/// Feeds one readiness watch (EndpointSlices or Services) into the [`ReadinessStore`], keeps
+/// the synced flag current, and wakes the policies whose backends changed.
+struct Feed<W> {
+    kind: &'static str,
+    readiness: Arc<RwLock<ReadinessStore>>,
+    metrics: Arc<Metrics>,
+    synced: watch::Sender<bool>,
+    wake: W,
+}
+
+impl<W: Fn(Vec<ServiceKey>)> Feed<W> {
+    async fn run<K>(
+        self,
+        stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+        apply: fn(&mut ReadinessStore, watcher::Event<K>) -> Vec<ServiceKey>,
+    ) {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(event) => {
+                    let (changed, synced) = match self.readiness.write() {
+                        Ok(mut r) => (apply(&mut r, event), r.is_synced()),
+                        Err(_) => continue,
+                    };
+                    self.synced
+                        .send_if_modified(|s| std::mem::replace(s, synced) != synced);
+                    (self.wake)(changed);
+                }
+                Err(e) => {
+                    self.metrics.watch_restart(self.kind);
+                    warn!(kind = self.kind, error = %e, "watch failed; retrying");
+                }
+            }
+        }
+    }
+}
+
 /// How the controller runs.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -169,63 +206,30 @@ pub fn start(
         }
     };
 
-    // EndpointSlices → readiness counts.
-    let slices_task = {
-        let api: Api<EndpointSlice> = scoped(&client, ns);
-        let readiness = readiness.clone();
-        let metrics = metrics.clone();
-        let synced_tx = synced_tx.clone();
-        let wake = wake.clone();
-        let stream = watcher(api, watcher::Config::default().labels(SERVICE_NAME_LABEL))
-            .backoff(WatchBackoff::default());
-        async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(event) => {
-                        let (changed, synced) = match readiness.write() {
-                            Ok(mut r) => (r.apply_slice_event(event), r.is_synced()),
-                            Err(_) => continue,
-                        };
-                        synced_tx.send_if_modified(|s| std::mem::replace(s, synced) != synced);
-                        wake(changed);
-                    }
-                    Err(e) => {
-                        metrics.watch_restart("endpointslice");
-                        warn!(error = %e, "EndpointSlice watch failed; retrying");
-                    }
-                }
-            }
-        }
+    // EndpointSlices → readiness counts; Services (metadata only) → whether each backend exists.
+    let feed = |kind: &'static str| Feed {
+        kind,
+        readiness: readiness.clone(),
+        metrics: metrics.clone(),
+        synced: synced_tx.clone(),
+        wake: wake.clone(),
     };
-
-    // Services (metadata only) → whether each backend exists.
-    let services_task = {
-        let api: Api<PartialObjectMeta<Service>> = scoped(&client, ns);
-        let readiness = readiness.clone();
-        let metrics = metrics.clone();
-        let wake = wake.clone();
-        let stream = watcher(api, watcher::Config::default()).backoff(WatchBackoff::default());
-        async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(event) => {
-                        let (changed, synced) = match readiness.write() {
-                            Ok(mut r) => (r.apply_service_event(event), r.is_synced()),
-                            Err(_) => continue,
-                        };
-                        synced_tx.send_if_modified(|s| std::mem::replace(s, synced) != synced);
-                        wake(changed);
-                    }
-                    Err(e) => {
-                        metrics.watch_restart("service");
-                        warn!(error = %e, "Service watch failed; retrying");
-                    }
-                }
-            }
-        }
-    };
+    let slices_task = feed("endpointslice").run(
+        watcher(
+            scoped::<EndpointSlice>(&client, ns),
+            watcher::Config::default().labels(SERVICE_NAME_LABEL),
+        )
+        .backoff(WatchBackoff::default()),
+        ReadinessStore::apply_slice_event,
+    );
+    let services_task = feed("service").run(
+        watcher(
+            scoped::<PartialObjectMeta<Service>>(&client, ns),
+            watcher::Config::default(),
+        )
+        .backoff(WatchBackoff::default()),
+        ReadinessStore::apply_service_event,
+    );
 
     // Policies → the controller's store and the Service → policy index.
     let (policy_store, policy_writer) = reflector::store::<FailoverPolicy>();

@@ -177,7 +177,8 @@ const CONTROLLER_RULES: &str = r#"
   resources: [events]
   verbs: [create, patch]
 "#;
-const SPLIT_WRITES: &str = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: split-writes}\nrules:\n- apiGroups: [split.smi-spec.io]\n  resources: [trafficsplits]\n  verbs: [create, patch]\n";
+const SPLIT_WRITES: &str =
+    "- apiGroups: [split.smi-spec.io]\n  resources: [trafficsplits]\n  verbs: [create, patch]\n";
 
 /// The behaviour linkerd-failover loses: a write denied for a while. The status says why, and
 /// once writes are allowed again the failover completes.
@@ -187,44 +188,8 @@ async fn denied_writes_are_reported_then_retried_until_they_land() {
         return;
     };
     let kubeconfig = env.service_account_kubeconfig("controller");
-    let base = format!(
-        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: base}}\nrules:{CONTROLLER_RULES}"
-    );
-    let sa = format!("{}:controller", env.ns);
-    assert!(
-        env.kubectl_stdin(&["apply", "-f", "-"], &base)
-            .status
-            .success()
-    );
-    assert!(
-        env.kubectl(&[
-            "create",
-            "rolebinding",
-            "base",
-            "--role=base",
-            "--serviceaccount",
-            &sa
-        ])
-        .status
-        .success()
-    );
-    assert!(
-        env.kubectl_stdin(&["apply", "-f", "-"], SPLIT_WRITES)
-            .status
-            .success()
-    );
-    assert!(
-        env.kubectl(&[
-            "create",
-            "rolebinding",
-            "split-writes",
-            "--role=split-writes",
-            "--serviceaccount",
-            &sa
-        ])
-        .status
-        .success()
-    );
+    env.grant("base", "controller", CONTROLLER_RULES);
+    env.grant("split-writes", "controller", SPLIT_WRITES);
     env.ready_backends(&["web", "web-east", "web-west"]).await;
     let controller = ControllerProcess::start_with_kubeconfig(&env, &kubeconfig, &[]);
     env.apply_policy(POLICY);
@@ -262,18 +227,7 @@ async fn denied_writes_are_reported_then_retried_until_they_land() {
     assert_eq!(env.split_weights("web").await.expect("split")[0].1, 1);
 
     // Restore the permission: the pending failover lands without any other change.
-    assert!(
-        env.kubectl(&[
-            "create",
-            "rolebinding",
-            "split-writes",
-            "--role=split-writes",
-            "--serviceaccount",
-            &sa
-        ])
-        .status
-        .success()
-    );
+    env.bind("split-writes", "controller");
     let restored = Instant::now();
     env.wait_weights("web", &FAILED_OVER, WAIT).await;
     env.wait_policy("web", WAIT, "FailedOver", |p| {

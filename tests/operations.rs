@@ -110,49 +110,17 @@ async fn readyz_turns_ready_only_after_caches_synced() {
   resources: [events]
   verbs: [create, patch]
 "#;
-    let role = format!(
-        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: most}}\nrules:{rules}"
-    );
-    assert!(
-        env.kubectl_stdin(&["apply", "-f", "-"], &role)
-            .status
-            .success()
-    );
-    assert!(
-        env.kubectl(&[
-            "create",
-            "rolebinding",
-            "most",
-            "--role=most",
-            "--serviceaccount",
-            &format!("{}:controller", env.ns)
-        ])
-        .status
-        .success()
-    );
+    env.grant("most", "controller", rules);
     let controller = ControllerProcess::start_with_kubeconfig(&env, &kubeconfig, &[]);
     assert_eq!(controller.admin_get("/healthz").await.0, 200);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (code, body) = controller.admin_get("/readyz").await;
     assert_eq!((code, body.as_str()), (503, "caches not synced"));
     // Granting the missing permission lets the watch start; readiness follows.
-    let slices = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: slices}\nrules:\n- apiGroups: [discovery.k8s.io]\n  resources: [endpointslices]\n  verbs: [list, watch]\n";
-    assert!(
-        env.kubectl_stdin(&["apply", "-f", "-"], slices)
-            .status
-            .success()
-    );
-    assert!(
-        env.kubectl(&[
-            "create",
-            "rolebinding",
-            "slices",
-            "--role=slices",
-            "--serviceaccount",
-            &format!("{}:controller", env.ns)
-        ])
-        .status
-        .success()
+    env.grant(
+        "slices",
+        "controller",
+        "- apiGroups: [discovery.k8s.io]\n  resources: [endpointslices]\n  verbs: [list, watch]\n",
     );
     let ready = wait_until(WAIT, || async {
         controller.admin_get("/readyz").await.0 == 200

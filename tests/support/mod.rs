@@ -637,6 +637,39 @@ pub fn metric(text: &str, series: &str) -> Option<f64> {
 }
 
 impl TestEnv {
+    /// Grants a ServiceAccount of the test namespace a Role with these rules (a YAML list) through
+    /// a RoleBinding of the same name.
+    pub fn grant(&self, name: &str, service_account: &str, rules: &str) {
+        let role = format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: {name}}}\nrules:\n{rules}"
+        );
+        let out = self.kubectl_stdin(&["apply", "-f", "-"], &role);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.bind(name, service_account);
+    }
+
+    /// Binds the Role `name` to a ServiceAccount of the test namespace.
+    pub fn bind(&self, name: &str, service_account: &str) {
+        let subject = format!("{}:{service_account}", self.ns);
+        let out = self.kubectl(&[
+            "create",
+            "rolebinding",
+            name,
+            &format!("--role={name}"),
+            "--serviceaccount",
+            &subject,
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Creates a ServiceAccount and returns a kubeconfig that authenticates as it, with a token
     /// from `kubectl create token` (the API server's TokenRequest API).
     pub fn service_account_kubeconfig(&self, name: &str) -> PathBuf {
