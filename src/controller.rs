@@ -75,6 +75,13 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     }
 }
 
+/// Watch settings: initial lists in pages of 100 objects, so the start-up peak of memory (one
+/// page of JSON and its decoded objects at a time) stays small; the cost is a few more list
+/// requests at start.
+fn list_config() -> watcher::Config {
+    watcher::Config::default().page_size(100)
+}
+
 /// Drops what the controller never reads from cached objects (managed fields and the
 /// client-side-apply copy of the whole object), which is most of their size.
 fn slim<K: kube::Resource>(obj: &mut K) {
@@ -217,7 +224,7 @@ pub fn start(
     let slices_task = feed("endpointslice").run(
         watcher(
             scoped::<EndpointSlice>(&client, ns),
-            watcher::Config::default().labels(SERVICE_NAME_LABEL),
+            list_config().labels(SERVICE_NAME_LABEL),
         )
         .backoff(WatchBackoff::default()),
         ReadinessStore::apply_slice_event,
@@ -225,7 +232,7 @@ pub fn start(
     let services_task = feed("service").run(
         watcher(
             scoped::<PartialObjectMeta<Service>>(&client, ns),
-            watcher::Config::default(),
+            list_config(),
         )
         .backoff(WatchBackoff::default()),
         ReadinessStore::apply_service_event,
@@ -238,7 +245,7 @@ pub fn start(
         let metrics = metrics.clone();
         reflector(
             policy_writer,
-            watcher(scoped(&client, ns), watcher::Config::default())
+            watcher(scoped(&client, ns), list_config())
                 .backoff(WatchBackoff::default())
                 .modify(slim::<FailoverPolicy>),
         )
@@ -268,7 +275,7 @@ pub fn start(
         let metrics = metrics.clone();
         reflector(
             split_writer,
-            watcher(scoped(&client, ns), watcher::Config::default())
+            watcher(scoped(&client, ns), list_config())
                 .backoff(WatchBackoff::default())
                 .modify(slim::<TrafficSplit>),
         )
@@ -322,7 +329,7 @@ pub fn start(
         let metrics = metrics.clone();
         let stream = reflector(
             writer,
-            watcher(api, watcher::Config::default())
+            watcher(api, list_config())
                 .backoff(WatchBackoff::default())
                 .modify(slim::<DynamicObject>),
         )

@@ -120,7 +120,7 @@ async fn termination() {
     }
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     telemetry::init(&args.log_level, args.log_format);
