@@ -38,15 +38,25 @@ fn squash(s: &str) -> String {
 }
 
 #[test]
-fn chart_crd_is_regenerated() {
-    let path =
-        repo_root().join("charts/failover-controller/crds/failoverpolicies.failover.dev.yaml");
-    let on_disk = fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        on_disk == crd::failover_policy_yaml().expect("crd yaml"),
-        "{} is stale; regenerate it with: cargo run --bin crd-gen -- --out-dir charts/failover-controller/crds",
-        path.display()
-    );
+fn generated_files_are_current() {
+    let generated = [
+        (
+            "charts/failover-controller/crds/failoverpolicies.failover.dev.yaml",
+            crd::failover_policy_yaml().expect("crd yaml"),
+        ),
+        (
+            "charts/failover-controller/templates/trafficsplit-crd.yaml",
+            crd::traffic_split_chart_template().expect("template"),
+        ),
+        ("docs/api-reference.md", crd::api_reference_markdown()),
+    ];
+    for (file, expected) in generated {
+        let on_disk = fs::read_to_string(repo_root().join(file)).unwrap_or_default();
+        assert!(
+            on_disk == expected,
+            "{file} is stale; regenerate with: cargo run --bin crd-gen -- --chart charts/failover-controller --api-reference docs/api-reference.md"
+        );
+    }
 }
 
 #[test]
