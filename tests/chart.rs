@@ -85,6 +85,12 @@ async fn rendered_manifests_pass_a_server_side_dry_run() {
             "metrics.service.enabled=false",
             "--set",
             "trafficSplitCRD.install=true",
+            "--set",
+            "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.monitoring=enabled",
+            "--set",
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=zone",
+            "--set",
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
         ],
     ];
     for values in value_sets {
