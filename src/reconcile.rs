@@ -83,6 +83,15 @@ impl Error {
         "not_leader",
     ];
 
+    /// The write was refused because the namespace is being deleted.
+    pub fn namespace_terminating(&self) -> bool {
+        let api_error = match self {
+            Error::RouteWrite { source, .. } | Error::StatusWrite(source) => source,
+            _ => return false,
+        };
+        matches!(api_error, kube::Error::Api(e) if e.code == 403 && e.message.contains("being terminated"))
+    }
+
     /// A short, bounded label for metrics.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -258,6 +267,10 @@ pub async fn reconcile(policy: Arc<FailoverPolicy>, ctx: Arc<Context>) -> Result
 pub fn error_policy(policy: Arc<FailoverPolicy>, error: &Error, ctx: Arc<Context>) -> Action {
     if matches!(error, Error::NotLeader) {
         // The new leader takes over; a regained leadership queues every policy anyway.
+        return Action::await_change();
+    }
+    if error.namespace_terminating() {
+        // The namespace is going away with the policy in it: retrying cannot succeed.
         return Action::await_change();
     }
     ctx.metrics.error(error.kind());

@@ -297,7 +297,9 @@ async fn deleting_the_namespace_under_the_policies_is_harmless() {
         .filter(|l| l.starts_with("failover_reconcile_errors_total"))
         .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
         .sum();
-    assert!(errors < 5.0, "no error storm: {errors}");
+    // Writes racing the deletion fail once each; writes into a terminating namespace are not
+    // retried, so the count stays at a handful, never a storm.
+    assert!(errors < 12.0, "no error storm: {errors}");
     assert!(!controller.logs().contains("panicked"));
     controller.signal("TERM");
 }
