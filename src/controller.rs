@@ -304,7 +304,7 @@ pub fn start(
                 let name = meta.name.clone().unwrap_or_default();
                 refs.extend(
                     index
-                        .policies_for_traffic_split(&ServiceKey::new(&namespace, &name))
+                        .policies_for_route(&ServiceKey::new(&namespace, &name))
                         .into_iter()
                         .map(|p| ObjectRef::new(&p.name).within(&p.namespace)),
                 );

@@ -16,7 +16,7 @@ pub type PolicyKey = ServiceKey;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct References {
     services: Vec<Box<str>>,
-    traffic_split: Box<str>,
+    route: Box<str>,
 }
 
 impl References {
@@ -31,7 +31,7 @@ impl References {
         services.dedup();
         Self {
             services,
-            traffic_split: policy.route_name().into(),
+            route: policy.route_name().into(),
         }
     }
 }
@@ -39,11 +39,12 @@ impl References {
 /// Names of the policies that reference one object (usually one or two).
 type Names = Vec<Box<str>>;
 
-/// Service → policies and TrafficSplit name → policies, within each namespace.
+/// Service → policies and generated route (TrafficSplit or HTTPRoute) name → policies, within
+/// each namespace.
 #[derive(Debug, Default)]
 pub struct PolicyIndex {
     by_service: HashMap<ServiceKey, Names>,
-    by_traffic_split: HashMap<ServiceKey, Names>,
+    by_route: HashMap<ServiceKey, Names>,
     references: HashMap<PolicyKey, References>,
     relist: Option<HashMap<PolicyKey, References>>,
 }
@@ -55,8 +56,8 @@ impl PolicyIndex {
     }
 
     /// The policies whose generated route (TrafficSplit or HTTPRoute) has this namespace and name.
-    pub fn policies_for_traffic_split(&self, split: &ServiceKey) -> Vec<PolicyKey> {
-        Self::lookup(&self.by_traffic_split, split)
+    pub fn policies_for_route(&self, route: &ServiceKey) -> Vec<PolicyKey> {
+        Self::lookup(&self.by_route, route)
     }
 
     /// Number of policies indexed.
@@ -138,7 +139,7 @@ impl PolicyIndex {
         for svc in &refs.services {
             link(&mut self.by_service, svc);
         }
-        link(&mut self.by_traffic_split, &refs.traffic_split);
+        link(&mut self.by_route, &refs.route);
         self.references.insert(key, refs);
     }
 
@@ -158,7 +159,7 @@ impl PolicyIndex {
         for svc in &refs.services {
             unlink(&mut self.by_service, svc);
         }
-        unlink(&mut self.by_traffic_split, &refs.traffic_split);
+        unlink(&mut self.by_route, &refs.route);
     }
 }
 
@@ -219,7 +220,7 @@ mod tests {
                 .is_empty()
         );
         assert_eq!(
-            index.policies_for_traffic_split(&svc("p1")),
+            index.policies_for_route(&svc("p1")),
             vec![PolicyKey::new("ns", "p1")]
         );
     }

@@ -215,26 +215,8 @@ async fn controller_works_under_exactly_the_charts_rbac_and_touches_nothing_fore
         "helm install",
     );
     let full = format!("{release}-failover-controller");
-    let token_kubeconfig = {
-        // The chart created the ServiceAccount; only a token is needed.
-        let out = ok(
-            &env.kubectl(&["create", "token", &full, "--duration=2h"]),
-            "kubectl create token",
-        );
-        let admin: serde_json::Value =
-            serde_yaml::from_str(&std::fs::read_to_string(&env.cp.kubeconfig).expect("kubeconfig"))
-                .expect("yaml");
-        let config = serde_json::json!({
-            "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
-            "users": [{"name": "sa", "user": {"token": out.trim()}}],
-            "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "sa"}}],
-            "current-context": "sa",
-        });
-        let path = std::env::temp_dir().join(format!("{}-chart-sa.kubeconfig", env.ns));
-        std::fs::write(&path, serde_yaml::to_string(&config).expect("yaml")).expect("write");
-        path
-    };
+    // The chart created the ServiceAccount; only a token is needed.
+    let token_kubeconfig = env.token_kubeconfig(&full);
 
     // Backends, plus bystanders the controller must never modify.
     env.ready_backends(&["web", "web-east", "web-west", "bystander"])

@@ -10,7 +10,6 @@ use failover::{
     trafficsplit::TrafficSplit,
 };
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::events::v1::Event;
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
@@ -130,16 +129,7 @@ async fn fails_over_to_first_ready_secondary_and_kubectl_shows_it() {
         "{table}"
     );
     // An Event tells what happened, on the policy.
-    let events: Api<Event> = env.api();
-    let seen = wait_until(WAIT, || async {
-        events.list(&Default::default()).await.is_ok_and(|l| {
-            l.items.iter().any(|e| {
-                e.reason.as_deref() == Some("FailedOver")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("web")
-            })
-        })
-    })
-    .await;
+    let seen = env.wait_event("web", "FailedOver", None, WAIT).await;
     assert!(seen, "a FailedOver Event is recorded");
     env.cleanup().await;
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use failover::api::{FailoverPolicy, Phase};
 use kube::api::PostParams;
-use support::{ControllerProcess, TestEnv, metric, wait_until};
+use support::{ControllerProcess, TestEnv, metric, metric_sum, wait_until};
 
 const WAIT: Duration = Duration::from_secs(60);
 const POLICY: &str = "apiVersion: failover.dev/v1alpha1\nkind: FailoverPolicy\nmetadata: {name: web}\nspec:\n  service: web\n  primary: web\n  secondaries: [{service: web-east}, {service: web-west}]\n";
@@ -259,11 +259,7 @@ async fn policy_whose_services_do_not_exist_reports_them() {
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     let text = controller.admin_get("/metrics").await.1;
-    let errors: f64 = text
-        .lines()
-        .filter(|l| l.starts_with("failover_reconcile_errors_total"))
-        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
-        .sum();
+    let errors = metric_sum(&text, "failover_reconcile_errors_total");
     assert_eq!(errors, 0.0, "no error storm");
     env.cleanup().await;
 }
@@ -292,11 +288,7 @@ async fn deleting_the_namespace_under_the_policies_is_harmless() {
         "the controller is still alive"
     );
     let text = controller.admin_get("/metrics").await.1;
-    let errors: f64 = text
-        .lines()
-        .filter(|l| l.starts_with("failover_reconcile_errors_total"))
-        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
-        .sum();
+    let errors = metric_sum(&text, "failover_reconcile_errors_total");
     // Writes racing the deletion fail once each; writes into a terminating namespace are not
     // retried, so the count stays at a handful, never a storm.
     assert!(errors < 12.0, "no error storm: {errors}");
@@ -361,11 +353,7 @@ async fn five_hundred_policies_sharing_one_primary_all_fail_over() {
     .await;
     assert!(all, "every status says FailedOver");
     let text = controller.admin_get("/metrics").await.1;
-    let errors: f64 = text
-        .lines()
-        .filter(|l| l.starts_with("failover_reconcile_errors_total"))
-        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
-        .sum();
+    let errors = metric_sum(&text, "failover_reconcile_errors_total");
     assert_eq!(errors, 0.0);
     eprintln!("500 policies sharing one primary: all TrafficSplits failed over in {took:?}");
     env.cleanup().await;

@@ -7,7 +7,6 @@ mod support;
 use std::{sync::Once, time::Duration};
 
 use failover::api::{FailoverPolicy, Phase};
-use k8s_openapi::api::events::v1::Event;
 use kube::{
     Api,
     api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
@@ -180,16 +179,9 @@ async fn pin_overrides_readiness_and_warns_while_the_pinned_backend_is_down() {
         1,
         "still pinned"
     );
-    let events: Api<Event> = env.api();
-    let warned = wait_until(WAIT, || async {
-        events.list(&Default::default()).await.is_ok_and(|l| {
-            l.items.iter().any(|e| {
-                e.reason.as_deref() == Some("PinnedBackendNotReady")
-                    && e.type_.as_deref() == Some("Warning")
-            })
-        })
-    })
-    .await;
+    let warned = env
+        .wait_event("web", "PinnedBackendNotReady", Some("Warning"), WAIT)
+        .await;
     assert!(
         warned,
         "a Warning Event while the pinned backend is not ready"

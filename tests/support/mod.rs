@@ -442,6 +442,28 @@ impl TestEnv {
         }
     }
 
+    /// Waits until an Event with this reason (and type, when given) is recorded on the object
+    /// named `regarding`; returns whether it was.
+    pub async fn wait_event(
+        &self,
+        regarding: &str,
+        reason: &str,
+        type_: Option<&str>,
+        timeout: Duration,
+    ) -> bool {
+        let events: Api<k8s_openapi::api::events::v1::Event> = self.api();
+        wait_until(timeout, || async {
+            events.list(&Default::default()).await.is_ok_and(|l| {
+                l.items.iter().any(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && type_.is_none_or(|t| e.type_.as_deref() == Some(t))
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding)
+                })
+            })
+        })
+        .await
+    }
+
     /// Deletes the namespace (best effort).
     pub async fn cleanup(self) {
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
@@ -624,6 +646,14 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
     (status, body)
 }
 
+/// The sum of every sample of a metric family (all label sets) in a Prometheus text exposition.
+pub fn metric_sum(text: &str, family: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(family))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// The value of one sample in a Prometheus text exposition (`name{labels}` as written), if any.
 pub fn metric(text: &str, series: &str) -> Option<f64> {
     text.lines()
@@ -679,6 +709,12 @@ impl TestEnv {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        self.token_kubeconfig(name)
+    }
+
+    /// A kubeconfig that authenticates as an existing ServiceAccount of the test namespace, with
+    /// a token from `kubectl create token` (the API server's TokenRequest API).
+    pub fn token_kubeconfig(&self, name: &str) -> PathBuf {
         let out = self.kubectl(&["create", "token", name, "--duration=2h"]);
         assert!(
             out.status.success(),
