@@ -19,7 +19,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use failover::trafficsplit::TrafficSplit;
+use failover::route::trafficsplit::TrafficSplit;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::{
     core::v1::{Namespace, Service},
@@ -31,7 +31,7 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::json;
-use support::{ControllerProcess, TestEnv, metric, repo_root};
+use support::{ControllerProcess, TestEnv, api_writes, repo_root};
 use tokio::sync::Notify;
 
 struct Options {
@@ -318,16 +318,7 @@ fn proc_stats(pid: u32) -> (f64, f64) {
 }
 
 async fn writes(controller: &ControllerProcess) -> HashMap<String, f64> {
-    let text = controller.admin_get("/metrics").await.1;
-    ["trafficsplit", "status", "event", "lease"]
-        .iter()
-        .map(|k| {
-            (
-                k.to_string(),
-                metric(&text, &format!("failover_api_writes_total{{kind=\"{k}\"}}")).unwrap_or(0.0),
-            )
-        })
-        .collect()
+    api_writes(controller, &["trafficsplit", "status", "event", "lease"]).await
 }
 
 async fn run_scale(n: usize, o: &Options) -> ScaleResult {

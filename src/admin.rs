@@ -9,17 +9,21 @@ use axum::{
 use tokio::net::TcpListener;
 use tracing::info;
 
-use crate::{controller::CacheState, leader::LeaderState, metrics::Metrics};
+use crate::{
+    leader::{Leadership, Role},
+    metrics::Metrics,
+    observe::synced::Synced,
+};
 
 /// What the admin endpoints report on.
 #[derive(Clone)]
 pub struct AdminState {
     /// Metrics to expose.
     pub metrics: Arc<Metrics>,
-    /// Cache readiness.
-    pub caches: CacheState,
+    /// Which watches have listed.
+    pub synced: Synced,
     /// Leadership.
-    pub leader: LeaderState,
+    pub leadership: Leadership,
 }
 
 /// Errors of the admin server.
@@ -72,22 +76,17 @@ async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
-    let synced = state.caches.is_synced();
-    let known = state.leader.is_known();
-    let role = if state.leader.is_leader() {
-        "leader"
-    } else {
-        "standby"
-    };
-    match (synced, known) {
-        (true, true) => (StatusCode::OK, format!("ok ({role})")),
+    let synced = state.synced.pending().is_empty();
+    match (synced, state.leadership.role()) {
         (false, _) => (
             StatusCode::SERVICE_UNAVAILABLE,
             "caches not synced".to_string(),
         ),
-        (true, false) => (
+        (true, Role::Pending) => (
             StatusCode::SERVICE_UNAVAILABLE,
             "leader election pending".to_string(),
         ),
+        (true, Role::Leader) => (StatusCode::OK, "ok (leader)".to_string()),
+        (true, Role::Standby) => (StatusCode::OK, "ok (standby)".to_string()),
     }
 }

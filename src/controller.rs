@@ -1,132 +1,51 @@
-//! Wires the watches, caches, indexes and the reconcile loop into one running controller.
+//! Wires the watches, caches, index and reconcile loop into one running controller.
 //!
-//! Data flow: EndpointSlice and Service watch events update the [`ReadinessStore`]; each Service
-//! whose readiness changed is looked up in the [`PolicyIndex`] and only the policies that
-//! reference it are queued. Policy and TrafficSplit watches feed kube-runtime's `Controller`,
-//! which runs [`reconcile`] at most once at a time per policy.
+//! ```text
+//! EndpointSlices ─┐                       ┌─ index: Service → policies ─┐
+//! Services ───────┼─ observe (counts) ────┤                             ├─▶ queue ─▶ reconcile
+//! TrafficSplits ──┤  (route views)        └─ index: route → policies ───┘     (one per policy
+//! HTTPRoutes ─────┘                                                            at a time)
+//! FailoverPolicies ─▶ policy store + index ─────────────────────────────────▶
+//! ```
+//!
+//! Every watch goes through [`crate::watch::events`]; each event updates one cache and wakes
+//! only the policies that reference what changed. kube-runtime's `Controller` runs
+//! [`reconcile`] at most once at a time per policy.
 
-use std::{
-    future::Future,
-    sync::{
-        Arc, RwLock,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
-};
+use std::{future::Future, sync::Arc};
 
-use futures::{StreamExt, channel::mpsc};
+use futures::{Stream, StreamExt, channel::mpsc};
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{
     Api, Client, ResourceExt,
-    api::DynamicObject,
     core::PartialObjectMeta,
     runtime::{
-        Controller, WatchStreamExt,
-        controller::Config as ControllerConfig,
-        events::{Recorder, Reporter},
-        reflector,
-        reflector::ObjectRef,
-        watcher,
+        Controller, WatchStreamExt, controller::Config as ControllerConfig, reflector,
+        reflector::ObjectRef, watcher,
     },
 };
+use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
-use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::{
     api::FailoverPolicy,
-    index::PolicyIndex,
-    leader::LeaderState,
+    gather::Caches,
+    leader::{Leadership, Role},
     metrics::{Metrics, PolicyLabels},
-    readiness::{ReadinessStore, SERVICE_NAME_LABEL, ServiceKey},
-    reconcile::{Caches, Context, FIELD_MANAGER, error_policy, reconcile},
-    trafficsplit::TrafficSplit,
+    observe::{
+        index::{PolicyIndex, PolicyKey},
+        readiness::{SERVICE_NAME_LABEL, ServiceKey},
+    },
+    reconcile::{Context, Error, RESYNC, error_policy, reconcile},
+    route::{
+        RouteKey, RouteKind, RouteView,
+        httproute::{self, HttpRoute},
+        trafficsplit::{self, TrafficSplit},
+    },
+    watch::{WatchContext, events, map_event, slim},
+    writer::Writer,
 };
-
-/// Retry delay of a failed watch: 250 ms doubling to 3 s, with up to 10% jitter, so watches
-/// reconnect within seconds of an API server's return (client-go's default waits up to 30 s).
-#[derive(Debug, Default)]
-pub struct WatchBackoff {
-    next: Option<Duration>,
-}
-
-impl WatchBackoff {
-    const FIRST: Duration = Duration::from_millis(250);
-    const MAX: Duration = Duration::from_secs(3);
-}
-
-impl Iterator for WatchBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let delay = self.next.unwrap_or(Self::FIRST);
-        self.next = Some((delay * 2).min(Self::MAX));
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        Some(delay + delay.mul_f64(f64::from(nanos % 1000) / 10_000.0))
-    }
-}
-
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.next = None;
-    }
-}
-
-/// Watch settings: initial lists in pages of 100 objects, so the start-up peak of memory (one
-/// page of JSON and its decoded objects at a time) stays small; the cost is a few more list
-/// requests at start.
-fn list_config() -> watcher::Config {
-    watcher::Config::default().page_size(100)
-}
-
-/// Drops what the controller never reads from cached objects (managed fields and the
-/// client-side-apply copy of the whole object), which is most of their size.
-fn slim<K: kube::Resource>(obj: &mut K) {
-    obj.meta_mut().managed_fields = None;
-    if let Some(annotations) = obj.meta_mut().annotations.as_mut() {
-        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
-}
-
-/// Feeds one readiness watch (EndpointSlices or Services) into the [`ReadinessStore`], keeps
-/// the synced flag current, and wakes the policies whose backends changed.
-struct Feed<W> {
-    kind: &'static str,
-    readiness: Arc<RwLock<ReadinessStore>>,
-    metrics: Arc<Metrics>,
-    synced: watch::Sender<bool>,
-    wake: W,
-}
-
-impl<W: Fn(Vec<ServiceKey>)> Feed<W> {
-    async fn run<K>(
-        self,
-        stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
-        apply: fn(&mut ReadinessStore, watcher::Event<K>) -> Vec<ServiceKey>,
-    ) {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(event) => {
-                    let (changed, synced) = match self.readiness.write() {
-                        Ok(mut r) => (apply(&mut r, event), r.is_synced()),
-                        Err(_) => continue,
-                    };
-                    self.synced
-                        .send_if_modified(|s| std::mem::replace(s, synced) != synced);
-                    (self.wake)(changed);
-                }
-                Err(e) => {
-                    self.metrics.watch_restart(self.kind);
-                    warn!(kind = self.kind, error = %e, "watch failed; retrying");
-                }
-            }
-        }
-    }
-}
 
 /// How the controller runs.
 #[derive(Clone, Debug)]
@@ -152,17 +71,46 @@ impl Default for Settings {
     }
 }
 
-/// Readiness of the controller's caches, for `/readyz`.
-#[derive(Clone, Debug)]
-pub struct CacheState {
-    readiness_synced: watch::Receiver<bool>,
-    stores_ready: Arc<AtomicBool>,
+/// Wakes the policies that reference what changed.
+#[derive(Clone)]
+struct Wake {
+    index: Arc<RwLock<PolicyIndex>>,
+    queue: mpsc::UnboundedSender<ObjectRef<FailoverPolicy>>,
 }
 
-impl CacheState {
-    /// Every cache has received its initial list.
-    pub fn is_synced(&self) -> bool {
-        *self.readiness_synced.borrow() && self.stores_ready.load(Ordering::SeqCst)
+impl Wake {
+    fn policies(&self, policies: Vec<PolicyKey>) {
+        for p in policies {
+            let _ = self
+                .queue
+                .unbounded_send(ObjectRef::new(&p.name).within(&p.namespace));
+        }
+    }
+
+    fn services(&self, changed: Vec<ServiceKey>) {
+        if changed.is_empty() {
+            return;
+        }
+        debug!(services = changed.len(), "readiness changed");
+        let policies: Vec<PolicyKey> = {
+            let index = self.index.read();
+            changed
+                .iter()
+                .flat_map(|s| index.policies_for_service(s))
+                .collect()
+        };
+        self.policies(policies);
+    }
+
+    fn routes(&self, changed: Vec<RouteKey>) {
+        let policies: Vec<PolicyKey> = {
+            let index = self.index.read();
+            changed
+                .iter()
+                .flat_map(|r| index.policies_for_route(r))
+                .collect()
+        };
+        self.policies(policies);
     }
 }
 
@@ -179,81 +127,192 @@ where
     }
 }
 
-/// Starts the controller; returns its cache state and a future that runs until `shutdown`
-/// resolves and in-flight reconciles finish.
+/// The running parts of a controller, for the admin server.
+#[derive(Clone)]
+pub struct Handle {
+    /// The caches, with their sync state.
+    pub caches: Caches,
+}
+
+/// Starts the controller; returns its handle and a future that runs until `shutdown` resolves
+/// and in-flight reconciles finish.
 pub fn start(
     client: Client,
     settings: Settings,
     metrics: Arc<Metrics>,
-    leader: LeaderState,
+    leadership: Leadership,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) -> (CacheState, impl Future<Output = ()>) {
-    let ns = settings.namespace.as_deref();
-    metrics.register_error_kinds(&crate::reconcile::Error::KINDS);
-    let readiness = Arc::new(RwLock::new(ReadinessStore::default()));
+) -> (Handle, impl Future<Output = ()>) {
+    metrics.register_error_kinds(&Error::KINDS);
+    let caches = Caches::default();
     let index = Arc::new(RwLock::new(PolicyIndex::default()));
-    let (synced_tx, synced_rx) = watch::channel(false);
-    let (trigger_tx, trigger_rx) = mpsc::unbounded::<ObjectRef<FailoverPolicy>>();
-
-    // Queues the policies that reference the given Services.
-    let wake = {
-        let index = index.clone();
-        move |changed: Vec<ServiceKey>| {
-            if changed.is_empty() {
-                return;
+    let (queue, queued) = mpsc::unbounded();
+    let wake = Wake {
+        index: index.clone(),
+        queue,
+    };
+    let watch = WatchContext {
+        metrics: metrics.clone(),
+        synced: caches.synced.clone(),
+    };
+    let feed = Feed {
+        client: client.clone(),
+        settings: settings.clone(),
+        caches: caches.clone(),
+        wake,
+        watch: watch.clone(),
+    };
+    let feeds = futures::future::join(readiness_feeds(feed.clone()), route_feeds(feed));
+    let policies = policy_stream(&client, settings.namespace.as_deref(), index, &watch);
+    let writer = Writer::new(
+        client,
+        leadership.clone(),
+        metrics,
+        settings.instance.clone(),
+    );
+    let context = Arc::new(Context::new(caches.clone(), writer));
+    let controller = Controller::for_stream(policies.0, policies.1)
+        .with_config(ControllerConfig::default().concurrency(settings.concurrency))
+        .reconcile_on(queued)
+        .reconcile_all_on(futures::stream::select(
+            leadership_gained(&leadership),
+            resync(),
+        ))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                debug!(error = %e, "reconcile request not completed");
             }
-            let Ok(index) = index.read() else { return };
-            debug!(services = changed.len(), "readiness changed");
-            for service in changed {
-                for policy in index.policies_for_service(&service) {
-                    let _ = trigger_tx
-                        .unbounded_send(ObjectRef::new(&policy.name).within(&policy.namespace));
-                }
-            }
+        });
+    let run = async move {
+        info!("controller started");
+        tokio::select! {
+            _ = controller => info!("controller stopped"),
+            _ = feeds => warn!("watches ended"),
         }
     };
+    (Handle { caches }, run)
+}
 
-    // EndpointSlices → readiness counts; Services (metadata only) → whether each backend exists.
-    let feed = |kind: &'static str| Feed {
-        kind,
-        readiness: readiness.clone(),
-        metrics: metrics.clone(),
-        synced: synced_tx.clone(),
-        wake: wake.clone(),
+/// What every watch feeding a cache needs.
+#[derive(Clone)]
+struct Feed {
+    client: Client,
+    settings: Settings,
+    caches: Caches,
+    wake: Wake,
+    watch: WatchContext,
+}
+
+/// EndpointSlices → readiness counts; Services (metadata only) → whether each backend exists.
+async fn readiness_feeds(feed: Feed) {
+    let ns = feed.settings.namespace.as_deref();
+    let (client, caches, wake, watch) = (&feed.client, &feed.caches, &feed.wake, &feed.watch);
+    let slices = events(
+        scoped::<EndpointSlice>(client, ns),
+        "endpointslice",
+        watcher::Config::default().labels(SERVICE_NAME_LABEL),
+        watch,
+    )
+    .for_each(|event| {
+        let changed = caches.readiness.write().apply_slice_event(event);
+        wake.services(changed);
+        async {}
+    });
+    let services = events(
+        scoped::<PartialObjectMeta<Service>>(client, ns),
+        "service",
+        watcher::Config::default(),
+        watch,
+    )
+    .for_each(|event| {
+        let changed = caches.readiness.write().apply_service_event(event);
+        wake.services(changed);
+        async {}
+    });
+    futures::join!(slices, services);
+}
+
+/// TrafficSplits and (when served) HTTPRoutes → route views; a change wakes the policy that
+/// names the route, to revert a hand edit or resolve a conflict.
+async fn route_feeds(feed: Feed) {
+    let (settings, ns) = (&feed.settings, feed.settings.namespace.as_deref());
+    let (client, caches, wake, watch) = (&feed.client, &feed.caches, &feed.wake, &feed.watch);
+    let splits = feed_routes(
+        events(
+            scoped::<TrafficSplit>(client, ns),
+            "trafficsplit",
+            Default::default(),
+            watch,
+        ),
+        RouteKind::TrafficSplit,
+        |s: TrafficSplit| RouteView::new(&s.metadata, Some(trafficsplit::rules(&s))),
+        caches,
+        wake,
+    );
+    let routes = async {
+        if settings.http_routes {
+            let stream = events(
+                scoped::<HttpRoute>(client, ns),
+                "httproute",
+                Default::default(),
+                watch,
+            );
+            let view = |r: HttpRoute| RouteView::new(&r.metadata, httproute::rules(&r));
+            feed_routes(stream, RouteKind::HttpRoute, view, caches, wake).await;
+        }
     };
-    let slices_task = feed("endpointslice").run(
-        watcher(
-            scoped::<EndpointSlice>(&client, ns),
-            list_config().labels(SERVICE_NAME_LABEL),
-        )
-        .backoff(WatchBackoff::default()),
-        ReadinessStore::apply_slice_event,
-    );
-    let services_task = feed("service").run(
-        watcher(
-            scoped::<PartialObjectMeta<Service>>(&client, ns),
-            list_config(),
-        )
-        .backoff(WatchBackoff::default()),
-        ReadinessStore::apply_service_event,
-    );
+    futures::join!(splits, routes);
+}
 
-    // Policies → the controller's store and the Service → policy index.
-    let (policy_store, policy_writer) = reflector::store::<FailoverPolicy>();
-    let policy_stream = {
-        let index = index.clone();
-        let metrics = metrics.clone();
-        reflector(
-            policy_writer,
-            watcher(scoped(&client, ns), list_config())
-                .backoff(WatchBackoff::default())
-                .modify(slim::<FailoverPolicy>),
-        )
-        .inspect(move |event| match event {
-            Ok(event) => {
-                if let Ok(mut index) = index.write() {
-                    index.apply_event(event);
-                }
+async fn feed_routes<K: kube::Resource>(
+    stream: impl Stream<Item = watcher::Event<K>>,
+    kind: RouteKind,
+    view: impl Fn(K) -> RouteView,
+    caches: &Caches,
+    wake: &Wake,
+) {
+    stream
+        .for_each(|event| {
+            let keyed = map_event(event, |object: K| {
+                let key = RouteKey {
+                    kind,
+                    namespace: object.meta().namespace.clone().unwrap_or_default(),
+                    name: object.meta().name.clone().unwrap_or_default(),
+                };
+                (key, view(object))
+            });
+            let changed = caches.routes.write().apply(kind, keyed);
+            wake.routes(changed);
+            async {}
+        })
+        .await;
+}
+
+/// Policies → the controller's store, and the Service and route index.
+fn policy_stream(
+    client: &Client,
+    ns: Option<&str>,
+    index: Arc<RwLock<PolicyIndex>>,
+    watch: &WatchContext,
+) -> (
+    impl Stream<Item = Result<FailoverPolicy, watcher::Error>> + Send + 'static + use<>,
+    reflector::Store<FailoverPolicy>,
+) {
+    let (store, writer) = reflector::store::<FailoverPolicy>();
+    let metrics = watch.metrics.clone();
+    let events = events(
+        scoped(client, ns),
+        "failoverpolicy",
+        Default::default(),
+        watch,
+    )
+    .map(|event| Ok(event.modify(slim::<FailoverPolicy>)));
+    let stream = reflector(writer, events)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                index.write().apply_event(event);
                 if let watcher::Event::Delete(p) = event {
                     metrics.forget_policy(&PolicyLabels {
                         namespace: p.namespace().unwrap_or_default(),
@@ -261,170 +320,27 @@ pub fn start(
                     });
                 }
             }
-            Err(e) => {
-                metrics.watch_restart("failoverpolicy");
-                warn!(error = %e, "FailoverPolicy watch failed; retrying");
-            }
         })
-        .applied_objects()
-    };
+        .applied_objects();
+    (stream, store)
+}
 
-    // TrafficSplits → a store, and a trigger for their owner (or the policy naming them).
-    let (split_store, split_writer) = reflector::store::<TrafficSplit>();
-    let split_stream = {
-        let metrics = metrics.clone();
-        reflector(
-            split_writer,
-            watcher(scoped(&client, ns), list_config())
-                .backoff(WatchBackoff::default())
-                .modify(slim::<TrafficSplit>),
-        )
-        .inspect(move |event| {
-            if let Err(e) = event {
-                metrics.watch_restart("trafficsplit");
-                debug!(error = %e, "TrafficSplit watch failed; retrying");
-            }
-        })
-        .touched_objects()
-    };
-    // A route wakes its owner, and any policy that names it (to resolve a conflict).
-    let route_owners = {
-        let index = index.clone();
-        move |meta: &kube::api::ObjectMeta| {
-            let namespace = meta.namespace.clone().unwrap_or_default();
-            let mut refs: Vec<ObjectRef<FailoverPolicy>> = meta
-                .owner_references
-                .as_deref()
-                .unwrap_or_default()
-                .iter()
-                .filter(|o| o.controller == Some(true) && o.kind == "FailoverPolicy")
-                .map(|o| ObjectRef::new(&o.name).within(&namespace))
-                .collect();
-            if let Ok(index) = index.read() {
-                let name = meta.name.clone().unwrap_or_default();
-                refs.extend(
-                    index
-                        .policies_for_route(&ServiceKey::new(&namespace, &name))
-                        .into_iter()
-                        .map(|p| ObjectRef::new(&p.name).within(&p.namespace)),
-                );
-            }
-            refs
-        }
-    };
-    let split_mapper = {
-        let route_owners = route_owners.clone();
-        move |split: TrafficSplit| route_owners(&split.metadata)
-    };
-
-    // HTTPRoutes, when the Gateway API is served: a store and the same trigger.
-    let http_route_resource = crate::reconcile::http_route_resource();
-    let (http_route_store, http_route_stream) = if settings.http_routes {
-        let writer = reflector::store::Writer::<DynamicObject>::new(http_route_resource.clone());
-        let store = writer.as_reader();
-        let api: Api<DynamicObject> = match ns {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &http_route_resource),
-            None => Api::all_with(client.clone(), &http_route_resource),
-        };
-        let metrics = metrics.clone();
-        let stream = reflector(
-            writer,
-            watcher(api, list_config())
-                .backoff(WatchBackoff::default())
-                .modify(slim::<DynamicObject>),
-        )
-        .inspect(move |event| {
-            if let Err(e) = event {
-                metrics.watch_restart("httproute");
-                debug!(error = %e, "HTTPRoute watch failed; retrying");
-            }
-        })
-        .touched_objects();
-        (Some(store), Some(stream))
-    } else {
-        (None, None)
-    };
-
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: FIELD_MANAGER.to_string(),
-            instance: settings.instance.clone(),
-        },
-    );
-    let caches = Caches {
-        readiness,
-        readiness_synced: synced_rx.clone(),
-        traffic_splits: split_store.clone(),
-        http_routes: http_route_store,
-    };
-    let context = Arc::new(Context::new(
-        client,
-        caches,
-        recorder,
-        metrics,
-        leader.clone(),
-    ));
-
-    // Every gain of leadership queues every policy: the new leader converges at once.
-    let leadership_gained = futures::stream::unfold(leader.subscribe(), |mut rx| async move {
+/// Every gain of leadership queues every policy: the new leader converges at once.
+fn leadership_gained(leadership: &Leadership) -> impl Stream<Item = ()> + Send + 'static + use<> {
+    futures::stream::unfold(leadership.subscribe(), |mut rx| async move {
         loop {
             rx.changed().await.ok()?;
-            if *rx.borrow_and_update() {
+            if *rx.borrow_and_update() == Role::Leader {
                 return Some(((), rx));
             }
         }
-    });
+    })
+}
 
-    let stores_ready = Arc::new(AtomicBool::new(false));
-    // The safety-net resync of every policy.
-    let resync = futures::stream::unfold((), |()| async {
-        tokio::time::sleep(crate::reconcile::RESYNC).await;
+/// The safety-net resync of every policy.
+fn resync() -> impl Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold((), |()| async {
+        tokio::time::sleep(RESYNC).await;
         Some(((), ()))
-    });
-
-    let cache_state = CacheState {
-        readiness_synced: synced_rx,
-        stores_ready: stores_ready.clone(),
-    };
-    let stores_ready_task = {
-        let (policies, splits) = (policy_store.clone(), split_store);
-        async move {
-            let _ = policies.wait_until_ready().await;
-            let _ = splits.wait_until_ready().await;
-            stores_ready.store(true, Ordering::SeqCst);
-            info!("policy and TrafficSplit caches synced");
-            std::future::pending::<()>().await
-        }
-    };
-
-    let run = async move {
-        let mut controller = Controller::for_stream(policy_stream, policy_store)
-            .with_config(ControllerConfig::default().concurrency(settings.concurrency))
-            .watches_stream(split_stream, split_mapper);
-        if let Some(stream) = http_route_stream {
-            let mapper = move |route: DynamicObject| route_owners(&route.metadata);
-            controller = controller.watches_stream_with(stream, mapper, http_route_resource);
-        }
-        let controller = controller
-            .reconcile_on(trigger_rx)
-            .reconcile_all_on(futures::stream::select(leadership_gained, resync))
-            .graceful_shutdown_on(shutdown)
-            .run(reconcile, error_policy, context)
-            .for_each(|result| async move {
-                if let Err(e) = result {
-                    debug!(error = %e, "reconcile request not completed");
-                }
-            });
-        info!("controller started");
-        tokio::select! {
-            _ = controller => info!("controller stopped"),
-            _ = slices_task => warn!("EndpointSlice watch ended"),
-            _ = services_task => warn!("Service watch ended"),
-            _ = stores_ready_task => {},
-        }
-        // Give watches a moment to be dropped cleanly.
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
-    (cache_state, run)
+    })
 }

@@ -12,10 +12,7 @@
 //!   within one `retry_period` instead of waiting for expiry.
 
 use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -33,54 +30,57 @@ use tracing::{info, warn};
 
 use crate::metrics::Metrics;
 
-/// Shared view of this replica's leadership.
-#[derive(Clone, Debug)]
-pub struct LeaderState {
-    is_leader: Arc<AtomicBool>,
-    known: Arc<AtomicBool>,
-    changes: watch::Sender<bool>,
+/// What this replica is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Not known until the first election round.
+    Pending,
+    /// It holds the lease and writes.
+    Leader,
+    /// Another replica leads; this one keeps its caches warm and writes nothing.
+    Standby,
 }
 
-impl LeaderState {
-    /// A replica that starts as a standby, its state not known until the first election round.
-    pub fn standby() -> Self {
-        let (changes, _) = watch::channel(false);
+/// This replica's role, one watched value: the election writes it, everything else reads it.
+#[derive(Clone, Debug)]
+pub struct Leadership {
+    role: Arc<watch::Sender<Role>>,
+}
+
+impl Leadership {
+    /// A replica whose role the election will tell.
+    pub fn pending() -> Self {
         Self {
-            is_leader: Arc::new(AtomicBool::new(false)),
-            known: Arc::new(AtomicBool::new(false)),
-            changes,
+            role: Arc::new(watch::Sender::new(Role::Pending)),
         }
     }
 
-    /// A replica that is always the leader (leader election disabled).
+    /// A replica that always leads (leader election disabled).
     pub fn always() -> Self {
-        let state = Self::standby();
-        state.set(true);
-        state
+        let leadership = Self::pending();
+        leadership.set(Role::Leader);
+        leadership
+    }
+
+    /// The role now.
+    pub fn role(&self) -> Role {
+        *self.role.borrow()
     }
 
     /// Whether this replica may write now.
     pub fn is_leader(&self) -> bool {
-        self.is_leader.load(Ordering::SeqCst)
-    }
-
-    /// Whether this replica knows if it is leader or standby (for `/readyz`).
-    pub fn is_known(&self) -> bool {
-        self.known.load(Ordering::SeqCst)
+        self.role() == Role::Leader
     }
 
     /// Records the outcome of an election round.
-    pub fn set(&self, leader: bool) {
-        self.known.store(true, Ordering::SeqCst);
-        let was = self.is_leader.swap(leader, Ordering::SeqCst);
-        if was != leader {
-            self.changes.send_replace(leader);
-        }
+    pub fn set(&self, role: Role) {
+        self.role
+            .send_if_modified(|r| std::mem::replace(r, role) != role);
     }
 
-    /// A receiver that sees every change of leadership.
-    pub fn subscribe(&self) -> watch::Receiver<bool> {
-        self.changes.subscribe()
+    /// A receiver that sees every change of role.
+    pub fn subscribe(&self) -> watch::Receiver<Role> {
+        self.role.subscribe()
     }
 }
 
@@ -106,7 +106,7 @@ pub struct LeaseSettings {
 pub async fn run_election(
     client: Client,
     settings: LeaseSettings,
-    state: LeaderState,
+    state: Leadership,
     metrics: Arc<Metrics>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -127,11 +127,15 @@ pub async fn run_election(
         if leader_now != state.is_leader() {
             if leader_now {
                 info!(identity = %elector.settings.identity, "became leader");
-            } else {
+            } else if state.role() == Role::Leader {
                 warn!(identity = %elector.settings.identity, "lost leadership; writes stopped");
             }
         }
-        state.set(leader_now);
+        state.set(if leader_now {
+            Role::Leader
+        } else {
+            Role::Standby
+        });
         metrics.leader.set(i64::from(leader_now));
         tokio::select! {
             _ = tokio::time::sleep(elector.settings.retry_period) => {}
@@ -139,7 +143,7 @@ pub async fn run_election(
         }
     }
     if state.is_leader() {
-        state.set(false);
+        state.set(Role::Standby);
         metrics.leader.set(0);
         elector.release(&metrics).await;
     }
@@ -189,34 +193,41 @@ impl Elector {
 
     /// One election round; returns whether this replica holds the lease afterwards.
     async fn try_acquire_or_renew(&mut self, metrics: &Metrics) -> bool {
-        let current = match self.api.get_opt(&self.settings.name).await {
-            Ok(lease) => lease,
+        match self.api.get_opt(&self.settings.name).await {
+            Ok(Some(lease)) => self.take_or_renew(lease, metrics).await,
+            Ok(None) => self.create(metrics).await,
             Err(e) => {
                 warn!(error = %e, "reading the leader Lease failed");
-                return false;
+                false
             }
+        }
+    }
+
+    /// Creates the Lease, held by this replica.
+    async fn create(&mut self, metrics: &Metrics) -> bool {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(self.settings.name.clone()),
+                namespace: Some(self.settings.namespace.clone()),
+                ..Default::default()
+            },
+            spec: Some(self.spec(0, None)),
         };
-        let Some(mut lease) = current else {
-            let lease = Lease {
-                metadata: ObjectMeta {
-                    name: Some(self.settings.name.clone()),
-                    namespace: Some(self.settings.namespace.clone()),
-                    ..Default::default()
-                },
-                spec: Some(self.spec(0, None)),
-            };
-            return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(created) => {
-                    metrics.write("lease");
-                    self.renewed(&created);
-                    true
-                }
-                Err(e) => {
-                    warn!(error = %e, "creating the leader Lease failed");
-                    false
-                }
-            };
-        };
+        match self.api.create(&PostParams::default(), &lease).await {
+            Ok(created) => {
+                metrics.write("lease");
+                self.renewed(&created);
+                true
+            }
+            Err(e) => {
+                warn!(error = %e, "creating the leader Lease failed");
+                false
+            }
+        }
+    }
+
+    /// Renews a Lease this replica holds, or takes one that is released or expired.
+    async fn take_or_renew(&mut self, mut lease: Lease, metrics: &Metrics) -> bool {
         let record = LeaseRecord::of(&lease);
         let first_seen = match &self.observed {
             Some((seen, at)) if *seen == record => *at,
@@ -229,13 +240,12 @@ impl Elector {
         if !mine && !expired {
             return false;
         }
-        let spec = if mine {
+        lease.spec = Some(if mine {
             let acquire = lease.spec.as_ref().and_then(|s| s.acquire_time.clone());
             self.spec(record.transitions, acquire)
         } else {
             self.spec(record.transitions.saturating_add(1), None)
-        };
-        lease.spec = Some(spec);
+        });
         // The resourceVersion read above makes this a compare-and-swap.
         match self
             .api

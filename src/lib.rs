@@ -1,22 +1,43 @@
 //! A Kubernetes controller that fails traffic over between backend Services.
 //!
 //! Users declare a [`api::FailoverPolicy`]; the controller watches the readiness of its backends
-//! through EndpointSlices and owns a generated SMI [`trafficsplit::TrafficSplit`] whose weights
-//! send the traffic to the primary while it is ready and to the secondaries otherwise.
+//! through EndpointSlices and owns a generated route (an SMI TrafficSplit or a Gateway API
+//! HTTPRoute) whose weights send the traffic to the primary while it is ready and to the
+//! secondaries otherwise.
 //!
-//! Modules, one concern each: [`api`] (the CRD types), [`readiness`] (EndpointSlice counts),
-//! [`index`] (Service → policies), [`decision`] (the pure failover rule), [`reconcile`] (reads
-//! caches, writes results), [`controller`] (wiring), [`metrics`], [`leader`], [`telemetry`].
+//! Data flows one way; each step is a module of its own:
+//!
+//! | step | module | what it does |
+//! |---|---|---|
+//! | watch | [`watch`], [`controller`] | list and watch, with backoff; wake the policies concerned |
+//! | observe | [`observe`] | keep small facts: endpoint counts, route views, the index |
+//! | validate | [`validate`] | a [`validate::ValidPolicy`], every value parsed, or the problems |
+//! | gather | [`gather`] | read what a decision needs from the caches |
+//! | decide | [`decide`] | pure: weights, holds, transition, conditions |
+//! | apply | [`apply`] | write the route; an [`apply::Applied`] outcome |
+//! | status | [`status`] | pure: the one place a status is built |
+//! | write | [`write`] | write the status, Events, metrics |
+//!
+//! [`reconcile`] sequences the steps. Around them: [`api`] (the CRD types and their rules),
+//! [`route`] (the route kinds), [`writer`] (the leader-gated door for writes), [`recent`]
+//! (memory of recent writes), [`leader`], [`metrics`], [`admin`], [`telemetry`], [`crd`].
 
 pub mod admin;
 pub mod api;
+pub mod apply;
 pub mod controller;
 pub mod crd;
-pub mod decision;
-pub mod index;
+pub mod decide;
+pub mod gather;
 pub mod leader;
 pub mod metrics;
-pub mod readiness;
+pub mod observe;
+pub mod recent;
 pub mod reconcile;
+pub mod route;
+pub mod status;
 pub mod telemetry;
-pub mod trafficsplit;
+pub mod validate;
+pub mod watch;
+pub mod write;
+pub mod writer;

@@ -7,7 +7,7 @@ use clap::Parser;
 use failover::{
     admin::{self, AdminState},
     controller::{self, Settings},
-    leader::{self, LeaderState, LeaseSettings},
+    leader::{self, Leadership, LeaseSettings},
     metrics::Metrics,
     telemetry::{self, LogFormat},
 };
@@ -78,7 +78,7 @@ struct Args {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    failover::api::parse_duration(s).map_err(|e| e.to_string())
+    failover::validate::parse_duration(s).map_err(|e| e.to_string())
 }
 
 async fn client(args: &Args) -> anyhow::Result<kube::Client> {
@@ -129,99 +129,121 @@ async fn main() -> anyhow::Result<()> {
     }
     let client = client(&args).await?;
     let metrics = Arc::new(Metrics::new());
-    let identity = args.instance.clone().unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        format!("{}-{}", host.trim(), std::process::id())
-    });
-    let leader = if args.leader_elect {
-        LeaderState::standby()
+    let identity = identity(&args);
+    let leadership = if args.leader_elect {
+        Leadership::pending()
     } else {
         metrics.leader.set(1);
-        LeaderState::always()
+        Leadership::always()
     };
-
     // Shutdown: stop taking work, finish in-flight writes within the grace period, then release
     // the lease so a standby takes over at once.
-    let (stopping_tx, stopping_rx) = watch::channel(false);
-    tokio::spawn(async move {
-        termination().await;
-        let _ = stopping_tx.send(true);
-    });
-    let controller_stop = {
-        let mut rx = stopping_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
-
-    // HTTPRoute output needs the Gateway API; its watch starts only when the cluster serves it.
-    let http_routes = client
-        .list_api_group_resources("gateway.networking.k8s.io/v1")
-        .await
-        .is_ok_and(|list| list.resources.iter().any(|r| r.name == "httproutes"));
-    if !http_routes {
-        info!(
-            "the Gateway API HTTPRoute resource is not served; output HTTPRoute is unavailable until a restart after it is installed"
-        );
-    }
+    let stopping = stopping();
     let settings = Settings {
         namespace: args.namespace.clone(),
         concurrency: args.concurrency,
         instance: Some(identity.clone()),
-        http_routes,
+        http_routes: gateway_api_served(&client).await,
     };
-    let (caches, run) = controller::start(
+    let (handle, run) = controller::start(
         client.clone(),
         settings,
         metrics.clone(),
-        leader.clone(),
-        controller_stop,
+        leadership.clone(),
+        stopped(stopping.clone()),
     );
-
     let admin_state = AdminState {
         metrics: metrics.clone(),
-        caches,
-        leader: leader.clone(),
+        synced: handle.caches.synced.clone(),
+        leadership: leadership.clone(),
     };
-    let (_, serve) = admin::bind(args.admin_addr, admin_state).await?;
-    tokio::spawn(async move {
-        if let Err(e) = serve.await {
-            warn!(error = %e, "admin server stopped");
-        }
-    });
-
-    let (election_stop_tx, election_stop_rx) = watch::channel(false);
-    let election = args.leader_elect.then(|| {
-        let lease = LeaseSettings {
-            namespace: args.lease_namespace.clone().unwrap_or_else(|| "default".into()),
-            name: args.lease_name.clone(),
-            identity: identity.clone(),
-            lease_duration: args.lease_duration,
-            renew_deadline: args.renew_deadline,
-            retry_period: args.retry_period,
-        };
-        info!(lease = %lease.name, namespace = %lease.namespace, identity = %lease.identity, "leader election enabled");
-        tokio::spawn(leader::run_election(client.clone(), lease, leader.clone(), metrics.clone(), election_stop_rx))
-    });
-
+    serve_admin(args.admin_addr, admin_state).await?;
+    let (election_stop, election) = election(&args, &identity, client, leadership, metrics);
     info!(namespace = args.namespace.as_deref().unwrap_or("<all>"), identity = %identity, "starting");
-    let mut run = std::pin::pin!(run);
-    let grace = {
-        let mut rx = stopping_rx.clone();
-        let grace = args.shutdown_grace;
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-            tokio::time::sleep(grace).await;
-        }
+    let grace = async move {
+        stopped(stopping).await;
+        tokio::time::sleep(args.shutdown_grace).await;
     };
     tokio::select! {
-        _ = &mut run => info!("in-flight work finished"),
+        _ = run => info!("in-flight work finished"),
         _ = grace => warn!("in-flight work did not finish within the shutdown grace period"),
     }
-    let _ = election_stop_tx.send(true);
+    let _ = election_stop.send(true);
     if let Some(election) = election {
         let _ = tokio::time::timeout(Duration::from_secs(5), election).await;
     }
     info!("stopped");
     Ok(())
+}
+
+/// This replica's identity: `--instance`, else the host name and process id.
+fn identity(args: &Args) -> String {
+    args.instance.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    })
+}
+
+/// Turns true when SIGTERM or SIGINT arrives.
+fn stopping() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        termination().await;
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+/// Resolves once `stopping` turns true.
+async fn stopped(mut stopping: watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|s| *s).await;
+}
+
+/// HTTPRoute output needs the Gateway API; its watch starts only when the cluster serves it.
+async fn gateway_api_served(client: &kube::Client) -> bool {
+    let served = client
+        .list_api_group_resources("gateway.networking.k8s.io/v1")
+        .await
+        .is_ok_and(|list| list.resources.iter().any(|r| r.name == "httproutes"));
+    if !served {
+        info!(
+            "the Gateway API HTTPRoute resource is not served; output HTTPRoute is unavailable until a restart after it is installed"
+        );
+    }
+    served
+}
+
+/// Binds the admin server and serves it in the background.
+async fn serve_admin(addr: SocketAddr, state: AdminState) -> anyhow::Result<()> {
+    let (_, serve) = admin::bind(addr, state).await?;
+    tokio::spawn(async move {
+        if let Err(e) = serve.await {
+            warn!(error = %e, "admin server stopped");
+        }
+    });
+    Ok(())
+}
+
+/// Starts leader election when asked for; returns its stop switch and task.
+fn election(
+    args: &Args,
+    identity: &str,
+    client: kube::Client,
+    leadership: Leadership,
+    metrics: Arc<Metrics>,
+) -> (watch::Sender<bool>, Option<tokio::task::JoinHandle<()>>) {
+    let (stop, stop_rx) = watch::channel(false);
+    let task = args.leader_elect.then(|| {
+        let lease = LeaseSettings {
+            namespace: args.lease_namespace.clone().unwrap_or_else(|| "default".into()),
+            name: args.lease_name.clone(),
+            identity: identity.to_string(),
+            lease_duration: args.lease_duration,
+            renew_deadline: args.renew_deadline,
+            retry_period: args.retry_period,
+        };
+        info!(lease = %lease.name, namespace = %lease.namespace, identity = %lease.identity, "leader election enabled");
+        tokio::spawn(leader::run_election(client, lease, leadership, metrics, stop_rx))
+    });
+    (stop, task)
 }

@@ -3,10 +3,7 @@
 
 use std::{
     collections::HashMap,
-    sync::{
-        Mutex,
-        atomic::{AtomicI64, AtomicU64},
-    },
+    sync::atomic::{AtomicI64, AtomicU64},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -21,7 +18,20 @@ use prometheus_client::{
     registry::Registry,
 };
 
+use parking_lot::Mutex;
+
 use crate::api::Phase;
+
+/// Every watch, as `watch_restarts` labels it.
+pub const WATCH_KINDS: [&str; 5] = [
+    "endpointslice",
+    "service",
+    "failoverpolicy",
+    "trafficsplit",
+    "httproute",
+];
+/// Every kind of API write, as `api_writes` labels it.
+pub const WRITE_KINDS: [&str; 5] = ["trafficsplit", "httproute", "status", "event", "lease"];
 
 /// Labels of per-policy series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -76,8 +86,7 @@ impl Default for Metrics {
 impl Metrics {
     /// Creates and registers every metric under the `failover_` prefix.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("failover");
-        let m = Self {
+        let mut m = Self {
             reconciles: Counter::default(),
             reconcile_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             reconcile_errors: Family::default(),
@@ -90,75 +99,80 @@ impl Metrics {
             api_writes: Family::default(),
             watch_restarts: Family::default(),
             leader: Gauge::default(),
-            registry: Registry::default(),
+            registry: Registry::with_prefix("failover"),
         };
-        registry.register("reconciles", "Reconciles run", m.reconciles.clone());
-        registry.register(
-            "reconcile_duration_seconds",
-            "Duration of each reconcile",
-            m.reconcile_duration.clone(),
-        );
-        registry.register(
-            "reconcile_errors",
-            "Failed reconciles by error kind",
-            m.reconcile_errors.clone(),
-        );
-        registry.register(
-            "failovers",
-            "Times traffic left the primary or moved between secondaries, per policy",
-            m.failovers.clone(),
-        );
-        registry.register(
-            "failbacks",
-            "Times traffic returned to the primary, per policy",
-            m.failbacks.clone(),
-        );
-        registry.register(
-            "ready_backends",
-            "Ready backends per policy",
-            m.ready_backends.clone(),
-        );
-        registry.register(
-            "policy_phase",
-            "Phase per policy: 0 Primary, 1 FailedOver, 2 NoReadyBackend",
-            m.phase.clone(),
-        );
-        registry.register(
-            "seconds_since_last_transition",
-            "Seconds since each policy's last failover or failback",
-            m.since_last_transition.clone(),
-        );
-        registry.register(
-            "api_writes",
-            "API writes made, by kind",
-            m.api_writes.clone(),
-        );
-        registry.register(
-            "watch_restarts",
-            "Watch streams restarted after an error, by kind",
-            m.watch_restarts.clone(),
-        );
-        registry.register(
-            "leader",
-            "1 while this replica holds the leader lease",
-            m.leader.clone(),
-        );
+        m.register_all();
         // Known bounded series start at zero, so rates and alerts work before the first event.
-        for kind in [
-            "endpointslice",
-            "service",
-            "failoverpolicy",
-            "trafficsplit",
-            "httproute",
-        ] {
+        for kind in WATCH_KINDS {
             m.watch_restart_counter(kind);
         }
-        for kind in ["trafficsplit", "httproute", "status", "event", "lease"] {
+        for kind in WRITE_KINDS {
             let _ = m.api_writes.get_or_create_owned(&KindLabels {
                 kind: kind.to_string(),
             });
         }
-        Self { registry, ..m }
+        m
+    }
+
+    fn register_all(&mut self) {
+        let r = &mut self.registry;
+        r.register("reconciles", "Reconciles run", self.reconciles.clone());
+        r.register(
+            "reconcile_duration_seconds",
+            "Duration of each reconcile",
+            self.reconcile_duration.clone(),
+        );
+        let by_kind = [
+            (
+                "reconcile_errors",
+                "Failed reconciles by error kind",
+                &self.reconcile_errors,
+            ),
+            ("api_writes", "API writes made, by kind", &self.api_writes),
+            (
+                "watch_restarts",
+                "Watch streams restarted after an error, by kind",
+                &self.watch_restarts,
+            ),
+        ];
+        for (name, help, family) in by_kind {
+            r.register(name, help, family.clone());
+        }
+        let per_policy_counters = [
+            (
+                "failovers",
+                "Times traffic left the primary or moved between secondaries, per policy",
+                &self.failovers,
+            ),
+            (
+                "failbacks",
+                "Times traffic returned to the primary, per policy",
+                &self.failbacks,
+            ),
+        ];
+        for (name, help, family) in per_policy_counters {
+            r.register(name, help, family.clone());
+        }
+        r.register(
+            "ready_backends",
+            "Ready backends per policy",
+            self.ready_backends.clone(),
+        );
+        r.register(
+            "policy_phase",
+            "Phase per policy: 0 Primary, 1 FailedOver, 2 NoReadyBackend",
+            self.phase.clone(),
+        );
+        r.register(
+            "seconds_since_last_transition",
+            "Seconds since each policy's last failover or failback",
+            self.since_last_transition.clone(),
+        );
+        r.register(
+            "leader",
+            "1 while this replica holds the leader lease",
+            self.leader.clone(),
+        );
     }
 
     fn watch_restart_counter(&self, kind: &str) -> Counter {
@@ -182,12 +196,10 @@ impl Metrics {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0);
-        if let Ok(times) = self.transition_times.lock() {
-            for (labels, at) in times.iter() {
-                self.since_last_transition
-                    .get_or_create(labels)
-                    .set((now - at).max(0.0));
-            }
+        for (labels, at) in self.transition_times.lock().iter() {
+            self.since_last_transition
+                .get_or_create(labels)
+                .set((now - at).max(0.0));
         }
         let mut out = String::new();
         // Writing into a String cannot fail.
@@ -244,16 +256,14 @@ impl Metrics {
 
     /// Records when a policy's traffic last moved (Unix seconds).
     pub fn set_last_transition(&self, labels: &PolicyLabels, unix_seconds: f64) {
-        if let Ok(mut times) = self.transition_times.lock() {
-            times.insert(labels.clone(), unix_seconds);
-        }
+        self.transition_times
+            .lock()
+            .insert(labels.clone(), unix_seconds);
     }
 
     /// Forgets every series of a deleted policy.
     pub fn forget_policy(&self, labels: &PolicyLabels) {
-        if let Ok(mut times) = self.transition_times.lock() {
-            times.remove(labels);
-        }
+        self.transition_times.lock().remove(labels);
         self.since_last_transition.remove(labels);
         self.failovers.remove(labels);
         self.failbacks.remove(labels);

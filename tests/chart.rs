@@ -3,15 +3,14 @@
 
 mod support;
 
-use std::{collections::BTreeMap, process::Output, time::Duration};
+use std::{collections::BTreeMap, process::Output};
 
 use failover::api::Phase;
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{ResourceExt, api::PostParams};
-use support::{ControllerProcess, TestEnv, repo_root};
+use support::{ControllerProcess, PolicyBuilder, TestEnv, WAIT, repo_root};
 
 const CHART: &str = "charts/failover-controller";
-const WAIT: Duration = Duration::from_secs(30);
 
 fn helm(env: &TestEnv, args: &[&str]) -> Output {
     std::process::Command::new(env.cp.bin("helm"))
@@ -221,13 +220,14 @@ async fn controller_works_under_exactly_the_charts_rbac_and_touches_nothing_fore
     // Backends, plus bystanders the controller must never modify.
     env.ready_backends(&["web", "web-east", "web-west", "bystander"])
         .await;
-    let foreign: failover::trafficsplit::TrafficSplit = serde_json::from_value(serde_json::json!({
-        "apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit",
-        "metadata": {"name": "someone-elses"},
-        "spec": {"service": "bystander", "backends": [{"service": "bystander", "weight": 1}]}
-    }))
-    .expect("ts");
-    env.api::<failover::trafficsplit::TrafficSplit>()
+    let foreign: failover::route::trafficsplit::TrafficSplit =
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit",
+            "metadata": {"name": "someone-elses"},
+            "spec": {"service": "bystander", "backends": [{"service": "bystander", "weight": 1}]}
+        }))
+        .expect("ts");
+    env.api::<failover::route::trafficsplit::TrafficSplit>()
         .create(&PostParams::default(), &foreign)
         .await
         .expect("foreign split");
@@ -242,12 +242,12 @@ async fn controller_works_under_exactly_the_charts_rbac_and_touches_nothing_fore
         "500ms",
     ];
     let controller = ControllerProcess::start_with_kubeconfig(&env, &token_kubeconfig, &lease);
-    env.apply_policy("apiVersion: failover.dev/v1alpha1\nkind: FailoverPolicy\nmetadata: {name: web}\nspec:\n  service: web\n  primary: web\n  secondaries: [{service: web-east}, {service: web-west}]\n");
+    env.apply(&PolicyBuilder::web());
     env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
         .await;
     let versions = |services: Vec<Service>,
                     slices: Vec<EndpointSlice>,
-                    splits: Vec<failover::trafficsplit::TrafficSplit>| {
+                    splits: Vec<failover::route::trafficsplit::TrafficSplit>| {
         let mut v = BTreeMap::new();
         for s in services {
             v.insert(format!("service/{}", s.name_any()), s.resource_version());
@@ -274,7 +274,7 @@ async fn controller_works_under_exactly_the_charts_rbac_and_touches_nothing_fore
             .expect("slices")
             .items;
         let splits = env
-            .api::<failover::trafficsplit::TrafficSplit>()
+            .api::<failover::route::trafficsplit::TrafficSplit>()
             .list(&Default::default())
             .await
             .expect("splits")

@@ -6,8 +6,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use failover::{
-    api::{FailoverPolicy, Phase},
-    trafficsplit::TrafficSplit,
+    api::{FailoverPolicy, Phase, Strategy},
+    route::trafficsplit::TrafficSplit,
 };
 use futures::{StreamExt, TryStreamExt};
 use kube::{
@@ -15,46 +15,16 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
-use support::{ControllerProcess, TestEnv, wait_until};
-
-const WAIT: Duration = Duration::from_secs(30);
-
-fn policy_yaml(name: &str, strategy: &str, extra: &str) -> String {
-    format!(
-        r#"apiVersion: failover.dev/v1alpha1
-kind: FailoverPolicy
-metadata:
-  name: {name}
-spec:
-  service: web
-  primary: web
-  secondaries:
-    - service: web-east
-    - service: web-west
-  strategy: {strategy}
-{extra}"#
-    )
-}
-
-fn condition_reason(p: &FailoverPolicy, type_: &str) -> Option<String> {
-    p.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.reason.clone())
-}
-
-fn phase(p: &FailoverPolicy) -> Option<Phase> {
-    p.status.as_ref()?.phase
-}
+use support::{
+    ControllerProcess, PolicyBuilder, TestEnv, WAIT, condition_reason, phase, wait_until,
+};
 
 /// Sets up backends, a controller and one policy; waits until it routes to the primary.
-async fn setup(test: &str, strategy: &str, extra: &str) -> Option<(TestEnv, ControllerProcess)> {
+async fn setup(test: &str, policy: PolicyBuilder) -> Option<(TestEnv, ControllerProcess)> {
     let env = TestEnv::new(test).await?;
     env.ready_backends(&["web", "web-east", "web-west"]).await;
     let controller = ControllerProcess::start(&env, &[]);
-    env.apply_policy(&policy_yaml("web", strategy, extra));
+    env.apply(&policy);
     env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
         .await;
     Some((env, controller))
@@ -62,7 +32,7 @@ async fn setup(test: &str, strategy: &str, extra: &str) -> Option<(TestEnv, Cont
 
 #[tokio::test]
 async fn routes_all_traffic_to_ready_primary_and_owns_the_split() {
-    let Some((env, _controller)) = setup("primary-ready", "Ordered", "").await else {
+    let Some((env, _controller)) = setup("primary-ready", PolicyBuilder::web()).await else {
         return;
     };
     let policy = env
@@ -98,7 +68,7 @@ async fn routes_all_traffic_to_ready_primary_and_owns_the_split() {
 
 #[tokio::test]
 async fn fails_over_to_first_ready_secondary_and_kubectl_shows_it() {
-    let Some((env, _controller)) = setup("ordered", "Ordered", "").await else {
+    let Some((env, _controller)) = setup("ordered", PolicyBuilder::web()).await else {
         return;
     };
     env.set_endpoints("web", 0, 2).await;
@@ -136,7 +106,9 @@ async fn fails_over_to_first_ready_secondary_and_kubectl_shows_it() {
 
 #[tokio::test]
 async fn equal_strategy_splits_among_ready_secondaries() {
-    let Some((env, _controller)) = setup("equal", "Equal", "").await else {
+    let Some((env, _controller)) =
+        setup("equal", PolicyBuilder::web().strategy(Strategy::Equal)).await
+    else {
         return;
     };
     env.set_endpoints("web", 0, 1).await;
@@ -176,7 +148,7 @@ async fn weighted_strategy_follows_weights() {
 
 #[tokio::test]
 async fn secondary_readiness_change_during_failover_moves_traffic() {
-    let Some((env, _controller)) = setup("secondary-change", "Ordered", "").await else {
+    let Some((env, _controller)) = setup("secondary-change", PolicyBuilder::web()).await else {
         return;
     };
     env.set_endpoints("web", 0, 1).await;
@@ -193,7 +165,7 @@ async fn secondary_readiness_change_during_failover_moves_traffic() {
 
 #[tokio::test]
 async fn fails_back_when_primary_recovers() {
-    let Some((env, _controller)) = setup("failback", "Ordered", "").await else {
+    let Some((env, _controller)) = setup("failback", PolicyBuilder::web()).await else {
         return;
     };
     env.set_endpoints("web", 0, 1).await;
@@ -216,7 +188,7 @@ async fn fails_back_when_primary_recovers() {
 
 #[tokio::test]
 async fn keeps_weights_when_nothing_is_ready() {
-    let Some((env, _controller)) = setup("none-ready", "Ordered", "").await else {
+    let Some((env, _controller)) = setup("none-ready", PolicyBuilder::web()).await else {
         return;
     };
     env.set_endpoints("web", 0, 1).await;
@@ -248,12 +220,7 @@ async fn keeps_weights_when_nothing_is_ready() {
 
 #[tokio::test]
 async fn failover_after_holds_traffic_until_due() {
-    let Some((env, _controller)) = setup(
-        "hold",
-        "Ordered",
-        "  failoverAfter: 3s\n  failbackAfter: 2s\n",
-    )
-    .await
+    let Some((env, _controller)) = setup("hold", PolicyBuilder::web().holds("3s", "2s")).await
     else {
         return;
     };
@@ -313,7 +280,7 @@ async fn foreign_traffic_split_is_never_touched() {
         .await
         .expect("create foreign split");
     let _controller = ControllerProcess::start(&env, &[]);
-    env.apply_policy(&policy_yaml("web", "Ordered", ""));
+    env.apply(&PolicyBuilder::web());
     let p = env
         .wait_policy("web", WAIT, "TrafficSplitConflict", |p| {
             condition_reason(p, "Ready").as_deref() == Some("TrafficSplitConflict")
@@ -348,7 +315,7 @@ async fn foreign_traffic_split_is_never_touched() {
 
 #[tokio::test]
 async fn hand_edit_of_the_split_is_reverted() {
-    let Some((env, _controller)) = setup("hand-edit", "Ordered", "").await else {
+    let Some((env, _controller)) = setup("hand-edit", PolicyBuilder::web()).await else {
         return;
     };
     let edit = serde_json::json!({"spec": {"backends": [{"service": "web", "weight": 0}, {"service": "web-east", "weight": 9}, {"service": "web-west", "weight": 0}]}});
@@ -363,7 +330,7 @@ async fn hand_edit_of_the_split_is_reverted() {
 
 #[tokio::test]
 async fn deleting_the_policy_garbage_collects_its_split() {
-    let Some((env, _controller)) = setup("gc-split", "Ordered", "").await else {
+    let Some((env, _controller)) = setup("gc-split", PolicyBuilder::web()).await else {
         return;
     };
     env.api::<FailoverPolicy>()
@@ -386,7 +353,7 @@ async fn missing_service_and_missing_slices_are_reported() {
     env.create_service("web-east").await;
     env.ready_backends(&["web-west"]).await;
     let _controller = ControllerProcess::start(&env, &[]);
-    env.apply_policy(&policy_yaml("web", "Ordered", ""));
+    env.apply(&PolicyBuilder::web());
     env.wait_weights("web", &[("web", 0), ("web-east", 0), ("web-west", 1)], WAIT)
         .await;
     let p = env
@@ -437,7 +404,7 @@ where
 /// failover and for an idle period: exactly one TrafficSplit write and one status write.
 #[tokio::test]
 async fn one_failover_costs_one_split_write_and_one_status_write() {
-    let Some((env, _controller)) = setup("write-count", "Ordered", "").await else {
+    let Some((env, _controller)) = setup("write-count", PolicyBuilder::web()).await else {
         return;
     };
     env.wait_policy("web", WAIT, "settled", |p| phase(p) == Some(Phase::Primary))

@@ -8,30 +8,23 @@ use std::time::{Duration, Instant};
 
 use failover::api::{FailoverPolicy, Phase};
 use kube::api::PostParams;
-use support::{ControllerProcess, TestEnv, metric, metric_sum, wait_until};
+use support::{
+    ControllerProcess, PolicyBuilder, TestEnv, condition_reason, metric, metric_sum, phase,
+    wait_until,
+};
 
 const WAIT: Duration = Duration::from_secs(60);
-const POLICY: &str = "apiVersion: failover.dev/v1alpha1\nkind: FailoverPolicy\nmetadata: {name: web}\nspec:\n  service: web\n  primary: web\n  secondaries: [{service: web-east}, {service: web-west}]\n";
 const PRIMARY: [(&str, i64); 3] = [("web", 1), ("web-east", 0), ("web-west", 0)];
 const FAILED_OVER: [(&str, i64); 3] = [("web", 0), ("web-east", 1), ("web-west", 0)];
 
-fn phase(p: &FailoverPolicy) -> Option<Phase> {
-    p.status.as_ref()?.phase
-}
-
 fn ready_reason(p: &FailoverPolicy) -> Option<String> {
-    p.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| c.reason.clone())
+    condition_reason(p, "Ready")
 }
 
 async fn started(env: &TestEnv) -> ControllerProcess {
     env.ready_backends(&["web", "web-east", "web-west"]).await;
     let controller = ControllerProcess::start(env, &[]);
-    env.apply_policy(POLICY);
+    env.apply(&PolicyBuilder::web());
     env.wait_weights("web", &PRIMARY, WAIT).await;
     controller
 }
@@ -54,7 +47,7 @@ async fn wait_api(env: &TestEnv) {
             .status
             .success()
             && env
-                .api::<failover::trafficsplit::TrafficSplit>()
+                .api::<failover::route::trafficsplit::TrafficSplit>()
                 .list(&Default::default())
                 .await
                 .is_ok()
@@ -172,7 +165,7 @@ async fn denied_writes_are_reported_then_retried_until_they_land() {
     env.grant("split-writes", "controller", SPLIT_WRITES);
     env.ready_backends(&["web", "web-east", "web-west"]).await;
     let controller = ControllerProcess::start_with_kubeconfig(&env, &kubeconfig, &[]);
-    env.apply_policy(POLICY);
+    env.apply(&PolicyBuilder::web());
     env.wait_weights("web", &PRIMARY, WAIT).await;
 
     // Revoke the TrafficSplit writes, then lose the primary.
@@ -236,7 +229,7 @@ async fn policy_whose_services_do_not_exist_reports_them() {
         return;
     };
     let controller = ControllerProcess::start(&env, &[]);
-    env.apply_policy(POLICY);
+    env.apply(&PolicyBuilder::web());
     let p = env
         .wait_policy("web", WAIT, "NoReadyBackend", |p| {
             phase(p) == Some(Phase::NoReadyBackend)
@@ -314,7 +307,7 @@ async fn five_hundred_policies_sharing_one_primary_all_fail_over() {
             .await
             .expect("create policy");
     }
-    let splits: kube::Api<failover::trafficsplit::TrafficSplit> = env.api();
+    let splits: kube::Api<failover::route::trafficsplit::TrafficSplit> = env.api();
     let count = |weights: [i64; 3]| {
         let splits = splits.clone();
         async move {
@@ -375,9 +368,7 @@ async fn flapping_within_the_holds_never_moves_traffic() {
     };
     env.ready_backends(&["web", "web-east", "web-west"]).await;
     let controller = ControllerProcess::start(&env, &[]);
-    env.apply_policy(&format!(
-        "{POLICY}  failoverAfter: 2s\n  failbackAfter: 2s\n"
-    ));
+    env.apply(&PolicyBuilder::web().holds("2s", "2s"));
     env.wait_weights("web", &PRIMARY, WAIT).await;
     // The create is visible before the controller has counted it: wait for the count.
     let counted = wait_until(WAIT, || async {

@@ -6,42 +6,31 @@ mod support;
 
 use std::{sync::Once, time::Duration};
 
-use failover::api::{FailoverPolicy, Phase};
+use failover::api::{FailoverPolicy, HttpRouteSpec, Output, Phase, Strategy, WhenNoneReady};
 use kube::{
     Api,
     api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
 };
-use support::{ControllerProcess, TestEnv, kubectl, kubectl_stdin, wait_until};
+use support::{
+    ControllerProcess, PolicyBuilder, TestEnv, WAIT, condition, kubectl, kubectl_stdin, wait_until,
+};
 
-const WAIT: Duration = Duration::from_secs(30);
-
-fn policy(extra: &str) -> String {
-    format!(
-        "apiVersion: failover.dev/v1alpha1\nkind: FailoverPolicy\nmetadata: {{name: web}}\nspec:\n  service: web\n  primary: web\n  secondaries: [{{service: web-east}}, {{service: web-west}}]\n{extra}"
-    )
-}
-
-fn condition(p: &FailoverPolicy, type_: &str) -> Option<(String, String, String)> {
-    let c = p
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)?;
-    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
-async fn setup(test: &str, extra: &str) -> Option<(TestEnv, ControllerProcess)> {
+async fn setup(test: &str, policy: PolicyBuilder) -> Option<(TestEnv, ControllerProcess)> {
     let env = TestEnv::new(test).await?;
     env.ready_backends(&["web", "web-east", "web-west"]).await;
     let controller = ControllerProcess::start(&env, &[]);
-    env.apply_policy(&policy(extra));
+    env.apply(&policy);
     Some((env, controller))
 }
 
 #[tokio::test]
 async fn proportional_spills_traffic_over_by_health() {
-    let Some((env, _c)) = setup("proportional", "  strategy: Proportional\n").await else {
+    let Some((env, _c)) = setup(
+        "proportional",
+        PolicyBuilder::web().strategy(Strategy::Proportional),
+    )
+    .await
+    else {
         return;
     };
     env.set_endpoints("web", 10, 0).await;
@@ -87,7 +76,7 @@ async fn proportional_spills_traffic_over_by_health() {
 async fn min_ready_ratio_fails_over_a_thinned_primary() {
     let Some((env, _c)) = setup(
         "ratio",
-        "  readiness: {minReadyEndpoints: 1, minReadyRatio: 0.5}\n",
+        PolicyBuilder::web().spec(|s| s.readiness.min_ready_ratio = Some(0.5)),
     )
     .await
     else {
@@ -104,7 +93,12 @@ async fn min_ready_ratio_fails_over_a_thinned_primary() {
 
 #[tokio::test]
 async fn when_none_ready_primary_sends_everything_to_the_primary() {
-    let Some((env, _c)) = setup("none-primary", "  whenNoneReady: Primary\n").await else {
+    let Some((env, _c)) = setup(
+        "none-primary",
+        PolicyBuilder::web().spec(|s| s.when_none_ready = WhenNoneReady::Primary),
+    )
+    .await
+    else {
         return;
     };
     env.set_endpoints("web", 0, 1).await;
@@ -123,12 +117,12 @@ async fn when_none_ready_primary_sends_everything_to_the_primary() {
 
 #[tokio::test]
 async fn suspend_freezes_the_split_while_status_shows_the_decision() {
-    let Some((env, _c)) = setup("suspend", "").await else {
+    let Some((env, _c)) = setup("suspend", PolicyBuilder::web()).await else {
         return;
     };
     env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
         .await;
-    env.apply_policy(&policy("  suspend: true\n"));
+    env.apply(&PolicyBuilder::web().spec(|s| s.suspend = true));
     env.set_endpoints("web", 0, 1).await;
     let p = env
         .wait_policy("web", WAIT, "Suspended with the would-be decision", |p| {
@@ -145,7 +139,7 @@ async fn suspend_freezes_the_split_while_status_shows_the_decision() {
         ("web".to_string(), 1),
         "frozen while suspended"
     );
-    env.apply_policy(&policy(""));
+    env.apply(&PolicyBuilder::web());
     env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
         .await;
     let p = env
@@ -159,7 +153,12 @@ async fn suspend_freezes_the_split_while_status_shows_the_decision() {
 
 #[tokio::test]
 async fn pin_overrides_readiness_and_warns_while_the_pinned_backend_is_down() {
-    let Some((env, _c)) = setup("pin", "  pin: web-west\n").await else {
+    let Some((env, _c)) = setup(
+        "pin",
+        PolicyBuilder::web().spec(|s| s.pin = Some("web-west".into())),
+    )
+    .await
+    else {
         return;
     };
     env.wait_weights("web", &[("web", 0), ("web-east", 0), ("web-west", 1)], WAIT)
@@ -187,10 +186,22 @@ async fn pin_overrides_readiness_and_warns_while_the_pinned_backend_is_down() {
         "a Warning Event while the pinned backend is not ready"
     );
     // Unpinning returns to the normal rules (the primary is ready).
-    env.apply_policy(&policy(""));
+    env.apply(&PolicyBuilder::web());
     env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
         .await;
     env.cleanup().await;
+}
+
+/// The usual policy with output HTTPRoute to port 8080 of the backends.
+fn http_route_policy(parent_port: Option<i32>) -> PolicyBuilder {
+    PolicyBuilder::web().spec(|s| {
+        s.output = Output::HttpRoute;
+        s.http_route = Some(HttpRouteSpec {
+            name: None,
+            parent_port,
+            port: 8080,
+        });
+    })
 }
 
 static GATEWAY_API: Once = Once::new();
@@ -260,13 +271,11 @@ async fn http_route_output_is_owned_kept_and_collected_like_a_traffic_split() {
     env.ready_backends(&["web", "web-east", "web-west"]).await;
     // Started after the CRDs exist: the controller discovers the Gateway API at start.
     let _c = ControllerProcess::start(&env, &[]);
-    env.apply_policy(&policy(
-        "  output: HTTPRoute\n  httpRoute: {port: 8080, parentPort: 80}\n",
-    ));
+    env.apply(&http_route_policy(Some(80)));
     let routes: Api<DynamicObject> = Api::namespaced_with(
         env.client.clone(),
         &env.ns,
-        &failover::reconcile::http_route_resource(),
+        &failover::route::httproute::resource(),
     );
     let wait_route = |expected: Vec<(&'static str, i64)>| {
         let routes = routes.clone();
@@ -353,16 +362,16 @@ async fn foreign_http_route_is_never_touched() {
     let routes: Api<DynamicObject> = Api::namespaced_with(
         env.client.clone(),
         &env.ns,
-        &failover::reconcile::http_route_resource(),
+        &failover::route::httproute::resource(),
     );
-    let mut foreign = DynamicObject::new("web", &failover::reconcile::http_route_resource());
+    let mut foreign = DynamicObject::new("web", &failover::route::httproute::resource());
     foreign.data = serde_json::json!({"spec": {"parentRefs": [{"group": "core", "kind": "Service", "name": "web"}], "rules": [{"backendRefs": [{"name": "other", "port": 80}]}]}});
     let created = routes
         .create(&PostParams::default(), &foreign)
         .await
         .expect("foreign route");
     let _c = ControllerProcess::start(&env, &[]);
-    env.apply_policy(&policy("  output: HTTPRoute\n  httpRoute: {port: 8080}\n"));
+    env.apply(&http_route_policy(None));
     env.wait_policy("web", WAIT, "HTTPRouteConflict", |p| {
         condition(p, "Ready").is_some_and(|c| c.1 == "HTTPRouteConflict")
     })

@@ -5,11 +5,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{ControllerProcess, TestEnv, metric, wait_until};
-
-const WAIT: Duration = Duration::from_secs(30);
-
-const POLICY: &str = "apiVersion: failover.dev/v1alpha1\nkind: FailoverPolicy\nmetadata: {name: web}\nspec:\n  service: web\n  primary: web\n  secondaries: [{service: web-east}, {service: web-west}]\n";
+use support::{ControllerProcess, PolicyBuilder, TestEnv, WAIT, api_writes, metric, wait_until};
 
 #[tokio::test]
 async fn metrics_and_health_endpoints_report_a_failover() {
@@ -27,7 +23,7 @@ async fn metrics_and_health_endpoints_report_a_failover() {
     })
     .await;
     assert!(ready, "/readyz never turned ready");
-    env.apply_policy(POLICY);
+    env.apply(&PolicyBuilder::web());
     env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
         .await;
     env.set_endpoints("web", 0, 1).await;
@@ -156,10 +152,9 @@ async fn is_leader(c: &ControllerProcess) -> bool {
 }
 
 async fn writes(c: &ControllerProcess) -> f64 {
-    let text = c.admin_get("/metrics").await.1;
-    ["trafficsplit", "status", "event"]
-        .iter()
-        .filter_map(|k| metric(&text, &format!("failover_api_writes_total{{kind=\"{k}\"}}")))
+    api_writes(c, &["trafficsplit", "status", "event"])
+        .await
+        .values()
         .sum()
 }
 
@@ -173,7 +168,7 @@ async fn one_leader_writes_and_a_standby_takes_over_after_sigkill_and_sigterm() 
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut a = ControllerProcess::start(&env, &args);
     let mut b = ControllerProcess::start(&env, &args);
-    env.apply_policy(POLICY);
+    env.apply(&PolicyBuilder::web());
     env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
         .await;
     assert!(

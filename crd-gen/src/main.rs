@@ -9,6 +9,8 @@
 
 use std::{fs, path::PathBuf};
 
+mod api_reference;
+
 use anyhow::Context;
 use clap::Parser;
 use failover::crd;
@@ -59,7 +61,7 @@ fn main() -> anyhow::Result<()> {
             )?;
         }
         if let Some(path) = &args.api_reference {
-            write(path, &crd::api_reference_markdown())?;
+            write(path, &api_reference::markdown())?;
         }
         return Ok(());
     }

@@ -1,9 +1,83 @@
+//! The decision as a whole: every rule together, fed back through the status step as the
+//! controller does, with the property tests over long histories.
+
+use std::time::Duration;
+
 use chrono::TimeZone;
 use proptest::prelude::{Just, any, prop_assert, prop_assert_eq, prop_oneof, proptest};
 use proptest::strategy::Strategy as _;
 
-use super::*;
-use crate::api::{ReadinessSpec, SecondaryBackend, TrafficSplitSpec};
+use super::{
+    conditions::{DEGRADED, PINNED, READY, SUSPENDED},
+    strategy::proportional_weights,
+    transition::Transition,
+    *,
+};
+use crate::{
+    api::{
+        FailoverPolicy, FailoverPolicySpec, ReadinessSpec, SecondaryBackend, TrafficSplitSpec, time,
+    },
+    apply::Applied,
+    route::RouteTarget,
+    status::{Decided, Outcome, StatusInput, build},
+    validate::validate,
+};
+
+const CONDITION_READY: &str = READY;
+const CONDITION_DEGRADED: &str = DEGRADED;
+const CONDITION_PINNED: &str = PINNED;
+const CONDITION_SUSPENDED: &str = SUSPENDED;
+
+/// A decision and the status the controller builds from it.
+struct Decision {
+    weights: Vec<i32>,
+    status: FailoverPolicyStatus,
+    requeue_after: Option<Duration>,
+    transition: Option<Transition>,
+    transition_message: Option<String>,
+}
+
+fn policy_of(spec: &FailoverPolicySpec) -> FailoverPolicy {
+    let mut policy = FailoverPolicy::new("web", spec.clone());
+    policy.metadata.namespace = Some("ns".into());
+    policy
+}
+
+/// A valid policy of this strategy with these secondaries, for the tests of single rules.
+pub(crate) fn valid(strategy: Strategy, secondaries: &[(&str, Option<i32>)]) -> ValidPolicy {
+    validate(&policy_of(&spec(strategy, secondaries))).expect("valid policy")
+}
+
+/// Decides, then builds the status as the controller does when the route is in place.
+fn decide(
+    spec: &FailoverPolicySpec,
+    observations: &[BackendObservation],
+    previous: Option<&FailoverPolicyStatus>,
+    now: DateTime<Utc>,
+) -> Decision {
+    let policy = policy_of(spec);
+    let valid = validate(&policy).expect("valid policy");
+    let plan = super::decide(&valid, observations, previous, now);
+    let outcome = Outcome::Decided(Box::new(Decided {
+        policy: valid,
+        plan: plan.clone(),
+        applied: Applied::Written,
+    }));
+    let status = build(&StatusInput {
+        generation: None,
+        target: &RouteTarget::of(&policy),
+        previous,
+        outcome: &outcome,
+        now,
+    });
+    Decision {
+        weights: plan.routing.weights,
+        status,
+        requeue_after: plan.requeue_after,
+        transition: plan.transition.as_ref().map(|a| a.transition),
+        transition_message: plan.transition.map(|a| a.message),
+    }
+}
 
 fn spec(strategy: Strategy, secondaries: &[(&str, Option<i32>)]) -> FailoverPolicySpec {
     FailoverPolicySpec {
@@ -387,11 +461,11 @@ fn condition_transition_time_moves_only_on_status_change() {
             (9, vec![up(1), up(1), up(1)]),
         ],
     );
-    let ready_time = |d: &Decision| d.status.conditions[0].last_transition_time;
+    let ready_time = |d: &Decision| d.status.conditions[0].last_transition_time.clone();
     assert_eq!(ready_time(&ds[0]), ready_time(&ds[2]));
-    let degraded_time = |d: &Decision| d.status.conditions[1].last_transition_time;
-    assert_eq!(degraded_time(&ds[1]), Timestamp(t(5)));
-    assert_eq!(degraded_time(&ds[2]), Timestamp(t(9)));
+    let degraded_time = |d: &Decision| d.status.conditions[1].last_transition_time.clone();
+    assert_eq!(degraded_time(&ds[1]), time(t(5)));
+    assert_eq!(degraded_time(&ds[2]), time(t(9)));
 }
 
 fn endpoints(ready: i32, total: i32) -> BackendObservation {

@@ -4,9 +4,16 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaPropsOrArray,
 };
-use kube::{CustomResource, CustomResourceExt};
+use kube::{
+    CustomResource, CustomResourceExt,
+    api::ObjectMeta,
+    core::{ApiResource, DynamicObject, GroupVersionKind},
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use super::{RouteBackend, RouteRules};
+use crate::api::TrafficSplitApiVersion;
 
 /// An SMI TrafficSplit: the mesh sends the traffic of the root `service` to `backends` in
 /// proportion to their weights.
@@ -43,6 +50,59 @@ pub struct TrafficSplitBackend {
     pub service: String,
     /// Relative weight of this backend.
     pub weight: i64,
+}
+
+/// The API resource of TrafficSplits in one API version.
+pub fn resource(version: TrafficSplitApiVersion) -> ApiResource {
+    let version = version.as_str().rsplit('/').next().unwrap_or("v1alpha2");
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("split.smi-spec.io", version, "TrafficSplit"),
+        "trafficsplits",
+    )
+}
+
+/// The TrafficSplit that routes as `rules` say.
+pub fn object(
+    version: TrafficSplitApiVersion,
+    meta: ObjectMeta,
+    rules: &RouteRules,
+) -> DynamicObject {
+    let split = TrafficSplit {
+        metadata: meta,
+        spec: TrafficSplitSpec {
+            service: rules.apex.clone(),
+            backends: rules
+                .backends
+                .iter()
+                .map(|b| TrafficSplitBackend {
+                    service: b.service.clone(),
+                    weight: b.weight,
+                })
+                .collect(),
+        },
+    };
+    let mut object = DynamicObject::new("", &resource(version));
+    object.metadata = split.metadata;
+    object.data = serde_json::json!({ "spec": split.spec });
+    object
+}
+
+/// What a TrafficSplit says.
+pub fn rules(split: &TrafficSplit) -> RouteRules {
+    RouteRules {
+        apex: split.spec.service.clone(),
+        apex_port: None,
+        backends: split
+            .spec
+            .backends
+            .iter()
+            .map(|b| RouteBackend {
+                service: b.service.clone(),
+                port: None,
+                weight: b.weight,
+            })
+            .collect(),
+    }
 }
 
 /// The SMI TrafficSplit CRD serving `v1alpha1` and `v1alpha2` (storage), for clusters without a

@@ -1,5 +1,5 @@
 //! Backend readiness, kept as compact per-Service counts built from EndpointSlice and Service
-//! watch events.
+//! watch events. Nothing is decided here: the counts are what [`crate::decide`] reads.
 //!
 //! Only counts are kept, never whole objects: memory grows with the number of slices, not with
 //! their size. A Service's endpoints are summed over its slices per address family and the
@@ -11,7 +11,18 @@ use std::collections::{HashMap, HashSet};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher;
 
-use crate::decision::BackendObservation;
+/// What the controller observed of one backend Service.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendObservation {
+    /// The Service object exists.
+    pub service_exists: bool,
+    /// Number of EndpointSlices labelled with the Service's name.
+    pub slices: u32,
+    /// Ready endpoints over all slices.
+    pub ready_endpoints: i32,
+    /// All endpoints over all slices.
+    pub total_endpoints: i32,
+}
 
 /// Label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -130,8 +141,6 @@ pub struct ReadinessStore {
     relist_slices: Option<Vec<(ServiceKey, String, SliceCounts)>>,
     /// Services received during a relist, applied at its end.
     relist_services: Option<HashSet<ServiceKey>>,
-    slices_synced: bool,
-    services_synced: bool,
 }
 
 impl ReadinessStore {
@@ -141,11 +150,6 @@ impl ReadinessStore {
             .get(&ServiceKey::new(namespace, name))
             .map(ServiceEntry::observation)
             .unwrap_or_default()
-    }
-
-    /// Both the EndpointSlice and the Service lists have been received at least once.
-    pub fn is_synced(&self) -> bool {
-        self.slices_synced && self.services_synced
     }
 
     /// Number of Services tracked.
@@ -184,7 +188,6 @@ impl ReadinessStore {
             }
             watcher::Event::InitDone => {
                 let listed = self.relist_slices.take().unwrap_or_default();
-                self.slices_synced = true;
                 self.replace_slices(listed)
             }
         }
@@ -227,7 +230,6 @@ impl ReadinessStore {
             }
             watcher::Event::InitDone => {
                 let listed = self.relist_services.take().unwrap_or_default();
-                self.services_synced = true;
                 let mut changed = Vec::new();
                 let known: Vec<ServiceKey> = self.services.keys().cloned().collect();
                 for key in known {
@@ -501,10 +503,9 @@ mod tests {
     }
 
     #[test]
-    fn service_existence_is_tracked_and_synced() {
+    fn service_existence_is_tracked() {
         use k8s_openapi::api::core::v1::Service;
         let mut store = synced();
-        assert!(!store.is_synced());
         let svc = Service {
             metadata: ObjectMeta {
                 name: Some("a".into()),
@@ -516,7 +517,6 @@ mod tests {
         store.apply_service_event::<Service>(watcher::Event::Init);
         store.apply_service_event(watcher::Event::InitApply(svc.clone()));
         let changed = store.apply_service_event::<Service>(watcher::Event::InitDone);
-        assert!(store.is_synced());
         assert_eq!(changed, vec![ServiceKey::new("ns", "a")]);
         assert!(store.observe("ns", "a").service_exists);
         store.apply_service_event(watcher::Event::Delete(svc));

@@ -6,32 +6,37 @@ use std::collections::HashMap;
 
 use kube::{ResourceExt, runtime::watcher};
 
-use crate::{api::FailoverPolicy, readiness::ServiceKey};
+use super::readiness::ServiceKey;
+use crate::{
+    api::FailoverPolicy,
+    route::{RouteKey, RouteKind, RouteTarget},
+};
 
 /// A policy by namespace and name.
 pub type PolicyKey = ServiceKey;
 
 /// What one policy references: its Services (sorted, distinct) and its route's name. Boxed
 /// strings and vectors keep the index small: most entries hold one or two names.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct References {
     services: Vec<Box<str>>,
-    route: Box<str>,
+    route: (RouteKind, Box<str>),
 }
 
 impl References {
     fn of(policy: &FailoverPolicy) -> Self {
-        let mut services: Vec<Box<str>> = policy
-            .spec
-            .backend_services()
-            .chain(std::iter::once(policy.spec.service.as_str()))
-            .map(Box::from)
+        let spec = &policy.spec;
+        let mut services: Vec<Box<str>> = std::iter::once(&spec.service)
+            .chain(std::iter::once(&spec.primary))
+            .chain(spec.secondaries.iter().map(|s| &s.service))
+            .map(|s| Box::from(s.as_str()))
             .collect();
         services.sort();
         services.dedup();
+        let target = RouteTarget::of(policy);
         Self {
             services,
-            route: policy.route_name().into(),
+            route: (target.kind(), target.name.into()),
         }
     }
 }
@@ -44,7 +49,7 @@ type Names = Vec<Box<str>>;
 #[derive(Debug, Default)]
 pub struct PolicyIndex {
     by_service: HashMap<ServiceKey, Names>,
-    by_route: HashMap<ServiceKey, Names>,
+    by_route: HashMap<RouteKey, Names>,
     references: HashMap<PolicyKey, References>,
     relist: Option<HashMap<PolicyKey, References>>,
 }
@@ -52,12 +57,12 @@ pub struct PolicyIndex {
 impl PolicyIndex {
     /// The policies that reference a Service (as apex or backend).
     pub fn policies_for_service(&self, service: &ServiceKey) -> Vec<PolicyKey> {
-        Self::lookup(&self.by_service, service)
+        Self::lookup(&self.by_service, service, &service.namespace)
     }
 
-    /// The policies whose generated route (TrafficSplit or HTTPRoute) has this namespace and name.
-    pub fn policies_for_route(&self, route: &ServiceKey) -> Vec<PolicyKey> {
-        Self::lookup(&self.by_route, route)
+    /// The policies whose generated route has this kind, namespace and name.
+    pub fn policies_for_route(&self, route: &RouteKey) -> Vec<PolicyKey> {
+        Self::lookup(&self.by_route, route, &route.namespace)
     }
 
     /// Number of policies indexed.
@@ -70,14 +75,13 @@ impl PolicyIndex {
         self.references.is_empty()
     }
 
-    fn lookup(map: &HashMap<ServiceKey, Names>, key: &ServiceKey) -> Vec<PolicyKey> {
+    fn lookup<K: Eq + std::hash::Hash>(
+        map: &HashMap<K, Names>,
+        key: &K,
+        namespace: &str,
+    ) -> Vec<PolicyKey> {
         map.get(key)
-            .map(|names| {
-                names
-                    .iter()
-                    .map(|n| PolicyKey::new(&key.namespace, n))
-                    .collect()
-            })
+            .map(|names| names.iter().map(|n| PolicyKey::new(namespace, n)).collect())
             .unwrap_or_default()
     }
 
@@ -128,18 +132,14 @@ impl PolicyIndex {
             return;
         }
         self.remove(&key);
-        let link = |map: &mut HashMap<ServiceKey, Names>, target: &str| {
-            let names = map
-                .entry(ServiceKey::new(&key.namespace, target))
-                .or_default();
-            if !names.iter().any(|n| **n == *key.name) {
-                names.push(key.name.as_str().into());
-            }
-        };
         for svc in &refs.services {
-            link(&mut self.by_service, svc);
+            link(
+                &mut self.by_service,
+                ServiceKey::new(&key.namespace, svc),
+                &key.name,
+            );
         }
-        link(&mut self.by_route, &refs.route);
+        link(&mut self.by_route, route_key(&key, &refs), &key.name);
         self.references.insert(key, refs);
     }
 
@@ -147,19 +147,38 @@ impl PolicyIndex {
         let Some(refs) = self.references.remove(key) else {
             return;
         };
-        let unlink = |map: &mut HashMap<ServiceKey, Names>, target: &str| {
-            let k = ServiceKey::new(&key.namespace, target);
-            if let Some(names) = map.get_mut(&k) {
-                names.retain(|n| **n != *key.name);
-                if names.is_empty() {
-                    map.remove(&k);
-                }
-            }
-        };
         for svc in &refs.services {
-            unlink(&mut self.by_service, svc);
+            unlink(
+                &mut self.by_service,
+                ServiceKey::new(&key.namespace, svc),
+                &key.name,
+            );
         }
-        unlink(&mut self.by_route, &refs.route);
+        unlink(&mut self.by_route, route_key(key, &refs), &key.name);
+    }
+}
+
+fn route_key(policy: &PolicyKey, refs: &References) -> RouteKey {
+    RouteKey {
+        kind: refs.route.0,
+        namespace: policy.namespace.clone(),
+        name: refs.route.1.to_string(),
+    }
+}
+
+fn link<K: Eq + std::hash::Hash>(map: &mut HashMap<K, Names>, target: K, policy: &str) {
+    let names = map.entry(target).or_default();
+    if !names.iter().any(|n| **n == *policy) {
+        names.push(policy.into());
+    }
+}
+
+fn unlink<K: Eq + std::hash::Hash>(map: &mut HashMap<K, Names>, target: K, policy: &str) {
+    if let Some(names) = map.get_mut(&target) {
+        names.retain(|n| **n != *policy);
+        if names.is_empty() {
+            map.remove(&target);
+        }
     }
 }
 
@@ -219,8 +238,13 @@ mod tests {
                 .policies_for_service(&ServiceKey::new("other", "a"))
                 .is_empty()
         );
+        let route = RouteKey {
+            kind: RouteKind::TrafficSplit,
+            namespace: "ns".into(),
+            name: "p1".into(),
+        };
         assert_eq!(
-            index.policies_for_route(&svc("p1")),
+            index.policies_for_route(&route),
             vec![PolicyKey::new("ns", "p1")]
         );
     }

@@ -1,0 +1,429 @@
+//! The `FailoverPolicy` custom resource (`failover.dev/v1alpha1`).
+//!
+//! Every doc comment on a field below becomes its `kubectl explain` description. Every validation
+//! rule comes from [`rules`], shared by the CRD schema (checked by the API server at
+//! `kubectl apply` time) and the controller's validator ([`crate::validate`]). The status types
+//! are in [`status`].
+
+// The `printcolumn(...)` entries of the derive repeat keys by design.
+#![allow(clippy::duplicated_attributes)]
+
+pub mod rules;
+pub mod status;
+
+pub use status::*;
+
+use std::fmt;
+
+use garde::Validate;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use self::rules::{
+    DNS1035_LABEL, DNS1123_SUBDOMAIN, GO_DURATION, MAX_MIN_READY_ENDPOINTS, MAX_SECONDARIES,
+    MAX_WEIGHT,
+};
+use crate::validate::{dns1035_label, dns1123_subdomain};
+
+/// API group of the `FailoverPolicy` resource.
+pub const GROUP: &str = "failover.dev";
+
+/// Declares which backend Services receive the traffic of one apex Service, and when traffic
+/// fails over from the primary backend to the secondaries and back.
+///
+/// The controller owns a generated SMI TrafficSplit for each policy and sets its weights from
+/// the readiness of each backend, as reported by its EndpointSlices.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Validate)]
+#[kube(
+    group = "failover.dev",
+    version = "v1alpha1",
+    kind = "FailoverPolicy",
+    plural = "failoverpolicies",
+    singular = "failoverpolicy",
+    shortname = "fp",
+    namespaced,
+    status = "FailoverPolicyStatus",
+    derive = "PartialEq",
+    doc = "FailoverPolicy sends the traffic of an apex Service to a primary backend Service while it is ready, and to ordered secondary backends otherwise, by owning an SMI TrafficSplit.",
+    printcolumn(
+        name = "Primary",
+        type_ = "string",
+        json_path = ".spec.primary",
+        description = "The backend that takes all traffic while ready"
+    ),
+    printcolumn(
+        name = "Active",
+        type_ = "string",
+        json_path = ".status.activeSummary",
+        description = "The backends receiving traffic now"
+    ),
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Primary, FailedOver or NoReadyBackend"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.readySummary",
+        description = "Ready backends / all backends"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Service",
+        type_ = "string",
+        json_path = ".spec.service",
+        priority = 1,
+        description = "The apex Service clients call"
+    ),
+    printcolumn(
+        name = "Strategy",
+        type_ = "string",
+        json_path = ".spec.strategy",
+        priority = 1,
+        description = "How traffic is shared among ready secondaries"
+    ),
+    printcolumn(
+        name = "TrafficSplit",
+        type_ = "string",
+        json_path = ".status.trafficSplit",
+        priority = 1,
+        description = "The owned TrafficSplit"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        priority = 1,
+        description = "Reason of the Ready condition"
+    ),
+    printcolumn(
+        name = "Last-Failover",
+        type_ = "date",
+        json_path = ".status.lastFailoverTime",
+        priority = 1,
+        description = "When traffic last left the primary"
+    )
+)]
+#[x_kube(
+    validation = rules::PRIMARY_NOT_SECONDARY.schema_rule(),
+    validation = rules::WEIGHT_ONLY_WEIGHTED.schema_rule(),
+    validation = rules::TRAFFIC_SPLIT_NAME_FIXED.schema_rule(),
+    validation = rules::FACTOR_ONLY_PROPORTIONAL.schema_rule(),
+    validation = rules::NO_HOLDS_WITH_PROPORTIONAL.schema_rule(),
+    validation = rules::PIN_NAMES_A_BACKEND.schema_rule(),
+    validation = rules::HTTP_ROUTE_NEEDS_PORT.schema_rule(),
+    validation = rules::HTTP_ROUTE_NAME_FIXED.schema_rule(),
+    validation = rules::OUTPUT_FIXED.schema_rule()
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverPolicySpec {
+    /// The apex Service that clients call. It becomes the TrafficSplit's root service
+    /// (`spec.service`); the mesh sends its traffic to the backends by weight. It may also be the
+    /// primary backend, as in a linkerd-failover setup.
+    #[schemars(length(min = 1, max = 63), pattern(DNS1035_LABEL))]
+    #[garde(length(min = 1, max = 63), custom(dns1035_label))]
+    pub service: String,
+
+    /// The backend Service that takes all traffic while it is ready.
+    #[schemars(length(min = 1, max = 63), pattern(DNS1035_LABEL))]
+    #[garde(length(min = 1, max = 63), custom(dns1035_label))]
+    pub primary: String,
+
+    /// Backends that take traffic while the primary is not ready, in order of preference
+    /// (1 to 32 entries, each naming a distinct Service). They may be local Services or Services
+    /// mirrored from other clusters by a multi-cluster mesh (for example `web-east`).
+    #[schemars(length(min = 1, max = MAX_SECONDARIES))]
+    #[x_kube(validation = rules::DISTINCT_SECONDARIES.element_rule())]
+    #[garde(length(min = 1, max = MAX_SECONDARIES), dive)]
+    pub secondaries: Vec<SecondaryBackend>,
+
+    /// How traffic is shared among the ready secondaries while the primary is not ready:
+    /// `Ordered` (default) sends all of it to the first ready secondary in list order; `Equal`
+    /// splits it equally among all ready secondaries; `Weighted` splits it in proportion to each
+    /// ready secondary's `weight`. `Proportional` spills traffic over by health, as Envoy's
+    /// priority levels do: the primary keeps a share that follows its share of ready endpoints
+    /// (times `overprovisioningFactor`), and the secondaries, in list order, take the rest.
+    #[serde(default)]
+    #[garde(skip)]
+    pub strategy: Strategy,
+
+    /// With strategy `Proportional`: how much headroom a backend is assumed to have, as in
+    /// Envoy's overprovisioning factor (default 1.4, from 1 to 5). A backend's health is
+    /// `min(100, factor x 100 x readyEndpoints / totalEndpoints)`; with 1.4, a primary at least
+    /// 72% ready keeps all traffic and one 50% ready keeps 70% of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1.0, max = 5.0))]
+    #[garde(inner(range(min = 1.0, max = 5.0)))]
+    pub overprovisioning_factor: Option<f64>,
+
+    /// What happens when no backend is ready: `KeepLast` (default) keeps the weights as they are
+    /// (fail static); `Primary` sends all traffic to the primary, so clients see its errors
+    /// rather than a stale backend's.
+    #[serde(default)]
+    #[garde(skip)]
+    pub when_none_ready: WhenNoneReady,
+
+    /// Freezes the generated route as it is: the controller stops changing its weights, while the
+    /// status keeps showing what it would do (condition `Suspended`). Default false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    #[garde(skip)]
+    pub suspend: bool,
+
+    /// Sends all traffic to this backend (the primary or a secondary), whatever its readiness,
+    /// until unset (condition `Pinned`; a Warning Event while the pinned backend is not ready).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), pattern(DNS1035_LABEL))]
+    #[garde(inner(length(min = 1, max = 63), custom(dns1035_label)))]
+    pub pin: Option<String>,
+
+    /// What the controller generates and owns: `TrafficSplit` (default, SMI) or `HTTPRoute`
+    /// (Gateway API `gateway.networking.k8s.io/v1`, attached to the apex Service as its parent,
+    /// the mesh pattern Linkerd 2.14+ reads). Cannot be changed later.
+    #[serde(default)]
+    #[garde(skip)]
+    pub output: Output,
+
+    /// The generated HTTPRoute, with output `HTTPRoute`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub http_route: Option<HttpRouteSpec>,
+
+    /// When a backend counts as ready.
+    #[serde(default)]
+    #[garde(dive)]
+    pub readiness: ReadinessSpec,
+
+    /// How long the primary must stay continuously not ready before traffic leaves it, as a
+    /// duration such as `30s` or `2m` (default `0s`: at once; at most `24h`). Damps failover on
+    /// short blips.
+    #[serde(default = "zero_duration")]
+    #[schemars(length(max = 64), pattern(GO_DURATION))]
+    #[x_kube(validation = rules::hold_duration_rule())]
+    #[garde(skip)]
+    pub failover_after: String,
+
+    /// How long the primary must stay continuously ready before traffic returns to it after a
+    /// failover, as a duration such as `1m` (default `0s`: at once; at most `24h`). Damps
+    /// flapping between primary and secondaries.
+    #[serde(default = "zero_duration")]
+    #[schemars(length(max = 64), pattern(GO_DURATION))]
+    #[x_kube(validation = rules::hold_duration_rule())]
+    #[garde(skip)]
+    pub failback_after: String,
+
+    /// The TrafficSplit the controller generates and owns for this policy.
+    #[serde(default)]
+    #[garde(dive)]
+    pub traffic_split: TrafficSplitSpec,
+}
+
+fn zero_duration() -> String {
+    "0s".to_string()
+}
+
+/// An empty spec (not valid until service, primary and secondaries are set), with every
+/// optional field at its default.
+impl Default for FailoverPolicySpec {
+    fn default() -> Self {
+        Self {
+            service: String::new(),
+            primary: String::new(),
+            secondaries: Vec::new(),
+            strategy: Strategy::default(),
+            overprovisioning_factor: None,
+            when_none_ready: WhenNoneReady::default(),
+            suspend: false,
+            pin: None,
+            output: Output::default(),
+            http_route: None,
+            readiness: ReadinessSpec::default(),
+            failover_after: zero_duration(),
+            failback_after: zero_duration(),
+            traffic_split: TrafficSplitSpec::default(),
+        }
+    }
+}
+
+/// One secondary backend.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Validate)]
+#[serde(rename_all = "camelCase")]
+pub struct SecondaryBackend {
+    /// Name of the backend Service, in the policy's namespace (a mirrored Service for a backend
+    /// in another cluster).
+    #[schemars(length(min = 1, max = 63), pattern(DNS1035_LABEL))]
+    #[garde(length(min = 1, max = 63), custom(dns1035_label))]
+    pub service: String,
+
+    /// Relative share of traffic this backend takes among the ready secondaries, 1 to 1000.
+    /// Only allowed with strategy `Weighted`, where it defaults to 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_WEIGHT))]
+    #[garde(range(min = 1, max = MAX_WEIGHT))]
+    pub weight: Option<i32>,
+}
+
+/// How traffic is shared among ready secondaries.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// All traffic to the first ready secondary in list order.
+    #[default]
+    Ordered,
+    /// Traffic split equally among all ready secondaries.
+    Equal,
+    /// Traffic split among ready secondaries in proportion to their `weight`.
+    Weighted,
+    /// Traffic spills over by health, primary first, then the secondaries in list order.
+    Proportional,
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Strategy::Ordered => "Ordered",
+            Strategy::Equal => "Equal",
+            Strategy::Weighted => "Weighted",
+            Strategy::Proportional => "Proportional",
+        })
+    }
+}
+
+/// When a backend counts as ready.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Validate)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadinessSpec {
+    /// A backend is ready when at least this many of its endpoints are ready, summed over all of
+    /// its EndpointSlices (default 1, at most 100000). An endpoint is ready when its `ready`
+    /// condition is true or unset.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = MAX_MIN_READY_ENDPOINTS))]
+    #[garde(range(min = 1, max = MAX_MIN_READY_ENDPOINTS))]
+    pub min_ready_endpoints: i32,
+
+    /// A backend is also not ready when fewer than this share of its endpoints are ready, from 0
+    /// to 1 (e.g. 0.5: at least half). Both this and `minReadyEndpoints` must hold. Default: no
+    /// ratio.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    #[garde(inner(range(min = 0.0, max = 1.0)))]
+    pub min_ready_ratio: Option<f64>,
+}
+
+fn one() -> i32 {
+    1
+}
+
+impl Default for ReadinessSpec {
+    fn default() -> Self {
+        Self {
+            min_ready_endpoints: 1,
+            min_ready_ratio: None,
+        }
+    }
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// What happens when no backend is ready.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WhenNoneReady {
+    /// Keep the weights as they are (fail static).
+    #[default]
+    KeepLast,
+    /// Send all traffic to the primary.
+    Primary,
+}
+
+/// The kind of object the controller generates.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Output {
+    /// An SMI TrafficSplit (`split.smi-spec.io`).
+    #[default]
+    TrafficSplit,
+    /// A Gateway API HTTPRoute (`gateway.networking.k8s.io/v1`) whose parent is the apex Service.
+    #[serde(rename = "HTTPRoute")]
+    HttpRoute,
+}
+
+impl Output {
+    /// The kind's name, as in the API.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Output::TrafficSplit => "TrafficSplit",
+            Output::HttpRoute => "HTTPRoute",
+        }
+    }
+}
+
+/// The generated HTTPRoute.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Validate)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteSpec {
+    /// Name of the HTTPRoute (default: the policy's name). It cannot be changed later. An
+    /// HTTPRoute of this name that the policy does not own is never touched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253), pattern(DNS1123_SUBDOMAIN))]
+    #[garde(inner(length(min = 1, max = 253), custom(dns1123_subdomain)))]
+    pub name: Option<String>,
+
+    /// The port of the apex Service the route attaches to (parentRef port); default: every port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    #[garde(inner(range(min = 1, max = 65535)))]
+    pub parent_port: Option<i32>,
+
+    /// The port of the backend Services that traffic goes to (backendRef port, required by the
+    /// Gateway API for Service backends).
+    #[schemars(range(min = 1, max = 65535))]
+    #[garde(range(min = 1, max = 65535))]
+    pub port: i32,
+}
+
+/// The generated TrafficSplit.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Validate)]
+#[serde(rename_all = "camelCase")]
+pub struct TrafficSplitSpec {
+    /// Name of the TrafficSplit (default: the policy's name). It cannot be changed later. A
+    /// TrafficSplit of this name that the policy does not own is never touched; the policy then
+    /// reports `Ready=False` with reason `TrafficSplitConflict`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253), pattern(DNS1123_SUBDOMAIN))]
+    #[garde(inner(length(min = 1, max = 253), custom(dns1123_subdomain)))]
+    pub name: Option<String>,
+
+    /// API version the TrafficSplit is written in: `split.smi-spec.io/v1alpha2` (default) or
+    /// `split.smi-spec.io/v1alpha1` (also served by Linkerd's SMI extension).
+    #[serde(default)]
+    #[garde(skip)]
+    pub api_version: TrafficSplitApiVersion,
+}
+
+/// The SMI TrafficSplit API versions the controller can write.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TrafficSplitApiVersion {
+    /// `split.smi-spec.io/v1alpha2`.
+    #[default]
+    #[serde(rename = "split.smi-spec.io/v1alpha2")]
+    V1Alpha2,
+    /// `split.smi-spec.io/v1alpha1`.
+    #[serde(rename = "split.smi-spec.io/v1alpha1")]
+    V1Alpha1,
+}
+
+impl TrafficSplitApiVersion {
+    /// The `apiVersion` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::V1Alpha2 => "split.smi-spec.io/v1alpha2",
+            Self::V1Alpha1 => "split.smi-spec.io/v1alpha1",
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Every validation rule of a `FailoverPolicy`, stated once.
+//!
+//! Patterns, bounds and cross-field rules live here as named constants. The CRD schema reads them
+//! (OpenAPI bounds and patterns, CEL rules checked by the API server at `kubectl apply` time) and
+//! so does the controller's own validator ([`crate::validate`]), which reports whatever reached it
+//! without passing them (for example through a CRD installed from an older release) with the same
+//! message and field path.
+
+use std::{sync::LazyLock, time::Duration};
+
+/// Maximum number of secondaries a policy may list.
+pub const MAX_SECONDARIES: usize = 32;
+/// Largest weight a secondary may carry under the `Weighted` strategy.
+pub const MAX_WEIGHT: i32 = 1000;
+/// Longest `failoverAfter` / `failbackAfter` accepted.
+pub const MAX_HOLD: Duration = Duration::from_secs(24 * 3600);
+/// Largest `readiness.minReadyEndpoints` accepted.
+pub const MAX_MIN_READY_ENDPOINTS: i32 = 100_000;
+/// Longest duration string accepted.
+pub const MAX_DURATION_LENGTH: usize = 64;
+/// The `overprovisioningFactor` used when none is set.
+pub const DEFAULT_OVERPROVISIONING_FACTOR: f64 = 1.4;
+
+/// A DNS-1035 label, the form every Service name takes.
+pub const DNS1035_LABEL: &str = r"^[a-z]([-a-z0-9]*[a-z0-9])?$";
+/// A DNS-1123 subdomain, the form most object names take.
+pub const DNS1123_SUBDOMAIN: &str =
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// A Go-style duration (`time.ParseDuration`), non-negative: `0`, `90s`, `1m30s`, `1.5h`.
+pub const GO_DURATION: &str = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$";
+
+/// The message for a name that is not a DNS-1035 label.
+pub const DNS1035_MESSAGE: &str = "must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter and ending with a letter or digit";
+/// The message for a name that is not a DNS-1123 subdomain.
+pub const DNS1123_MESSAGE: &str =
+    "must be a DNS-1123 subdomain: lowercase letters, digits, '-' and '.'";
+/// The message for a hold longer than [`MAX_HOLD`].
+pub const MAX_HOLD_MESSAGE: &str = "must be at most 24h";
+
+pub(crate) static DNS1035_RE: LazyLock<regex::Regex> = LazyLock::new(|| compiled(DNS1035_LABEL));
+pub(crate) static DNS1123_RE: LazyLock<regex::Regex> =
+    LazyLock::new(|| compiled(DNS1123_SUBDOMAIN));
+pub(crate) static GO_DURATION_RE: LazyLock<regex::Regex> = LazyLock::new(|| compiled(GO_DURATION));
+
+fn compiled(pattern: &str) -> regex::Regex {
+    // The patterns are constants checked by unit tests; a failure here is a programming error
+    // caught before release, and still must not crash the controller: fall back to a regex that
+    // matches nothing so validation reports every value as invalid.
+    regex::Regex::new(pattern)
+        .unwrap_or_else(|_| regex::Regex::new(r"[^\s\S]").expect("static regex")) // ok: static
+}
+
+/// A rule across fields: the CEL expression the API server evaluates, the message both it and
+/// the controller report, and the field the message is about (relative to `spec`).
+pub struct CrossFieldRule {
+    /// The CEL expression, with `self` the spec (and `oldSelf` the previous spec).
+    pub cel: &'static str,
+    /// What is wrong when it does not hold.
+    pub message: &'static str,
+    /// The field named in the error, as a path below `spec` (e.g. `.primary`).
+    pub field: &'static str,
+}
+
+impl CrossFieldRule {
+    /// The rule as the CRD schema states it.
+    pub fn schema_rule(&self) -> kube::core::Rule {
+        kube::core::Rule::new(self.cel)
+            .message(self.message)
+            .field_path(self.field)
+    }
+
+    /// The rule on a list, about its elements (no field path).
+    pub fn element_rule(&self) -> kube::core::Rule {
+        kube::core::Rule::new(self.cel).message(self.message)
+    }
+
+    /// The field path as the controller reports it, e.g. `spec.primary`.
+    pub fn spec_field(&self) -> String {
+        format!("spec{}", self.field)
+    }
+}
+
+/// The primary is not also a secondary.
+pub const PRIMARY_NOT_SECONDARY: CrossFieldRule = CrossFieldRule {
+    cel: "!self.secondaries.exists(s, s.service == self.primary)",
+    message: "the primary must not also be listed as a secondary",
+    field: ".primary",
+};
+/// Secondaries name distinct Services (a rule on the list itself).
+pub const DISTINCT_SECONDARIES: CrossFieldRule = CrossFieldRule {
+    cel: "self.all(x, self.exists_one(y, y.service == x.service))",
+    message: "secondaries must name distinct Services",
+    field: ".secondaries",
+};
+/// Weights only with `Weighted`.
+pub const WEIGHT_ONLY_WEIGHTED: CrossFieldRule = CrossFieldRule {
+    cel: "self.strategy == 'Weighted' || self.secondaries.all(s, !has(s.weight))",
+    message: "secondaries[].weight is only meaningful with strategy Weighted",
+    field: ".secondaries",
+};
+/// `trafficSplit.name` never changes.
+pub const TRAFFIC_SPLIT_NAME_FIXED: CrossFieldRule = CrossFieldRule {
+    cel: "(has(self.trafficSplit) && has(self.trafficSplit.name) ? self.trafficSplit.name : '') == (has(oldSelf.trafficSplit) && has(oldSelf.trafficSplit.name) ? oldSelf.trafficSplit.name : '')",
+    message: "trafficSplit.name cannot be changed; create a new policy instead",
+    field: ".trafficSplit.name",
+};
+/// `overprovisioningFactor` only with `Proportional`.
+pub const FACTOR_ONLY_PROPORTIONAL: CrossFieldRule = CrossFieldRule {
+    cel: "!has(self.overprovisioningFactor) || self.strategy == 'Proportional'",
+    message: "overprovisioningFactor is only meaningful with strategy Proportional",
+    field: ".overprovisioningFactor",
+};
+/// No holds with `Proportional`.
+pub const NO_HOLDS_WITH_PROPORTIONAL: CrossFieldRule = CrossFieldRule {
+    cel: "self.strategy != 'Proportional' || ((self.failoverAfter == '0s' || self.failoverAfter == '0') && (self.failbackAfter == '0s' || self.failbackAfter == '0'))",
+    message: "failoverAfter and failbackAfter are not supported with strategy Proportional, which follows health continuously",
+    field: ".strategy",
+};
+/// `pin` names a backend.
+pub const PIN_NAMES_A_BACKEND: CrossFieldRule = CrossFieldRule {
+    cel: "!has(self.pin) || self.pin == self.primary || self.secondaries.exists(s, s.service == self.pin)",
+    message: "pin must name the primary or one of the secondaries",
+    field: ".pin",
+};
+/// `output: HTTPRoute` needs `httpRoute`.
+pub const HTTP_ROUTE_NEEDS_PORT: CrossFieldRule = CrossFieldRule {
+    cel: "self.output != 'HTTPRoute' || has(self.httpRoute)",
+    message: "httpRoute (with the backends' port) is required with output HTTPRoute",
+    field: ".httpRoute",
+};
+/// `httpRoute.name` never changes.
+pub const HTTP_ROUTE_NAME_FIXED: CrossFieldRule = CrossFieldRule {
+    cel: "(has(self.httpRoute) && has(self.httpRoute.name) ? self.httpRoute.name : '') == (has(oldSelf.httpRoute) && has(oldSelf.httpRoute.name) ? oldSelf.httpRoute.name : '')",
+    message: "httpRoute.name cannot be changed; create a new policy instead",
+    field: ".httpRoute.name",
+};
+/// `output` never changes.
+pub const OUTPUT_FIXED: CrossFieldRule = CrossFieldRule {
+    cel: "self.output == oldSelf.output",
+    message: "output cannot be changed; create a new policy instead",
+    field: ".output",
+};
+
+/// The CEL rule on a hold duration: at most [`MAX_HOLD`] (the pattern is checked by the schema).
+pub fn hold_duration_rule() -> kube::core::Rule {
+    let pattern = GO_DURATION.replace('\\', "\\\\");
+    kube::core::Rule::new(format!(
+        "!self.matches('{pattern}') || duration(self) <= duration('24h')"
+    ))
+    .message(MAX_HOLD_MESSAGE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_compile_and_match_what_they_name() {
+        assert!(DNS1035_RE.is_match("web-east"));
+        assert!(!DNS1035_RE.is_match("1web"));
+        assert!(DNS1123_RE.is_match("web.split-1"));
+        assert!(GO_DURATION_RE.is_match("1m30s"));
+        assert!(!GO_DURATION_RE.is_match("-1s"));
+    }
+
+    #[test]
+    fn the_hold_rule_embeds_the_duration_pattern() {
+        let rule = serde_json::to_value(hold_duration_rule()).expect("rule serializes");
+        let cel = rule["rule"].as_str().unwrap_or_default();
+        assert!(cel.contains("(\\\\.[0-9]+)"), "{cel}");
+    }
+}

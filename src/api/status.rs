@@ -1,0 +1,169 @@
+//! The observed state of a policy, as the controller writes it into `status`. Only
+//! [`crate::status`] builds one.
+
+use std::fmt;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A timestamp written as RFC 3339 with millisecond precision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(pub DateTime<Utc>);
+
+impl Serialize for Timestamp {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        DateTime::parse_from_rfc3339(&raw)
+            .map(|t| Timestamp(t.with_timezone(&Utc)))
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl JsonSchema for Timestamp {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Timestamp".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "format": "date-time" })
+    }
+}
+
+impl From<DateTime<Utc>> for Timestamp {
+    fn from(t: DateTime<Utc>) -> Self {
+        Timestamp(t)
+    }
+}
+
+/// Where traffic goes now.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// The primary takes the traffic.
+    Primary,
+    /// One or more secondaries take the traffic.
+    FailedOver,
+    /// No backend is ready; the weights are kept as they were (fail static).
+    NoReadyBackend,
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Phase::Primary => "Primary",
+            Phase::FailedOver => "FailedOver",
+            Phase::NoReadyBackend => "NoReadyBackend",
+        })
+    }
+}
+
+/// The role a backend plays in a policy.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// The preferred backend.
+    Primary,
+    /// A fallback backend.
+    Secondary,
+}
+
+/// The observed state of a policy, written by the controller.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverPolicyStatus {
+    /// The `metadata.generation` of the spec this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Where traffic goes now: `Primary`, `FailedOver` or `NoReadyBackend`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+
+    /// The backend Services receiving traffic now (weight above zero), in priority order.
+    #[serde(default)]
+    pub active_backends: Vec<String>,
+
+    /// `activeBackends` joined by commas, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_summary: Option<String>,
+
+    /// Ready backends out of all backends, e.g. `2/3`, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_summary: Option<String>,
+
+    /// Readiness and weight of every backend, primary first.
+    #[serde(default)]
+    pub backends: Vec<BackendStatus>,
+
+    /// When traffic last left the primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failover_time: Option<Timestamp>,
+
+    /// When traffic last returned to the primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failback_time: Option<Timestamp>,
+
+    /// Name of the TrafficSplit this policy owns (output `TrafficSplit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_split: Option<String>,
+
+    /// Name of the HTTPRoute this policy owns (output `HTTPRoute`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_route: Option<String>,
+
+    /// Standard conditions: `Ready` (traffic is routed to a ready backend through the owned
+    /// route) and `Degraded` (some backend, the primary above all, is not ready); `Suspended` and
+    /// `Pinned` while `spec.suspend` or `spec.pin` is set.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+/// Readiness and weight of one backend.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendStatus {
+    /// Name of the backend Service.
+    pub service: String,
+    /// `Primary` or `Secondary`.
+    pub role: Role,
+    /// Whether the backend counts as ready under `spec.readiness`.
+    pub ready: bool,
+    /// Ready endpoints, summed over the Service's EndpointSlices.
+    pub ready_endpoints: i32,
+    /// All endpoints, summed over the Service's EndpointSlices.
+    pub total_endpoints: i32,
+    /// The weight this backend has in the generated route.
+    pub weight: i32,
+    /// This backend's share of the traffic, e.g. `70%` or `33.33%`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<String>,
+    /// When this backend's readiness last changed (or was first observed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Timestamp>,
+    /// Why the backend is not ready, when it is not: e.g. the Service does not exist, or has no
+    /// EndpointSlices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.to_rfc3339_opts(SecondsFormat::Millis, true))
+    }
+}
+
+/// A `metav1.Time` for a condition, to the second as the API server keeps it.
+pub fn time(t: DateTime<Utc>) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::from_second(t.timestamp())
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    )
+}

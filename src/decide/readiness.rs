@@ -1,0 +1,135 @@
+//! Rule 1: which backends are ready, since when, and why not.
+//!
+//! A backend is ready when its Service exists, at least `minReadyEndpoints` of its endpoints are
+//! ready, and (when set) at least `minReadyRatio` of them. Its readiness keeps the time it last
+//! changed from the previous status while it does not change.
+
+use chrono::{DateTime, Utc};
+
+use crate::{
+    api::FailoverPolicyStatus,
+    observe::readiness::BackendObservation,
+    validate::{ReadinessRule, ValidPolicy},
+};
+
+/// What is known of one backend.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackendState {
+    /// Its Service.
+    pub service: String,
+    /// What the caches say of its Service.
+    pub observation: BackendObservation,
+    /// Whether it counts as ready.
+    pub ready: bool,
+    /// When its readiness last changed (or was first seen).
+    pub since: DateTime<Utc>,
+    /// Why it is not ready, when it is not.
+    pub not_ready: Option<String>,
+}
+
+/// The state of every backend of a policy, primary first.
+pub fn assess(
+    policy: &ValidPolicy,
+    observations: &[BackendObservation],
+    previous: Option<&FailoverPolicyStatus>,
+    now: DateTime<Utc>,
+) -> Vec<BackendState> {
+    policy
+        .backend_names()
+        .enumerate()
+        .map(|(i, name)| {
+            let observation = observations.get(i).copied().unwrap_or_default();
+            let ready = is_ready(observation, policy.readiness);
+            let since = previous
+                .and_then(|p| p.backends.iter().find(|b| b.service == name))
+                .filter(|b| b.ready == ready)
+                .map_or(now, |b| b.last_transition_time.map_or(now, |t| t.0));
+            BackendState {
+                service: name.to_string(),
+                observation,
+                ready,
+                since,
+                not_ready: (!ready).then(|| not_ready_message(observation, policy.readiness)),
+            }
+        })
+        .collect()
+}
+
+/// A backend is ready when its Service exists, enough of its endpoints are ready, and (when a
+/// ratio is set) at least that share of them.
+pub fn is_ready(o: BackendObservation, rule: ReadinessRule) -> bool {
+    let ratio_ok = rule.min_ready_ratio <= 0.0
+        || (o.total_endpoints > 0
+            && f64::from(o.ready_endpoints) >= rule.min_ready_ratio * f64::from(o.total_endpoints));
+    o.service_exists && o.ready_endpoints >= rule.min_ready_endpoints && ratio_ok
+}
+
+/// Why a backend is not ready, in a few words.
+pub fn not_ready_message(o: BackendObservation, rule: ReadinessRule) -> String {
+    if !o.service_exists {
+        "Service not found".to_string()
+    } else if o.slices == 0 {
+        "Service has no EndpointSlices".to_string()
+    } else {
+        format!(
+            "{} of {} endpoints ready, {} needed",
+            o.ready_endpoints, o.total_endpoints, rule.min_ready_endpoints
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: ReadinessRule = ReadinessRule {
+        min_ready_endpoints: 1,
+        min_ready_ratio: 0.0,
+    };
+
+    fn seen(ready: i32, total: i32) -> BackendObservation {
+        BackendObservation {
+            service_exists: true,
+            slices: 1,
+            ready_endpoints: ready,
+            total_endpoints: total,
+        }
+    }
+
+    #[test]
+    fn ready_needs_the_service_enough_endpoints_and_the_ratio() {
+        assert!(is_ready(seen(1, 3), ONE));
+        assert!(!is_ready(BackendObservation::default(), ONE));
+        let two = ReadinessRule {
+            min_ready_endpoints: 2,
+            ..ONE
+        };
+        assert!(!is_ready(seen(1, 3), two));
+        let half = ReadinessRule {
+            min_ready_ratio: 0.5,
+            ..ONE
+        };
+        assert!(!is_ready(seen(1, 3), half));
+        assert!(is_ready(seen(2, 4), half));
+    }
+
+    #[test]
+    fn messages_tell_missing_service_from_missing_slices_from_too_few_endpoints() {
+        assert_eq!(
+            not_ready_message(BackendObservation::default(), ONE),
+            "Service not found"
+        );
+        let no_slices = BackendObservation {
+            service_exists: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            not_ready_message(no_slices, ONE),
+            "Service has no EndpointSlices"
+        );
+        assert_eq!(
+            not_ready_message(seen(0, 3), ONE),
+            "0 of 3 endpoints ready, 1 needed"
+        );
+    }
+}

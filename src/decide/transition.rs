@@ -1,0 +1,170 @@
+//! Rule 6: whether traffic moved since the previous decision (worth an Event and a metric), what
+//! the Event says, and when traffic last left and returned to the primary.
+
+use super::{Routing, previous::Previous, readiness::BackendState};
+use crate::{
+    api::{Phase, Timestamp, WhenNoneReady},
+    decide::Rule,
+    validate::ValidPolicy,
+};
+
+/// A change of where traffic goes, worth an Event and a metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transition {
+    /// Traffic left the primary, or moved between secondaries.
+    FailedOver,
+    /// Traffic returned to the primary.
+    FailedBack,
+    /// No backend is ready; weights are kept as they were.
+    NoReadyBackend,
+    /// A backend is ready again after a `NoReadyBackend` phase, with traffic where it was.
+    Recovered,
+    /// The backend named by `spec.pin` is not ready, yet takes all traffic.
+    PinnedBackendNotReady,
+}
+
+impl Transition {
+    /// The Event reason for this transition.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Transition::FailedOver => "FailedOver",
+            Transition::FailedBack => "FailedBack",
+            Transition::NoReadyBackend => "NoReadyBackend",
+            Transition::Recovered => "Recovered",
+            Transition::PinnedBackendNotReady => "PinnedBackendNotReady",
+        }
+    }
+
+    /// Whether the Event for this transition is a Warning.
+    pub fn is_warning(self) -> bool {
+        matches!(
+            self,
+            Transition::NoReadyBackend | Transition::PinnedBackendNotReady
+        )
+    }
+}
+
+/// A transition with the sentence its Event carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Announcement {
+    /// What happened.
+    pub transition: Transition,
+    /// The Event's note.
+    pub message: String,
+}
+
+/// The transition from the previous decision to this one, if any.
+pub fn detect(
+    policy: &ValidPolicy,
+    routing: &Routing,
+    backends: &[BackendState],
+    previous: &Previous,
+) -> Option<Announcement> {
+    let active = active(policy, &routing.weights);
+    let pinned_not_ready = matches!(routing.rule, Rule::Pinned(p) if !backends[p].ready);
+    let active_ready = routing
+        .weights
+        .iter()
+        .zip(backends)
+        .filter(|(w, _)| **w > 0)
+        .all(|(_, b)| b.ready);
+    let transition = match routing.phase {
+        // While suspended nothing moves, so nothing is announced.
+        _ if policy.suspend => None,
+        _ if pinned_not_ready && !previous.pinned_not_ready => {
+            Some(Transition::PinnedBackendNotReady)
+        }
+        _ if !previous.decided => None,
+        Phase::NoReadyBackend if previous.phase != Some(Phase::NoReadyBackend) => {
+            Some(Transition::NoReadyBackend)
+        }
+        Phase::NoReadyBackend => None,
+        phase if active != previous.active => Some(if phase == Phase::Primary {
+            Transition::FailedBack
+        } else {
+            Transition::FailedOver
+        }),
+        // Leaving NoReadyBackend with traffic where it was: worth an Event only once the backends
+        // taking the traffic are ready (not while a failover hold keeps it on a dead primary).
+        _ if previous.phase == Some(Phase::NoReadyBackend) && active_ready => {
+            Some(Transition::Recovered)
+        }
+        _ => None,
+    }?;
+    Some(Announcement {
+        transition,
+        message: message(policy, transition, &active, previous),
+    })
+}
+
+fn message(
+    policy: &ValidPolicy,
+    transition: Transition,
+    active: &[String],
+    previous: &Previous,
+) -> String {
+    let primary = policy.primary();
+    match transition {
+        Transition::FailedOver if previous.on_primary => format!(
+            "primary {primary} is not ready; traffic moved to {}",
+            active.join(", ")
+        ),
+        Transition::FailedOver => format!(
+            "traffic moved from {} to {}",
+            previous.active.join(", "),
+            active.join(", ")
+        ),
+        Transition::FailedBack => format!("primary {primary} is ready; traffic moved back to it"),
+        Transition::NoReadyBackend => no_ready_message(policy, active),
+        Transition::Recovered => format!("{} is ready again", active.join(", ")),
+        Transition::PinnedBackendNotReady => format!(
+            "spec.pin sends all traffic to {}, which is not ready",
+            active.join(", ")
+        ),
+    }
+}
+
+/// What happens while no backend is ready, in one sentence.
+pub fn no_ready_message(policy: &ValidPolicy, active: &[String]) -> String {
+    match policy.when_none_ready {
+        WhenNoneReady::KeepLast => format!(
+            "no backend is ready; weights kept as they were (traffic stays on {})",
+            active.join(", ")
+        ),
+        WhenNoneReady::Primary => format!(
+            "no backend is ready; all traffic goes to the primary {} (whenNoneReady: Primary)",
+            policy.primary()
+        ),
+    }
+}
+
+/// The backends with weight above zero, in priority order.
+pub fn active(policy: &ValidPolicy, weights: &[i32]) -> Vec<String> {
+    policy
+        .backend_names()
+        .zip(weights)
+        .filter(|(_, w)| **w > 0)
+        .map(|(n, _)| n.to_string())
+        .collect()
+}
+
+/// When traffic last left the primary and last returned to it, updated when it moved now.
+pub fn times(
+    policy: &ValidPolicy,
+    routing: &Routing,
+    previous: &Previous,
+    now: Timestamp,
+) -> (Option<Timestamp>, Option<Timestamp>) {
+    let (mut last_failover, mut last_failback) =
+        (previous.last_failover_time, previous.last_failback_time);
+    let active = active(policy, &routing.weights);
+    if active != previous.active && !previous.active.is_empty() {
+        let now_on_primary = routing.weights.first().is_some_and(|w| *w > 0);
+        if previous.on_primary && !now_on_primary {
+            last_failover = Some(now);
+        } else if !previous.on_primary && now_on_primary {
+            last_failback = Some(now);
+        }
+    }
+    (last_failover, last_failback)
+}

@@ -1,0 +1,93 @@
+//! Step 3 of the pipeline: everything a decision reads, taken from the caches only (no API
+//! call): each backend's observation, the route as the cluster has it, and the previous status
+//! (the one this replica wrote last when the policy cache has not caught up with it yet).
+
+use std::{sync::Arc, time::Duration};
+
+use kube::{Resource, ResourceExt};
+use parking_lot::RwLock;
+
+use crate::{
+    api::{FailoverPolicy, FailoverPolicyStatus},
+    observe::{
+        readiness::{BackendObservation, ReadinessStore},
+        routes::RouteStore,
+        synced::Synced,
+    },
+    route::RouteView,
+    validate::ValidPolicy,
+    writer::Writer,
+};
+
+/// Watch kinds a decision needs listed before it can trust the caches.
+pub const DECISION_INPUTS: [&str; 2] = ["endpointslice", "service"];
+/// How long a reconcile waits for those caches before it gives up and retries.
+const SYNC_WAIT: Duration = Duration::from_secs(10);
+
+/// The caches the pipeline reads.
+#[derive(Clone, Default)]
+pub struct Caches {
+    /// Backend readiness, from the EndpointSlice and Service watches.
+    pub readiness: Arc<RwLock<ReadinessStore>>,
+    /// Generated routes, from their watches.
+    pub routes: Arc<RwLock<RouteStore>>,
+    /// Which watches have listed.
+    pub synced: Synced,
+}
+
+impl Caches {
+    /// Waits until the readiness caches have listed; `false` after [`SYNC_WAIT`].
+    pub async fn wait_for_inputs(&self) -> bool {
+        self.synced.wait_for(&DECISION_INPUTS, SYNC_WAIT).await
+    }
+}
+
+/// What a decision reads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Inputs {
+    /// One observation per backend, primary first.
+    pub observations: Vec<BackendObservation>,
+    /// The route as the cluster has it, if it exists.
+    pub route: Option<RouteView>,
+}
+
+/// Reads the inputs of a valid policy from the caches.
+pub fn inputs(policy: &ValidPolicy, caches: &Caches) -> Inputs {
+    let observations = {
+        let readiness = caches.readiness.read();
+        policy
+            .backend_names()
+            .map(|service| readiness.observe(&policy.namespace, service))
+            .collect()
+    };
+    let route = caches
+        .routes
+        .read()
+        .get(&policy.route.key(&policy.namespace))
+        .cloned();
+    Inputs {
+        observations,
+        route,
+    }
+}
+
+/// The status the policy has: the one this replica wrote last while the cache is older.
+pub fn previous_status(policy: &FailoverPolicy, writer: &Writer) -> Option<FailoverPolicyStatus> {
+    writer
+        .recent_status
+        .newer_than(
+            &status_key(policy),
+            policy.meta().resource_version.as_deref(),
+        )
+        .or_else(|| policy.status.clone())
+}
+
+/// The key under which a policy's written status is remembered.
+pub fn status_key(policy: &FailoverPolicy) -> String {
+    format!(
+        "{}/{}/{}",
+        policy.namespace().unwrap_or_default(),
+        policy.name_any(),
+        policy.uid().unwrap_or_default()
+    )
+}

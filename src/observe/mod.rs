@@ -1,0 +1,12 @@
+//! Step 1 of the pipeline: what the watches saw, kept as small facts. Nothing is decided here.
+//!
+//! - [`readiness`]: ready and total endpoints per Service, from EndpointSlices, and whether each
+//!   Service exists;
+//! - [`routes`]: what each generated route in the cluster says ([`crate::route::RouteView`]);
+//! - [`index`]: which policies reference a Service or a route, so an event wakes only those;
+//! - [`synced`]: which watches have delivered their first complete list.
+
+pub mod index;
+pub mod readiness;
+pub mod routes;
+pub mod synced;

@@ -1,0 +1,81 @@
+//! Which watches have delivered their first complete list, for `/readyz` and for reconciles,
+//! which wait until the caches they read can answer.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use tokio::sync::watch;
+
+/// The first-list state of every watch, by kind.
+#[derive(Clone, Debug)]
+pub struct Synced {
+    kinds: Arc<watch::Sender<BTreeMap<&'static str, bool>>>,
+}
+
+impl Default for Synced {
+    fn default() -> Self {
+        Self {
+            kinds: Arc::new(watch::Sender::new(BTreeMap::new())),
+        }
+    }
+}
+
+impl Synced {
+    /// Registers a watch that has not listed yet.
+    pub fn expect(&self, kind: &'static str) {
+        self.kinds.send_modify(|k| {
+            k.entry(kind).or_insert(false);
+        });
+    }
+
+    /// Records that a watch has listed.
+    pub fn done(&self, kind: &'static str) {
+        self.kinds
+            .send_if_modified(|k| k.insert(kind, true) != Some(true));
+    }
+
+    /// The watches that have not listed yet.
+    pub fn pending(&self) -> Vec<&'static str> {
+        self.kinds
+            .borrow()
+            .iter()
+            .filter(|(_, done)| !**done)
+            .map(|(kind, _)| *kind)
+            .collect()
+    }
+
+    /// Waits up to `timeout` until these watches have listed; returns whether they have.
+    pub async fn wait_for(&self, kinds: &[&str], timeout: Duration) -> bool {
+        let mut rx = self.kinds.subscribe();
+        let all =
+            |k: &BTreeMap<&'static str, bool>| kinds.iter().all(|kind| k.get(kind) == Some(&true));
+        tokio::time::timeout(timeout, rx.wait_for(all))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_kind_is_pending_until_its_first_list_is_done() {
+        let synced = Synced::default();
+        synced.expect("endpointslice");
+        synced.expect("service");
+        assert_eq!(synced.pending(), vec!["endpointslice", "service"]);
+        synced.done("endpointslice");
+        assert!(
+            !synced
+                .wait_for(&["endpointslice", "service"], Duration::from_millis(10))
+                .await
+        );
+        synced.done("service");
+        assert!(synced.pending().is_empty());
+        assert!(
+            synced
+                .wait_for(&["endpointslice", "service"], Duration::from_millis(10))
+                .await
+        );
+    }
+}

@@ -1,0 +1,338 @@
+//! The generated route: the one object a policy owns and whose weights carry its decision.
+//!
+//! Two kinds exist, each in its own module with its typed resource: [`trafficsplit`] (SMI
+//! `TrafficSplit`) and [`httproute`] (Gateway API `HTTPRoute`). Everything else in the controller
+//! sees a route only through this module's kind-neutral types:
+//!
+//! - [`RouteTarget`]: which object a policy generates (kind, name, how it is written);
+//! - [`RouteRules`]: what a route says, normalized (apex, backends, weights), so the desired
+//!   route and the one in the cluster compare as plain values, ignoring server defaults;
+//! - [`RouteView`]: what the controller keeps of a route in the cluster (owner, label, version,
+//!   rules), never the whole object.
+//!
+//! A third output kind is a new module here plus one arm in each `match` of this file.
+
+pub mod httproute;
+pub mod trafficsplit;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::{
+    api::ObjectMeta,
+    core::{ApiResource, DynamicObject},
+};
+
+use crate::api::{FailoverPolicy, Output, TrafficSplitApiVersion};
+
+/// The one field manager every write of this controller uses.
+pub const FIELD_MANAGER: &str = "failover-controller";
+/// Label put on every generated route, naming its policy.
+pub const POLICY_LABEL: &str = "failover.dev/policy";
+/// The standard label naming the tool that manages an object.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+
+/// How the route of a policy is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Shape {
+    /// An SMI TrafficSplit in this API version.
+    TrafficSplit(TrafficSplitApiVersion),
+    /// A Gateway API HTTPRoute whose parent is the apex Service.
+    HttpRoute {
+        /// The apex Service's port the route attaches to (all ports when unset).
+        parent_port: Option<i32>,
+        /// The backends' port.
+        port: i32,
+    },
+}
+
+/// The object a policy generates and owns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteTarget {
+    /// Its name.
+    pub name: String,
+    /// Its kind and form.
+    pub shape: Shape,
+}
+
+/// A route in the cluster, by kind, namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RouteKey {
+    /// Its kind.
+    pub kind: RouteKind,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// The kinds of route, without their form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RouteKind {
+    /// SMI TrafficSplit.
+    TrafficSplit,
+    /// Gateway API HTTPRoute.
+    HttpRoute,
+}
+
+impl RouteKind {
+    /// The kind as the API names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouteKind::TrafficSplit => "TrafficSplit",
+            RouteKind::HttpRoute => "HTTPRoute",
+        }
+    }
+
+    /// The kind in lower case, as metric labels name it.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            RouteKind::TrafficSplit => "trafficsplit",
+            RouteKind::HttpRoute => "httproute",
+        }
+    }
+
+    /// What the controller keeps of an object of this kind.
+    pub fn view(self, object: &DynamicObject) -> RouteView {
+        let rules = match self {
+            RouteKind::TrafficSplit => object
+                .clone()
+                .try_parse::<trafficsplit::TrafficSplit>()
+                .ok()
+                .map(|split| trafficsplit::rules(&split)),
+            RouteKind::HttpRoute => object
+                .clone()
+                .try_parse::<httproute::HttpRoute>()
+                .ok()
+                .and_then(|route| httproute::rules(&route)),
+        };
+        RouteView::new(&object.metadata, rules)
+    }
+
+    /// The spec field that names the route of this kind.
+    pub fn name_field(self) -> &'static str {
+        match self {
+            RouteKind::TrafficSplit => "spec.trafficSplit.name",
+            RouteKind::HttpRoute => "spec.httpRoute.name",
+        }
+    }
+}
+
+impl From<Output> for RouteKind {
+    fn from(output: Output) -> Self {
+        match output {
+            Output::TrafficSplit => RouteKind::TrafficSplit,
+            Output::HttpRoute => RouteKind::HttpRoute,
+        }
+    }
+}
+
+impl RouteTarget {
+    /// The route a policy generates: the name it sets (default: the policy's name) and the form.
+    pub fn of(policy: &FailoverPolicy) -> Self {
+        let spec = &policy.spec;
+        let policy_name = policy.metadata.name.clone().unwrap_or_default();
+        match (spec.output, &spec.http_route) {
+            (Output::HttpRoute, Some(route)) => Self {
+                name: route.name.clone().unwrap_or(policy_name),
+                shape: Shape::HttpRoute {
+                    parent_port: route.parent_port,
+                    port: route.port,
+                },
+            },
+            // Validation refuses HTTPRoute without httpRoute; the port then is never used.
+            (Output::HttpRoute, None) => Self {
+                name: policy_name,
+                shape: Shape::HttpRoute {
+                    parent_port: None,
+                    port: 0,
+                },
+            },
+            (Output::TrafficSplit, _) => Self {
+                name: spec.traffic_split.name.clone().unwrap_or(policy_name),
+                shape: Shape::TrafficSplit(spec.traffic_split.api_version),
+            },
+        }
+    }
+
+    /// The kind of route.
+    pub fn kind(&self) -> RouteKind {
+        match self.shape {
+            Shape::TrafficSplit(_) => RouteKind::TrafficSplit,
+            Shape::HttpRoute { .. } => RouteKind::HttpRoute,
+        }
+    }
+
+    /// The key of this route in a namespace.
+    pub fn key(&self, namespace: &str) -> RouteKey {
+        RouteKey {
+            kind: self.kind(),
+            namespace: namespace.to_string(),
+            name: self.name.clone(),
+        }
+    }
+
+    /// The API resource the route is written through.
+    pub fn resource(&self) -> ApiResource {
+        match self.shape {
+            Shape::TrafficSplit(version) => trafficsplit::resource(version),
+            Shape::HttpRoute { .. } => httproute::resource(),
+        }
+    }
+
+    /// What the route must say, with one weight per backend (primary first).
+    pub fn rules<'a>(
+        &self,
+        apex: &str,
+        backends: impl Iterator<Item = &'a str>,
+        weights: &[i32],
+    ) -> RouteRules {
+        let port = match self.shape {
+            Shape::TrafficSplit(_) => None,
+            Shape::HttpRoute { port, .. } => Some(port),
+        };
+        RouteRules {
+            apex: apex.to_string(),
+            apex_port: match self.shape {
+                Shape::TrafficSplit(_) => None,
+                Shape::HttpRoute { parent_port, .. } => parent_port,
+            },
+            backends: backends
+                .zip(weights)
+                .map(|(service, weight)| RouteBackend {
+                    service: service.to_string(),
+                    port,
+                    weight: i64::from(*weight),
+                })
+                .collect(),
+        }
+    }
+
+    /// The whole object to create or apply: owner reference, labels and rules.
+    pub fn object(&self, meta: ObjectMeta, rules: &RouteRules) -> DynamicObject {
+        match self.shape {
+            Shape::TrafficSplit(version) => trafficsplit::object(version, meta, rules),
+            Shape::HttpRoute { .. } => httproute::object(meta, rules),
+        }
+    }
+}
+
+/// The metadata of a generated route: name, namespace, owner and labels.
+pub fn metadata(name: &str, namespace: &str, policy: &str, owner: OwnerReference) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(namespace.to_string()),
+        labels: Some(BTreeMap::from([
+            (POLICY_LABEL.to_string(), policy.to_string()),
+            (MANAGED_BY_LABEL.to_string(), FIELD_MANAGER.to_string()),
+        ])),
+        owner_references: Some(vec![owner]),
+        ..Default::default()
+    }
+}
+
+/// What a route says, normalized across kinds: the apex it serves and its weighted backends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteRules {
+    /// The apex Service (TrafficSplit root, HTTPRoute parent).
+    pub apex: String,
+    /// The apex port the route attaches to (HTTPRoute only).
+    pub apex_port: Option<i32>,
+    /// The backends in route order.
+    pub backends: Vec<RouteBackend>,
+}
+
+/// One weighted backend of a route.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteBackend {
+    /// The backend Service.
+    pub service: String,
+    /// Its port (HTTPRoute only).
+    pub port: Option<i32>,
+    /// Its weight.
+    pub weight: i64,
+}
+
+/// What the controller keeps of a route in the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteView {
+    /// The uid of its controlling owner, if any.
+    pub controller_uid: Option<String>,
+    /// The value of its [`POLICY_LABEL`].
+    pub policy_label: Option<String>,
+    /// Its resourceVersion.
+    pub resource_version: Option<String>,
+    /// What it says, when it has the form this controller writes.
+    pub rules: Option<RouteRules>,
+}
+
+impl RouteView {
+    /// The view of an object's metadata and (normalized) rules.
+    pub fn new(meta: &ObjectMeta, rules: Option<RouteRules>) -> Self {
+        Self {
+            controller_uid: meta
+                .owner_references
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .find(|o| o.controller == Some(true))
+                .map(|o| o.uid.clone()),
+            policy_label: meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(POLICY_LABEL))
+                .cloned(),
+            resource_version: meta.resource_version.clone(),
+            rules,
+        }
+    }
+
+    /// Whether the object is controlled by the owner with this uid.
+    pub fn owned_by(&self, uid: &str) -> bool {
+        self.controller_uid.as_deref() == Some(uid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traffic_split_resource_follows_the_api_version() {
+        let target = RouteTarget {
+            name: "web".into(),
+            shape: Shape::TrafficSplit(TrafficSplitApiVersion::V1Alpha1),
+        };
+        let r = target.resource();
+        assert_eq!(r.api_version, "split.smi-spec.io/v1alpha1");
+        assert_eq!(r.plural, "trafficsplits");
+    }
+
+    #[test]
+    fn rules_pair_backends_with_weights_and_ports() {
+        let target = RouteTarget {
+            name: "web".into(),
+            shape: Shape::HttpRoute {
+                parent_port: Some(80),
+                port: 8080,
+            },
+        };
+        let rules = target.rules("web", ["a", "b"].into_iter(), &[1, 0]);
+        assert_eq!(rules.apex_port, Some(80));
+        assert_eq!(
+            rules.backends,
+            vec![
+                RouteBackend {
+                    service: "a".into(),
+                    port: Some(8080),
+                    weight: 1
+                },
+                RouteBackend {
+                    service: "b".into(),
+                    port: Some(8080),
+                    weight: 0
+                }
+            ]
+        );
+    }
+}

@@ -1,0 +1,166 @@
+//! Step 8 of the pipeline: writes what the status step built (only when it differs from what the
+//! policy has), then tells the world: an Event per transition or conflict, and the per-policy
+//! metrics.
+
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::events::{Event, EventType},
+};
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::{
+    api::{FailoverPolicy, FailoverPolicyStatus, Phase},
+    apply::Applied,
+    decide::transition::{Announcement, Transition},
+    gather::status_key,
+    metrics::PolicyLabels,
+    route::{FIELD_MANAGER, RouteTarget},
+    status::Outcome,
+    writer::{NotLeader, Writer},
+};
+
+/// Why writing the status failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// This replica lost leadership before writing.
+    #[error(transparent)]
+    NotLeader(#[from] NotLeader),
+    /// The API server refused or did not answer.
+    #[error("writing status failed: {}", crate::writer::describe(.0))]
+    Api(#[source] kube::Error),
+}
+
+/// Writes `status` unless the policy already has it; returns whether it wrote.
+pub async fn status(
+    writer: &Writer,
+    policy: &FailoverPolicy,
+    status: FailoverPolicyStatus,
+    current: Option<&FailoverPolicyStatus>,
+) -> Result<bool, StatusError> {
+    if current == Some(&status) {
+        return Ok(false);
+    }
+    let api: Api<FailoverPolicy> = Api::namespaced(
+        writer.client.clone(),
+        &policy.namespace().unwrap_or_default(),
+    );
+    let body = json!({
+        "apiVersion": FailoverPolicy::api_version(&()),
+        "kind": FailoverPolicy::kind(&()),
+        "status": status,
+    });
+    writer.ensure_leader()?;
+    let written = api
+        .patch_status(
+            &policy.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(StatusError::Api)?;
+    writer.metrics.write("status");
+    writer.recent_status.record(
+        status_key(policy),
+        written.meta().resource_version.as_deref(),
+        status,
+    );
+    Ok(true)
+}
+
+/// Events and metrics for what a reconcile did; `wrote` tells whether its status was new.
+pub fn report(
+    writer: &Writer,
+    policy: &FailoverPolicy,
+    target: &RouteTarget,
+    outcome: &Outcome,
+    status: &FailoverPolicyStatus,
+    wrote: bool,
+) {
+    let Outcome::Decided(decided) = outcome else {
+        return;
+    };
+    let labels = PolicyLabels {
+        namespace: policy.namespace().unwrap_or_default(),
+        policy: policy.name_any(),
+    };
+    match &decided.applied {
+        Applied::Conflict if wrote => {
+            let kind = target.kind().as_str();
+            publish(
+                writer,
+                policy,
+                EventType::Warning,
+                &format!("{kind}Conflict"),
+                format!("{kind} {} is not owned by this policy", target.name),
+            );
+        }
+        Applied::Unchanged | Applied::Written | Applied::Suspended => {
+            if let (Some(announcement), true) = (&decided.plan.transition, wrote) {
+                record_transition(writer, policy, &labels, announcement);
+            }
+            let ready = status.backends.iter().filter(|b| b.ready).count();
+            writer
+                .metrics
+                .set_policy_state(&labels, ready, status.phase.unwrap_or(Phase::Primary));
+            if let Some(last) = status.last_failover_time.max(status.last_failback_time) {
+                writer
+                    .metrics
+                    .set_last_transition(&labels, last.0.timestamp_millis() as f64 / 1000.0);
+            }
+        }
+        Applied::Conflict | Applied::Failed(_) => {}
+    }
+}
+
+fn record_transition(
+    writer: &Writer,
+    policy: &FailoverPolicy,
+    labels: &PolicyLabels,
+    announcement: &Announcement,
+) {
+    let transition = announcement.transition;
+    match transition {
+        Transition::FailedOver => writer.metrics.failovers.get_or_create(labels).inc(),
+        Transition::FailedBack => writer.metrics.failbacks.get_or_create(labels).inc(),
+        Transition::NoReadyBackend | Transition::Recovered | Transition::PinnedBackendNotReady => 0,
+    };
+    let event_type = if transition.is_warning() {
+        EventType::Warning
+    } else {
+        EventType::Normal
+    };
+    info!(transition = transition.reason(), note = %announcement.message, "traffic moved");
+    publish(
+        writer,
+        policy,
+        event_type,
+        transition.reason(),
+        announcement.message.clone(),
+    );
+}
+
+/// Sends an Event in the background: Events are best effort, never hold up the next reconcile
+/// of this policy, and a lost Event never blocks routing.
+fn publish(writer: &Writer, policy: &FailoverPolicy, type_: EventType, reason: &str, note: String) {
+    let event = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(crate::status::bounded(&note)),
+        action: "Route".to_string(),
+        secondary: None,
+    };
+    let (recorder, metrics, reference) = (
+        writer.recorder.clone(),
+        writer.metrics.clone(),
+        policy.object_ref(&()),
+    );
+    let reason = reason.to_string();
+    tokio::spawn(async move {
+        match recorder.publish(&event, &reference).await {
+            Ok(()) => metrics.write("event"),
+            Err(e) => warn!(error = %crate::writer::describe(&e), reason, "could not record Event"),
+        }
+    });
+}

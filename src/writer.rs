@@ -1,0 +1,88 @@
+//! The one door every API write of a reconcile goes through: the leadership check right before
+//! each request, the one field manager, the write counters, and the memory of recent writes
+//! ([`Recent`]) that keeps a stale cache from causing a second write.
+
+use std::sync::Arc;
+
+use kube::{
+    Client,
+    runtime::events::{Recorder, Reporter},
+};
+
+use crate::{
+    api::FailoverPolicyStatus,
+    leader::Leadership,
+    metrics::Metrics,
+    recent::Recent,
+    route::{FIELD_MANAGER, RouteRules},
+};
+
+/// A write refused because this replica does not lead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("not the leader; writes stopped")]
+pub struct NotLeader;
+
+/// What the apply and write steps write through.
+pub struct Writer {
+    /// API client.
+    pub client: Client,
+    /// Whether this replica may write.
+    pub leadership: Leadership,
+    /// Write counters.
+    pub metrics: Arc<Metrics>,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// Routes written, until the route cache shows them.
+    pub recent_routes: Recent<RouteRules>,
+    /// Statuses written, until the policy cache shows them.
+    pub recent_status: Recent<FailoverPolicyStatus>,
+}
+
+impl Writer {
+    /// A writer for this client; `instance` names this replica in Events.
+    pub fn new(
+        client: Client,
+        leadership: Leadership,
+        metrics: Arc<Metrics>,
+        instance: Option<String>,
+    ) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.to_string(),
+                instance,
+            },
+        );
+        Self {
+            client,
+            leadership,
+            metrics,
+            recorder,
+            recent_routes: Recent::default(),
+            recent_status: Recent::default(),
+        }
+    }
+
+    /// Fails unless this replica may write right now: a lost lease stops writes at once.
+    pub fn ensure_leader(&self) -> Result<(), NotLeader> {
+        if self.leadership.is_leader() {
+            Ok(())
+        } else {
+            Err(NotLeader)
+        }
+    }
+}
+
+/// An API error as a short sentence for people: the API server's own message and reason, not
+/// the client's debug dump.
+pub fn describe(error: &kube::Error) -> String {
+    let text = match error {
+        kube::Error::Api(status) if !status.message.is_empty() && !status.reason.is_empty() => {
+            format!("{} ({})", status.message, status.reason)
+        }
+        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        kube::Error::Api(status) => format!("HTTP {} {}", status.code, status.reason),
+        other => other.to_string(),
+    };
+    crate::status::bounded(&text)
+}

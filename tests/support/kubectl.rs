@@ -1,0 +1,127 @@
+//! Real kubectl against the control plane, and the RBAC helpers built on it (Roles,
+//! ServiceAccounts, token kubeconfigs).
+
+use std::{
+    path::PathBuf,
+    process::{Command, Output, Stdio},
+};
+
+use super::{ControlPlane, TestEnv, repo_root};
+
+/// Runs kubectl against the control plane.
+pub fn kubectl(cp: &ControlPlane, args: &[&str]) -> Output {
+    Command::new(cp.bin("kubectl"))
+        .current_dir(repo_root())
+        .env("KUBECONFIG", &cp.kubeconfig)
+        .args(args)
+        .output()
+        .expect("running kubectl")
+}
+
+/// Runs kubectl with text on its standard input.
+pub fn kubectl_stdin(cp: &ControlPlane, args: &[&str], input: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(cp.bin("kubectl"))
+        .env("KUBECONFIG", &cp.kubeconfig)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning kubectl");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("writing to kubectl");
+    child.wait_with_output().expect("kubectl output")
+}
+
+impl TestEnv {
+    /// kubectl in the test namespace.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        let mut all = vec!["-n", self.ns.as_str()];
+        all.extend_from_slice(args);
+        kubectl(self.cp, &all)
+    }
+
+    /// kubectl in the test namespace, with standard input.
+    pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Output {
+        let mut all = vec!["-n", self.ns.as_str()];
+        all.extend_from_slice(args);
+        kubectl_stdin(self.cp, &all, input)
+    }
+    /// Grants a ServiceAccount of the test namespace a Role with these rules (a YAML list) through
+    /// a RoleBinding of the same name.
+    pub fn grant(&self, name: &str, service_account: &str, rules: &str) {
+        let role = format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: {name}}}\nrules:\n{rules}"
+        );
+        let out = self.kubectl_stdin(&["apply", "-f", "-"], &role);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.bind(name, service_account);
+    }
+
+    /// Binds the Role `name` to a ServiceAccount of the test namespace.
+    pub fn bind(&self, name: &str, service_account: &str) {
+        let subject = format!("{}:{service_account}", self.ns);
+        let out = self.kubectl(&[
+            "create",
+            "rolebinding",
+            name,
+            &format!("--role={name}"),
+            "--serviceaccount",
+            &subject,
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Creates a ServiceAccount and returns a kubeconfig that authenticates as it, with a token
+    /// from `kubectl create token` (the API server's TokenRequest API).
+    pub fn service_account_kubeconfig(&self, name: &str) -> PathBuf {
+        let out = self.kubectl(&["create", "serviceaccount", name]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.token_kubeconfig(name)
+    }
+
+    /// A kubeconfig that authenticates as an existing ServiceAccount of the test namespace, with
+    /// a token from `kubectl create token` (the API server's TokenRequest API).
+    pub fn token_kubeconfig(&self, name: &str) -> PathBuf {
+        let out = self.kubectl(&["create", "token", name, "--duration=2h"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let admin: serde_json::Value = serde_yaml::from_str(
+            &std::fs::read_to_string(&self.cp.kubeconfig).expect("admin kubeconfig"),
+        )
+        .expect("kubeconfig yaml");
+        let cluster = &admin["clusters"][0]["cluster"];
+        let kubeconfig = serde_json::json!({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "local", "cluster": cluster}],
+            "users": [{"name": name, "user": {"token": token}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "local", "user": name, "namespace": self.ns}}],
+            "current-context": "sa",
+        });
+        let path = std::env::temp_dir().join(format!("{}-{name}.kubeconfig", self.ns));
+        std::fs::write(&path, serde_yaml::to_string(&kubeconfig).expect("yaml"))
+            .expect("writing kubeconfig");
+        path
+    }
+}

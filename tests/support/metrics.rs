@@ -1,0 +1,37 @@
+//! Reading the controller's Prometheus text exposition.
+
+use std::collections::HashMap;
+
+use super::ControllerProcess;
+
+/// The sum of every sample of a metric family (all label sets) in a Prometheus text exposition.
+pub fn metric_sum(text: &str, family: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(family))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The value of one sample in a Prometheus text exposition (`name{labels}` as written), if any.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// The controller's API writes so far, for each of these kinds (`trafficsplit`, `status`, ...).
+pub async fn api_writes(controller: &ControllerProcess, kinds: &[&str]) -> HashMap<String, f64> {
+    let text = controller.admin_get("/metrics").await.1;
+    kinds
+        .iter()
+        .map(|k| {
+            let series = format!("failover_api_writes_total{{kind=\"{k}\"}}");
+            (k.to_string(), metric(&text, &series).unwrap_or(0.0))
+        })
+        .collect()
+}

@@ -1,0 +1,203 @@
+//! Policies as tests write them: a typed builder whose YAML real kubectl applies, and readers
+//! of what the controller made of them (status, conditions, route weights, Events). Every
+//! status read here checks that no condition message is longer than the controller's bound.
+
+use std::time::{Duration, Instant};
+
+use failover::{
+    api::{FailoverPolicy, FailoverPolicySpec, Phase, SecondaryBackend, Strategy},
+    route::trafficsplit::TrafficSplit,
+    status::MAX_MESSAGE,
+};
+use kube::Api;
+
+use super::{TestEnv, wait_until};
+
+/// A FailoverPolicy for a test, typed. [`PolicyBuilder::web`] is the policy most tests use:
+/// `web`, apex and primary `web`, secondaries `web-east` and `web-west`.
+#[derive(Clone, Debug)]
+pub struct PolicyBuilder {
+    policy: FailoverPolicy,
+}
+
+impl PolicyBuilder {
+    /// The usual test policy.
+    pub fn web() -> Self {
+        Self::named("web", "web", &["web-east", "web-west"])
+    }
+
+    /// A policy with this name, primary and secondaries, its apex Service `web`.
+    pub fn named(name: &str, primary: &str, secondaries: &[&str]) -> Self {
+        let spec = FailoverPolicySpec {
+            service: "web".into(),
+            primary: primary.into(),
+            secondaries: secondaries
+                .iter()
+                .map(|s| SecondaryBackend {
+                    service: s.to_string(),
+                    weight: None,
+                })
+                .collect(),
+            ..Default::default()
+        };
+        Self {
+            policy: FailoverPolicy::new(name, spec),
+        }
+    }
+
+    /// With this strategy.
+    pub fn strategy(self, strategy: Strategy) -> Self {
+        self.spec(|s| s.strategy = strategy)
+    }
+
+    /// With `failoverAfter` and `failbackAfter`.
+    pub fn holds(self, failover_after: &str, failback_after: &str) -> Self {
+        self.spec(|s| {
+            s.failover_after = failover_after.into();
+            s.failback_after = failback_after.into();
+        })
+    }
+
+    /// With any other change to the spec.
+    pub fn spec(mut self, change: impl FnOnce(&mut FailoverPolicySpec)) -> Self {
+        change(&mut self.policy.spec);
+        self
+    }
+
+    /// The policy as YAML, as a user would write it.
+    pub fn yaml(&self) -> String {
+        serde_yaml::to_string(&self.policy).expect("policy serializes")
+    }
+}
+
+/// The policy's phase.
+pub fn phase(p: &FailoverPolicy) -> Option<Phase> {
+    p.status.as_ref()?.phase
+}
+
+/// The policy's condition of this type, as (status, reason, message).
+pub fn condition(p: &FailoverPolicy, type_: &str) -> Option<(String, String, String)> {
+    let c = p
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// The reason of the policy's condition of this type.
+pub fn condition_reason(p: &FailoverPolicy, type_: &str) -> Option<String> {
+    condition(p, type_).map(|(_, reason, _)| reason)
+}
+
+/// Fails the test when a condition message is longer than the controller promises.
+fn check_messages(p: &FailoverPolicy) {
+    for c in p.status.iter().flat_map(|s| &s.conditions) {
+        assert!(
+            c.message.chars().count() <= MAX_MESSAGE,
+            "condition {} has a message of {} characters: {}",
+            c.type_,
+            c.message.chars().count(),
+            c.message
+        );
+    }
+}
+
+impl TestEnv {
+    /// Applies a typed policy with real kubectl.
+    pub fn apply(&self, policy: &PolicyBuilder) {
+        self.apply_policy(&policy.yaml());
+    }
+
+    /// Applies a FailoverPolicy from YAML with real kubectl (as users do).
+    pub fn apply_policy(&self, yaml: &str) {
+        let out = self.kubectl_stdin(&["apply", "-f", "-"], yaml);
+        assert!(
+            out.status.success(),
+            "kubectl apply failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The TrafficSplit's backends as (service, weight), if it exists.
+    pub async fn split_weights(&self, name: &str) -> Option<Vec<(String, i64)>> {
+        let ts = self.api::<TrafficSplit>().get_opt(name).await.ok()??;
+        Some(
+            ts.spec
+                .backends
+                .into_iter()
+                .map(|b| (b.service, b.weight))
+                .collect(),
+        )
+    }
+
+    /// The policy, if it exists.
+    pub async fn policy(&self, name: &str) -> Option<FailoverPolicy> {
+        let policy = self.api::<FailoverPolicy>().get_opt(name).await.ok()??;
+        check_messages(&policy);
+        Some(policy)
+    }
+
+    /// Waits until the TrafficSplit has exactly these weights.
+    pub async fn wait_weights(&self, name: &str, expected: &[(&str, i64)], timeout: Duration) {
+        let expected: Vec<(String, i64)> =
+            expected.iter().map(|(s, w)| (s.to_string(), *w)).collect();
+        let deadline = Instant::now() + timeout;
+        let mut last = self.split_weights(name).await;
+        while last.as_ref() != Some(&expected) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            last = self.split_weights(name).await;
+        }
+        assert!(
+            last.as_ref() == Some(&expected),
+            "TrafficSplit {name}: wanted {expected:?}, last saw {last:?} (namespace {})",
+            self.ns
+        );
+    }
+
+    /// Waits until the policy satisfies a predicate; returns it.
+    pub async fn wait_policy(
+        &self,
+        name: &str,
+        timeout: Duration,
+        what: &str,
+        pred: impl Fn(&FailoverPolicy) -> bool,
+    ) -> FailoverPolicy {
+        let deadline = Instant::now() + timeout;
+        let mut last = self.policy(name).await;
+        while !last.as_ref().is_some_and(&pred) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            last = self.policy(name).await;
+        }
+        match last {
+            Some(p) if pred(&p) => p,
+            other => panic!(
+                "policy {name}: {what} not reached; last status: {:#?}",
+                other.and_then(|p| p.status)
+            ),
+        }
+    }
+
+    /// Waits until an Event with this reason (and type, when given) is recorded on the object
+    /// named `regarding`; returns whether it was.
+    pub async fn wait_event(
+        &self,
+        regarding: &str,
+        reason: &str,
+        type_: Option<&str>,
+        timeout: Duration,
+    ) -> bool {
+        let events: Api<k8s_openapi::api::events::v1::Event> = self.api();
+        wait_until(timeout, || async {
+            events.list(&Default::default()).await.is_ok_and(|l| {
+                l.items.iter().any(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && type_.is_none_or(|t| e.type_.as_deref() == Some(t))
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding)
+                })
+            })
+        })
+        .await
+    }
+}
