@@ -34,38 +34,33 @@ use serde_json::json;
 use support::{ControllerProcess, TestEnv, api_writes, repo_root};
 use tokio::sync::Notify;
 
+/// Failover latency, API writes, CPU and memory at several scales, against the floor.
+#[derive(clap::Parser, Debug)]
+#[command(
+    about = "Failover latency, API writes, CPU and memory against the floor, on a local control plane"
+)]
 struct Options {
+    /// Numbers of policies to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000,10000")]
     scales: Vec<usize>,
+    /// Readiness flips (each one change down and one back up) per scale.
+    #[arg(long, default_value_t = 200)]
     flips: usize,
+    /// EndpointSlice updates per second of background churn.
+    #[arg(long = "churn", default_value_t = 50)]
     churn_per_second: u64,
+    /// Length of the quiet period in which no write is expected, in seconds.
+    #[arg(long, default_value_t = 60)]
     quiet_seconds: u64,
+    /// Where the results are written as JSON.
+    #[arg(long, default_value = "target/bench/results.json")]
     out: std::path::PathBuf,
 }
 
 fn options() -> Options {
-    let mut o = Options {
-        scales: vec![100, 1000, 10_000],
-        flips: 200,
-        churn_per_second: 50,
-        quiet_seconds: 60,
-        out: repo_root().join("target/bench/results.json"),
-    };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    for pair in args.chunks(2) {
-        let value = pair.get(1).cloned().unwrap_or_default();
-        match pair[0].as_str() {
-            "--scales" => {
-                o.scales = value
-                    .split(',')
-                    .filter_map(|s| s.trim().parse().ok())
-                    .collect()
-            }
-            "--flips" => o.flips = value.parse().unwrap_or(o.flips),
-            "--churn" => o.churn_per_second = value.parse().unwrap_or(o.churn_per_second),
-            "--quiet-seconds" => o.quiet_seconds = value.parse().unwrap_or(o.quiet_seconds),
-            "--out" => o.out = value.into(),
-            other => panic!("unknown option {other}"),
-        }
+    let mut o = <Options as clap::Parser>::parse();
+    if o.out.is_relative() {
+        o.out = repo_root().join(&o.out);
     }
     o
 }

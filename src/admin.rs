@@ -1,5 +1,6 @@
 //! The admin HTTP server: `/metrics` (Prometheus text format), `/healthz` (the process is alive)
-//! and `/readyz` (caches synced, and leader or standby state known).
+//! and `/readyz` (every CRD it needs installed, caches synced, and leader or standby state known;
+//! otherwise the reason).
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -10,9 +11,9 @@ use tokio::net::TcpListener;
 use tracing::info;
 
 use crate::{
+    controller::Handle,
     leader::{Leadership, Role},
     metrics::Metrics,
-    observe::synced::Synced,
 };
 
 /// What the admin endpoints report on.
@@ -20,8 +21,8 @@ use crate::{
 pub struct AdminState {
     /// Metrics to expose.
     pub metrics: Arc<Metrics>,
-    /// Which watches have listed.
-    pub synced: Synced,
+    /// The controller, for its readiness.
+    pub controller: Handle,
     /// Leadership.
     pub leadership: Leadership,
 }
@@ -76,17 +77,13 @@ async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
-    let synced = state.synced.pending().is_empty();
-    match (synced, state.leadership.role()) {
-        (false, _) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "caches not synced".to_string(),
-        ),
-        (true, Role::Pending) => (
+    match (state.controller.not_ready(), state.leadership.role()) {
+        (Some(why), _) => (StatusCode::SERVICE_UNAVAILABLE, why),
+        (None, Role::Pending) => (
             StatusCode::SERVICE_UNAVAILABLE,
             "leader election pending".to_string(),
         ),
-        (true, Role::Leader) => (StatusCode::OK, "ok (leader)".to_string()),
-        (true, Role::Standby) => (StatusCode::OK, "ok (standby)".to_string()),
+        (None, Role::Leader) => (StatusCode::OK, "ok (leader)".to_string()),
+        (None, Role::Standby) => (StatusCode::OK, "ok (standby)".to_string()),
     }
 }

@@ -18,6 +18,7 @@ use tracing::{debug, info};
 
 use crate::{
     api::FailoverPolicy,
+    observe::apis::NeededApi,
     route::{FIELD_MANAGER, RouteKey, RouteRules, RouteTarget, RouteView, metadata},
     validate::ValidPolicy,
     writer::{NotLeader, Writer, describe},
@@ -84,6 +85,8 @@ pub enum Applied {
     Conflict,
     /// Writing failed; the route is as it was.
     Failed(ApplyError),
+    /// The CRD of the route's kind is not installed: nothing was written.
+    ApiMissing(NeededApi),
 }
 
 /// Why writing the route failed.
@@ -123,6 +126,11 @@ impl ApplyError {
             message: describe(&source),
             source,
         }
+    }
+
+    /// The API server does not serve the route's kind.
+    pub fn not_found(&self) -> bool {
+        matches!(self, ApplyError::Api { source: kube::Error::Api(e), .. } if e.code == 404)
     }
 
     /// The write was refused because the namespace is being deleted.

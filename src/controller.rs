@@ -34,6 +34,7 @@ use crate::{
     leader::{Leadership, Role},
     metrics::{Metrics, PolicyLabels},
     observe::{
+        apis::{Apis, NeededApi},
         index::{PolicyIndex, PolicyKey},
         readiness::{SERVICE_NAME_LABEL, ServiceKey},
     },
@@ -56,8 +57,6 @@ pub struct Settings {
     pub concurrency: u16,
     /// Identity of this replica in Events (usually the Pod name).
     pub instance: Option<String>,
-    /// Watch Gateway API HTTPRoutes (only when the cluster serves them).
-    pub http_routes: bool,
 }
 
 impl Default for Settings {
@@ -66,7 +65,6 @@ impl Default for Settings {
             namespace: None,
             concurrency: 16,
             instance: None,
-            http_routes: false,
         }
     }
 }
@@ -132,6 +130,33 @@ where
 pub struct Handle {
     /// The caches, with their sync state.
     pub caches: Caches,
+    /// The APIs found missing.
+    pub apis: Apis,
+    index: Arc<RwLock<PolicyIndex>>,
+}
+
+impl Handle {
+    /// Why the controller is not ready to serve, if it is not: a missing CRD that it needs
+    /// (named, with how to install it), or watches that have not listed yet.
+    pub fn not_ready(&self) -> Option<String> {
+        let used: Vec<RouteKind> = [RouteKind::TrafficSplit, RouteKind::HttpRoute]
+            .into_iter()
+            .filter(|k| self.index.read().uses(*k))
+            .collect();
+        let needed: Vec<NeededApi> = std::iter::once(NeededApi::FailoverPolicy)
+            .chain(used.iter().map(|k| NeededApi::of_route(*k)))
+            .collect();
+        let missing = self.apis.missing_among(&needed);
+        if !missing.is_empty() {
+            return Some(missing.join("; "));
+        }
+        // A route watch matters only while a policy outputs that kind.
+        let waiting = self.caches.synced.pending().into_iter().any(|kind| {
+            RouteKind::of_watch(kind).is_none_or(|k| used.contains(&k))
+                && NeededApi::of_watch(kind).is_none_or(|api| !self.apis.is_missing(api))
+        });
+        waiting.then(|| "caches not synced".to_string())
+    }
 }
 
 /// Starts the controller; returns its handle and a future that runs until `shutdown` resolves
@@ -144,40 +169,42 @@ pub fn start(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> (Handle, impl Future<Output = ()>) {
     metrics.register_error_kinds(&Error::KINDS);
-    let caches = Caches::default();
-    let index = Arc::new(RwLock::new(PolicyIndex::default()));
-    let (queue, queued) = mpsc::unbounded();
-    let wake = Wake {
-        index: index.clone(),
-        queue,
+    let handle = Handle {
+        caches: Caches::default(),
+        apis: Apis::new(metrics.clone()),
+        index: Arc::default(),
     };
+    let (queue, queued) = mpsc::unbounded();
     let watch = WatchContext {
         metrics: metrics.clone(),
-        synced: caches.synced.clone(),
+        synced: handle.caches.synced.clone(),
+        apis: handle.apis.clone(),
     };
     let feed = Feed {
         client: client.clone(),
         settings: settings.clone(),
-        caches: caches.clone(),
-        wake,
+        caches: handle.caches.clone(),
+        wake: Wake {
+            index: handle.index.clone(),
+            queue,
+        },
         watch: watch.clone(),
     };
     let feeds = futures::future::join(readiness_feeds(feed.clone()), route_feeds(feed));
-    let policies = policy_stream(&client, settings.namespace.as_deref(), index, &watch);
+    let ns = settings.namespace.as_deref();
+    let policies = policy_stream(&client, ns, handle.index.clone(), &watch);
     let writer = Writer::new(
         client,
         leadership.clone(),
         metrics,
         settings.instance.clone(),
     );
-    let context = Arc::new(Context::new(caches.clone(), writer));
+    let (caches, apis) = (handle.caches.clone(), handle.apis.clone());
+    let context = Arc::new(Context::new(caches, writer, apis.clone()));
     let controller = Controller::for_stream(policies.0, policies.1)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
         .reconcile_on(queued)
-        .reconcile_all_on(futures::stream::select(
-            leadership_gained(&leadership),
-            resync(),
-        ))
+        .reconcile_all_on(queue_everything(&leadership, &apis))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context)
         .for_each(|result| async move {
@@ -192,7 +219,7 @@ pub fn start(
             _ = feeds => warn!("watches ended"),
         }
     };
-    (Handle { caches }, run)
+    (handle, run)
 }
 
 /// What every watch feeding a cache needs.
@@ -234,10 +261,11 @@ async fn readiness_feeds(feed: Feed) {
     futures::join!(slices, services);
 }
 
-/// TrafficSplits and (when served) HTTPRoutes → route views; a change wakes the policy that
+/// TrafficSplits and HTTPRoutes → route views (a watch whose CRD is missing retries until it is
+/// installed); a change wakes the policy that
 /// names the route, to revert a hand edit or resolve a conflict.
 async fn route_feeds(feed: Feed) {
-    let (settings, ns) = (&feed.settings, feed.settings.namespace.as_deref());
+    let ns = feed.settings.namespace.as_deref();
     let (client, caches, wake, watch) = (&feed.client, &feed.caches, &feed.wake, &feed.watch);
     let splits = feed_routes(
         events(
@@ -251,18 +279,18 @@ async fn route_feeds(feed: Feed) {
         caches,
         wake,
     );
-    let routes = async {
-        if settings.http_routes {
-            let stream = events(
-                scoped::<HttpRoute>(client, ns),
-                "httproute",
-                Default::default(),
-                watch,
-            );
-            let view = |r: HttpRoute| RouteView::new(&r.metadata, httproute::rules(&r));
-            feed_routes(stream, RouteKind::HttpRoute, view, caches, wake).await;
-        }
-    };
+    let routes = feed_routes(
+        events(
+            scoped::<HttpRoute>(client, ns),
+            "httproute",
+            Default::default(),
+            watch,
+        ),
+        RouteKind::HttpRoute,
+        |r: HttpRoute| RouteView::new(&r.metadata, httproute::rules(&r)),
+        caches,
+        wake,
+    );
     futures::join!(splits, routes);
 }
 
@@ -325,6 +353,19 @@ fn policy_stream(
     (stream, store)
 }
 
+/// When every policy is queued: on gaining leadership, every resync period, and when a missing
+/// CRD turns up.
+fn queue_everything(
+    leadership: &Leadership,
+    apis: &Apis,
+) -> impl Stream<Item = ()> + Send + 'static + use<> {
+    futures::stream::select_all([
+        leadership_gained(leadership).boxed(),
+        resync().boxed(),
+        apis_returned(apis).boxed(),
+    ])
+}
+
 /// Every gain of leadership queues every policy: the new leader converges at once.
 fn leadership_gained(leadership: &Leadership) -> impl Stream<Item = ()> + Send + 'static + use<> {
     futures::stream::unfold(leadership.subscribe(), |mut rx| async move {
@@ -334,6 +375,14 @@ fn leadership_gained(leadership: &Leadership) -> impl Stream<Item = ()> + Send +
                 return Some(((), rx));
             }
         }
+    })
+}
+
+/// A missing CRD that turns up queues every policy: those that waited for it act at once.
+fn apis_returned(apis: &Apis) -> impl Stream<Item = ()> + Send + 'static + use<> {
+    futures::stream::unfold(apis.returned(), |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
     })
 }
 

@@ -143,7 +143,6 @@ async fn main() -> anyhow::Result<()> {
         namespace: args.namespace.clone(),
         concurrency: args.concurrency,
         instance: Some(identity.clone()),
-        http_routes: gateway_api_served(&client).await,
     };
     let (handle, run) = controller::start(
         client.clone(),
@@ -154,7 +153,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let admin_state = AdminState {
         metrics: metrics.clone(),
-        synced: handle.caches.synced.clone(),
+        controller: handle,
         leadership: leadership.clone(),
     };
     serve_admin(args.admin_addr, admin_state).await?;
@@ -197,20 +196,6 @@ fn stopping() -> watch::Receiver<bool> {
 /// Resolves once `stopping` turns true.
 async fn stopped(mut stopping: watch::Receiver<bool>) {
     let _ = stopping.wait_for(|s| *s).await;
-}
-
-/// HTTPRoute output needs the Gateway API; its watch starts only when the cluster serves it.
-async fn gateway_api_served(client: &kube::Client) -> bool {
-    let served = client
-        .list_api_group_resources("gateway.networking.k8s.io/v1")
-        .await
-        .is_ok_and(|list| list.resources.iter().any(|r| r.name == "httproutes"));
-    if !served {
-        info!(
-            "the Gateway API HTTPRoute resource is not served; output HTTPRoute is unavailable until a restart after it is installed"
-        );
-    }
-    served
 }
 
 /// Binds the admin server and serves it in the background.

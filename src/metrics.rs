@@ -33,6 +33,13 @@ pub const WATCH_KINDS: [&str; 5] = [
 /// Every kind of API write, as `api_writes` labels it.
 pub const WRITE_KINDS: [&str; 5] = ["trafficsplit", "httproute", "status", "event", "lease"];
 
+/// Every CRD the controller may need, as `missing_api` labels it.
+pub const CRDS: [&str; 3] = [
+    "failoverpolicies.failover.dev",
+    "trafficsplits.split.smi-spec.io",
+    "httproutes.gateway.networking.k8s.io",
+];
+
 /// Labels of per-policy series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PolicyLabels {
@@ -75,6 +82,15 @@ pub struct Metrics {
     pub watch_restarts: Family<KindLabels, Counter>,
     /// 1 while this replica holds the leader lease.
     pub leader: Gauge<i64, AtomicI64>,
+    /// 1 while a CRD the controller needs is not installed, by CRD name.
+    pub missing_api: Family<CrdLabels, Gauge>,
+}
+
+/// Labels of a series about one CRD.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CrdLabels {
+    /// The CRD's name, e.g. `trafficsplits.split.smi-spec.io`.
+    pub crd: String,
 }
 
 impl Default for Metrics {
@@ -99,12 +115,17 @@ impl Metrics {
             api_writes: Family::default(),
             watch_restarts: Family::default(),
             leader: Gauge::default(),
+            missing_api: Family::default(),
             registry: Registry::with_prefix("failover"),
         };
         m.register_all();
+        m.register_gauges();
         // Known bounded series start at zero, so rates and alerts work before the first event.
         for kind in WATCH_KINDS {
             m.watch_restart_counter(kind);
+        }
+        for crd in CRDS {
+            m.set_missing_api(crd, false);
         }
         for kind in WRITE_KINDS {
             let _ = m.api_writes.get_or_create_owned(&KindLabels {
@@ -153,6 +174,10 @@ impl Metrics {
         for (name, help, family) in per_policy_counters {
             r.register(name, help, family.clone());
         }
+    }
+
+    fn register_gauges(&mut self) {
+        let r = &mut self.registry;
         r.register(
             "ready_backends",
             "Ready backends per policy",
@@ -172,6 +197,11 @@ impl Metrics {
             "leader",
             "1 while this replica holds the leader lease",
             self.leader.clone(),
+        );
+        r.register(
+            "missing_api",
+            "1 while a CRD the controller needs is not installed",
+            self.missing_api.clone(),
         );
     }
 
@@ -205,6 +235,15 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
         out
+    }
+
+    /// Records whether a CRD the controller needs is missing.
+    pub fn set_missing_api(&self, crd: &str, missing: bool) {
+        self.missing_api
+            .get_or_create(&CrdLabels {
+                crd: crd.to_string(),
+            })
+            .set(i64::from(missing));
     }
 
     /// Counts one API write of a kind.

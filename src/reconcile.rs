@@ -27,6 +27,7 @@ use crate::{
     apply::{self, Applied, ApplyError, DesiredRoute},
     decide::decide,
     gather::{self, Caches},
+    observe::apis::{Apis, NeededApi},
     route::RouteTarget,
     status::{self, Decided, Outcome, StatusInput},
     validate::{ValidPolicy, validate},
@@ -118,16 +119,19 @@ pub struct Context {
     pub caches: Caches,
     /// The door for writes.
     pub writer: Writer,
+    /// The APIs found missing.
+    pub apis: Apis,
     /// Retry delays of the policies failing now.
     retries: Mutex<HashMap<ObjectRef<FailoverPolicy>, ExponentialBackoff>>,
 }
 
 impl Context {
     /// A context around the given parts.
-    pub fn new(caches: Caches, writer: Writer) -> Self {
+    pub fn new(caches: Caches, writer: Writer, apis: Apis) -> Self {
         Self {
             caches,
             writer,
+            apis,
             retries: Mutex::new(HashMap::new()),
         }
     }
@@ -223,9 +227,23 @@ async fn act(
     let plan = decide(&valid, &inputs.observations, previous, now);
     let desired =
         DesiredRoute::of(policy, &valid, &plan.routing.weights).ok_or(Error::MissingUid)?;
-    let applied = apply::apply(&ctx.writer, &desired, inputs.route, valid.suspend).await;
-    if let Applied::Failed(ApplyError::NotLeader(e)) = applied {
-        return Err(Error::NotLeader(e));
+    let api = NeededApi::of_route(valid.route.kind());
+    let applied = if ctx.apis.is_missing(api) {
+        Applied::ApiMissing(api)
+    } else {
+        apply::apply(&ctx.writer, &desired, inputs.route, valid.suspend).await
+    };
+    let applied = match applied {
+        Applied::Failed(ApplyError::NotLeader(e)) => return Err(Error::NotLeader(e)),
+        // The API server does not serve the route's kind: its CRD is not installed.
+        Applied::Failed(e) if e.not_found() => {
+            ctx.apis.missing(api);
+            Applied::ApiMissing(api)
+        }
+        applied => applied,
+    };
+    if let Applied::ApiMissing(api) = applied {
+        ctx.apis.needed(api);
     }
     Ok(Decided {
         policy: valid,
@@ -240,7 +258,8 @@ fn next(outcome: Outcome) -> Result<Action, Error> {
         Outcome::Invalid(_) => Ok(Action::await_change()),
         Outcome::Decided(d) => match d.applied {
             Applied::Failed(e) => Err(Error::Route(Box::new(e))),
-            Applied::Conflict => Ok(Action::await_change()),
+            // A missing CRD that turns up queues every policy.
+            Applied::Conflict | Applied::ApiMissing(_) => Ok(Action::await_change()),
             Applied::Unchanged | Applied::Written | Applied::Suspended => Ok(d
                 .plan
                 .requeue_after

@@ -5,7 +5,9 @@
 //! - a conflict: the backends as observed, `Ready=False` `<Kind>Conflict`, the rest as before;
 //! - a failed write: the previous status (what is really in place), `Ready=False`
 //!   `<Kind>WriteFailed` with the API server's message;
-//! - an invalid spec: the previous status, `Ready=False` `InvalidSpec` naming the fields.
+//! - an invalid spec: the previous status, `Ready=False` `InvalidSpec` naming the fields;
+//! - the route's CRD not installed: the backends as observed, `Ready=False` `<Kind>CRDMissing`
+//!   naming the CRD and how to install it.
 //!
 //! Conditions keep their `lastTransitionTime` while their status does not change.
 
@@ -15,7 +17,7 @@ use crate::{
     api::{BackendStatus, Condition, FailoverPolicyStatus, Role, Timestamp},
     apply::{Applied, ApplyError},
     decide::{
-        Plan,
+        Plan, Rule,
         conditions::{self, READY, Verdict},
     },
     route::{RouteKind, RouteTarget},
@@ -68,6 +70,15 @@ pub fn build(input: &StatusInput) -> FailoverPolicyStatus {
         Outcome::Decided(d) => match &d.applied {
             Applied::Conflict => (observed(previous, d), conflict(kind, input.target)),
             Applied::Failed(error) => (previous.cloned().unwrap_or_default(), failed(kind, error)),
+            Applied::ApiMissing(api) => (
+                observed(previous, d),
+                Verdict::new(
+                    READY,
+                    false,
+                    &format!("{}CRDMissing", kind.as_str()),
+                    api.missing_message(),
+                ),
+            ),
             Applied::Unchanged | Applied::Written | Applied::Suspended => {
                 let status = decided(d);
                 let verdicts = conditions::verdicts(&d.policy, &d.plan);
@@ -119,6 +130,10 @@ fn decided(d: &Decided) -> FailoverPolicyStatus {
         backends: backends(plan, Some(&shares)),
         last_failover_time: plan.last_failover_time,
         last_failback_time: plan.last_failback_time,
+        hold_until: match plan.routing.rule {
+            Rule::FailoverPending { due } | Rule::FailbackPending { due } => Some(Timestamp(due)),
+            _ => None,
+        },
         traffic_split: None,
         http_route: None,
         conditions: Vec::new(),

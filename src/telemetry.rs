@@ -11,11 +11,22 @@ pub enum LogFormat {
     Json,
 }
 
+/// kube-runtime's watcher logs each failed list as a WARN with the client's whole error dump;
+/// the controller logs every watch error itself, as a short sentence (see [`crate::watch`]), so
+/// that one is kept to errors unless a directive names kube-runtime.
+fn with_quiet_watcher(level: &str) -> String {
+    if level.contains("kube") {
+        level.to_string()
+    } else {
+        format!("{level},kube_runtime::watcher=error")
+    }
+}
+
 /// Installs the global subscriber. `level` is an `EnvFilter` directive such as `info` or
 /// `failover=debug,kube=info`; `RUST_LOG`, when set, wins.
 pub fn init(level: &str, format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(level))
+        .or_else(|_| EnvFilter::try_new(with_quiet_watcher(level)))
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let registry = tracing_subscriber::registry().with(filter);
     let result = match format {

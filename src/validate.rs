@@ -131,6 +131,9 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
     let spec = &policy.spec;
     let mut problems = Vec::new();
     let holds = holds(spec, &mut problems);
+    if policy.name_any().chars().count() > rules::MAX_POLICY_NAME {
+        problems.push(problem("metadata.name", rules::POLICY_NAME_MESSAGE));
+    }
     let namespace = policy.namespace().unwrap_or_else(|| {
         problems.push(problem("metadata.namespace", "is missing"));
         String::new()

@@ -14,9 +14,15 @@ use kube::{
     },
 };
 use serde::de::DeserializeOwned;
-use tracing::warn;
+use tracing::{info, warn};
 
-use crate::{metrics::Metrics, observe::synced::Synced};
+use crate::{
+    metrics::Metrics,
+    observe::{
+        apis::{Apis, NeededApi},
+        synced::Synced,
+    },
+};
 
 /// First retry delay of a failed watch.
 const RETRY_FIRST: Duration = Duration::from_millis(250);
@@ -31,6 +37,8 @@ pub struct WatchContext {
     pub metrics: Arc<Metrics>,
     /// First-list state of every watch.
     pub synced: Synced,
+    /// The APIs found missing.
+    pub apis: Apis,
 }
 
 /// The events of one watch, errors counted and retried: the stream never ends on its own.
@@ -56,13 +64,21 @@ where
                 match event {
                     Ok(event) => {
                         if matches!(event, watcher::Event::InitDone) {
-                            ctx.synced.done(kind);
+                            if ctx.synced.done(kind) {
+                                info!(kind, "first list received");
+                            }
+                            if let Some(api) = NeededApi::of_watch(kind) {
+                                ctx.apis.present(api);
+                            }
                         }
                         Some(event)
                     }
                     Err(e) => {
                         ctx.metrics.watch_restart(kind);
-                        warn!(kind, error = %describe(&e), "watch failed; retrying");
+                        match NeededApi::of_watch(kind).filter(|_| not_found(&e)) {
+                            Some(api) => ctx.apis.missing(api),
+                            None => warn!(kind, error = %describe(&e), "watch failed; retrying"),
+                        }
                         None
                     }
                 }
@@ -79,6 +95,12 @@ fn backoff() -> ExponentialBackoff {
         .with_jitter()
         .without_max_times()
         .into()
+}
+
+/// The API server does not serve the watched resource (its CRD is not installed).
+fn not_found(error: &watcher::Error) -> bool {
+    matches!(error, watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s)) if s.code == 404)
 }
 
 /// A watch error as a short sentence.

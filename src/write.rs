@@ -110,7 +110,7 @@ pub fn report(
                     .set_last_transition(&labels, last.0.timestamp_millis() as f64 / 1000.0);
             }
         }
-        Applied::Conflict | Applied::Failed(_) => {}
+        Applied::Conflict | Applied::Failed(_) | Applied::ApiMissing(_) => {}
     }
 }
 

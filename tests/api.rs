@@ -6,7 +6,11 @@ mod support;
 
 use std::{fs, path::PathBuf};
 
-use failover::{api::FailoverPolicySpec, crd, validate::validate_spec};
+use failover::{
+    api::{FailoverPolicy, FailoverPolicySpec},
+    crd,
+    validate::{validate, validate_spec},
+};
 use serde::Deserialize;
 use support::{TestEnv, repo_root};
 
@@ -90,13 +94,15 @@ fn rust_validation_rejects_what_the_crd_rejects() {
     assert!(cases.len() >= 30, "the table must stay large");
     let mut checked = 0;
     for case in cases {
-        let spec = serde_json::from_value::<FailoverPolicySpec>(case.policy["spec"].clone());
-        if let Ok(spec) = spec {
-            let reserialized = serde_json::to_value(&spec).expect("serialize");
+        let policy = serde_json::from_value::<FailoverPolicy>(case.policy.clone());
+        if let Ok(mut policy) = policy {
+            let reserialized = serde_json::to_value(&policy.spec).expect("serialize");
             if has_unknown_fields(&case.policy["spec"], &reserialized) {
                 continue;
             }
-            let problems = validate_spec(&spec)
+            policy.metadata.namespace = Some("default".into());
+            let problems = validate(&policy)
+                .map(|_| ())
                 .expect_err(&format!("case {} should be invalid in Rust too", case.name));
             let expected_field = case
                 .expect

@@ -191,6 +191,16 @@ async fn denied_writes_are_reported_then_retried_until_they_land() {
         message.contains("forbidden"),
         "the status says why: {message}"
     );
+    assert!(
+        !message.contains("ApiError") && !message.contains("Status {"),
+        "a sentence from the API server, not a client dump: {message}"
+    );
+    assert!(
+        !controller.logs().contains("Status {"),
+        "logs carry the API server's message, not a client dump:\n{}",
+        controller.logs()
+    );
+    eprintln!("a denied write, as the status says it: {message}");
     assert_eq!(
         phase(&p),
         Some(Phase::Primary),

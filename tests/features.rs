@@ -4,16 +4,14 @@
 
 mod support;
 
-use std::{sync::Once, time::Duration};
+use std::time::Duration;
 
 use failover::api::{FailoverPolicy, HttpRouteSpec, Output, Phase, Strategy, WhenNoneReady};
 use kube::{
     Api,
     api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
 };
-use support::{
-    ControllerProcess, PolicyBuilder, TestEnv, WAIT, condition, kubectl, kubectl_stdin, wait_until,
-};
+use support::{ControllerProcess, PolicyBuilder, TestEnv, WAIT, condition, wait_until};
 
 async fn setup(test: &str, policy: PolicyBuilder) -> Option<(TestEnv, ControllerProcess)> {
     let env = TestEnv::new(test).await?;
@@ -204,48 +202,6 @@ fn http_route_policy(parent_port: Option<i32>) -> PolicyBuilder {
     })
 }
 
-static GATEWAY_API: Once = Once::new();
-
-/// Installs the Gateway API's standard-channel CRDs, from its Go module, once per control plane.
-fn install_gateway_api(env: &TestEnv) {
-    GATEWAY_API.call_once(|| {
-        let versions = std::fs::read_to_string(support::repo_root().join("hack/versions.env"))
-            .expect("versions.env");
-        let version = versions
-            .lines()
-            .find_map(|l| l.strip_prefix("GATEWAY_API_VERSION="))
-            .expect("GATEWAY_API_VERSION")
-            .trim()
-            .to_string();
-        let crds = std::fs::read_to_string(
-            env.cp
-                .bin_dir
-                .join(format!("gateway-api-{version}-standard.yaml")),
-        )
-        .expect("Gateway API CRDs (hack/build-control-plane.sh fetches them)");
-        let out = kubectl_stdin(env.cp, &["apply", "--server-side", "-f", "-"], &crds);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let out = kubectl(
-            env.cp,
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                "crd/httproutes.gateway.networking.k8s.io",
-            ],
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    });
-}
-
 fn route_weights(route: &DynamicObject) -> Vec<(String, i64)> {
     route.data["spec"]["rules"][0]["backendRefs"]
         .as_array()
@@ -267,7 +223,7 @@ async fn http_route_output_is_owned_kept_and_collected_like_a_traffic_split() {
     let Some(env) = TestEnv::new("httproute").await else {
         return;
     };
-    install_gateway_api(&env);
+    env.cp.install_gateway_api();
     env.ready_backends(&["web", "web-east", "web-west"]).await;
     // Started after the CRDs exist: the controller discovers the Gateway API at start.
     let _c = ControllerProcess::start(&env, &[]);
@@ -357,7 +313,7 @@ async fn foreign_http_route_is_never_touched() {
     let Some(env) = TestEnv::new("httproute-conflict").await else {
         return;
     };
-    install_gateway_api(&env);
+    env.cp.install_gateway_api();
     env.ready_backends(&["web", "web-east", "web-west"]).await;
     let routes: Api<DynamicObject> = Api::namespaced_with(
         env.client.clone(),

@@ -45,6 +45,7 @@ pub const GROUP: &str = "failover.dev";
     namespaced,
     status = "FailoverPolicyStatus",
     derive = "PartialEq",
+    validation = rules::policy_name_rule(),
     doc = "FailoverPolicy sends the traffic of an apex Service to a primary backend Service while it is ready, and to ordered secondary backends otherwise, by owning an SMI TrafficSplit.",
     printcolumn(
         name = "Primary",

@@ -141,6 +141,18 @@ pub const OUTPUT_FIXED: CrossFieldRule = CrossFieldRule {
     field: ".output",
 };
 
+/// Longest policy name: the name is the value of the [`crate::route::POLICY_LABEL`] label on
+/// the generated route, and label values hold at most 63 characters.
+pub const MAX_POLICY_NAME: usize = 63;
+/// What is wrong with a longer name.
+pub const POLICY_NAME_MESSAGE: &str = "metadata.name must be at most 63 characters: it is the value of the failover.dev/policy label on the generated route";
+
+/// The CEL rule on the policy's name (on the whole object: CEL can read `metadata.name`).
+pub fn policy_name_rule() -> kube::core::Rule {
+    kube::core::Rule::new(format!("size(self.metadata.name) <= {MAX_POLICY_NAME}"))
+        .message(POLICY_NAME_MESSAGE)
+}
+
 /// The CEL rule on a hold duration: at most [`MAX_HOLD`] (the pattern is checked by the schema).
 pub fn hold_duration_rule() -> kube::core::Rule {
     let pattern = GO_DURATION.replace('\\', "\\\\");

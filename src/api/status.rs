@@ -111,6 +111,11 @@ pub struct FailoverPolicyStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failback_time: Option<Timestamp>,
 
+    /// While a `failoverAfter` or `failbackAfter` hold keeps traffic where it is: when it falls
+    /// due and traffic moves (unless readiness changes back before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_until: Option<Timestamp>,
+
     /// Name of the TrafficSplit this policy owns (output `TrafficSplit`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traffic_split: Option<String>,

@@ -52,6 +52,8 @@ pub struct PolicyIndex {
     by_route: HashMap<RouteKey, Names>,
     references: HashMap<PolicyKey, References>,
     relist: Option<HashMap<PolicyKey, References>>,
+    /// Policies per output kind.
+    kinds: HashMap<RouteKind, usize>,
 }
 
 impl PolicyIndex {
@@ -63,6 +65,11 @@ impl PolicyIndex {
     /// The policies whose generated route has this kind, namespace and name.
     pub fn policies_for_route(&self, route: &RouteKey) -> Vec<PolicyKey> {
         Self::lookup(&self.by_route, route, &route.namespace)
+    }
+
+    /// Whether any policy outputs a route of this kind.
+    pub fn uses(&self, kind: RouteKind) -> bool {
+        self.kinds.get(&kind).is_some_and(|n| *n > 0)
     }
 
     /// Number of policies indexed.
@@ -140,6 +147,7 @@ impl PolicyIndex {
             );
         }
         link(&mut self.by_route, route_key(&key, &refs), &key.name);
+        *self.kinds.entry(refs.route.0).or_default() += 1;
         self.references.insert(key, refs);
     }
 
@@ -155,6 +163,9 @@ impl PolicyIndex {
             );
         }
         unlink(&mut self.by_route, route_key(key, &refs), &key.name);
+        if let Some(n) = self.kinds.get_mut(&refs.route.0) {
+            *n = n.saturating_sub(1);
+        }
     }
 }
 
@@ -247,6 +258,8 @@ mod tests {
             index.policies_for_route(&route),
             vec![PolicyKey::new("ns", "p1")]
         );
+        assert!(index.uses(RouteKind::TrafficSplit));
+        assert!(!index.uses(RouteKind::HttpRoute));
     }
 
     #[test]

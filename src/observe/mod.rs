@@ -4,8 +4,10 @@
 //!   Service exists;
 //! - [`routes`]: what each generated route in the cluster says ([`crate::route::RouteView`]);
 //! - [`index`]: which policies reference a Service or a route, so an event wakes only those;
-//! - [`synced`]: which watches have delivered their first complete list.
+//! - [`synced`]: which watches have delivered their first complete list;
+//! - [`apis`]: which CRDs the controller needs are not installed.
 
+pub mod apis;
 pub mod index;
 pub mod readiness;
 pub mod routes;

@@ -27,10 +27,10 @@ impl Synced {
         });
     }
 
-    /// Records that a watch has listed.
-    pub fn done(&self, kind: &'static str) {
+    /// Records that a watch has listed; returns whether it had not before.
+    pub fn done(&self, kind: &'static str) -> bool {
         self.kinds
-            .send_if_modified(|k| k.insert(kind, true) != Some(true));
+            .send_if_modified(|k| k.insert(kind, true) != Some(true))
     }
 
     /// The watches that have not listed yet.

@@ -84,7 +84,16 @@ impl RouteKind {
         }
     }
 
-    /// The kind in lower case, as metric labels name it.
+    /// The route kind a watch of this name follows.
+    pub fn of_watch(watch: &str) -> Option<Self> {
+        match watch {
+            "trafficsplit" => Some(RouteKind::TrafficSplit),
+            "httproute" => Some(RouteKind::HttpRoute),
+            _ => None,
+        }
+    }
+
+    /// The kind in lower case, as metric labels (and watches) name it.
     pub fn metric_label(self) -> &'static str {
         match self {
             RouteKind::TrafficSplit => "trafficsplit",

@@ -34,7 +34,49 @@ pub struct ControlPlane {
     pub dir: PathBuf,
 }
 
+/// The control planes (by kubeconfig) that have the Gateway API's CRDs already.
+static GATEWAY_API: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
 impl ControlPlane {
+    /// Installs the Gateway API's standard-channel CRDs, from its Go module, once per control
+    /// plane.
+    pub fn install_gateway_api(&self) {
+        let mut done = GATEWAY_API.lock().unwrap_or_else(|e| e.into_inner());
+        if done.contains(&self.kubeconfig) {
+            return;
+        }
+        let versions =
+            std::fs::read_to_string(repo_root().join("hack/versions.env")).expect("versions.env");
+        let version = versions
+            .lines()
+            .find_map(|l| l.strip_prefix("GATEWAY_API_VERSION="))
+            .expect("GATEWAY_API_VERSION")
+            .trim()
+            .to_string();
+        let crds = std::fs::read_to_string(
+            self.bin_dir
+                .join(format!("gateway-api-{version}-standard.yaml")),
+        )
+        .expect("Gateway API CRDs (hack/build-control-plane.sh fetches them)");
+        let out = kubectl_stdin(self, &["apply", "--server-side", "-f", "-"], &crds);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let crd = "crd/httproutes.gateway.networking.k8s.io";
+        let out = kubectl(
+            self,
+            &["wait", "--for=condition=Established", "--timeout=60s", crd],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        done.push(self.kubeconfig.clone());
+    }
+
     /// Path of a binary from the bin folder.
     pub fn bin(&self, name: &str) -> PathBuf {
         self.bin_dir.join(name)
@@ -184,9 +226,16 @@ impl TestEnv {
     /// A control plane of this test's own (for tests that stop its components), with the CRDs,
     /// or `None` when cluster tests are skipped. It stops when the test process exits.
     pub async fn dedicated(test: &str) -> Option<Self> {
+        let env = Self::dedicated_without_crds(test).await?;
+        install_crds(env.cp);
+        Some(env)
+    }
+
+    /// A control plane of this test's own without any CRD, or `None` when cluster tests are
+    /// skipped. It stops when the test process exits.
+    pub async fn dedicated_without_crds(test: &str) -> Option<Self> {
         shared()?;
         let cp: &'static ControlPlane = Box::leak(Box::new(start_control_plane()));
-        install_crds(cp);
         Self::on(cp, test).await
     }
 

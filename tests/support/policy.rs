@@ -64,6 +64,11 @@ impl PolicyBuilder {
         self
     }
 
+    /// The policy's name.
+    pub fn name(&self) -> String {
+        self.policy.metadata.name.clone().unwrap_or_default()
+    }
+
     /// The policy as YAML, as a user would write it.
     pub fn yaml(&self) -> String {
         serde_yaml::to_string(&self.policy).expect("policy serializes")

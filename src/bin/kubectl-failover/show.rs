@@ -1,0 +1,193 @@
+//! `status`: each policy with a per-backend table and its conditions, for people (at most 100
+//! columns) or scripts (JSON, YAML).
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Utc};
+use failover::api::{BackendStatus, FailoverPolicy, Role};
+use kube::ResourceExt;
+use serde::Serialize;
+
+use crate::Format;
+
+/// Widest line of text output.
+pub const WIDTH: usize = 100;
+/// Widest Service name shown in full in a table; longer ones are shortened in the middle.
+const NAME_WIDTH: usize = 36;
+
+/// One policy as scripts read it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PolicyView<'a> {
+    namespace: String,
+    name: String,
+    #[serde(flatten)]
+    status: Option<&'a failover::api::FailoverPolicyStatus>,
+}
+
+/// The policies in the chosen format.
+pub fn render(policies: &[FailoverPolicy], format: Format) -> anyhow::Result<String> {
+    let views: Vec<PolicyView> = policies
+        .iter()
+        .map(|p| PolicyView {
+            namespace: p.namespace().unwrap_or_default(),
+            name: p.name_any(),
+            status: p.status.as_ref(),
+        })
+        .collect();
+    Ok(match format {
+        Format::Json => serde_json::to_string_pretty(&views)? + "\n",
+        Format::Yaml => serde_yaml::to_string(&views)?,
+        Format::Text if policies.is_empty() => "No FailoverPolicies found.\n".to_string(),
+        Format::Text => {
+            let now = Utc::now();
+            policies
+                .iter()
+                .map(|p| text(p, now))
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+    })
+}
+
+/// One policy as text.
+fn text(policy: &FailoverPolicy, now: DateTime<Utc>) -> String {
+    let mut out = String::new();
+    let ns = policy.namespace().unwrap_or_default();
+    let _ = writeln!(out, "{} (namespace {ns})", policy.name_any());
+    let Some(status) = &policy.status else {
+        out.push_str("  no status yet: is the controller running?\n");
+        return out;
+    };
+    let phase = status.phase.map_or("-".to_string(), |p| p.to_string());
+    let route = match (&status.traffic_split, &status.http_route) {
+        (Some(ts), _) => format!("TrafficSplit {ts}"),
+        (None, Some(hr)) => format!("HTTPRoute {hr}"),
+        (None, None) => "-".to_string(),
+    };
+    let active = status.active_summary.as_deref().unwrap_or("-");
+    let summary = format!(
+        "  phase {phase}, strategy {}, {route}, active {active}",
+        policy.spec.strategy
+    );
+    out.push_str(&wrap(&summary, "    "));
+    out.push_str(&backend_table(&status.backends, now));
+    for c in &status.conditions {
+        let line = format!("  {} {} {}: {}", c.type_, c.status, c.reason, c.message);
+        out.push_str(&wrap(&line, "      "));
+    }
+    out
+}
+
+fn backend_table(backends: &[BackendStatus], now: DateTime<Utc>) -> String {
+    let name_width = backends
+        .iter()
+        .map(|b| b.service.chars().count().min(NAME_WIDTH))
+        .chain(std::iter::once("SERVICE".len()))
+        .max()
+        .unwrap_or(NAME_WIDTH);
+    let mut out = format!(
+        "  {:<name_width$}  {:<9}  {:<5}  {:>9}  {:>6}  {:>7}  {:>7}\n",
+        "SERVICE", "ROLE", "READY", "ENDPOINTS", "WEIGHT", "SHARE", "SINCE"
+    );
+    for b in backends {
+        let role = match b.role {
+            Role::Primary => "primary",
+            Role::Secondary => "secondary",
+        };
+        let endpoints = format!("{}/{}", b.ready_endpoints, b.total_endpoints);
+        let since = b
+            .last_transition_time
+            .map_or("-".to_string(), |t| age(now, t.0));
+        let _ = writeln!(
+            out,
+            "  {:<name_width$}  {role:<9}  {:<5}  {endpoints:>9}  {:>6}  {:>7}  {since:>7}",
+            shorten(&b.service, NAME_WIDTH),
+            if b.ready { "yes" } else { "no" },
+            b.weight,
+            b.share.as_deref().unwrap_or("-"),
+        );
+    }
+    out
+}
+
+/// A name of at most `width` characters: longer ones keep their start and end.
+fn shorten(name: &str, width: usize) -> String {
+    let chars: Vec<char> = name.chars().collect();
+    if chars.len() <= width {
+        return name.to_string();
+    }
+    let keep = width - 1;
+    let (head, tail) = (keep / 2, keep - keep / 2);
+    let start: String = chars[..head].iter().collect();
+    let end: String = chars[chars.len() - tail..].iter().collect();
+    format!("{start}~{end}")
+}
+
+/// How long ago, in at most two units: `45s`, `3m10s`, `2h5m`, `3d4h`.
+pub fn age(now: DateTime<Utc>, then: DateTime<Utc>) -> String {
+    let s = (now - then).num_seconds().max(0);
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// Wraps a line at [`WIDTH`] columns on spaces, continuation lines indented.
+pub fn wrap(line: &str, indent: &str) -> String {
+    let text = line.trim_start();
+    let mut out = String::new();
+    let mut current = line[..line.len() - text.len()].to_string();
+    for word in text.split(' ') {
+        let fits = current.chars().count() + 1 + word.chars().count() <= WIDTH;
+        if !current.trim().is_empty() && !fits {
+            out.push_str(current.trim_end());
+            out.push('\n');
+            current = indent.to_string();
+        } else if !current.trim().is_empty() {
+            current.push(' ');
+        }
+        current.push_str(word);
+    }
+    out.push_str(current.trim_end());
+    out.push('\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_lines_wrap_within_the_width() {
+        let line = format!("  Ready True FailedOver: {}", "word ".repeat(60));
+        for l in wrap(&line, "      ").lines() {
+            assert!(l.chars().count() <= WIDTH, "{l}");
+        }
+    }
+
+    #[test]
+    fn wrapping_keeps_the_first_lines_indent() {
+        assert_eq!(wrap("  a b", "    "), "  a b\n");
+    }
+
+    #[test]
+    fn long_names_keep_their_ends() {
+        let name = "a".repeat(30) + &"b".repeat(33);
+        let short = shorten(&name, NAME_WIDTH);
+        assert_eq!(short.chars().count(), NAME_WIDTH);
+        assert!(short.starts_with("aaa") && short.ends_with("bbb") && short.contains('~'));
+    }
+
+    #[test]
+    fn ages_use_two_units() {
+        let now = Utc::now();
+        let ago = |s: i64| age(now, now - chrono::Duration::seconds(s));
+        assert_eq!(ago(45), "45s");
+        assert_eq!(ago(190), "3m10s");
+        assert_eq!(ago(7500), "2h5m");
+        assert_eq!(ago(3 * 86400 + 4 * 3600), "3d4h");
+    }
+}

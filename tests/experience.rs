@@ -1,0 +1,286 @@
+//! Operator experience, end to end against the real control plane: every name the API accepts
+//! works (the longest and oddest ones), a name that could not work is refused at apply time, and
+//! each missing CRD is named (log, `/readyz`, metric, the policy's condition) and picked up
+//! without a restart once installed.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use failover::{
+    api::{FailoverPolicy, HttpRouteSpec, Output},
+    crd::failover_policy_crd,
+    route::{RouteKind, trafficsplit::traffic_split_crd},
+};
+use kube::{Api, api::DynamicObject};
+use support::{
+    ControllerProcess, PolicyBuilder, TestEnv, WAIT, apply_crd, condition, condition_reason,
+    metric, wait_until,
+};
+
+/// A DNS-1035 label of exactly `len` characters starting with `prefix`.
+fn label(prefix: &str, len: usize) -> String {
+    let mut name = prefix.to_string();
+    while name.len() < len {
+        name.push(if name.len().is_multiple_of(7) {
+            '-'
+        } else {
+            'x'
+        });
+    }
+    name.truncate(len);
+    name.pop();
+    name.push('z');
+    name
+}
+
+/// A DNS-1123 subdomain of exactly 253 characters, with dots.
+fn subdomain() -> String {
+    let part = "r".repeat(62);
+    format!("{part}.{part}.{part}.{}", "s".repeat(253 - 3 * 63))
+}
+
+struct Case {
+    what: &'static str,
+    kind: RouteKind,
+    policy: PolicyBuilder,
+    primary: String,
+    secondary: String,
+    route: String,
+}
+
+fn cases() -> Vec<Case> {
+    let (p63, s63) = (label("p", 63), label("s", 63));
+    let long = Case {
+        what: "63-character policy and Service names, 253-character TrafficSplit name",
+        kind: RouteKind::TrafficSplit,
+        policy: PolicyBuilder::named(&label("policy", 63), &p63, &[&s63])
+            .spec(|s| s.traffic_split.name = Some(subdomain())),
+        primary: p63,
+        secondary: s63,
+        route: subdomain(),
+    };
+    let odd = Case {
+        what: "a name that starts with a digit and has dots; one-letter Services",
+        kind: RouteKind::TrafficSplit,
+        policy: PolicyBuilder::named("1.web-v2.prod", "a", &["b"]),
+        primary: "a".into(),
+        secondary: "b".into(),
+        route: "1.web-v2.prod".into(),
+    };
+    let route = Case {
+        what: "a 253-character HTTPRoute name",
+        kind: RouteKind::HttpRoute,
+        policy: PolicyBuilder::named("hr", "hr-a", &["hr-b"]).spec(|s| {
+            s.output = Output::HttpRoute;
+            s.http_route = Some(HttpRouteSpec {
+                name: Some(subdomain()),
+                parent_port: None,
+                port: 8080,
+            });
+        }),
+        primary: "hr-a".into(),
+        secondary: "hr-b".into(),
+        route: subdomain(),
+    };
+    vec![long, odd, route]
+}
+
+/// The weights of a route of either kind, as (service, weight).
+async fn route_weights(env: &TestEnv, case: &Case) -> Option<Vec<(String, i64)>> {
+    let resource = match case.kind {
+        RouteKind::TrafficSplit => failover::route::trafficsplit::resource(Default::default()),
+        RouteKind::HttpRoute => failover::route::httproute::resource(),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), &env.ns, &resource);
+    let route = api.get_opt(&case.route).await.ok()??;
+    let backends = route.data["spec"]["backends"]
+        .as_array()
+        .or_else(|| route.data["spec"]["rules"][0]["backendRefs"].as_array())?;
+    Some(
+        backends
+            .iter()
+            .map(|b| {
+                let name = b["service"]
+                    .as_str()
+                    .or(b["name"].as_str())
+                    .unwrap_or_default();
+                (name.to_string(), b["weight"].as_i64().unwrap_or(-1))
+            })
+            .collect(),
+    )
+}
+
+async fn wait_route(env: &TestEnv, case: &Case, expected: [i64; 2]) {
+    let want = vec![
+        (case.primary.clone(), expected[0]),
+        (case.secondary.clone(), expected[1]),
+    ];
+    let ok = wait_until(WAIT, || async {
+        route_weights(env, case).await.as_ref() == Some(&want)
+    })
+    .await;
+    assert!(
+        ok,
+        "{}: route never had {want:?}: {:?}",
+        case.what,
+        route_weights(env, case).await
+    );
+}
+
+#[tokio::test]
+async fn the_longest_and_oddest_accepted_names_work_end_to_end() {
+    let Some(env) = TestEnv::new("names").await else {
+        return;
+    };
+    env.cp.install_gateway_api();
+    let _controller = ControllerProcess::start(&env, &[]);
+    for case in cases() {
+        env.ready_backends(&[&case.primary, &case.secondary]).await;
+        env.apply(&case.policy);
+        wait_route(&env, &case, [1, 0]).await;
+        env.set_endpoints(&case.primary, 0, 1).await;
+        wait_route(&env, &case, [0, 1]).await;
+        let name = case.policy.name();
+        let p = env
+            .wait_policy(&name, WAIT, "FailedOver", |p| {
+                condition_reason(p, "Ready").as_deref() == Some("FailedOver")
+            })
+            .await;
+        assert!(p.status.is_some(), "{}", case.what);
+        assert!(
+            env.wait_event(&name, "FailedOver", Some("Normal"), WAIT)
+                .await,
+            "{}: no FailedOver Event on the policy",
+            case.what
+        );
+        eprintln!("works end to end: {}", case.what);
+    }
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_name_too_long_for_its_label_is_refused_at_apply_naming_the_field() {
+    let Some(env) = TestEnv::new("long-name").await else {
+        return;
+    };
+    let name = label("policy", 64);
+    let out = env.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &PolicyBuilder::named(&name, "a", &["b"]).yaml(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a 64-character name was accepted");
+    assert!(
+        stderr.contains("metadata.name must be at most 63 characters"),
+        "{stderr}"
+    );
+    env.cleanup().await;
+}
+
+/// Waits until the controller's log contains `text`; returns how long it took.
+async fn logged(controller: &ControllerProcess, text: &str, within: Duration) -> Duration {
+    let started = Instant::now();
+    let ok = wait_until(within, || async { controller.logs().contains(text) }).await;
+    assert!(
+        ok,
+        "no log line naming {text} within {within:?}:\n{}",
+        controller.logs()
+    );
+    started.elapsed()
+}
+
+#[tokio::test]
+async fn each_missing_crd_is_named_and_picked_up_once_installed() {
+    let Some(env) = TestEnv::dedicated_without_crds("missing-crds").await else {
+        return;
+    };
+    let first = ControllerProcess::start(&env, &[]);
+    let took = logged(
+        &first,
+        "failoverpolicies.failover.dev",
+        Duration::from_secs(5),
+    )
+    .await;
+    let (code, body) = first.admin_get("/readyz").await;
+    assert_eq!(code, 503);
+    assert!(
+        body.contains("the CRD failoverpolicies.failover.dev is not installed"),
+        "{body}"
+    );
+    assert!(
+        !first.logs().contains("Failed to parse error data"),
+        "{}",
+        first.logs()
+    );
+    eprintln!("missing FailoverPolicy CRD named after {took:?}: {body}");
+    drop(first);
+
+    apply_crd(&env.client, &failover_policy_crd()).await;
+    wait_until(WAIT, || async {
+        env.kubectl(&["get", "failoverpolicies"]).status.success()
+    })
+    .await;
+    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    env.apply(&PolicyBuilder::web());
+    env.apply(&PolicyBuilder::named("hr", "web", &["web-east"]).spec(|s| {
+        s.output = Output::HttpRoute;
+        s.http_route = Some(HttpRouteSpec {
+            name: None,
+            parent_port: None,
+            port: 8080,
+        });
+    }));
+    let controller = ControllerProcess::start(&env, &[]);
+    for crd in [
+        "trafficsplits.split.smi-spec.io",
+        "httproutes.gateway.networking.k8s.io",
+    ] {
+        let took = logged(&controller, crd, Duration::from_secs(5)).await;
+        eprintln!("missing {crd} named after {took:?}");
+    }
+    let (code, body) = controller.admin_get("/readyz").await;
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("trafficsplits.split.smi-spec.io") && body.contains("httproutes"),
+        "{body}"
+    );
+    let missing = |p: &FailoverPolicy| {
+        condition(p, "Ready").is_some_and(|(_, r, _)| r.ends_with("CRDMissing"))
+    };
+    let p = env
+        .wait_policy("web", WAIT, "TrafficSplitCRDMissing", missing)
+        .await;
+    let (_, reason, message) = condition(&p, "Ready").unwrap_or_default();
+    assert_eq!(reason, "TrafficSplitCRDMissing");
+    assert!(
+        message.contains("trafficsplits.split.smi-spec.io"),
+        "{message}"
+    );
+    env.wait_policy("hr", WAIT, "HTTPRouteCRDMissing", missing)
+        .await;
+    let metrics = controller.admin_get("/metrics").await.1;
+    let series = "failover_missing_api{crd=\"trafficsplits.split.smi-spec.io\"}";
+    assert_eq!(metric(&metrics, series), Some(1.0), "{metrics}");
+
+    // Installed later: picked up without a restart.
+    apply_crd(&env.client, &traffic_split_crd()).await;
+    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
+        .await;
+    env.cp.install_gateway_api();
+    env.wait_policy("hr", WAIT, "PrimaryActive", |p| {
+        condition_reason(p, "Ready").as_deref() == Some("PrimaryActive")
+    })
+    .await;
+    let ready = wait_until(WAIT, || async {
+        controller.admin_get("/readyz").await.0 == 200
+    })
+    .await;
+    assert!(
+        ready,
+        "/readyz: {:?}",
+        controller.admin_get("/readyz").await
+    );
+    let metrics = controller.admin_get("/metrics").await.1;
+    assert_eq!(metric(&metrics, series), Some(0.0), "{metrics}");
+}

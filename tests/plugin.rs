@@ -1,0 +1,209 @@
+//! The `kubectl failover` plugin, end to end: real kubectl finds `kubectl-failover` on the PATH
+//! (kubectl's own plugin discovery) and runs it against the real control plane.
+
+mod support;
+
+use std::{path::PathBuf, process::Output};
+
+use failover::api::FailoverPolicy;
+use support::{ControllerProcess, PolicyBuilder, TestEnv, WAIT, condition_reason};
+
+/// `kubectl failover ARGS` in the test namespace, the plugin found on the PATH.
+fn failover(env: &TestEnv, args: &[&str]) -> Output {
+    let plugin = PathBuf::from(env!("CARGO_BIN_EXE_kubectl-failover"));
+    let dirs = [
+        plugin.parent().expect("plugin dir").to_path_buf(),
+        env.cp.bin_dir.clone(),
+    ];
+    let path = std::env::join_paths(dirs.iter().cloned().chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .expect("PATH");
+    let mut all = vec!["failover", "-n", env.ns.as_str()];
+    all.extend_from_slice(args);
+    std::process::Command::new(env.cp.bin("kubectl"))
+        .env("KUBECONFIG", &env.cp.kubeconfig)
+        .env("PATH", path)
+        .args(&all)
+        .output()
+        .expect("running kubectl failover")
+}
+
+/// The plugin's standard output; fails the test when it did not succeed.
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "kubectl failover failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn fits_100_columns(text: &str) {
+    for line in text.lines() {
+        assert!(
+            line.chars().count() <= 100,
+            "line over 100 columns:\n{line}"
+        );
+    }
+}
+
+async fn failed_over(test: &str) -> Option<(TestEnv, ControllerProcess)> {
+    let env = TestEnv::new(test).await?;
+    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    let controller = ControllerProcess::start(&env, &[]);
+    env.apply(&PolicyBuilder::web());
+    env.set_endpoints("web", 0, 3).await;
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
+        .await;
+    env.wait_policy("web", WAIT, "FailedOver", |p| {
+        condition_reason(p, "Ready").as_deref() == Some("FailedOver")
+    })
+    .await;
+    Some((env, controller))
+}
+
+#[tokio::test]
+async fn status_prints_a_backend_table_and_the_conditions_within_100_columns() {
+    let Some((env, _c)) = failed_over("plugin-status").await else {
+        return;
+    };
+    let text = ok(failover(&env, &["status", "web"]));
+    eprintln!("kubectl failover status web:\n{text}");
+    fits_100_columns(&text);
+    for expected in [
+        "SERVICE",
+        "ROLE",
+        "READY",
+        "ENDPOINTS",
+        "WEIGHT",
+        "SHARE",
+        "SINCE",
+    ] {
+        assert!(text.contains(expected), "{expected} missing:\n{text}");
+    }
+    let row = |service: &str| {
+        text.lines()
+            .filter(|l| l.contains("primary") || l.contains("secondary"))
+            .find(|l| l.split_whitespace().next() == Some(service))
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(row("web")[1..5], ["primary", "no", "0/3", "0"], "{text}");
+    assert_eq!(
+        row("web-east")[1..6],
+        ["secondary", "yes", "1/1", "1", "100%"],
+        "{text}"
+    );
+    assert!(text.contains("Ready True FailedOver"), "{text}");
+    assert!(text.contains("phase FailedOver"), "{text}");
+
+    let all = ok(failover(&env, &["status", "-A"]));
+    assert!(
+        all.contains(&format!("web (namespace {})", env.ns)),
+        "{all}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(failover(&env, &["status", "-o", "json"])))
+            .expect("status -o json is JSON");
+    assert_eq!(json[0]["phase"], "FailedOver");
+    assert_eq!(json[0]["backends"][1]["weight"], 1);
+    let yaml: serde_json::Value =
+        serde_yaml::from_str(&ok(failover(&env, &["status", "web", "-o", "yaml"])))
+            .expect("status -o yaml is YAML");
+    assert_eq!(yaml[0]["activeBackends"][0], "web-east");
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn explain_decision_names_the_rule_and_when_a_hold_falls_due() {
+    let Some(env) = TestEnv::new("plugin-explain").await else {
+        return;
+    };
+    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    let _c = ControllerProcess::start(&env, &[]);
+    env.apply(&PolicyBuilder::web().holds("1h", "0s"));
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_policy("web", WAIT, "FailoverPending", |p| {
+        condition_reason(p, "Ready").as_deref() == Some("FailoverPending")
+    })
+    .await;
+    let text = ok(failover(&env, &["explain-decision", "web"]));
+    eprintln!("kubectl failover explain-decision web:\n{text}");
+    fits_100_columns(&text);
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(text.contains("Rule: FailoverPending"), "{text}");
+    assert!(
+        text.contains("failoverAfter (1h) keeps traffic on it"),
+        "{text}"
+    );
+    assert!(
+        text.contains("traffic moves to the secondaries at"),
+        "{text}"
+    );
+    assert!(text.contains("(in 59m"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&ok(failover(
+        &env,
+        &["explain-decision", "web", "-o", "json"],
+    )))
+    .expect("JSON");
+    assert_eq!(json["rule"], "FailoverPending");
+    assert!(json["holdUntil"].is_string(), "{json}");
+    env.cleanup().await;
+}
+
+fn managers(p: &FailoverPolicy) -> Vec<String> {
+    p.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn pin_unpin_suspend_and_resume_change_the_policy_under_their_own_field_manager() {
+    let Some((env, _c)) = failed_over("plugin-edit").await else {
+        return;
+    };
+    let out = ok(failover(&env, &["pin", "web", "web-west"]));
+    assert!(out.contains("pinned to web-west"), "{out}");
+    env.wait_weights("web", &[("web", 0), ("web-east", 0), ("web-west", 1)], WAIT)
+        .await;
+    let p = env.policy("web").await.expect("policy");
+    assert_eq!(p.spec.pin.as_deref(), Some("web-west"));
+    assert!(
+        managers(&p).contains(&"kubectl-failover".to_string()),
+        "{:?}",
+        managers(&p)
+    );
+    let refused = failover(&env, &["pin", "web", "nope"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("nope is not a backend of web"));
+
+    ok(failover(&env, &["unpin", "web"]));
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
+        .await;
+    assert_eq!(env.policy("web").await.expect("policy").spec.pin, None);
+
+    ok(failover(&env, &["suspend", "web"]));
+    env.wait_policy("web", WAIT, "Suspended", |p| p.spec.suspend)
+        .await;
+    env.set_endpoints("web", 1, 0).await;
+    env.wait_policy("web", WAIT, "Suspended condition", |p| {
+        condition_reason(p, "Suspended").is_some()
+    })
+    .await;
+    assert_eq!(
+        env.split_weights("web").await.expect("split")[1].1,
+        1,
+        "the route stays frozen while suspended"
+    );
+    ok(failover(&env, &["resume", "web"]));
+    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
+        .await;
+    assert!(!env.policy("web").await.expect("policy").spec.suspend);
+    env.cleanup().await;
+}
