@@ -6,6 +6,9 @@
 #   ${FAILOVER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/failover-controller}/k8s-<v>-etcd-<v>-helm-<v>/bin
 # A warm cache returns at once. The last line printed is the bin directory.
 # With --check, nothing is built: it fails with a message when the binaries are missing.
+# With --node, the binaries of a real node are built too: kubelet, kube-proxy and kube-scheduler
+# from the same module (for the real node; containerd, runc and the CNI plugins come from Debian's
+# packages).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -17,6 +20,12 @@ key="k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}-helm-${HELM_VERSION}"
 bin="$cache_root/$key/bin"
 work="$cache_root/$key/build"
 tools=(kube-apiserver kube-controller-manager kubectl etcd helm kube-score)
+kube_cmds=(kube-apiserver kube-controller-manager kubectl)
+mode=${1:-}
+if [[ "$mode" == "--node" ]]; then
+  tools+=(kubelet kube-proxy kube-scheduler)
+  kube_cmds+=(kubelet kube-proxy kube-scheduler)
+fi
 
 all_present() {
   for t in "${tools[@]}"; do [[ -x "$bin/$t" ]] || return 1; done
@@ -27,7 +36,7 @@ if all_present; then
   echo "$bin"
   exit 0
 fi
-if [[ "${1:-}" == "--check" ]]; then
+if [[ "$mode" == "--check" ]]; then
   echo "build-control-plane: the control-plane binaries are not built yet (looked in $bin); build them once with: hack/build-control-plane.sh" >&2
   exit 1
 fi
@@ -64,7 +73,8 @@ build_kubernetes() {
     awk '/^require/,/^\)/' "$upstream_mod" | awk '$1 ~ /^k8s.io\// && $2 == "v0.0.0" {print "\t" $1 " => " $1 " v'"$staging"'"}'
     echo ")"
   } >> "$mod/go.mod"
-  for cmd in kube-apiserver kube-controller-manager kubectl; do
+  for cmd in "${kube_cmds[@]}"; do
+    [[ -x "$bin/$cmd" ]] && continue
     step "building $cmd v$K8S_VERSION (a cold build takes several minutes)"
     (cd "$mod" && go build -mod=mod -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION" \
       -o "$bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd") >> "$log" 2>&1 || fail "build $cmd" "$log"
@@ -118,7 +128,9 @@ fetch_gateway_api_crds() {
 
 start=$(date +%s)
 [[ -x "$bin/etcd" ]] || build_etcd
-[[ -x "$bin/kube-apiserver" && -x "$bin/kube-controller-manager" && -x "$bin/kubectl" ]] || build_kubernetes
+missing_kube=0
+for cmd in "${kube_cmds[@]}"; do [[ -x "$bin/$cmd" ]] || missing_kube=1; done
+[[ $missing_kube == 0 ]] || build_kubernetes
 [[ -x "$bin/helm" ]] || build_helm
 [[ -x "$bin/kube-score" && "$(cat "$bin/.kube-score-version" 2>/dev/null)" == "$KUBE_SCORE_VERSION" ]] || build_kube_score
 [[ -s "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" ]] || fetch_gateway_api_crds

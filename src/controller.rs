@@ -14,7 +14,7 @@
 
 use std::{future::Future, sync::Arc};
 
-use futures::{Stream, StreamExt, channel::mpsc};
+use futures::{FutureExt, Stream, StreamExt, channel::mpsc};
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{
     Api, Client, ResourceExt,
@@ -37,6 +37,7 @@ use crate::{
         apis::{Apis, NeededApi},
         index::{PolicyIndex, PolicyKey},
         readiness::{SERVICE_NAME_LABEL, ServiceKey},
+        synced::Synced,
     },
     reconcile::{Context, Error, RESYNC, error_policy, reconcile},
     route::{
@@ -169,6 +170,7 @@ pub fn start(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> (Handle, impl Future<Output = ()>) {
     metrics.register_error_kinds(&Error::KINDS);
+    let shutdown = shutdown.shared();
     let handle = Handle {
         caches: Caches::default(),
         apis: Apis::new(metrics.clone()),
@@ -180,7 +182,7 @@ pub fn start(
         synced: handle.caches.synced.clone(),
         apis: handle.apis.clone(),
     };
-    let feed = Feed {
+    let feeds = feeds(Feed {
         client: client.clone(),
         settings: settings.clone(),
         caches: handle.caches.clone(),
@@ -189,8 +191,7 @@ pub fn start(
             queue,
         },
         watch: watch.clone(),
-    };
-    let feeds = futures::future::join(readiness_feeds(feed.clone()), route_feeds(feed));
+    });
     let ns = settings.namespace.as_deref();
     let policies = policy_stream(&client, ns, handle.index.clone(), &watch);
     let writer = Writer::new(
@@ -205,21 +206,39 @@ pub fn start(
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
         .reconcile_on(queued)
         .reconcile_all_on(queue_everything(&leadership, &apis))
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, context)
         .for_each(|result| async move {
             if let Err(e) = result {
                 debug!(error = %e, "reconcile request not completed");
             }
         });
-    let run = async move {
-        info!("controller started");
-        tokio::select! {
-            _ = controller => info!("controller stopped"),
-            _ = feeds => warn!("watches ended"),
-        }
-    };
-    (handle, run)
+    let never_listed = stopped_before_policies_listed(shutdown, handle.caches.synced.clone());
+    (handle, running(controller, feeds, never_listed))
+}
+
+/// The controller until it stops (or its watches end, or it stops before listing anything).
+async fn running(
+    controller: impl Future<Output = ()>,
+    feeds: impl Future<Output = ()>,
+    never_listed: impl Future<Output = ()>,
+) {
+    info!("controller started");
+    tokio::select! {
+        _ = controller => info!("controller stopped"),
+        _ = feeds => warn!("watches ended"),
+        _ = never_listed => info!("stopped before any policy was listed"),
+    }
+}
+
+/// Resolves on shutdown while the policies have never been listed (their CRD missing, say):
+/// no reconcile can be in flight then, and kube-runtime's controller would wait for a store
+/// that never fills.
+async fn stopped_before_policies_listed(shutdown: impl Future<Output = ()>, synced: Synced) {
+    shutdown.await;
+    if !synced.pending().contains(&"failoverpolicy") {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// What every watch feeding a cache needs.
@@ -230,6 +249,11 @@ struct Feed {
     caches: Caches,
     wake: Wake,
     watch: WatchContext,
+}
+
+/// Every watch that feeds a cache, run together.
+async fn feeds(feed: Feed) {
+    futures::join!(readiness_feeds(feed.clone()), route_feeds(feed));
 }
 
 /// EndpointSlices → readiness counts; Services (metadata only) → whether each backend exists.
