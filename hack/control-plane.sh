@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A local Kubernetes control plane on loopback: etcd, kube-apiserver and kube-controller-manager.
 #
-#   hack/control-plane.sh start [--owner-pid PID]   start one; prints `export KUBECONFIG=...` last
+#   hack/control-plane.sh start [--owner-pid PID] [--node]   start one; prints `export KUBECONFIG=...` last;
+#                                                   --node adds a real node (hack/node.sh) and kube-scheduler
 #   hack/control-plane.sh stop [DIR]                 stop it (DIR defaults to $KUBECONFIG's folder)
 #   hack/control-plane.sh stop-component DIR NAME [--kill]   stop etcd|kube-apiserver|kube-controller-manager
 #   hack/control-plane.sh start-component DIR NAME           start it again, same ports and data
@@ -14,7 +15,9 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 self="$here/$(basename "${BASH_SOURCE[0]}")"
-components=(etcd kube-apiserver kube-controller-manager)
+components=(etcd kube-apiserver kube-controller-manager containerd kubelet kube-proxy kube-scheduler)
+# shellcheck source=node.sh
+source "$here/node.sh"
 
 log() { echo "control-plane: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -78,7 +81,7 @@ wait_ready() {
 }
 
 gen_pki() {
-  local pki=$1/pki
+  local pki=$1/pki node_ip=${2:-}
   mkdir -p "$pki"
   (
     cd "$pki"
@@ -87,12 +90,16 @@ gen_pki() {
     openssl req -x509 -new -key ca.key -days 3650 -subj "/CN=failover-local-ca" -out ca.crt 2>/dev/null
     key apiserver.key
     openssl req -new -key apiserver.key -subj "/CN=kube-apiserver" -out apiserver.csr 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' > apiserver.ext
+    printf 'subjectAltName=IP:127.0.0.1,IP:10.0.0.1%s,DNS:localhost' "${node_ip:+,IP:$node_ip}" > apiserver.ext
+    printf ',DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' >> apiserver.ext
     openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -extfile apiserver.ext -out apiserver.crt 2>/dev/null
     key admin.key
     openssl req -new -key admin.key -subj "/O=system:masters/CN=local-admin" -out admin.csr 2>/dev/null
     printf 'extendedKeyUsage=clientAuth\n' > admin.ext
     openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -extfile admin.ext -out admin.crt 2>/dev/null
+    key kubelet-client.key
+    openssl req -new -key kubelet-client.key -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" -out kubelet-client.csr 2>/dev/null
+    openssl x509 -req -in kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -extfile admin.ext -out kubelet-client.crt 2>/dev/null
     key sa.key
     openssl pkey -in sa.key -pubout -out sa.pub 2>/dev/null
   ) || die "generating certificates with openssl failed"
@@ -125,20 +132,31 @@ EOF
 }
 
 cmd_start() {
-  local owner=""
+  local owner="" node=""
   while (( $# )); do
     case $1 in
       --owner-pid) owner=$2; shift 2 ;;
+      --node) node=1; shift ;;
       *) die "unknown option '$1'" ;;
     esac
   done
   local bin started dir etcd_port peer_port api_port q
-  bin=$("$here/build-control-plane.sh" | tail -n 1) || die "building the control-plane binaries failed"
+  bin=$("$here/build-control-plane.sh" ${node:+--node} | tail -n 1) || die "building the control-plane binaries failed"
   started=$(date +%s.%N)
   dir=$(mktemp -d "${TMPDIR:-/tmp}/failover-cp.XXXXXX")
   mkdir -p "$dir/logs" "$dir/etcd-data"
   read -r etcd_port peer_port api_port <<< "$(free_ports 3)"
-  gen_pki "$dir"
+  local bind=127.0.0.1 advertise=127.0.0.1 extra_api=() admission=(--disable-admission-plugins=ServiceAccount) controllers=garbage-collector-controller,namespace-controller,endpointslice-controller,serviceaccount-controller,serviceaccount-token-controller
+  if [[ -n "$node" ]]; then
+    node_network "$dir" > "$dir/node.env" || die "no free /24 for the node's Pods"
+    source "$dir/node.env"
+    # Pods reach the API server through the kubernetes Service, at the node's address.
+    bind=0.0.0.0 advertise=$NODE_IP
+    admission=()
+    extra_api=(--kubelet-preferred-address-types=InternalIP --kubelet-client-certificate="$dir/pki/kubelet-client.crt" --kubelet-client-key="$dir/pki/kubelet-client.key")
+    controllers+=,deployment-controller,replicaset-controller,pod-garbage-collector-controller,disruption-controller,root-ca-certificate-publisher-controller,node-lifecycle-controller
+  fi
+  gen_pki "$dir" "${NODE_IP:-}"
   write_kubeconfig "$dir" "$api_port"
   q() { printf '%q ' "$@"; }
   q "$bin/etcd" --name=local --data-dir="$dir/etcd-data" \
@@ -147,15 +165,15 @@ cmd_start() {
     --initial-cluster="local=http://127.0.0.1:$peer_port" --unsafe-no-fsync --quota-backend-bytes=4294967296 \
     --log-level=warn > "$dir/etcd.cmd"
   q "$bin/kube-apiserver" --etcd-servers="http://127.0.0.1:$etcd_port" \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
+    --bind-address="$bind" --advertise-address="$advertise" --secure-port="$api_port" "${extra_api[@]}" \
     --cert-dir="$dir/pki/serving" --tls-cert-file="$dir/pki/apiserver.crt" --tls-private-key-file="$dir/pki/apiserver.key" \
     --client-ca-file="$dir/pki/ca.crt" --authorization-mode=RBAC \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$dir/pki/sa.pub" --service-account-signing-key-file="$dir/pki/sa.key" \
     --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true \
-    --disable-admission-plugins=ServiceAccount --profiling=false --v=1 > "$dir/kube-apiserver.cmd"
+    "${admission[@]}" --profiling=false --v=1 > "$dir/kube-apiserver.cmd"
   q "$bin/kube-controller-manager" --kubeconfig="$dir/admin.kubeconfig" \
-    --controllers=garbage-collector-controller,namespace-controller,endpointslice-controller,serviceaccount-controller,serviceaccount-token-controller \
+    --controllers="$controllers" \
     --service-account-private-key-file="$dir/pki/sa.key" --root-ca-file="$dir/pki/ca.crt" \
     --leader-elect=false --secure-port=0 --profiling=false --v=1 > "$dir/kube-controller-manager.cmd"
   {
@@ -164,7 +182,9 @@ cmd_start() {
     echo "ETCD_URL=http://127.0.0.1:$etcd_port"
     echo "APISERVER_URL=https://127.0.0.1:$api_port"
     echo "KUBECONFIG=$dir/admin.kubeconfig"
+    if [[ -n "$node" ]]; then cat "$dir/node.env"; fi
   } > "$dir/env"
+  if [[ -n "$node" ]]; then node_configs "$dir" "$bin" "$api_port"; fi
 
   start_component "$dir" etcd
   local deadline=$(( $(date +%s) + 30 ))
@@ -178,6 +198,9 @@ cmd_start() {
   sleep 0.5
   if ! ours "$dir" "$dir/kube-controller-manager.pid"; then
     tail -n 20 "$dir/logs/kube-controller-manager.log" >&2; cmd_stop "$dir"; die "kube-controller-manager exited at start"
+  fi
+  if [[ -n "$node" ]] && ! node_start "$dir" "$bin"; then
+    cmd_stop "$dir"; die "the node did not start"
   fi
   if [[ -n "$owner" ]]; then
     # Stop this instance when its owner exits (or when the directory is removed by a stop).
@@ -197,6 +220,7 @@ cmd_stop() {
   fi
   [[ -f "$dir/env" ]] || die "$dir is not a local control plane directory"
   local c
+  node_cleanup "$dir"
   for c in kube-controller-manager kube-apiserver etcd; do stop_component "$dir" "$c"; done
   if [[ -f "$dir/watchdog.pid" ]] && [[ "$(cat "$dir/watchdog.pid")" != "$PPID" ]]; then
     kill "$(cat "$dir/watchdog.pid")" 2>/dev/null || true
