@@ -1,16 +1,21 @@
-# A small static image of failover-controller.
+# The failover-controller image.
 #   docker build -t failover-controller .
-FROM rust:1.95-bookworm AS build
-RUN apt-get update && apt-get install -y --no-install-recommends musl-tools && rm -rf /var/lib/apt/lists/* \
- && rustup target add x86_64-unknown-linux-musl
+# Both base images are build arguments, so a build without registry access can supply local ones
+# (hack/images.sh does, for the tests on a real node): a Rust toolchain on Debian 12, and a
+# runtime with glibc and a nonroot user.
+ARG BUILDER_IMAGE=docker.io/library/rust:1.95-bookworm
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
+
+FROM ${BUILDER_IMAGE} AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY crd-gen crd-gen
 COPY src src
-RUN cargo build --release --locked --target x86_64-unknown-linux-musl --bin failover-controller \
- && cp target/x86_64-unknown-linux-musl/release/failover-controller /failover-controller
+RUN --mount=type=cache,target=/usr/local/cargo/registry --mount=type=cache,target=/src/target \
+    cargo build --release --locked --bin failover-controller \
+ && cp target/release/failover-controller /failover-controller
 
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM ${RUNTIME_IMAGE}
 COPY --from=build /failover-controller /failover-controller
 USER 65532:65532
 EXPOSE 8080

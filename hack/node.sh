@@ -19,6 +19,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/versions.env"
 
 NODE_PACKAGES=(containerd runc containernetworking-plugins busybox-static iptables conntrack buildah)
 CNI_BIN=/usr/lib/cni
+# The control plane's Service IPs (kube-apiserver --service-cluster-ip-range).
+SERVICE_CIDR=10.0.0.0/24
 
 node_log() { echo "node: $*" >&2; }
 
@@ -65,7 +67,7 @@ node_configs() {
   mkdir -p "$n"/{cni,containerd,kubelet,logs,images}
   cat > "$n/cni/10-failover.conflist" <<CONF
 {"cniVersion": "0.4.0", "name": "failover-$NODE_ID", "plugins": [
-  {"type": "bridge", "bridge": "$NODE_BRIDGE", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+  {"type": "bridge", "bridge": "$NODE_BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
    "ipam": {"type": "host-local", "ranges": [[{"subnet": "$NODE_SUBNET", "gateway": "$NODE_IP"}]],
             "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "$n/cni-ipam"}},
   {"type": "portmap", "capabilities": {"portMappings": true}},
@@ -100,7 +102,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = "$CNI_BIN"
     conf_dir = "$n/cni"
 CONF
-  read -r kubelet_port healthz_port <<< "$(free_ports 2)"
+  local kubelet_port healthz_port proxy_healthz proxy_metrics
+  read -r kubelet_port healthz_port proxy_healthz proxy_metrics <<< "$(free_ports 4)"
   cat > "$n/kubelet.yaml" <<CONF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -127,7 +130,6 @@ serializeImagePulls: false
 syncFrequency: 5s
 fileCheckFrequency: 5s
 nodeStatusUpdateFrequency: 2s
-localStorageCapacityIsolation: false
 makeIPTablesUtilChains: false
 CONF
   : > "$n/resolv.conf"
@@ -141,19 +143,33 @@ CONF
   q "$bin/kube-proxy" --kubeconfig="$dir/admin.kubeconfig" --hostname-override="node-$NODE_ID" \
     --proxy-mode=iptables --cluster-cidr="$NODE_SUBNET" --conntrack-max-per-core=0 \
     --conntrack-tcp-timeout-established=0 --conntrack-tcp-timeout-close-wait=0 \
-    --metrics-bind-address=127.0.0.1:0 --healthz-bind-address=127.0.0.1:0 --v=1 > "$dir/kube-proxy.cmd"
+    --metrics-bind-address="127.0.0.1:$proxy_metrics" --healthz-bind-address="127.0.0.1:$proxy_healthz" --v=1 > "$dir/kube-proxy.cmd"
   q "$bin/kube-scheduler" --kubeconfig="$dir/admin.kubeconfig" --leader-elect=false \
     --secure-port=0 --v=1 > "$dir/kube-scheduler.cmd"
 }
 
-# The node's bridge, up with the node's IP, and forwarding on (restored at cleanup).
+# The node's bridge, up with the node's IP, and forwarding on (restored at cleanup). Pods stay on
+# this machine: traffic from the Pod subnet may only go to the bridge (kube-proxy's DNAT to the
+# node's own address happens before), and Service IPs that nothing translated are refused rather
+# than routed out.
 node_bridge() {
-  local n=$1/node
+  local n=$1/node tag="failover-$NODE_ID"
   ip link add "$NODE_BRIDGE" type bridge 2>/dev/null || true
   ip addr add "$NODE_IP/24" dev "$NODE_BRIDGE" 2>/dev/null || true
   ip link set "$NODE_BRIDGE" up
   sysctl -n net.ipv4.ip_forward > "$n/ip_forward.before"
   sysctl -qw net.ipv4.ip_forward=1
+  iptables -I FORWARD -s "$NODE_SUBNET" ! -o "$NODE_BRIDGE" -m comment --comment "$tag" -j REJECT
+  iptables -I FORWARD -d "$SERVICE_CIDR" -m comment --comment "$tag" -j REJECT
+  iptables -I OUTPUT -d "$SERVICE_CIDR" -m comment --comment "$tag" -j REJECT
+}
+
+# Removes the guard rules of node_bridge.
+node_guard_cleanup() {
+  local rule
+  iptables-save -t filter | grep -- "^-A " | grep -F -- "--comment failover-$NODE_ID" | while read -r rule; do
+    eval "iptables ${rule/#-A/-D}"
+  done
 }
 
 # The images the node runs, built without a registry: the pause image (from the Kubernetes
@@ -228,15 +244,21 @@ node_start() {
   done
 }
 
-# Removes the masquerade rules and chains the CNI bridge plugin made for this node's network
-# (they stay when a sandbox was killed instead of torn down).
+# Removes the masquerade chains the CNI bridge plugin made for this node's network (they stay
+# when a sandbox was killed instead of torn down), and the localnet firewall chain kube-proxy
+# leaves behind.
 node_cni_iptables_cleanup() {
-  local rule chain
-  iptables-save -t nat | grep -- "-A POSTROUTING" | grep -F "failover-$NODE_ID" | while read -r rule; do
-    chain=$(sed -n 's/.* -j \(CNI-[A-Za-z0-9]*\).*/\1/p' <<< "$rule")
-    iptables -t nat ${rule/-A/-D}
-    [[ -n "$chain" ]] && { iptables -t nat -F "$chain"; iptables -t nat -X "$chain"; }
+  local chain rule
+  for chain in $(iptables-save -t nat | grep -F "failover-$NODE_ID" | sed -n 's/^-A \(CNI-[A-Za-z0-9]*\) .*/\1/p' | sort -u); do
+    iptables-save -t nat | grep -- "-j $chain\b" | grep -- "^-A POSTROUTING" | while read -r rule; do
+      eval "iptables -t nat ${rule/#-A/-D}"
+    done
+    iptables -t nat -F "$chain"
+    iptables -t nat -X "$chain"
   done
+  for chain in INPUT OUTPUT; do iptables -D "$chain" -j KUBE-FIREWALL 2>/dev/null; done
+  iptables -F KUBE-FIREWALL 2>/dev/null && iptables -X KUBE-FIREWALL 2>/dev/null
+  return 0
 }
 
 # Stops the node and removes everything it made (each step best effort: a subshell without
@@ -275,6 +297,7 @@ node_cleanup() (
   done
   ip link del "$NODE_BRIDGE" 2>/dev/null || true
   node_cni_iptables_cleanup
+  node_guard_cleanup
   for h in /sys/fs/cgroup/*/failover-"$NODE_ID"; do
     [[ -d "$h" ]] && find "$h" -depth -type d -exec rmdir {} \; 2>/dev/null
   done

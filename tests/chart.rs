@@ -3,45 +3,14 @@
 
 mod support;
 
-use std::{collections::BTreeMap, process::Output};
+use std::collections::BTreeMap;
 
 use failover::api::Phase;
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{ResourceExt, api::PostParams};
-use support::{ControllerProcess, PolicyBuilder, TestEnv, WAIT, repo_root};
+use support::{ControllerProcess, PolicyBuilder, TestEnv, WAIT, helm, ok};
 
 const CHART: &str = "charts/failover-controller";
-
-fn helm(env: &TestEnv, args: &[&str]) -> Output {
-    std::process::Command::new(env.cp.bin("helm"))
-        .current_dir(repo_root())
-        .env("KUBECONFIG", &env.cp.kubeconfig)
-        .env(
-            "HELM_CACHE_HOME",
-            std::env::temp_dir().join("failover-helm/cache"),
-        )
-        .env(
-            "HELM_CONFIG_HOME",
-            std::env::temp_dir().join("failover-helm/config"),
-        )
-        .env(
-            "HELM_DATA_HOME",
-            std::env::temp_dir().join("failover-helm/data"),
-        )
-        .args(args)
-        .output()
-        .expect("running helm")
-}
-
-fn ok(out: &Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
 
 #[tokio::test]
 async fn helm_lint_is_clean() {

@@ -126,9 +126,17 @@ fn bin_dir() -> PathBuf {
 
 /// Starts a control plane owned by this test process; it stops itself when the process exits.
 pub fn start_control_plane() -> ControlPlane {
+    start_control_plane_with(&[])
+}
+
+/// Starts a control plane with extra options of `hack/control-plane.sh start` (`--node`).
+pub fn start_control_plane_with(options: &[&str]) -> ControlPlane {
     let bin_dir = bin_dir();
+    let owner = std::process::id().to_string();
+    let mut args = vec!["start", "--owner-pid", &owner];
+    args.extend_from_slice(options);
     let out = Command::new(repo_root().join("hack/control-plane.sh"))
-        .args(["start", "--owner-pid", &std::process::id().to_string()])
+        .args(&args)
         .stderr(Stdio::inherit())
         .output()
         .expect("running hack/control-plane.sh start");

@@ -1,5 +1,5 @@
-//! Real kubectl against the control plane, and the RBAC helpers built on it (Roles,
-//! ServiceAccounts, token kubeconfigs).
+//! Real kubectl and helm against the control plane, and the RBAC helpers built on kubectl
+//! (Roles, ServiceAccounts, token kubeconfigs).
 
 use std::{
     path::PathBuf,
@@ -124,4 +124,29 @@ impl TestEnv {
             .expect("writing kubeconfig");
         path
     }
+}
+
+/// Real helm against the test's control plane, with its own cache and config folders.
+pub fn helm(env: &TestEnv, args: &[&str]) -> Output {
+    let home = std::env::temp_dir().join("failover-helm");
+    Command::new(env.cp.bin("helm"))
+        .current_dir(repo_root())
+        .env("KUBECONFIG", &env.cp.kubeconfig)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .args(args)
+        .output()
+        .expect("running helm")
+}
+
+/// The standard output of a command that must have succeeded.
+pub fn ok(out: &Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
 }

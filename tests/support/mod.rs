@@ -6,7 +6,8 @@
 //! - [`backends`]: backend Services and their EndpointSlices;
 //! - [`policy`]: a typed policy builder and readers of what the controller made of a policy;
 //! - [`process`]: the controller binary as a child process, and its admin server;
-//! - [`metrics`]: reading the controller's metrics.
+//! - [`metrics`]: reading the controller's metrics;
+//! - [`node`]: a real node, the controller's image and chart, real backend Deployments.
 //!
 //! `FAILOVER_TEST_KUBECONFIG=<path>` reuses a control plane that is already running;
 //! `FAILOVER_SKIP_CLUSTER_TESTS=1` skips the cluster tests, loudly; nothing else skips them.
@@ -17,6 +18,7 @@ pub mod backends;
 pub mod cluster;
 pub mod kubectl;
 pub mod metrics;
+pub mod node;
 pub mod policy;
 pub mod process;
 
@@ -29,6 +31,7 @@ use std::{
 pub use cluster::*;
 pub use kubectl::*;
 pub use metrics::*;
+pub use node::*;
 pub use policy::*;
 pub use process::*;
 

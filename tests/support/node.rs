@@ -1,0 +1,229 @@
+//! A real node: a control plane started with `--node` (containerd, runc, CNI, kubelet,
+//! kube-proxy, kube-scheduler), the controller's image built from the project's Dockerfile and
+//! imported into the node's containerd, the chart installed for real, and backends that are real
+//! Deployments whose Pods pass or fail real readiness probes.
+//!
+//! One node per test binary. `FAILOVER_SKIP_NODE_TESTS=1` skips these tests, loudly; a machine
+//! that cannot host a node (not root, no cgroups) fails them with one line naming what is missing
+//! and how to skip them on purpose.
+
+use std::{
+    path::PathBuf,
+    process::Command,
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Api, api::ListParams};
+
+use super::{
+    ControlPlane, TestEnv, helm, install_crds, kubectl, ok, repo_root, start_control_plane_with,
+};
+
+/// The controller image's reference in the node's containerd.
+pub const CONTROLLER_IMAGE: &str = "localhost/failover-controller";
+/// Its tag.
+pub const CONTROLLER_TAG: &str = "dev";
+
+static NODE: OnceLock<Option<ControlPlane>> = OnceLock::new();
+
+fn missing_prerequisite() -> Option<String> {
+    let root = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&root.stdout).trim() != "0" {
+        return Some("the tests must run as root to start containerd and kubelet".into());
+    }
+    if !std::path::Path::new("/sys/fs/cgroup").is_dir() {
+        return Some("/sys/fs/cgroup is missing".into());
+    }
+    None
+}
+
+/// The node's control plane, started on first use; `None` (after a loud line) when node tests
+/// are skipped on purpose.
+pub fn node() -> Option<&'static ControlPlane> {
+    NODE.get_or_init(|| {
+        if std::env::var("FAILOVER_SKIP_NODE_TESTS").is_ok_and(|v| v == "1")
+            || std::env::var("FAILOVER_SKIP_CLUSTER_TESTS").is_ok_and(|v| v == "1")
+        {
+            eprintln!("\n!!! FAILOVER_SKIP_NODE_TESTS=1: SKIPPING the tests on a real node !!!\n");
+            return None;
+        }
+        if let Some(missing) = missing_prerequisite() {
+            panic!("this machine cannot host a node: {missing}. Run the tests on a machine that can, or set FAILOVER_SKIP_NODE_TESTS=1 to skip the node tests on purpose.");
+        }
+        let cp = start_control_plane_with(&["--node"]);
+        install_crds(&cp);
+        import_controller_image(&cp);
+        Some(cp)
+    })
+    .as_ref()
+}
+
+/// Builds the controller's image from the Dockerfile (hack/images.sh) and imports it.
+fn import_controller_image(cp: &ControlPlane) {
+    let started = Instant::now();
+    let out = Command::new(repo_root().join("hack/images.sh"))
+        .arg("controller")
+        .output()
+        .expect("running hack/images.sh");
+    let archive = ok(&out, "building the controller image from the Dockerfile");
+    let archive = archive
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    eprintln!("controller image built in {:.1?}", started.elapsed());
+    let socket = cp.dir.join("node/containerd.sock");
+    let out = Command::new("ctr")
+        .args([
+            "--address",
+            &socket.to_string_lossy(),
+            "-n",
+            "k8s.io",
+            "images",
+            "import",
+            &archive,
+        ])
+        .output()
+        .expect("running ctr");
+    ok(&out, "importing the controller image");
+}
+
+impl TestEnv {
+    /// A fresh namespace on the node's control plane, or `None` when node tests are skipped.
+    pub async fn on_node(test: &str) -> Option<Self> {
+        let cp: &'static ControlPlane = node()?;
+        Self::on(cp, test).await
+    }
+
+    /// Installs the chart from the repository with the locally built image, watching the test's
+    /// namespace; `values` are extra `--set` pairs.
+    pub fn install_chart(&self, release: &str, values: &[&str]) -> String {
+        let mut args = vec![
+            "install".to_string(),
+            release.to_string(),
+            "charts/failover-controller".into(),
+            "-n".into(),
+            self.ns.clone(),
+            "--set".into(),
+            format!("image.repository={CONTROLLER_IMAGE}"),
+            "--set".into(),
+            format!("image.tag={CONTROLLER_TAG}"),
+            "--set".into(),
+            "image.pullPolicy=Never".into(),
+            "--set".into(),
+            format!("watchNamespace={}", self.ns),
+            "--set".into(),
+            "logFormat=plain".into(),
+        ];
+        for v in values {
+            args.extend(["--set".to_string(), v.to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        ok(&helm(self, &args), "helm install")
+    }
+
+    /// A Deployment of real backend Pods (busybox httpd) behind a Service of the same name. Each
+    /// Pod is ready while its `/www/ready` file exists (an HTTP readiness probe every second).
+    pub fn backend(&self, name: &str, replicas: u32, extra_spec: &str) {
+        let yaml = format!(
+            r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+{extra_spec}  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: web
+        image: localhost/backend:latest
+        imagePullPolicy: Never
+        command: ["/bin/sh", "-c", "touch /www/ready && exec httpd -f -p 8080 -h /www"]
+        readinessProbe:
+          httpGet: {{path: /ready, port: 8080}}
+          periodSeconds: 1
+          failureThreshold: 1
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {name}}}
+spec:
+  selector: {{app: {name}}}
+  ports: [{{port: 80, targetPort: 8080}}]
+"#
+        );
+        let out = self.kubectl_stdin(&["apply", "-f", "-"], &yaml);
+        ok(&out, "applying a backend");
+    }
+
+    /// Waits until a Deployment has this many ready replicas.
+    pub async fn wait_ready_replicas(&self, name: &str, replicas: u32, timeout: Duration) {
+        let jsonpath = "jsonpath={.status.readyReplicas}";
+        let ok = super::wait_until(timeout, || async {
+            let out = self.kubectl(&["get", "deployment", name, "-o", jsonpath]);
+            String::from_utf8_lossy(&out.stdout).trim() == replicas.to_string()
+                || (replicas == 0 && out.status.success() && out.stdout.is_empty())
+        })
+        .await;
+        assert!(
+            ok,
+            "deployment {name} never had {replicas} ready replicas: {}",
+            String::from_utf8_lossy(&self.kubectl(&["get", "pods", "-o", "wide"]).stdout)
+        );
+    }
+
+    /// The names of a backend's running Pods.
+    pub async fn pods(&self, app: &str) -> Vec<String> {
+        self.pods_labelled(&format!("app={app}")).await
+    }
+
+    /// The names of the chart's controller Pods (release `fullname`).
+    pub async fn pods_of(&self, fullname: &str) -> Vec<String> {
+        self.pods_labelled(&format!(
+            "app.kubernetes.io/instance={}",
+            fullname.split('-').next().unwrap_or(fullname)
+        ))
+        .await
+    }
+
+    async fn pods_labelled(&self, selector: &str) -> Vec<String> {
+        let pods: Api<Pod> = self.api();
+        let list = pods
+            .list(&ListParams::default().labels(selector))
+            .await
+            .expect("listing Pods");
+        list.items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.name)
+            .collect()
+    }
+
+    /// Makes every Pod of a backend pass (or fail) its readiness probe, from inside the Pod.
+    pub async fn set_backend_ready(&self, app: &str, ready: bool) {
+        for pod in self.pods(app).await {
+            let action = if ready {
+                "touch /www/ready"
+            } else {
+                "rm -f /www/ready"
+            };
+            let out = self.kubectl(&["exec", &pod, "--", "sh", "-c", action]);
+            ok(&out, "changing a Pod's readiness");
+        }
+    }
+}
+
+/// The node's containerd socket.
+pub fn containerd_socket(cp: &ControlPlane) -> PathBuf {
+    cp.dir.join("node/containerd.sock")
+}
+
+/// kubectl on the node's control plane, outside any namespace.
+pub fn node_kubectl(cp: &ControlPlane, args: &[&str]) -> String {
+    ok(&kubectl(cp, args), "kubectl")
+}
