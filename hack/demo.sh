@@ -3,10 +3,17 @@
 # applies samples/, creates the backend Services and EndpointSlices, then makes every primary
 # unready and ready again, showing `kubectl get failoverpolicies` and the TrafficSplit weights at
 # each step. Everything it started is stopped and removed at the end, also on Ctrl-C.
+#
+#   hack/demo.sh          the fast demo (EndpointSlices written by hand)
+#   hack/demo.sh --node   on a real node (needs root): the controller's image and chart, backend
+#                         Pods whose readiness probes fail and pass, the weights moving
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+if [[ "${1:-}" == "--node" ]]; then
+  exec hack/demo-node.sh
+fi
 bin=$(hack/build-control-plane.sh | tail -n 1)
 export PATH="$bin:$PATH"
 

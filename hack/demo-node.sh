@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The demo on a real node (hack/demo.sh --node): a local control plane with a node, the
+# controller's image built from the Dockerfile and installed with the chart, backends that are
+# Deployments with readiness probes; every primary Pod fails its probe, then passes again, and the
+# Pods, their readiness and the TrafficSplit weights are shown at each step. Everything is stopped
+# and removed at the end, also on Ctrl-C.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+[[ $(id -u) == 0 ]] || { echo "demo --node: a node needs root (containerd, kubelet, cgroups, a bridge)" >&2; exit 1; }
+bin=$(hack/build-control-plane.sh --node | tail -n 1)
+export PATH="$bin:$PATH"
+
+say "building the kubectl failover plugin and crd-gen"
+cargo build --quiet --bin kubectl-failover --bin crd-gen
+export PATH="$PWD/target/debug:$PATH"
+
+say "starting a control plane with a real node (containerd, kubelet, kube-proxy, kube-scheduler)"
+cp_out=$(hack/control-plane.sh start --node --owner-pid $$)
+eval "$(tail -n 1 <<< "$cp_out")"
+cp_dir=$(dirname "$KUBECONFIG")
+cleanup() {
+  trap - EXIT INT TERM
+  say "cleaning up"
+  hack/control-plane.sh stop "$cp_dir" || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+kubectl get nodes -o wide
+
+say "building the controller's image from the Dockerfile (buildah, no registry) and importing it"
+image=$(hack/images.sh controller | tail -n 1)
+ctr --address "$cp_dir/node/containerd.sock" -n k8s.io images import "$image" >/dev/null
+
+say "installing the CRDs and the chart (helm install fc charts/failover-controller)"
+crd-gen --with-traffic-split | kubectl apply -f - >/dev/null
+helm install fc charts/failover-controller --set image.repository=localhost/failover-controller \
+  --set image.tag=dev --set image.pullPolicy=Never --set watchNamespace=default --set logFormat=plain >/dev/null
+kubectl rollout status deployment/fc-failover-controller --timeout=120s
+
+say "three backends: Deployments of busybox httpd, ready while /www/ready exists"
+for name in web web-east web-west; do
+  replicas=$([[ $name == web ]] && echo 2 || echo 1)
+  kubectl apply -f - >/dev/null <<YAML
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: $name}
+spec:
+  replicas: $replicas
+  selector: {matchLabels: {app: $name}}
+  template:
+    metadata: {labels: {app: $name}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: web
+        image: localhost/backend:latest
+        imagePullPolicy: Never
+        command: ["/bin/sh", "-c", "touch /www/ready && exec httpd -f -p 8080 -h /www"]
+        readinessProbe: {httpGet: {path: /ready, port: 8080}, periodSeconds: 1, failureThreshold: 1}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: $name}
+spec: {selector: {app: $name}, ports: [{port: 80, targetPort: 8080}]}
+YAML
+done
+for name in web web-east web-west; do kubectl rollout status "deployment/$name" --timeout=120s >/dev/null; done
+
+kubectl apply -f - <<'YAML'
+apiVersion: failover.dev/v1alpha1
+kind: FailoverPolicy
+metadata: {name: web}
+spec:
+  service: web
+  primary: web
+  secondaries: [{service: web-east}, {service: web-west}]
+YAML
+
+show() {
+  sleep "${1:-2}"
+  kubectl get pods -l 'app in (web,web-east,web-west)' -o wide
+  echo
+  kubectl failover status web
+}
+say "every backend Pod is ready: all traffic goes to the primary"
+show 3
+
+say "every primary Pod fails its readiness probe (rm /www/ready inside each)"
+for pod in $(kubectl get pods -l app=web -o name); do kubectl exec "$pod" -- rm -f /www/ready; done
+show 2
+
+say "they pass it again"
+for pod in $(kubectl get pods -l app=web -o name); do kubectl exec "$pod" -- touch /www/ready; done
+show 2
+
+say "why traffic is where it is (kubectl failover explain-decision web)"
+kubectl failover explain-decision web
+say "the controller's log"
+kubectl logs deployment/fc-failover-controller | tail -n 8
