@@ -42,29 +42,7 @@ kubectl rollout status deployment/fc-failover-controller --timeout=120s
 say "three backends: Deployments of busybox httpd, ready while /www/ready exists"
 for name in web web-east web-west; do
   replicas=$([[ $name == web ]] && echo 2 || echo 1)
-  kubectl apply -f - >/dev/null <<YAML
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: $name}
-spec:
-  replicas: $replicas
-  selector: {matchLabels: {app: $name}}
-  template:
-    metadata: {labels: {app: $name}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: web
-        image: localhost/backend:latest
-        imagePullPolicy: Never
-        command: ["/bin/sh", "-c", "touch /www/ready && exec httpd -f -p 8080 -h /www"]
-        readinessProbe: {httpGet: {path: /ready, port: 8080}, periodSeconds: 1, failureThreshold: 1}
----
-apiVersion: v1
-kind: Service
-metadata: {name: $name}
-spec: {selector: {app: $name}, ports: [{port: 80, targetPort: 8080}]}
-YAML
+  sed -e "s/__NAME__/$name/g" -e "s/__REPLICAS__/$replicas/" hack/backend.yaml | kubectl apply -f - >/dev/null
 done
 for name in web web-east web-west; do kubectl rollout status "deployment/$name" --timeout=120s >/dev/null; done
 

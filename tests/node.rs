@@ -24,9 +24,9 @@ async fn installed(
     policy: PolicyBuilder,
 ) -> Option<TestEnv> {
     let env = TestEnv::on_node(test).await?;
-    env.backend("web", primary_replicas, "");
-    env.backend("web-east", 1, "");
-    env.backend("web-west", 1, "");
+    env.backend("web", primary_replicas);
+    env.backend("web-east", 1);
+    env.backend("web-west", 1);
     for (name, n) in [("web", primary_replicas), ("web-east", 1), ("web-west", 1)] {
         env.wait_ready_replicas(name, n, WAIT).await;
     }

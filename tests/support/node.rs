@@ -125,38 +125,14 @@ impl TestEnv {
         ok(&helm(self, &args), "helm install")
     }
 
-    /// A Deployment of real backend Pods (busybox httpd) behind a Service of the same name. Each
-    /// Pod is ready while its `/www/ready` file exists (an HTTP readiness probe every second).
-    pub fn backend(&self, name: &str, replicas: u32, extra_spec: &str) {
-        let yaml = format!(
-            r#"apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: {name}}}
-spec:
-  replicas: {replicas}
-  selector: {{matchLabels: {{app: {name}}}}}
-{extra_spec}  template:
-    metadata: {{labels: {{app: {name}}}}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: web
-        image: localhost/backend:latest
-        imagePullPolicy: Never
-        command: ["/bin/sh", "-c", "touch /www/ready && exec httpd -f -p 8080 -h /www"]
-        readinessProbe:
-          httpGet: {{path: /ready, port: 8080}}
-          periodSeconds: 1
-          failureThreshold: 1
----
-apiVersion: v1
-kind: Service
-metadata: {{name: {name}}}
-spec:
-  selector: {{app: {name}}}
-  ports: [{{port: 80, targetPort: 8080}}]
-"#
-        );
+    /// A Deployment of real backend Pods (busybox httpd) behind a Service of the same name
+    /// (`hack/backend.yaml`). Each Pod is ready while its `/www/ready` file exists.
+    pub fn backend(&self, name: &str, replicas: u32) {
+        let template = std::fs::read_to_string(repo_root().join("hack/backend.yaml"))
+            .expect("hack/backend.yaml");
+        let yaml = template
+            .replace("__NAME__", name)
+            .replace("__REPLICAS__", &replicas.to_string());
         let out = self.kubectl_stdin(&["apply", "-f", "-"], &yaml);
         ok(&out, "applying a backend");
     }
