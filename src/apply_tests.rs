@@ -30,6 +30,7 @@ fn policy() -> FailoverPolicy {
         secondaries: vec![SecondaryBackend {
             service: "web-east".into(),
             weight: None,
+            readiness_from: None,
         }],
         ..Default::default()
     };

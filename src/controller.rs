@@ -36,10 +36,12 @@ use crate::{
     observe::{
         apis::{Apis, NeededApi},
         index::{PolicyIndex, PolicyKey},
+        readiness::RemoteService,
         readiness::{SERVICE_NAME_LABEL, ServiceKey},
         synced::Synced,
     },
     reconcile::{Context, Error, RESYNC, error_policy, reconcile},
+    remote::{Clusters, cluster::RemoteChange, secrets},
     route::{
         RouteKey, RouteKind, RouteView,
         httproute::{self, HttpRoute},
@@ -58,6 +60,8 @@ pub struct Settings {
     pub concurrency: u16,
     /// Identity of this replica in Events (usually the Pod name).
     pub instance: Option<String>,
+    /// Where the Secrets declaring remote clusters are (the controller's namespace).
+    pub secret_namespace: String,
 }
 
 impl Default for Settings {
@@ -66,6 +70,7 @@ impl Default for Settings {
             namespace: None,
             concurrency: 16,
             instance: None,
+            secret_namespace: "default".to_string(),
         }
     }
 }
@@ -97,6 +102,26 @@ impl Wake {
                 .iter()
                 .flat_map(|s| index.policies_for_service(s))
                 .collect()
+        };
+        self.policies(policies);
+    }
+
+    fn remote(&self, change: RemoteChange) {
+        let policies: Vec<PolicyKey> = {
+            let index = self.index.read();
+            match change {
+                RemoteChange::Cluster(cluster) => index.policies_for_cluster(&cluster),
+                RemoteChange::Services(cluster, services) => services
+                    .into_iter()
+                    .flat_map(|s| {
+                        index.policies_for_remote(&RemoteService {
+                            cluster: cluster.clone(),
+                            namespace: s.namespace,
+                            service: s.name,
+                        })
+                    })
+                    .collect(),
+            }
         };
         self.policies(policies);
     }
@@ -137,6 +162,23 @@ pub struct Handle {
 }
 
 impl Handle {
+    /// Empty caches, remote clusters that wake policies through `wake`.
+    fn new(settings: &Settings, metrics: &Arc<Metrics>, wake: &Wake) -> Self {
+        let remote = {
+            let wake = wake.clone();
+            Clusters::new(
+                settings.secret_namespace.clone(),
+                metrics.clone(),
+                Arc::new(move |change| wake.remote(change)),
+            )
+        };
+        Self {
+            caches: Caches::new(remote),
+            apis: Apis::new(metrics.clone()),
+            index: wake.index.clone(),
+        }
+    }
+
     /// Why the controller is not ready to serve, if it is not: a missing CRD that it needs
     /// (named, with how to install it), or watches that have not listed yet.
     pub fn not_ready(&self) -> Option<String> {
@@ -171,12 +213,10 @@ pub fn start(
 ) -> (Handle, impl Future<Output = ()>) {
     metrics.register_error_kinds(&Error::KINDS);
     let shutdown = shutdown.shared();
-    let handle = Handle {
-        caches: Caches::default(),
-        apis: Apis::new(metrics.clone()),
-        index: Arc::default(),
-    };
+    let index: Arc<RwLock<PolicyIndex>> = Arc::default();
     let (queue, queued) = mpsc::unbounded();
+    let wake = Wake { index, queue };
+    let handle = Handle::new(&settings, &metrics, &wake);
     let watch = WatchContext {
         metrics: metrics.clone(),
         synced: handle.caches.synced.clone(),
@@ -186,14 +226,11 @@ pub fn start(
         client: client.clone(),
         settings: settings.clone(),
         caches: handle.caches.clone(),
-        wake: Wake {
-            index: handle.index.clone(),
-            queue,
-        },
-        watch: watch.clone(),
+        wake,
+        watch: Arc::new(watch.clone()),
     });
     let ns = settings.namespace.as_deref();
-    let policies = policy_stream(&client, ns, handle.index.clone(), &watch);
+    let policies = policy_stream(&client, ns, &handle, &watch);
     let writer = Writer::new(
         client,
         leadership.clone(),
@@ -248,7 +285,7 @@ struct Feed {
     settings: Settings,
     caches: Caches,
     wake: Wake,
-    watch: WatchContext,
+    watch: Arc<WatchContext>,
 }
 
 /// Every watch that feeds a cache, run together.
@@ -264,7 +301,7 @@ async fn readiness_feeds(feed: Feed) {
         scoped::<EndpointSlice>(client, ns),
         "endpointslice",
         watcher::Config::default().labels(SERVICE_NAME_LABEL),
-        watch,
+        watch.clone(),
     )
     .for_each(|event| {
         let changed = caches.readiness.write().apply_slice_event(event);
@@ -275,7 +312,7 @@ async fn readiness_feeds(feed: Feed) {
         scoped::<PartialObjectMeta<Service>>(client, ns),
         "service",
         watcher::Config::default(),
-        watch,
+        watch.clone(),
     )
     .for_each(|event| {
         let changed = caches.readiness.write().apply_service_event(event);
@@ -296,7 +333,7 @@ async fn route_feeds(feed: Feed) {
             scoped::<TrafficSplit>(client, ns),
             "trafficsplit",
             Default::default(),
-            watch,
+            watch.clone(),
         ),
         RouteKind::TrafficSplit,
         |s: TrafficSplit| RouteView::new(&s.metadata, Some(trafficsplit::rules(&s))),
@@ -308,7 +345,7 @@ async fn route_feeds(feed: Feed) {
             scoped::<HttpRoute>(client, ns),
             "httproute",
             Default::default(),
-            watch,
+            watch.clone(),
         ),
         RouteKind::HttpRoute,
         |r: HttpRoute| RouteView::new(&r.metadata, httproute::rules(&r)),
@@ -346,7 +383,7 @@ async fn feed_routes<K: kube::Resource>(
 fn policy_stream(
     client: &Client,
     ns: Option<&str>,
-    index: Arc<RwLock<PolicyIndex>>,
+    handle: &Handle,
     watch: &WatchContext,
 ) -> (
     impl Stream<Item = Result<FailoverPolicy, watcher::Error>> + Send + 'static + use<>,
@@ -354,17 +391,29 @@ fn policy_stream(
 ) {
     let (store, writer) = reflector::store::<FailoverPolicy>();
     let metrics = watch.metrics.clone();
+    let (index, remote) = (handle.index.clone(), handle.caches.remote.clone());
+    let client = client.clone();
     let events = events(
-        scoped(client, ns),
+        scoped(&client, ns),
         "failoverpolicy",
         Default::default(),
-        watch,
+        Arc::new(watch.clone()),
     )
     .map(|event| Ok(event.modify(slim::<FailoverPolicy>)));
     let stream = reflector(writer, events)
         .inspect(move |event| {
             if let Ok(event) = event {
                 index.write().apply_event(event);
+                // Remote clusters watch exactly the namespaces policies read from; the cluster
+                // Secrets are watched once any policy reads from a remote cluster.
+                let wanted = index.read().remote_namespaces();
+                remote.want(wanted, || {
+                    tokio::spawn(secrets::feed(
+                        client.clone(),
+                        remote.clone(),
+                        metrics.clone(),
+                    ));
+                });
                 if let watcher::Event::Delete(p) = event {
                     metrics.forget_policy(&PolicyLabels {
                         namespace: p.namespace().unwrap_or_default(),

@@ -1,5 +1,6 @@
 //! Step 3 of the pipeline: everything a decision reads, taken from the caches only (no API
-//! call): each backend's observation, the route as the cluster has it, and the previous status
+//! call): each backend's observation (from its local Service, or from the remote cluster named
+//! by its `readinessFrom`), the route as the cluster has it, and the previous status
 //! (the one this replica wrote last when the policy cache has not caught up with it yet).
 
 use std::{sync::Arc, time::Duration};
@@ -14,6 +15,7 @@ use crate::{
         routes::RouteStore,
         synced::Synced,
     },
+    remote::Clusters,
     route::RouteView,
     validate::ValidPolicy,
     writer::Writer,
@@ -25,7 +27,7 @@ pub const DECISION_INPUTS: [&str; 2] = ["endpointslice", "service"];
 const SYNC_WAIT: Duration = Duration::from_secs(10);
 
 /// The caches the pipeline reads.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Caches {
     /// Backend readiness, from the EndpointSlice and Service watches.
     pub readiness: Arc<RwLock<ReadinessStore>>,
@@ -33,6 +35,20 @@ pub struct Caches {
     pub routes: Arc<RwLock<RouteStore>>,
     /// Which watches have listed.
     pub synced: Synced,
+    /// Readiness read from other clusters, and their liveness.
+    pub remote: Clusters,
+}
+
+impl Caches {
+    /// Empty caches; remote readiness comes from these clusters.
+    pub fn new(remote: Clusters) -> Self {
+        Self {
+            readiness: Arc::default(),
+            routes: Arc::default(),
+            synced: Synced::default(),
+            remote,
+        }
+    }
 }
 
 impl Caches {
@@ -56,8 +72,12 @@ pub fn inputs(policy: &ValidPolicy, caches: &Caches) -> Inputs {
     let observations = {
         let readiness = caches.readiness.read();
         policy
-            .backend_names()
-            .map(|service| readiness.observe(&policy.namespace, service))
+            .backends
+            .iter()
+            .map(|b| match &b.remote {
+                Some(remote) => caches.remote.observe(remote),
+                None => readiness.observe(&policy.namespace, &b.service),
+            })
             .collect()
     };
     let route = caches

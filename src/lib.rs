@@ -18,7 +18,8 @@
 //! | status | [`status`] | pure: the one place a status is built |
 //! | write | [`write`] | write the status, Events, metrics |
 //!
-//! [`reconcile`] sequences the steps. Around them: [`api`] (the CRD types and their rules),
+//! [`reconcile`] sequences the steps. Around them: [`remote`] (readiness read from other
+//! clusters, and their liveness), [`api`] (the CRD types and their rules),
 //! [`route`] (the route kinds), [`writer`] (the leader-gated door for writes), [`recent`]
 //! (memory of recent writes), [`leader`], [`metrics`], [`admin`], [`telemetry`], [`crd`].
 
@@ -34,6 +35,7 @@ pub mod metrics;
 pub mod observe;
 pub mod recent;
 pub mod reconcile;
+pub mod remote;
 pub mod route;
 pub mod status;
 pub mod telemetry;

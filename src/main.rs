@@ -56,6 +56,11 @@ struct Args {
     #[arg(long, env = "POD_NAMESPACE")]
     lease_namespace: Option<String>,
 
+    /// Namespace of the Secrets that declare remote clusters (labelled `failover.dev/cluster`);
+    /// default: the Pod's namespace, else `default`.
+    #[arg(long)]
+    cluster_secret_namespace: Option<String>,
+
     /// How long a lease lasts without renewal before a standby takes it, e.g. `15s`.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     lease_duration: Duration,
@@ -143,6 +148,11 @@ async fn main() -> anyhow::Result<()> {
         namespace: args.namespace.clone(),
         concurrency: args.concurrency,
         instance: Some(identity.clone()),
+        secret_namespace: args
+            .cluster_secret_namespace
+            .clone()
+            .or_else(|| args.lease_namespace.clone())
+            .unwrap_or_else(|| "default".into()),
     };
     let (handle, run) = controller::start(
         client.clone(),

@@ -84,6 +84,20 @@ pub struct Metrics {
     pub leader: Gauge<i64, AtomicI64>,
     /// 1 while a CRD the controller needs is not installed, by CRD name.
     pub missing_api: Family<CrdLabels, Gauge>,
+    /// 1 while a remote cluster's readiness counts (it answers and has been read).
+    pub cluster_reachable: Family<ClusterLabels, Gauge>,
+    /// Seconds since a remote cluster last answered, computed at scrape time.
+    pub cluster_data_age: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+    /// Watches of a remote cluster restarted after an error.
+    pub cluster_watch_restarts: Family<ClusterLabels, Counter>,
+    cluster_seen: Mutex<HashMap<String, f64>>,
+}
+
+/// Labels of a series about one remote cluster.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabels {
+    /// The cluster, as its Secret names it.
+    pub cluster: String,
 }
 
 /// Labels of a series about one CRD.
@@ -116,6 +130,10 @@ impl Metrics {
             watch_restarts: Family::default(),
             leader: Gauge::default(),
             missing_api: Family::default(),
+            cluster_reachable: Family::default(),
+            cluster_data_age: Family::default(),
+            cluster_watch_restarts: Family::default(),
+            cluster_seen: Mutex::new(HashMap::new()),
             registry: Registry::with_prefix("failover"),
         };
         m.register_all();
@@ -203,6 +221,21 @@ impl Metrics {
             "1 while a CRD the controller needs is not installed",
             self.missing_api.clone(),
         );
+        r.register(
+            "cluster_reachable",
+            "1 while a remote cluster answers and its readiness has been read",
+            self.cluster_reachable.clone(),
+        );
+        r.register(
+            "cluster_data_age_seconds",
+            "Seconds since a remote cluster last answered",
+            self.cluster_data_age.clone(),
+        );
+        r.register(
+            "cluster_watch_restarts",
+            "Watches of a remote cluster restarted after an error",
+            self.cluster_watch_restarts.clone(),
+        );
     }
 
     fn watch_restart_counter(&self, kind: &str) -> Counter {
@@ -231,6 +264,14 @@ impl Metrics {
                 .get_or_create(labels)
                 .set((now - at).max(0.0));
         }
+        for (cluster, at) in self.cluster_seen.lock().iter() {
+            let labels = ClusterLabels {
+                cluster: cluster.clone(),
+            };
+            self.cluster_data_age
+                .get_or_create(&labels)
+                .set((now - at).max(0.0));
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
@@ -244,6 +285,43 @@ impl Metrics {
                 crd: crd.to_string(),
             })
             .set(i64::from(missing));
+    }
+
+    /// Records a remote cluster's liveness.
+    pub fn set_cluster_state(&self, cluster: &str, health: &crate::remote::health::Health) {
+        let labels = ClusterLabels {
+            cluster: cluster.to_string(),
+        };
+        let counts = health.state == crate::remote::health::State::Fresh;
+        self.cluster_reachable
+            .get_or_create(&labels)
+            .set(i64::from(counts));
+        let _ = self.cluster_watch_restarts.get_or_create_owned(&labels);
+        if let Some((_, at)) = health.last_seen {
+            self.cluster_seen
+                .lock()
+                .insert(cluster.to_string(), at.timestamp_millis() as f64 / 1000.0);
+        }
+    }
+
+    /// Counts one watch restart of a remote cluster.
+    pub fn cluster_watch_restart(&self, cluster: &str) {
+        self.cluster_watch_restarts
+            .get_or_create(&ClusterLabels {
+                cluster: cluster.to_string(),
+            })
+            .inc();
+    }
+
+    /// Forgets every series of a cluster no longer declared.
+    pub fn forget_cluster(&self, cluster: &str) {
+        let labels = ClusterLabels {
+            cluster: cluster.to_string(),
+        };
+        self.cluster_seen.lock().remove(cluster);
+        self.cluster_reachable.remove(&labels);
+        self.cluster_data_age.remove(&labels);
+        self.cluster_watch_restarts.remove(&labels);
     }
 
     /// Counts one API write of a kind.

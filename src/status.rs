@@ -14,7 +14,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::{
-    api::{BackendStatus, Condition, FailoverPolicyStatus, Role, Timestamp},
+    api::{BackendStatus, Condition, FailoverPolicyStatus, ReadinessSource, Role, Timestamp},
     apply::{Applied, ApplyError},
     decide::{
         Plan, Rule,
@@ -127,7 +127,7 @@ fn decided(d: &Decided) -> FailoverPolicyStatus {
         active_summary: Some(active.join(",")),
         active_backends: active,
         ready_summary: Some(ready_summary(plan)),
-        backends: backends(plan, Some(&shares)),
+        backends: backends(policy, plan, Some(&shares)),
         last_failover_time: plan.last_failover_time,
         last_failback_time: plan.last_failback_time,
         hold_until: match plan.routing.rule {
@@ -143,16 +143,26 @@ fn decided(d: &Decided) -> FailoverPolicyStatus {
 /// The previous status with the backends as observed now: what a conflict leaves in place.
 fn observed(previous: Option<&FailoverPolicyStatus>, d: &Decided) -> FailoverPolicyStatus {
     let mut status = previous.cloned().unwrap_or_default();
-    status.backends = backends(&d.plan, None);
+    status.backends = backends(&d.policy, &d.plan, None);
     status.ready_summary = Some(ready_summary(&d.plan));
     status
 }
 
-fn backends(plan: &Plan, shares: Option<&[String]>) -> Vec<BackendStatus> {
+fn backends(policy: &ValidPolicy, plan: &Plan, shares: Option<&[String]>) -> Vec<BackendStatus> {
     plan.backends
         .iter()
         .enumerate()
         .map(|(i, b)| BackendStatus {
+            readiness_from: policy
+                .backends
+                .get(i)
+                .and_then(|p| p.remote.as_ref())
+                .map(|r| ReadinessSource {
+                    cluster: r.cluster.clone(),
+                    namespace: r.namespace.clone(),
+                    service: r.service.clone(),
+                }),
+            readiness_as_of: b.observation.as_of.map(Timestamp),
             service: b.service.clone(),
             role: if i == 0 {
                 Role::Primary

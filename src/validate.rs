@@ -18,6 +18,7 @@ use crate::{
             GO_DURATION_RE, MAX_DURATION_LENGTH, MAX_HOLD, MAX_HOLD_MESSAGE,
         },
     },
+    observe::readiness::RemoteService,
     route::RouteTarget,
 };
 
@@ -43,6 +44,8 @@ pub struct Backend {
     pub service: String,
     /// Its weight under `Weighted` (1 when unset).
     pub weight: i32,
+    /// Where its readiness is read from: its own Service, or one in another cluster.
+    pub remote: Option<RemoteService>,
 }
 
 /// A hold (`failoverAfter` or `failbackAfter`): as parsed, and as written.
@@ -144,10 +147,16 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
     let backends: Vec<Backend> = std::iter::once(Backend {
         service: spec.primary.clone(),
         weight: 1,
+        remote: None,
     })
     .chain(spec.secondaries.iter().map(|s| Backend {
         service: s.service.clone(),
         weight: s.weight.unwrap_or(1),
+        remote: s.readiness_from.as_ref().map(|r| RemoteService {
+            cluster: r.cluster.clone(),
+            namespace: r.namespace.clone().unwrap_or_else(|| namespace.clone()),
+            service: r.service.clone().unwrap_or_else(|| s.service.clone()),
+        }),
     }))
     .collect();
     let pin = spec
@@ -301,6 +310,14 @@ pub fn dns1035_label(value: &str, _: &()) -> garde::Result {
         .ok_or_else(|| garde::Error::new(DNS1035_MESSAGE))
 }
 
+/// `garde` rule: a DNS-1123 label.
+pub fn dns1123_label(value: &str, _: &()) -> garde::Result {
+    rules::DNS1123_LABEL_RE
+        .is_match(value)
+        .then_some(())
+        .ok_or_else(|| garde::Error::new(rules::DNS1123_LABEL_MESSAGE))
+}
+
 /// `garde` rule: a DNS-1123 subdomain.
 pub fn dns1123_subdomain(value: &str, _: &()) -> garde::Result {
     DNS1123_RE
@@ -357,6 +374,7 @@ mod tests {
             secondaries: vec![SecondaryBackend {
                 service: "web-east".into(),
                 weight: None,
+                readiness_from: None,
             }],
             ..Default::default()
         }
@@ -413,6 +431,7 @@ mod tests {
         s.secondaries.push(SecondaryBackend {
             service: "web-primary".into(),
             weight: Some(2),
+            readiness_from: None,
         });
         s.failback_after = "25h".into();
         let problems = validate(&policy(s)).expect_err("invalid");

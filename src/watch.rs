@@ -1,7 +1,7 @@
 //! One helper for every watch of the controller: list then watch, with kube-runtime's backoff
-//! on errors, every error counted and logged, and the first complete list recorded in
-//! [`Synced`]. Each watch then feeds its own consumer (a readiness count, a route view, the
-//! policy store).
+//! on errors, and what happens reported to a [`Report`]: for the local cluster, first lists in
+//! [`Synced`], missing CRDs and errors in the log and metrics; for a remote cluster, its liveness.
+//! Each watch then feeds its own consumer (a readiness count, a route view, the policy store).
 
 use std::{fmt::Debug, sync::Arc, time::Duration};
 
@@ -30,7 +30,20 @@ const RETRY_FIRST: Duration = Duration::from_millis(250);
 /// (client-go's default waits up to 30 s).
 const RETRY_MAX: Duration = Duration::from_secs(3);
 
-/// What a watch needs besides its API: its name, where it counts errors and sync.
+/// Where a watch reports what happens to it.
+pub trait Report: Send + Sync {
+    /// The watch is about to start.
+    fn starting(&self, _kind: &'static str) {}
+    /// An event arrived (the API server answers).
+    fn event(&self, _kind: &'static str) {}
+    /// A complete list arrived.
+    fn listed(&self, kind: &'static str);
+    /// The watch failed; it retries with backoff.
+    fn failed(&self, kind: &'static str, error: &watcher::Error);
+}
+
+/// The local cluster's watches: first lists in [`Synced`], missing CRDs in [`Apis`], errors in
+/// the metrics and the log.
 #[derive(Clone)]
 pub struct WatchContext {
     /// Counters of watch restarts.
@@ -41,7 +54,30 @@ pub struct WatchContext {
     pub apis: Apis,
 }
 
-/// The events of one watch, errors counted and retried: the stream never ends on its own.
+impl Report for WatchContext {
+    fn starting(&self, kind: &'static str) {
+        self.synced.expect(kind);
+    }
+
+    fn listed(&self, kind: &'static str) {
+        if self.synced.done(kind) {
+            info!(kind, "first list received");
+        }
+        if let Some(api) = NeededApi::of_watch(kind) {
+            self.apis.present(api);
+        }
+    }
+
+    fn failed(&self, kind: &'static str, error: &watcher::Error) {
+        self.metrics.watch_restart(kind);
+        match NeededApi::of_watch(kind).filter(|_| not_found(error)) {
+            Some(api) => self.apis.missing(api),
+            None => warn!(kind, error = %describe(error), "watch failed; retrying"),
+        }
+    }
+}
+
+/// The events of one watch, errors reported and retried: the stream never ends on its own.
 ///
 /// Initial lists come in pages of 100 objects, so the start-up peak of memory (one page of JSON
 /// and its decoded objects at a time) stays small.
@@ -49,36 +85,30 @@ pub fn events<K>(
     api: Api<K>,
     kind: &'static str,
     config: watcher::Config,
-    ctx: &WatchContext,
+    report: Arc<dyn Report>,
 ) -> impl Stream<Item = watcher::Event<K>> + Send + 'static + use<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    let ctx = ctx.clone();
-    ctx.synced.expect(kind);
+    report.starting(kind);
     watcher::watcher(api, config.page_size(100))
         .backoff(backoff())
         .filter_map(move |event| {
-            let ctx = ctx.clone();
+            let report = report.clone();
             async move {
                 match event {
                     Ok(event) => {
+                        // `Init` comes before the list is even asked for: it is no answer.
+                        if !matches!(event, watcher::Event::Init) {
+                            report.event(kind);
+                        }
                         if matches!(event, watcher::Event::InitDone) {
-                            if ctx.synced.done(kind) {
-                                info!(kind, "first list received");
-                            }
-                            if let Some(api) = NeededApi::of_watch(kind) {
-                                ctx.apis.present(api);
-                            }
+                            report.listed(kind);
                         }
                         Some(event)
                     }
                     Err(e) => {
-                        ctx.metrics.watch_restart(kind);
-                        match NeededApi::of_watch(kind).filter(|_| not_found(&e)) {
-                            Some(api) => ctx.apis.missing(api),
-                            None => warn!(kind, error = %describe(&e), "watch failed; retrying"),
-                        }
+                        report.failed(kind, &e);
                         None
                     }
                 }
@@ -104,7 +134,7 @@ fn not_found(error: &watcher::Error) -> bool {
 }
 
 /// A watch error as a short sentence.
-fn describe(error: &watcher::Error) -> String {
+pub fn describe(error: &watcher::Error) -> String {
     match error {
         watcher::Error::InitialListFailed(e)
         | watcher::Error::WatchStartFailed(e)

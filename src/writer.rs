@@ -82,7 +82,23 @@ pub fn describe(error: &kube::Error) -> String {
         }
         kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
         kube::Error::Api(status) => format!("HTTP {} {}", status.code, status.reason),
-        other => other.to_string(),
+        other => with_causes(other),
     };
     crate::status::bounded(&text)
+}
+
+/// An error and the causes under it, as one line: `client error (Connect): tcp connect error:
+/// Connection refused (os error 111)`.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        let line = c.to_string();
+        if !text.contains(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        cause = c.source();
+    }
+    text
 }

@@ -110,6 +110,8 @@ async fn helm_install_creates_every_object() {
         ("networkpolicy", full.as_str(), true),
         ("role", &format!("{full}-leader-election"), true),
         ("rolebinding", &format!("{full}-leader-election"), true),
+        ("role", &format!("{full}-cluster-secrets"), true),
+        ("rolebinding", &format!("{full}-cluster-secrets"), true),
         ("clusterrole", cluster.as_str(), false),
         ("clusterrolebinding", cluster.as_str(), false),
         ("crd", "failoverpolicies.failover.dev", false),

@@ -21,10 +21,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use self::rules::{
-    DNS1035_LABEL, DNS1123_SUBDOMAIN, GO_DURATION, MAX_MIN_READY_ENDPOINTS, MAX_SECONDARIES,
-    MAX_WEIGHT,
+    DNS1035_LABEL, DNS1123_LABEL, DNS1123_SUBDOMAIN, GO_DURATION, MAX_MIN_READY_ENDPOINTS,
+    MAX_SECONDARIES, MAX_WEIGHT,
 };
-use crate::validate::{dns1035_label, dns1123_subdomain};
+use crate::validate::{dns1035_label, dns1123_label, dns1123_subdomain};
 
 /// API group of the `FailoverPolicy` resource.
 pub const GROUP: &str = "failover.dev";
@@ -268,6 +268,37 @@ pub struct SecondaryBackend {
     #[schemars(range(min = 1, max = MAX_WEIGHT))]
     #[garde(range(min = 1, max = MAX_WEIGHT))]
     pub weight: Option<i32>,
+
+    /// Where this backend's readiness is read, when not from its own EndpointSlices: a Service in
+    /// another cluster (declared to the controller by a Secret labelled
+    /// `failover.dev/cluster: <name>`). Traffic still goes to the local Service named by
+    /// `service` (a mirror); readiness is the remote Service's EndpointSlices, counted with the
+    /// same rules. A cluster unreachable for longer than its `staleAfter` counts as not ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub readiness_from: Option<ReadinessFrom>,
+}
+
+/// A remote Service whose readiness stands for a backend's.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Validate)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadinessFrom {
+    /// The cluster, as named by the `failover.dev/cluster` label of its Secret.
+    #[schemars(length(min = 1, max = 63), pattern(DNS1035_LABEL))]
+    #[garde(length(min = 1, max = 63), custom(dns1035_label))]
+    pub cluster: String,
+
+    /// The remote Service's namespace (default: the policy's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), pattern(DNS1123_LABEL))]
+    #[garde(inner(length(min = 1, max = 63), custom(dns1123_label)))]
+    pub namespace: Option<String>,
+
+    /// The remote Service (default: the backend's own `service`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), pattern(DNS1035_LABEL))]
+    #[garde(inner(length(min = 1, max = 63), custom(dns1035_label)))]
+    pub service: Option<String>,
 }
 
 /// How traffic is shared among ready secondaries.

@@ -23,6 +23,8 @@ pub const DEFAULT_OVERPROVISIONING_FACTOR: f64 = 1.4;
 
 /// A DNS-1035 label, the form every Service name takes.
 pub const DNS1035_LABEL: &str = r"^[a-z]([-a-z0-9]*[a-z0-9])?$";
+/// A DNS-1123 label, the form a namespace's name takes.
+pub const DNS1123_LABEL: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 /// A DNS-1123 subdomain, the form most object names take.
 pub const DNS1123_SUBDOMAIN: &str =
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
@@ -31,6 +33,8 @@ pub const GO_DURATION: &str = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$";
 
 /// The message for a name that is not a DNS-1035 label.
 pub const DNS1035_MESSAGE: &str = "must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter and ending with a letter or digit";
+/// The message for a name that is not a DNS-1123 label.
+pub const DNS1123_LABEL_MESSAGE: &str = "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit";
 /// The message for a name that is not a DNS-1123 subdomain.
 pub const DNS1123_MESSAGE: &str =
     "must be a DNS-1123 subdomain: lowercase letters, digits, '-' and '.'";
@@ -38,6 +42,8 @@ pub const DNS1123_MESSAGE: &str =
 pub const MAX_HOLD_MESSAGE: &str = "must be at most 24h";
 
 pub(crate) static DNS1035_RE: LazyLock<regex::Regex> = LazyLock::new(|| compiled(DNS1035_LABEL));
+pub(crate) static DNS1123_LABEL_RE: LazyLock<regex::Regex> =
+    LazyLock::new(|| compiled(DNS1123_LABEL));
 pub(crate) static DNS1123_RE: LazyLock<regex::Regex> =
     LazyLock::new(|| compiled(DNS1123_SUBDOMAIN));
 pub(crate) static GO_DURATION_RE: LazyLock<regex::Regex> = LazyLock::new(|| compiled(GO_DURATION));

@@ -157,6 +157,25 @@ pub struct BackendStatus {
     /// EndpointSlices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Where the readiness is read, when not from the local Service: a Service in another cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness_from: Option<ReadinessSource>,
+    /// When the readiness was last confirmed, while its source does not answer: the age of the
+    /// data is the time since (absent while the data is current).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness_as_of: Option<Timestamp>,
+}
+
+/// A remote Service whose readiness stands for a backend's.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadinessSource {
+    /// The cluster.
+    pub cluster: String,
+    /// The namespace there.
+    pub namespace: String,
+    /// The Service there.
+    pub service: String,
 }
 
 impl fmt::Display for Timestamp {

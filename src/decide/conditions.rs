@@ -16,6 +16,8 @@ pub const DEGRADED: &str = "Degraded";
 pub const SUSPENDED: &str = "Suspended";
 /// Condition type: `spec.pin` sends all traffic to one backend.
 pub const PINNED: &str = "Pinned";
+/// Condition type: every cluster the policy reads readiness from answers.
+pub const CLUSTERS_REACHABLE: &str = "ClustersReachable";
 
 /// One condition as decided, before it gets its transition time.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +47,7 @@ impl Verdict {
 /// The conditions of a decision: `Ready`, `Degraded`, and `Pinned` / `Suspended` when set.
 pub fn verdicts(policy: &ValidPolicy, plan: &Plan) -> Vec<Verdict> {
     let mut verdicts = vec![ready(policy, plan), degraded(plan)];
+    verdicts.extend(clusters(policy, plan));
     if let Rule::Pinned(p) = plan.routing.rule {
         let name = &policy.backends[p].service;
         verdicts.push(if plan.backends[p].ready {
@@ -176,6 +179,44 @@ fn spillover_shares(policy: &ValidPolicy, plan: &Plan) -> String {
         .map(|((name, _), share)| format!("{name} {share}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `ClustersReachable`, for a policy that reads readiness from other clusters.
+fn clusters(policy: &ValidPolicy, plan: &Plan) -> Option<Verdict> {
+    let mut clusters: Vec<&str> = policy
+        .backends
+        .iter()
+        .filter_map(|b| b.remote.as_ref().map(|r| r.cluster.as_str()))
+        .collect();
+    clusters.sort_unstable();
+    clusters.dedup();
+    if clusters.is_empty() {
+        return None;
+    }
+    let mut unreachable: Vec<&str> = policy
+        .backends
+        .iter()
+        .zip(&plan.backends)
+        .filter(|(b, _)| b.remote.is_some())
+        .filter_map(|(_, state)| state.observation.unavailable.as_deref())
+        .collect();
+    unreachable.sort_unstable();
+    unreachable.dedup();
+    Some(if unreachable.is_empty() {
+        Verdict::new(
+            CLUSTERS_REACHABLE,
+            true,
+            "AllClustersReachable",
+            format!("readiness is current from {}", clusters.join(", ")),
+        )
+    } else {
+        Verdict::new(
+            CLUSTERS_REACHABLE,
+            false,
+            "ClusterUnreachable",
+            unreachable.join("; "),
+        )
+    })
 }
 
 fn degraded(plan: &Plan) -> Verdict {

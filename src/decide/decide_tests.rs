@@ -88,6 +88,7 @@ fn spec(strategy: Strategy, secondaries: &[(&str, Option<i32>)]) -> FailoverPoli
             .map(|(s, w)| SecondaryBackend {
                 service: s.to_string(),
                 weight: *w,
+                readiness_from: None,
             })
             .collect(),
         strategy,
@@ -114,6 +115,8 @@ fn up(ready: i32) -> BackendObservation {
         slices: 1,
         ready_endpoints: ready,
         total_endpoints: ready.max(2),
+        unavailable: None,
+        as_of: None,
     }
 }
 
@@ -474,6 +477,8 @@ fn endpoints(ready: i32, total: i32) -> BackendObservation {
         slices: 1,
         ready_endpoints: ready,
         total_endpoints: total,
+        unavailable: None,
+        as_of: None,
     }
 }
 
@@ -686,6 +691,8 @@ fn arb_observation() -> impl proptest::strategy::Strategy<Value = BackendObserva
             slices,
             ready_endpoints: if slices == 0 { 0 } else { ready },
             total_endpoints: if slices == 0 { 0 } else { ready + extra },
+            unavailable: None,
+            as_of: None,
         }
     })
 }

@@ -38,35 +38,41 @@ pub fn assess(
         .backend_names()
         .enumerate()
         .map(|(i, name)| {
-            let observation = observations.get(i).copied().unwrap_or_default();
-            let ready = is_ready(observation, policy.readiness);
+            let observation = observations.get(i).cloned().unwrap_or_default();
+            let ready = is_ready(&observation, policy.readiness);
             let since = previous
                 .and_then(|p| p.backends.iter().find(|b| b.service == name))
                 .filter(|b| b.ready == ready)
                 .map_or(now, |b| b.last_transition_time.map_or(now, |t| t.0));
+            let not_ready = (!ready).then(|| not_ready_message(&observation, policy.readiness));
             BackendState {
                 service: name.to_string(),
                 observation,
                 ready,
                 since,
-                not_ready: (!ready).then(|| not_ready_message(observation, policy.readiness)),
+                not_ready,
             }
         })
         .collect()
 }
 
-/// A backend is ready when its Service exists, enough of its endpoints are ready, and (when a
-/// ratio is set) at least that share of them.
-pub fn is_ready(o: BackendObservation, rule: ReadinessRule) -> bool {
+/// A backend is ready when its Service exists, enough of its endpoints are ready, (when a ratio
+/// is set) at least that share of them, and the counts can be trusted (a remote cluster answers).
+pub fn is_ready(o: &BackendObservation, rule: ReadinessRule) -> bool {
     let ratio_ok = rule.min_ready_ratio <= 0.0
         || (o.total_endpoints > 0
             && f64::from(o.ready_endpoints) >= rule.min_ready_ratio * f64::from(o.total_endpoints));
-    o.service_exists && o.ready_endpoints >= rule.min_ready_endpoints && ratio_ok
+    o.unavailable.is_none()
+        && o.service_exists
+        && o.ready_endpoints >= rule.min_ready_endpoints
+        && ratio_ok
 }
 
 /// Why a backend is not ready, in a few words.
-pub fn not_ready_message(o: BackendObservation, rule: ReadinessRule) -> String {
-    if !o.service_exists {
+pub fn not_ready_message(o: &BackendObservation, rule: ReadinessRule) -> String {
+    if let Some(why) = &o.unavailable {
+        why.clone()
+    } else if !o.service_exists {
         "Service not found".to_string()
     } else if o.slices == 0 {
         "Service has no EndpointSlices".to_string()
@@ -93,30 +99,45 @@ mod tests {
             slices: 1,
             ready_endpoints: ready,
             total_endpoints: total,
+            unavailable: None,
+            as_of: None,
         }
     }
 
     #[test]
     fn ready_needs_the_service_enough_endpoints_and_the_ratio() {
-        assert!(is_ready(seen(1, 3), ONE));
-        assert!(!is_ready(BackendObservation::default(), ONE));
+        assert!(is_ready(&seen(1, 3), ONE));
+        assert!(!is_ready(&BackendObservation::default(), ONE));
         let two = ReadinessRule {
             min_ready_endpoints: 2,
             ..ONE
         };
-        assert!(!is_ready(seen(1, 3), two));
+        assert!(!is_ready(&seen(1, 3), two));
         let half = ReadinessRule {
             min_ready_ratio: 0.5,
             ..ONE
         };
-        assert!(!is_ready(seen(1, 3), half));
-        assert!(is_ready(seen(2, 4), half));
+        assert!(!is_ready(&seen(1, 3), half));
+        assert!(is_ready(&seen(2, 4), half));
+    }
+
+    #[test]
+    fn counts_from_a_cluster_that_does_not_answer_are_not_ready_with_its_reason() {
+        let stale = BackendObservation {
+            unavailable: Some("cluster east unreachable for 41s".into()),
+            ..seen(3, 3)
+        };
+        assert!(!is_ready(&stale, ONE));
+        assert_eq!(
+            not_ready_message(&stale, ONE),
+            "cluster east unreachable for 41s"
+        );
     }
 
     #[test]
     fn messages_tell_missing_service_from_missing_slices_from_too_few_endpoints() {
         assert_eq!(
-            not_ready_message(BackendObservation::default(), ONE),
+            not_ready_message(&BackendObservation::default(), ONE),
             "Service not found"
         );
         let no_slices = BackendObservation {
@@ -124,11 +145,11 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            not_ready_message(no_slices, ONE),
+            not_ready_message(&no_slices, ONE),
             "Service has no EndpointSlices"
         );
         assert_eq!(
-            not_ready_message(seen(0, 3), ONE),
+            not_ready_message(&seen(0, 3), ONE),
             "0 of 3 endpoints ready, 1 needed"
         );
     }

@@ -36,7 +36,7 @@ pub fn secondary_weights(policy: &ValidPolicy, ready: &[bool]) -> Option<Vec<i32
 
 /// `Proportional`: the routing by health; `None` when no backend has any.
 pub fn proportional(policy: &ValidPolicy, backends: &[BackendState]) -> Option<Routing> {
-    let observed: Vec<_> = backends.iter().map(|b| b.observation).collect();
+    let observed: Vec<_> = backends.iter().map(|b| b.observation.clone()).collect();
     let ready: Vec<bool> = backends.iter().map(|b| b.ready).collect();
     let weights = proportional_weights(policy.overprovisioning_factor, &observed, &ready)?;
     let (phase, rule) = if weights[0] == PROPORTIONAL_TOTAL {

@@ -2,11 +2,11 @@
 //! current from the policy watch, so an EndpointSlice, Service or TrafficSplit event wakes only
 //! the policies it concerns instead of a scan of every policy.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use kube::{ResourceExt, runtime::watcher};
 
-use super::readiness::ServiceKey;
+use super::readiness::{RemoteService, ServiceKey};
 use crate::{
     api::FailoverPolicy,
     route::{RouteKey, RouteKind, RouteTarget},
@@ -21,6 +21,7 @@ pub type PolicyKey = ServiceKey;
 struct References {
     services: Vec<Box<str>>,
     route: (RouteKind, Box<str>),
+    remote: Vec<RemoteService>,
 }
 
 impl References {
@@ -34,9 +35,23 @@ impl References {
         services.sort();
         services.dedup();
         let target = RouteTarget::of(policy);
+        let namespace = policy.metadata.namespace.clone().unwrap_or_default();
+        let remote = spec
+            .secondaries
+            .iter()
+            .filter_map(|s| {
+                let from = s.readiness_from.as_ref()?;
+                Some(RemoteService {
+                    cluster: from.cluster.clone(),
+                    namespace: from.namespace.clone().unwrap_or_else(|| namespace.clone()),
+                    service: from.service.clone().unwrap_or_else(|| s.service.clone()),
+                })
+            })
+            .collect();
         Self {
             services,
             route: (target.kind(), target.name.into()),
+            remote,
         }
     }
 }
@@ -54,6 +69,8 @@ pub struct PolicyIndex {
     relist: Option<HashMap<PolicyKey, References>>,
     /// Policies per output kind.
     kinds: HashMap<RouteKind, usize>,
+    /// Remote Service → the policies reading their readiness from it.
+    by_remote: HashMap<RemoteService, Vec<PolicyKey>>,
 }
 
 impl PolicyIndex {
@@ -65,6 +82,36 @@ impl PolicyIndex {
     /// The policies whose generated route has this kind, namespace and name.
     pub fn policies_for_route(&self, route: &RouteKey) -> Vec<PolicyKey> {
         Self::lookup(&self.by_route, route, &route.namespace)
+    }
+
+    /// The policies reading readiness from this remote Service.
+    pub fn policies_for_remote(&self, remote: &RemoteService) -> Vec<PolicyKey> {
+        self.by_remote.get(remote).cloned().unwrap_or_default()
+    }
+
+    /// The policies reading readiness from any Service of this cluster.
+    pub fn policies_for_cluster(&self, cluster: &str) -> Vec<PolicyKey> {
+        let mut policies: Vec<PolicyKey> = self
+            .by_remote
+            .iter()
+            .filter(|(r, _)| r.cluster == cluster)
+            .flat_map(|(_, p)| p.iter().cloned())
+            .collect();
+        policies.sort();
+        policies.dedup();
+        policies
+    }
+
+    /// The remote namespaces policies read from, per cluster.
+    pub fn remote_namespaces(&self) -> BTreeMap<String, BTreeSet<String>> {
+        let mut wanted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for remote in self.by_remote.keys() {
+            wanted
+                .entry(remote.cluster.clone())
+                .or_default()
+                .insert(remote.namespace.clone());
+        }
+        wanted
     }
 
     /// Whether any policy outputs a route of this kind.
@@ -148,6 +195,12 @@ impl PolicyIndex {
         }
         link(&mut self.by_route, route_key(&key, &refs), &key.name);
         *self.kinds.entry(refs.route.0).or_default() += 1;
+        for remote in &refs.remote {
+            let policies = self.by_remote.entry(remote.clone()).or_default();
+            if !policies.contains(&key) {
+                policies.push(key.clone());
+            }
+        }
         self.references.insert(key, refs);
     }
 
@@ -165,6 +218,14 @@ impl PolicyIndex {
         unlink(&mut self.by_route, route_key(key, &refs), &key.name);
         if let Some(n) = self.kinds.get_mut(&refs.route.0) {
             *n = n.saturating_sub(1);
+        }
+        for remote in &refs.remote {
+            if let Some(policies) = self.by_remote.get_mut(remote) {
+                policies.retain(|p| p != key);
+                if policies.is_empty() {
+                    self.by_remote.remove(remote);
+                }
+            }
         }
     }
 }
@@ -216,6 +277,7 @@ mod tests {
                     .map(|s| SecondaryBackend {
                         service: s.to_string(),
                         weight: None,
+                        readiness_from: None,
                     })
                     .collect(),
                 ..Default::default()

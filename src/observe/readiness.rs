@@ -11,8 +11,19 @@ use std::collections::{HashMap, HashSet};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher;
 
+/// A Service in another cluster, whose readiness stands for a backend's.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RemoteService {
+    /// The cluster, as its Secret names it.
+    pub cluster: String,
+    /// The Service's namespace there.
+    pub namespace: String,
+    /// The Service's name there.
+    pub service: String,
+}
+
 /// What the controller observed of one backend Service.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BackendObservation {
     /// The Service object exists.
     pub service_exists: bool,
@@ -22,6 +33,11 @@ pub struct BackendObservation {
     pub ready_endpoints: i32,
     /// All endpoints over all slices.
     pub total_endpoints: i32,
+    /// Why the counts cannot be trusted, when they come from a cluster that is not answering (or
+    /// not declared): the backend then counts as not ready, with this as the reason.
+    pub unavailable: Option<String>,
+    /// When the counts were last confirmed, when that is not now (a remote cluster's last answer).
+    pub as_of: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Label that ties an EndpointSlice to its Service.
@@ -96,6 +112,8 @@ impl ServiceEntry {
             slices: u32::try_from(self.slices.len()).unwrap_or(u32::MAX),
             ready_endpoints,
             total_endpoints,
+            unavailable: None,
+            as_of: None,
         }
     }
 

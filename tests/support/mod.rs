@@ -7,7 +7,8 @@
 //! - [`policy`]: a typed policy builder and readers of what the controller made of a policy;
 //! - [`process`]: the controller binary as a child process, and its admin server;
 //! - [`metrics`]: reading the controller's metrics;
-//! - [`node`]: a real node, the controller's image and chart, real backend Deployments.
+//! - [`node`]: a real node, the controller's image and chart, real backend Deployments;
+//! - [`remote`]: remote clusters (more control planes) and the Secrets that declare them.
 //!
 //! `FAILOVER_TEST_KUBECONFIG=<path>` reuses a control plane that is already running;
 //! `FAILOVER_SKIP_CLUSTER_TESTS=1` skips the cluster tests, loudly; nothing else skips them.
@@ -21,6 +22,7 @@ pub mod metrics;
 pub mod node;
 pub mod policy;
 pub mod process;
+pub mod remote;
 
 use std::{
     future::Future,
@@ -34,6 +36,7 @@ pub use metrics::*;
 pub use node::*;
 pub use policy::*;
 pub use process::*;
+pub use remote::*;
 
 /// How long end-to-end tests wait for the controller to converge.
 pub const WAIT: Duration = Duration::from_secs(30);

@@ -36,6 +36,7 @@ impl PolicyBuilder {
                 .map(|s| SecondaryBackend {
                     service: s.to_string(),
                     weight: None,
+                    readiness_from: None,
                 })
                 .collect(),
             ..Default::default()

@@ -1,0 +1,178 @@
+//! The liveness of one remote cluster: when it last answered (a watch event or the periodic
+//! probe), and what that means for the readiness read from it.
+//!
+//! - until it first answers, or once it has been silent for longer than its `staleAfter`, its
+//!   backends count as not ready, with the reason;
+//! - within `staleAfter` of a silence the last known readiness stands (no flap on a blip);
+//! - when it answers again after going stale, its readiness is re-read (its watches relist)
+//!   before it counts again.
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+/// Where a cluster stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    /// It has not answered yet.
+    Connecting,
+    /// It answers; its readiness is current (or within `staleAfter` of its last answer).
+    Fresh,
+    /// It has been silent for longer than `staleAfter`: `silent` is how long it had been silent
+    /// when that was noticed.
+    Stale {
+        /// Silence at the time it was noticed.
+        silent: Duration,
+    },
+    /// It answers again; its readiness is being re-read.
+    Rereading,
+}
+
+/// What is known of a cluster's liveness.
+#[derive(Clone, Debug)]
+pub struct Health {
+    /// Where it stands.
+    pub state: State,
+    /// When it last answered, on this process's clock and as wall time.
+    pub last_seen: Option<(Instant, DateTime<Utc>)>,
+    /// The last error its API gave, while it does not answer.
+    pub error: Option<String>,
+    /// How long a silence is tolerated.
+    pub stale_after: Duration,
+}
+
+/// A change of state that the policies reading from the cluster must hear about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Nothing the decisions see changed.
+    None,
+    /// Readiness from the cluster now counts, or no longer does.
+    Counts,
+}
+
+impl Health {
+    /// A cluster that has not answered yet.
+    pub fn new(stale_after: Duration) -> Self {
+        Self {
+            state: State::Connecting,
+            last_seen: None,
+            error: None,
+            stale_after,
+        }
+    }
+
+    /// The cluster answered (a probe or a watch event).
+    pub fn answered(&mut self) -> Change {
+        self.last_seen = Some((Instant::now(), Utc::now()));
+        self.error = None;
+        match self.state {
+            State::Stale { .. } => {
+                self.state = State::Rereading;
+                Change::Counts
+            }
+            _ => Change::None,
+        }
+    }
+
+    /// Every watched namespace has relisted: readiness is current.
+    pub fn reread(&mut self) -> Change {
+        match self.state {
+            State::Rereading | State::Connecting => {
+                self.state = State::Fresh;
+                Change::Counts
+            }
+            _ => Change::None,
+        }
+    }
+
+    /// The cluster's API failed; returns whether it is now stale.
+    pub fn failed(&mut self, error: String) -> Change {
+        self.error = Some(error);
+        self.check()
+    }
+
+    /// Marks the cluster stale once it has been silent for longer than `staleAfter`.
+    pub fn check(&mut self) -> Change {
+        let silent = self.last_seen.map(|(at, _)| at.elapsed());
+        match (&self.state, silent) {
+            (State::Fresh | State::Rereading, Some(silent)) if silent > self.stale_after => {
+                self.state = State::Stale { silent };
+                Change::Counts
+            }
+            _ => Change::None,
+        }
+    }
+
+    /// Why readiness from this cluster does not count now, if it does not.
+    pub fn unavailable(&self, cluster: &str) -> Option<String> {
+        let error = self
+            .error
+            .as_deref()
+            .map_or(String::new(), |e| format!(": {e}"));
+        match &self.state {
+            State::Fresh => None,
+            State::Connecting => Some(format!("cluster {cluster} has not answered yet{error}")),
+            State::Stale { silent } => Some(format!(
+                "cluster {cluster} unreachable for {}s{error}",
+                silent.as_secs()
+            )),
+            State::Rereading => Some(format!(
+                "cluster {cluster} answers again; its readiness is being re-read"
+            )),
+        }
+    }
+
+    /// When readiness from this cluster was last confirmed, while it does not count.
+    pub fn as_of(&self) -> Option<DateTime<Utc>> {
+        (self.state != State::Fresh)
+            .then_some(self.last_seen.map(|(_, at)| at))
+            .flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_silence_shorter_than_stale_after_changes_nothing() {
+        let mut h = Health::new(Duration::from_secs(30));
+        h.answered();
+        assert_eq!(h.reread(), Change::Counts);
+        assert_eq!(h.failed("connection refused".into()), Change::None);
+        assert_eq!(
+            h.unavailable("east"),
+            None,
+            "the last known readiness stands"
+        );
+    }
+
+    #[test]
+    fn a_long_silence_is_stale_and_an_answer_rereads_before_it_counts() {
+        let mut h = Health::new(Duration::from_millis(10));
+        h.answered();
+        h.reread();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(h.failed("connection refused".into()), Change::Counts);
+        let why = h.unavailable("east").unwrap_or_default();
+        assert!(
+            why.starts_with("cluster east unreachable for 0s: connection refused"),
+            "{why}"
+        );
+        assert!(h.as_of().is_some());
+        assert_eq!(h.answered(), Change::Counts);
+        assert!(h.unavailable("east").is_some_and(|w| w.contains("re-read")));
+        assert_eq!(h.reread(), Change::Counts);
+        assert_eq!(h.unavailable("east"), None);
+    }
+
+    #[test]
+    fn a_cluster_that_never_answered_says_why() {
+        let mut h = Health::new(Duration::from_secs(30));
+        h.failed("Unauthorized (Unauthorized)".into());
+        assert_eq!(
+            h.unavailable("east").as_deref(),
+            Some("cluster east has not answered yet: Unauthorized (Unauthorized)")
+        );
+    }
+}

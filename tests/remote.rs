@@ -1,0 +1,243 @@
+//! Remote clusters, end to end against three real control planes (local, east, west) started by
+//! the project's own script: readiness read from the cluster that runs the backend while traffic
+//! goes to the local mirror Service (which has no endpoints at all, as in a mesh's
+//! remote-discovery mode), silent clusters noticed after `staleAfter` and not before, wrong
+//! credentials and deleted Secrets reported.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use failover::api::{FailoverPolicy, ReadinessFrom};
+use support::{
+    ControlPlane, ControllerProcess, PolicyBuilder, TestEnv, WAIT, condition, remote_control_plane,
+};
+
+const PRIMARY: [(&str, i64); 3] = [("web", 1), ("web-east", 0), ("web-west", 0)];
+const EAST: [(&str, i64); 3] = [("web", 0), ("web-east", 1), ("web-west", 0)];
+const WEST: [(&str, i64); 3] = [("web", 0), ("web-east", 0), ("web-west", 1)];
+
+/// One remote cluster: a namespace there with a ready `web`, and a kubeconfig that can read it.
+struct Remote {
+    env: TestEnv,
+    kubeconfig: String,
+}
+
+async fn remote(cp: &'static ControlPlane, test: &str) -> Remote {
+    let env = TestEnv::on(cp, test).await.expect("remote namespace");
+    env.ready_backends(&["web"]).await;
+    let kubeconfig = env.reader_kubeconfig();
+    Remote { env, kubeconfig }
+}
+
+fn from(cluster: &str, remote: &Remote) -> Option<ReadinessFrom> {
+    Some(ReadinessFrom {
+        cluster: cluster.into(),
+        namespace: Some(remote.env.ns.clone()),
+        service: Some("web".into()),
+    })
+}
+
+/// The local side: a ready primary, mirror Services without endpoints, both clusters declared,
+/// a controller, and the policy routing to the primary.
+async fn local(
+    test: &str,
+    east: &Remote,
+    west: &Remote,
+    stale_after: &str,
+) -> Option<(TestEnv, ControllerProcess)> {
+    let env = TestEnv::new(test).await?;
+    env.ready_backends(&["web"]).await;
+    env.create_service("web-east").await;
+    env.create_service("web-west").await;
+    env.declare_cluster("east", &east.kubeconfig, stale_after)
+        .await;
+    env.declare_cluster("west", &west.kubeconfig, stale_after)
+        .await;
+    let controller = ControllerProcess::start(&env, &["--cluster-secret-namespace", &env.ns]);
+    env.apply(&PolicyBuilder::web().spec(|s| {
+        s.secondaries[0].readiness_from = from("east", east);
+        s.secondaries[1].readiness_from = from("west", west);
+    }));
+    env.wait_weights("web", &PRIMARY, WAIT).await;
+    Some((env, controller))
+}
+
+/// Sets `web` of `writer`'s namespace to (ready, not ready) endpoints and times until the route
+/// of `env` has `expected`, in milliseconds.
+async fn flip(
+    env: &TestEnv,
+    writer: &TestEnv,
+    expected: &[(&str, i64)],
+    endpoints: (usize, usize),
+) -> u128 {
+    let want: Vec<(String, i64)> = expected.iter().map(|(s, w)| (s.to_string(), *w)).collect();
+    let started = Instant::now();
+    writer.set_endpoints("web", endpoints.0, endpoints.1).await;
+    while env.split_weights("web").await.as_ref() != Some(&want) {
+        assert!(started.elapsed() < WAIT, "route never had {want:?}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    started.elapsed().as_millis()
+}
+
+fn median(mut samples: Vec<u128>) -> u128 {
+    samples.sort_unstable();
+    samples[samples.len() / 2]
+}
+
+fn backend_message(p: &FailoverPolicy, service: &str) -> String {
+    p.status
+        .iter()
+        .flat_map(|s| &s.backends)
+        .find(|b| b.service == service)
+        .and_then(|b| b.message.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn readiness_comes_from_the_cluster_that_runs_the_backend() {
+    let Some(_) = support::shared() else { return };
+    let (east_cp, west_cp) = (remote_control_plane(), remote_control_plane());
+    let (east, west) = (remote(east_cp, "east").await, remote(west_cp, "west").await);
+    let Some((env, _c)) = local("remote-readiness", &east, &west, "30s").await else {
+        return;
+    };
+    // The mirrors have no endpoints; the remote Services' readiness decides.
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_weights("web", &EAST, WAIT).await;
+    let p = env.policy("web").await.expect("policy");
+    let source = p
+        .status
+        .as_ref()
+        .and_then(|s| s.backends[1].readiness_from.clone())
+        .expect("source");
+    assert_eq!(
+        (source.cluster.as_str(), source.service.as_str()),
+        ("east", "web")
+    );
+    assert_eq!(
+        condition(&p, "ClustersReachable").map(|c| c.1).as_deref(),
+        Some("AllClustersReachable")
+    );
+    let changed = Instant::now();
+    east.env.set_endpoints("web", 0, 1).await;
+    env.wait_weights("web", &WEST, WAIT).await;
+    eprintln!(
+        "remote EndpointSlice change → local TrafficSplit change: {:.1?}",
+        changed.elapsed()
+    );
+    east.env.set_endpoints("web", 1, 0).await;
+    env.wait_weights("web", &EAST, WAIT).await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_silent_cluster_counts_as_not_ready_after_stale_after_and_not_before() {
+    let Some(_) = support::shared() else { return };
+    let (east_cp, west_cp) = (remote_control_plane(), remote_control_plane());
+    let (east, west) = (remote(east_cp, "east").await, remote(west_cp, "west").await);
+    let Some((env, _c)) = local("remote-stale", &east, &west, "3s").await else {
+        return;
+    };
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_weights("web", &EAST, WAIT).await;
+    let dir = east_cp.dir.to_string_lossy().to_string();
+    let stopped = Instant::now();
+    // SIGKILL: the API server is gone at once (a graceful stop refuses connections long before
+    // the process exits).
+    east_cp.script(&["stop-component", &dir, "kube-apiserver", "--kill"]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let weights: Vec<(String, i64)> = EAST.iter().map(|(s, w)| (s.to_string(), *w)).collect();
+    assert_eq!(
+        env.split_weights("web").await,
+        Some(weights),
+        "nothing moves before staleAfter"
+    );
+    env.wait_weights("web", &WEST, WAIT).await;
+    let left = stopped.elapsed();
+    let p = env.policy("web").await.expect("policy");
+    let message = backend_message(&p, "web-east");
+    assert!(
+        message.starts_with("cluster east unreachable for"),
+        "{message}"
+    );
+    assert!(
+        condition(&p, "ClustersReachable").is_some_and(|c| c.0 == "False"),
+        "{p:?}"
+    );
+    let restored = Instant::now();
+    east_cp.script(&["start-component", &dir, "kube-apiserver"]);
+    env.wait_weights("web", &EAST, WAIT).await;
+    eprintln!(
+        "staleAfter 3s: traffic left the silent cluster {left:.1?} after its API server stopped ({message}); returned {:.1?} after it started again",
+        restored.elapsed()
+    );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn wrong_credentials_are_reported_with_the_api_servers_words_and_a_fix_recovers() {
+    let Some(_) = support::shared() else { return };
+    let (east_cp, west_cp) = (remote_control_plane(), remote_control_plane());
+    let (east, west) = (remote(east_cp, "east").await, remote(west_cp, "west").await);
+    let Some((env, _c)) = local("remote-auth", &east, &west, "2s").await else {
+        return;
+    };
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_weights("web", &EAST, WAIT).await;
+    let wrong = east
+        .kubeconfig
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with("token:") {
+                "    token: not-a-valid-token"
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    env.declare_cluster("east", &wrong, "2s").await;
+    env.wait_weights("web", &WEST, WAIT).await;
+    let p = env
+        .wait_policy("web", WAIT, "the auth error", |p| {
+            backend_message(p, "web-east").contains("Unauthorized")
+        })
+        .await;
+    eprintln!(
+        "rotated to a wrong token: {}",
+        backend_message(&p, "web-east")
+    );
+    env.declare_cluster("east", &east.kubeconfig, "2s").await;
+    env.wait_weights("web", &EAST, WAIT).await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_deleted_cluster_secret_makes_its_backends_not_ready_with_a_clear_message() {
+    let Some(_) = support::shared() else { return };
+    let (east_cp, west_cp) = (remote_control_plane(), remote_control_plane());
+    let (east, west) = (remote(east_cp, "east").await, remote(west_cp, "west").await);
+    let Some((env, _c)) = local("remote-deleted", &east, &west, "30s").await else {
+        return;
+    };
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_weights("web", &EAST, WAIT).await;
+    assert!(
+        env.kubectl(&["delete", "secret", "cluster-east"])
+            .status
+            .success()
+    );
+    env.wait_weights("web", &WEST, WAIT).await;
+    let p = env
+        .wait_policy("web", WAIT, "the backend's message", |p| {
+            backend_message(p, "web-east").starts_with("cluster east is not declared")
+        })
+        .await;
+    eprintln!(
+        "a deleted cluster Secret: {}",
+        backend_message(&p, "web-east")
+    );
+    env.cleanup().await;
+}

@@ -1,0 +1,68 @@
+//! Remote clusters for the multi-cluster tests: more local control planes started by the
+//! project's own script, a read-only ServiceAccount on each (what the controller is granted
+//! there), and cluster Secrets declaring them to the controller.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{ByteString, api::core::v1::Secret};
+use kube::api::{ObjectMeta, Patch, PatchParams};
+
+use super::{ControlPlane, TestEnv, install_crds, start_control_plane};
+
+/// What the controller may do in a remote namespace: read EndpointSlices and Services.
+pub const REMOTE_READER_RULES: &str = r#"
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get", "list", "watch"]
+"#;
+
+/// A control plane of its own for a remote cluster; it stops when the test process exits.
+pub fn remote_control_plane() -> &'static ControlPlane {
+    let cp: &'static ControlPlane = Box::leak(Box::new(start_control_plane()));
+    install_crds(cp);
+    cp
+}
+
+impl TestEnv {
+    /// A kubeconfig for this (remote) namespace as the read-only ServiceAccount `reader`.
+    pub fn reader_kubeconfig(&self) -> String {
+        let path = self.service_account_kubeconfig("reader");
+        self.grant("reader", "reader", REMOTE_READER_RULES);
+        std::fs::read_to_string(path).expect("reader kubeconfig")
+    }
+
+    /// Declares a remote cluster to the controller: a Secret labelled `failover.dev/cluster`
+    /// in this namespace, with the kubeconfig and `staleAfter`.
+    pub async fn declare_cluster(&self, name: &str, kubeconfig: &str, stale_after: &str) {
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(format!("cluster-{name}")),
+                labels: Some(BTreeMap::from([(
+                    "failover.dev/cluster".to_string(),
+                    name.to_string(),
+                )])),
+                annotations: Some(BTreeMap::from([(
+                    "failover.dev/stale-after".to_string(),
+                    stale_after.to_string(),
+                )])),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([(
+                "kubeconfig".to_string(),
+                ByteString(kubeconfig.as_bytes().to_vec()),
+            )])),
+            ..Default::default()
+        };
+        self.api::<Secret>()
+            .patch(
+                &format!("cluster-{name}"),
+                &PatchParams::apply("failover-tests").force(),
+                &Patch::Apply(&secret),
+            )
+            .await
+            .expect("applying the cluster Secret");
+    }
+}
