@@ -131,7 +131,9 @@ fn decided(d: &Decided) -> FailoverPolicyStatus {
         last_failover_time: plan.last_failover_time,
         last_failback_time: plan.last_failback_time,
         hold_until: match plan.routing.rule {
-            Rule::FailoverPending { due } | Rule::FailbackPending { due } => Some(Timestamp(due)),
+            Rule::FailoverPending { due }
+            | Rule::FailbackPending { due }
+            | Rule::FailbackRamp { due, .. } => Some(Timestamp(due)),
             _ => None,
         },
         traffic_split: None,

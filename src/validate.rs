@@ -95,6 +95,17 @@ pub struct ValidPolicy {
     pub failback_after: Hold,
     /// The route this policy owns.
     pub route: RouteTarget,
+    /// A gradual failback, when set.
+    pub ramp: Option<Ramp>,
+}
+
+/// A gradual failback: the primary's share at each step, and how long each lasts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ramp {
+    /// The primary's share at each step, in percent, increasing, the last 100.
+    pub steps: Vec<i32>,
+    /// How long each step lasts.
+    pub every: Hold,
 }
 
 impl ValidPolicy {
@@ -113,6 +124,7 @@ impl ValidPolicy {
 pub fn validate_spec(spec: &FailoverPolicySpec) -> Result<(), Vec<SpecProblem>> {
     let mut problems = Vec::new();
     let _ = holds(spec, &mut problems);
+    let _ = ramp(spec, &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -141,6 +153,7 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
         problems.push(problem("metadata.namespace", "is missing"));
         String::new()
     });
+    let ramp = ramp(spec, &mut problems);
     let (Some((failover_after, failback_after)), true) = (holds, problems.is_empty()) else {
         return Err(problems);
     };
@@ -181,6 +194,7 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
         failover_after,
         failback_after,
         route: RouteTarget::of(policy),
+        ramp,
         backends,
     })
 }
@@ -248,6 +262,29 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
         problems.push(problem(&rule.spec_field(), rule.message));
     }
     problems
+}
+
+/// The ramp of `spec.failback`, with its rules checked.
+fn ramp(spec: &FailoverPolicySpec, problems: &mut Vec<SpecProblem>) -> Option<Ramp> {
+    let ramp = spec.failback.as_ref()?.ramp.as_ref()?;
+    let increasing = ramp.steps.windows(2).all(|w| w[0] < w[1]);
+    if !increasing {
+        let rule = &rules::RAMP_STEPS_INCREASE;
+        problems.push(problem(&rule.spec_field(), rule.message));
+    }
+    if ramp.steps.last() != Some(&100) {
+        let rule = &rules::RAMP_ENDS_AT_100;
+        problems.push(problem(&rule.spec_field(), rule.message));
+    }
+    if spec.strategy == Strategy::Proportional {
+        let rule = &rules::NO_RAMP_WITH_PROPORTIONAL;
+        problems.push(problem(&rule.spec_field(), rule.message));
+    }
+    let every = hold(&ramp.every, "spec.failback.ramp.every", problems)?;
+    Some(Ramp {
+        steps: ramp.steps.clone(),
+        every,
+    })
 }
 
 fn hold(text: &str, field: &str, problems: &mut Vec<SpecProblem>) -> Option<Hold> {

@@ -124,7 +124,10 @@ fn record_transition(
     match transition {
         Transition::FailedOver => writer.metrics.failovers.get_or_create(labels).inc(),
         Transition::FailedBack => writer.metrics.failbacks.get_or_create(labels).inc(),
-        Transition::NoReadyBackend | Transition::Recovered | Transition::PinnedBackendNotReady => 0,
+        Transition::NoReadyBackend
+        | Transition::Recovered
+        | Transition::PinnedBackendNotReady
+        | Transition::FailbackStep => 0,
     };
     let event_type = if transition.is_warning() {
         EventType::Warning

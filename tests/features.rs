@@ -340,3 +340,92 @@ async fn foreign_http_route_is_never_touched() {
     );
     env.cleanup().await;
 }
+
+/// The usual policy with a failback ramp of 25%, 50%, 100%, each step 2 s.
+fn ramped(failover_after: &str) -> PolicyBuilder {
+    PolicyBuilder::web().spec(|s| {
+        s.failover_after = failover_after.into();
+        s.failback = Some(failover::api::FailbackSpec {
+            ramp: Some(failover::api::RampSpec {
+                steps: vec![25, 50, 100],
+                every: "2s".into(),
+            }),
+        });
+    })
+}
+
+#[tokio::test]
+async fn a_failback_ramp_moves_the_primary_share_through_its_steps_and_aborts_on_a_failure() {
+    let Some((env, _c)) = setup("ramp", ramped("0s")).await else {
+        return;
+    };
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
+        .await;
+    // From now on a failure waits 30 s before traffic leaves the primary; not during a ramp.
+    env.apply(&ramped("30s"));
+    let back = std::time::Instant::now();
+    env.set_endpoints("web", 1, 0).await;
+    env.wait_weights(
+        "web",
+        &[("web", 2500), ("web-east", 7500), ("web-west", 0)],
+        WAIT,
+    )
+    .await;
+    let first = back.elapsed();
+    env.wait_weights(
+        "web",
+        &[("web", 5000), ("web-east", 5000), ("web-west", 0)],
+        WAIT,
+    )
+    .await;
+    let second = back.elapsed();
+    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
+        .await;
+    let done = back.elapsed();
+    assert!(
+        second >= Duration::from_millis(1900),
+        "step 2 after {second:?}"
+    );
+    assert!(
+        done >= Duration::from_millis(3900),
+        "the ramp ended after {done:?}"
+    );
+    eprintln!("ramp 25% at {first:?}, 50% at {second:?}, 100% at {done:?} (every 2 s)");
+
+    // A second failover and failback, and the primary fails during the ramp.
+    env.apply(&ramped("0s"));
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
+        .await;
+    env.apply(&ramped("30s"));
+    env.set_endpoints("web", 1, 0).await;
+    env.wait_weights(
+        "web",
+        &[("web", 2500), ("web-east", 7500), ("web-west", 0)],
+        WAIT,
+    )
+    .await;
+    let p = env
+        .wait_policy("web", WAIT, "FailbackRamp", |p| {
+            condition(p, "Ready").is_some_and(|c| c.1 == "FailbackRamp")
+        })
+        .await;
+    assert!(
+        p.status.and_then(|s| s.hold_until).is_some(),
+        "the next step's time is shown"
+    );
+    let failed = std::time::Instant::now();
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_weights(
+        "web",
+        &[("web", 0), ("web-east", 1), ("web-west", 0)],
+        Duration::from_secs(10),
+    )
+    .await;
+    eprintln!(
+        "a failure during the ramp sent traffic back in {:?}",
+        failed.elapsed()
+    );
+    env.cleanup().await;
+}

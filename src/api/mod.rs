@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use self::rules::{
     DNS1035_LABEL, DNS1123_LABEL, DNS1123_SUBDOMAIN, GO_DURATION, MAX_MIN_READY_ENDPOINTS,
-    MAX_SECONDARIES, MAX_WEIGHT,
+    MAX_RAMP_STEPS, MAX_SECONDARIES, MAX_WEIGHT,
 };
 use crate::validate::{dns1035_label, dns1123_label, dns1123_subdomain};
 
@@ -121,7 +121,8 @@ pub const GROUP: &str = "failover.dev";
     validation = rules::PIN_NAMES_A_BACKEND.schema_rule(),
     validation = rules::HTTP_ROUTE_NEEDS_PORT.schema_rule(),
     validation = rules::HTTP_ROUTE_NAME_FIXED.schema_rule(),
-    validation = rules::OUTPUT_FIXED.schema_rule()
+    validation = rules::OUTPUT_FIXED.schema_rule(),
+    validation = rules::NO_RAMP_WITH_PROPORTIONAL.schema_rule()
 )]
 #[serde(rename_all = "camelCase")]
 pub struct FailoverPolicySpec {
@@ -223,6 +224,45 @@ pub struct FailoverPolicySpec {
     #[serde(default)]
     #[garde(dive)]
     pub traffic_split: TrafficSplitSpec,
+
+    /// How traffic returns to the primary after a failover (once `failbackAfter` has passed).
+    /// Default: all at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub failback: Option<FailbackSpec>,
+}
+
+/// How traffic returns to the primary.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Validate)]
+#[serde(rename_all = "camelCase")]
+pub struct FailbackSpec {
+    /// Return traffic to the primary in steps instead of all at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub ramp: Option<RampSpec>,
+}
+
+/// A gradual failback: the primary's share of the traffic goes through `steps`, each held for
+/// `every` while the primary stays ready; the primary turning not ready during the ramp sends
+/// traffic back to the secondaries at once. Not with strategy `Proportional`, which follows
+/// health continuously.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Validate)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = rules::RAMP_STEPS_INCREASE.element_rule())]
+#[x_kube(validation = rules::RAMP_ENDS_AT_100.element_rule())]
+pub struct RampSpec {
+    /// The primary's share of the traffic at each step, in percent, increasing, the last 100
+    /// (e.g. `[10, 25, 50, 100]`; 1 to 10 steps).
+    #[schemars(length(min = 1, max = MAX_RAMP_STEPS))]
+    #[schemars(inner(range(min = 1, max = 100)))]
+    #[garde(length(min = 1, max = MAX_RAMP_STEPS), inner(range(min = 1, max = 100)))]
+    pub steps: Vec<i32>,
+
+    /// How long each step lasts, as a duration such as `30s` (at most `24h`).
+    #[schemars(length(max = 64), pattern(GO_DURATION))]
+    #[x_kube(validation = rules::hold_duration_rule())]
+    #[garde(skip)]
+    pub every: String,
 }
 
 fn zero_duration() -> String {
@@ -248,6 +288,7 @@ impl Default for FailoverPolicySpec {
             failover_after: zero_duration(),
             failback_after: zero_duration(),
             traffic_split: TrafficSplitSpec::default(),
+            failback: None,
         }
     }
 }

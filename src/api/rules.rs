@@ -16,6 +16,8 @@ pub const MAX_WEIGHT: i32 = 1000;
 pub const MAX_HOLD: Duration = Duration::from_secs(24 * 3600);
 /// Largest `readiness.minReadyEndpoints` accepted.
 pub const MAX_MIN_READY_ENDPOINTS: i32 = 100_000;
+/// Most steps a failback ramp may have.
+pub const MAX_RAMP_STEPS: usize = 10;
 /// Longest duration string accepted.
 pub const MAX_DURATION_LENGTH: usize = 64;
 /// The `overprovisioningFactor` used when none is set.
@@ -127,6 +129,24 @@ pub const PIN_NAMES_A_BACKEND: CrossFieldRule = CrossFieldRule {
     cel: "!has(self.pin) || self.pin == self.primary || self.secondaries.exists(s, s.service == self.pin)",
     message: "pin must name the primary or one of the secondaries",
     field: ".pin",
+};
+/// No failback ramp with `Proportional`.
+pub const NO_RAMP_WITH_PROPORTIONAL: CrossFieldRule = CrossFieldRule {
+    cel: "self.strategy != 'Proportional' || !has(self.failback) || !has(self.failback.ramp)",
+    message: "failback.ramp is not supported with strategy Proportional, which follows health continuously",
+    field: ".failback.ramp",
+};
+/// The ramp's steps increase (a rule on the ramp).
+pub const RAMP_STEPS_INCREASE: CrossFieldRule = CrossFieldRule {
+    cel: "self.steps.all(x, self.steps.exists_one(y, y == x)) && self.steps.isSorted()",
+    message: "failback.ramp.steps must increase",
+    field: ".failback.ramp.steps",
+};
+/// The ramp ends with all traffic on the primary (a rule on the ramp).
+pub const RAMP_ENDS_AT_100: CrossFieldRule = CrossFieldRule {
+    cel: "size(self.steps) == 0 || self.steps[size(self.steps) - 1] == 100",
+    message: "failback.ramp.steps must end at 100",
+    field: ".failback.ramp.steps",
 };
 /// `output: HTTPRoute` needs `httpRoute`.
 pub const HTTP_ROUTE_NEEDS_PORT: CrossFieldRule = CrossFieldRule {

@@ -87,6 +87,21 @@ fn ready(policy: &ValidPolicy, plan: &Plan) -> Verdict {
         Rule::Pinned(p) => pinned(policy, plan, p),
         Rule::FailoverPending { due } => held(policy, plan, due, false),
         Rule::FailbackPending { due } => held(policy, plan, due, true),
+        Rule::FailbackRamp { step, steps, due } => Verdict::new(
+            READY,
+            true,
+            "FailbackRamp",
+            format!(
+                "failing back: primary {primary} takes {}% of the traffic (step {} of {steps}); the next step at {} (every {})",
+                plan.routing.weights[0] / 100,
+                step + 1,
+                Timestamp(due),
+                policy
+                    .ramp
+                    .as_ref()
+                    .map_or("", |r| r.every.written.as_str())
+            ),
+        ),
         Rule::PrimaryActive => Verdict::new(
             READY,
             true,

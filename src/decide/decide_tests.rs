@@ -102,6 +102,7 @@ fn spec(strategy: Strategy, secondaries: &[(&str, Option<i32>)]) -> FailoverPoli
         pin: None,
         output: Default::default(),
         http_route: None,
+        failback: None,
     }
 }
 
@@ -818,5 +819,46 @@ proptest! {
     fn decide_never_panics_on_short_or_odd_input(s in arb_spec(), obs in proptest::collection::vec(arb_observation(), 0..3), junk in any::<i64>()) {
         let previous = FailoverPolicyStatus { active_backends: vec!["unknown".into()], ..Default::default() };
         let _ = decide(&s, &obs, Some(&previous), t(junk % 1_000_000));
+    }
+}
+
+proptest! {
+    /// With a failback ramp, the primary's share only grows while it stays ready, and the first
+    /// decision after it turns not ready during a ramp gives it nothing (no failover hold).
+    #[test]
+    fn a_ramp_grows_while_the_primary_stays_ready_and_aborts_at_once(
+        flips in proptest::collection::vec((1i64..20, any::<bool>()), 1..30),
+    ) {
+        let mut s = three(Strategy::Equal);
+        s.failover_after = "1m".into();
+        s.failback = Some(crate::api::FailbackSpec {
+            ramp: Some(crate::api::RampSpec { steps: vec![10, 50, 100], every: "5s".into() }),
+        });
+        let mut previous: Option<FailoverPolicyStatus> = None;
+        let mut at = 0;
+        // Start failed over: the primary down long enough.
+        let first = decide(&s, &[down(), up(1), up(1)], None, t(0));
+        let first = decide(&s, &[down(), up(1), up(1)], Some(&first.status), t(61));
+        prop_assert_eq!(first.weights[0], 0);
+        previous = previous.or(Some(first.status));
+        let mut last_primary = 0;
+        for (gap, primary_ready) in flips {
+            at += gap;
+            let obs = [if primary_ready { up(1) } else { down() }, up(1), up(1)];
+            let was_ramping = previous.as_ref().is_some_and(|p| {
+                p.conditions.iter().any(|c| c.reason == "FailbackRamp")
+            });
+            let d = decide(&s, &obs, previous.as_ref(), t(61 + at));
+            if !primary_ready && was_ramping {
+                prop_assert_eq!(d.weights[0], 0, "a failure during the ramp ends it at once");
+            }
+            let ramping = d.status.conditions.iter().any(|c| c.reason == "FailbackRamp");
+            if ramping {
+                prop_assert!(d.weights[0] >= last_primary || !was_ramping);
+                prop_assert!(d.requeue_after.is_some());
+            }
+            last_primary = if ramping { d.weights[0] } else { 0 };
+            previous = Some(d.status);
+        }
     }
 }

@@ -19,43 +19,75 @@ pub fn route(
     previous: &Previous,
     now: DateTime<Utc>,
 ) -> Routing {
-    let primary_only = primary_only(policy.backends.len());
-    let on = |phase, weights, rule| Routing {
-        phase,
+    let primary_only = || Routing {
+        phase: Phase::Primary,
+        weights: primary_only(policy.backends.len()),
+        rule: Rule::PrimaryActive,
+    };
+    let failed_over = |weights| Routing {
+        phase: Phase::FailedOver,
         weights,
-        rule,
+        rule: Rule::FailedOver,
     };
     match secondaries {
-        // Only the primary is ready, or traffic never left it: it takes everything.
-        None => on(Phase::Primary, primary_only, Rule::PrimaryActive),
-        Some(_) if primary.ready && previous.on_primary => {
-            on(Phase::Primary, primary_only, Rule::PrimaryActive)
+        // Only the primary is ready: it takes everything.
+        None => primary_only(),
+        // A failback ramp goes on while the primary stays ready...
+        Some(weights) if primary.ready && previous.ramping => {
+            failback(policy, primary, weights, now).unwrap_or_else(primary_only)
         }
+        // ...and ends at once when it does not.
+        Some(weights) if previous.ramping => failed_over(weights),
+        // Traffic never left the primary.
+        Some(_) if primary.ready && previous.on_primary => primary_only(),
         Some(weights) if primary.ready => {
             let due = primary.since + policy.failback_after.after;
             if now >= due {
-                on(Phase::Primary, primary_only, Rule::PrimaryActive)
+                failback(policy, primary, weights, now).unwrap_or_else(primary_only)
             } else {
-                on(Phase::FailedOver, weights, Rule::FailbackPending { due })
+                Routing {
+                    phase: Phase::FailedOver,
+                    weights,
+                    rule: Rule::FailbackPending { due },
+                }
             }
         }
         Some(weights) if previous.on_primary => {
             let due = primary.since + policy.failover_after.after;
             if now >= due {
-                on(Phase::FailedOver, weights, Rule::FailedOver)
+                failed_over(weights)
             } else {
-                on(Phase::Primary, primary_only, Rule::FailoverPending { due })
+                Routing {
+                    phase: Phase::Primary,
+                    weights: primary_only().weights,
+                    rule: Rule::FailoverPending { due },
+                }
             }
         }
-        Some(weights) => on(Phase::FailedOver, weights, Rule::FailedOver),
+        Some(weights) => failed_over(weights),
     }
+}
+
+/// Once `failbackAfter` has passed: the step of the policy's ramp, if it has one and it is not
+/// over; `None` means all traffic goes back to the primary.
+fn failback(
+    policy: &ValidPolicy,
+    primary: &BackendState,
+    secondaries: Vec<i32>,
+    now: DateTime<Utc>,
+) -> Option<Routing> {
+    let ramp = policy.ramp.as_ref()?;
+    let start = primary.since + policy.failback_after.after;
+    super::ramp::route(ramp, start, &secondaries, now)
 }
 
 /// When to decide again: the millisecond after a pending hold falls due, so the requeue never
 /// fires before it; `None` without a hold.
 pub fn requeue_after(rule: Rule, now: DateTime<Utc>) -> Option<Duration> {
     match rule {
-        Rule::FailoverPending { due } | Rule::FailbackPending { due } => {
+        Rule::FailoverPending { due }
+        | Rule::FailbackPending { due }
+        | Rule::FailbackRamp { due, .. } => {
             Some((due - now).to_std().unwrap_or_default() + Duration::from_millis(1))
         }
         _ => None,

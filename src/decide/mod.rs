@@ -8,7 +8,8 @@
 //! 2. [`pin`]: `spec.pin` sends everything to one backend;
 //! 3. [`strategy`]: `Proportional` spillover by health, or the secondaries' weights under
 //!    `Ordered`, `Equal` and `Weighted`;
-//! 4. [`holds`]: `failoverAfter` / `failbackAfter` keep traffic where it is until they fall due;
+//! 4. [`holds`]: `failoverAfter` / `failbackAfter` keep traffic where it is until they fall due,
+//!    and [`ramp`] brings traffic back to the primary in steps (`failback.ramp`);
 //! 5. [`none_ready`]: what happens when nothing is ready (`whenNoneReady`);
 //! 6. [`transition`]: whether traffic moved (an Event, a metric) and when it last did;
 //! 7. [`conditions`]: what the decision means for the `Ready`, `Degraded`, `Pinned` and
@@ -23,6 +24,7 @@ pub mod holds;
 pub mod none_ready;
 pub mod pin;
 pub mod previous;
+pub mod ramp;
 pub mod readiness;
 pub mod strategy;
 pub mod transition;
@@ -56,6 +58,15 @@ pub enum Rule {
     /// The primary is ready again, but `failbackAfter` keeps traffic on the secondaries until `due`.
     FailbackPending {
         /// When the hold falls due.
+        due: DateTime<Utc>,
+    },
+    /// A failback ramp: the primary takes the share of step `step` (of `steps`) until `due`.
+    FailbackRamp {
+        /// The step now, from 0.
+        step: usize,
+        /// How many steps the ramp has.
+        steps: usize,
+        /// When the next step falls due.
         due: DateTime<Utc>,
     },
     /// The secondaries take the traffic, by the policy's strategy.

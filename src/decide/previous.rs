@@ -22,6 +22,8 @@ pub struct Previous {
     pub on_primary: bool,
     /// Whether the `Pinned` condition said the pinned backend was not ready.
     pub pinned_not_ready: bool,
+    /// Whether a failback ramp was under way.
+    pub ramping: bool,
     /// When traffic last left the primary.
     pub last_failover_time: Option<Timestamp>,
     /// When traffic last returned to the primary.
@@ -60,6 +62,10 @@ impl Previous {
                     .iter()
                     .any(|a| Some(a.as_str()) == primary),
             active: status.active_backends.clone(),
+            ramping: status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == super::conditions::READY && c.reason == "FailbackRamp"),
             pinned_not_ready: status.conditions.iter().any(|c| {
                 c.type_ == super::conditions::PINNED && c.reason == "PinnedBackendNotReady"
             }),

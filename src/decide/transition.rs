@@ -21,6 +21,8 @@ pub enum Transition {
     Recovered,
     /// The backend named by `spec.pin` is not ready, yet takes all traffic.
     PinnedBackendNotReady,
+    /// A failback ramp moved to its next step.
+    FailbackStep,
 }
 
 impl Transition {
@@ -32,6 +34,7 @@ impl Transition {
             Transition::NoReadyBackend => "NoReadyBackend",
             Transition::Recovered => "Recovered",
             Transition::PinnedBackendNotReady => "PinnedBackendNotReady",
+            Transition::FailbackStep => "FailbackStep",
         }
     }
 
@@ -79,6 +82,9 @@ pub fn detect(
             Some(Transition::NoReadyBackend)
         }
         Phase::NoReadyBackend => None,
+        _ if matches!(routing.rule, Rule::FailbackRamp { .. }) => (previous.weights.as_ref()
+            != Some(&routing.weights))
+        .then_some(Transition::FailbackStep),
         phase if active != previous.active => Some(if phase == Phase::Primary {
             Transition::FailedBack
         } else {
@@ -91,9 +97,18 @@ pub fn detect(
         }
         _ => None,
     }?;
+    let message = match routing.rule {
+        Rule::FailbackRamp { step, steps, .. } => format!(
+            "failing back: primary {} takes {}% of the traffic (step {} of {steps})",
+            policy.primary(),
+            routing.weights.first().copied().unwrap_or(0) / 100,
+            step + 1
+        ),
+        _ => message(policy, transition, &active, previous),
+    };
     Some(Announcement {
         transition,
-        message: message(policy, transition, &active, previous),
+        message,
     })
 }
 
@@ -121,6 +136,7 @@ fn message(
             "spec.pin sends all traffic to {}, which is not ready",
             active.join(", ")
         ),
+        Transition::FailbackStep => format!("failing back to primary {primary}"),
     }
 }
 

@@ -172,6 +172,10 @@ fn readiness_rules(f: &Facts, rule: &str) -> (String, String) {
 fn other_rules(f: &Facts, rule: &str) -> (String, String) {
     let (primary, active, message) = (f.primary, &f.active, &f.message);
     match rule {
+        "FailbackRamp" => (
+            format!("traffic is coming back to the primary {primary} in steps: {message}."),
+            "each step lasts while the primary stays ready; a failure sends traffic back to the secondaries at once.".to_string(),
+        ),
         "Spillover" => (
             format!("strategy Proportional shares traffic by the backends' health: {message}."),
             "shares follow the ready endpoints of each backend continuously.".to_string(),
