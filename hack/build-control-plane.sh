@@ -6,6 +6,7 @@
 #   ${FAILOVER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/failover-controller}/k8s-<v>-etcd-<v>-helm-<v>/bin
 # A warm cache returns at once. The last line printed is the bin directory.
 # With --check, nothing is built: it fails with a message when the binaries are missing.
+# With --prometheus, a Prometheus server too (github.com/prometheus/prometheus, no web UI).
 # With --node, the binaries of a real node are built too: kubelet, kube-proxy and kube-scheduler
 # from the same module (for the real node; containerd, runc and the CNI plugins come from Debian's
 # packages).
@@ -22,10 +23,12 @@ work="$cache_root/$key/build"
 tools=(kube-apiserver kube-controller-manager kubectl etcd helm kube-score)
 kube_cmds=(kube-apiserver kube-controller-manager kubectl)
 mode=${1:-}
-if [[ "$mode" == "--node" ]]; then
-  tools+=(kubelet kube-proxy kube-scheduler)
-  kube_cmds+=(kubelet kube-proxy kube-scheduler)
-fi
+for option in "$@"; do
+  case $option in
+    --node) tools+=(kubelet kube-proxy kube-scheduler); kube_cmds+=(kubelet kube-proxy kube-scheduler) ;;
+    --prometheus) tools+=(prometheus) ;;
+  esac
+done
 
 all_present() {
   for t in "${tools[@]}"; do [[ -x "$bin/$t" ]] || return 1; done
@@ -112,6 +115,15 @@ build_kube_score() {
   echo "$KUBE_SCORE_VERSION" > "$bin/.kube-score-version"
 }
 
+build_prometheus() {
+  local mod="$work/prometheus" log="$work/prometheus.log"
+  rm -rf "$mod" && mkdir -p "$mod"
+  printf 'module localbuild/prometheus\n\ngo 1.25\n\nrequire github.com/prometheus/prometheus v%s\n' "$PROMETHEUS_MODULE_VERSION" > "$mod/go.mod"
+  step "building prometheus (module v$PROMETHEUS_MODULE_VERSION; a cold build takes several minutes)"
+  (cd "$mod" && go build -mod=mod -ldflags "-s -w" -o "$bin/prometheus.tmp" github.com/prometheus/prometheus/cmd/prometheus) > "$log" 2>&1 || fail "build prometheus" "$log"
+  mv "$bin/prometheus.tmp" "$bin/prometheus"
+}
+
 # The Gateway API's standard-channel CRDs, as published in its Go module (config/crd/standard).
 fetch_gateway_api_crds() {
   local log="$work/gateway-api.log" dir out="$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml"
@@ -134,5 +146,6 @@ for cmd in "${kube_cmds[@]}"; do [[ -x "$bin/$cmd" ]] || missing_kube=1; done
 [[ -x "$bin/helm" ]] || build_helm
 [[ -x "$bin/kube-score" && "$(cat "$bin/.kube-score-version" 2>/dev/null)" == "$KUBE_SCORE_VERSION" ]] || build_kube_score
 [[ -s "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" ]] || fetch_gateway_api_crds
+if [[ " ${tools[*]} " == *" prometheus "* && ! -x "$bin/prometheus" ]]; then build_prometheus; fi
 step "done in $(( $(date +%s) - start ))s"
 echo "$bin"
