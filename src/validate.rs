@@ -162,14 +162,15 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
         weight: 1,
         remote: None,
     })
-    .chain(spec.secondaries.iter().map(|s| Backend {
-        service: s.service.clone(),
-        weight: s.weight.unwrap_or(1),
-        remote: s.readiness_from.as_ref().map(|r| RemoteService {
-            cluster: r.cluster.clone(),
-            namespace: r.namespace.clone().unwrap_or_else(|| namespace.clone()),
-            service: r.service.clone().unwrap_or_else(|| s.service.clone()),
-        }),
+    .chain(spec.secondaries.iter().map(|s| {
+        Backend {
+            service: s.service.clone(),
+            weight: s.weight.unwrap_or(1),
+            remote: s
+                .readiness_from
+                .as_ref()
+                .map(|r| RemoteService::of(r, &namespace, &s.service)),
+        }
     }))
     .collect();
     let pin = spec

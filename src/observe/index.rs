@@ -41,11 +41,7 @@ impl References {
             .iter()
             .filter_map(|s| {
                 let from = s.readiness_from.as_ref()?;
-                Some(RemoteService {
-                    cluster: from.cluster.clone(),
-                    namespace: from.namespace.clone().unwrap_or_else(|| namespace.clone()),
-                    service: from.service.clone().unwrap_or_else(|| s.service.clone()),
-                })
+                Some(RemoteService::of(from, &namespace, &s.service))
             })
             .collect();
         Self {

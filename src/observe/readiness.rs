@@ -22,6 +22,28 @@ pub struct RemoteService {
     pub service: String,
 }
 
+impl RemoteService {
+    /// The remote Service a backend's `readinessFrom` names, its defaults filled in: the
+    /// policy's namespace, the backend's own Service.
+    pub fn of(
+        from: &crate::api::ReadinessFrom,
+        policy_namespace: &str,
+        backend_service: &str,
+    ) -> Self {
+        Self {
+            cluster: from.cluster.clone(),
+            namespace: from
+                .namespace
+                .clone()
+                .unwrap_or_else(|| policy_namespace.to_string()),
+            service: from
+                .service
+                .clone()
+                .unwrap_or_else(|| backend_service.to_string()),
+        }
+    }
+}
+
 /// What the controller observed of one backend Service.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BackendObservation {
