@@ -19,8 +19,8 @@ for tool in openssl curl python3; do
 done
 rustup component add clippy rustfmt >/dev/null 2>&1 || true
 
-echo "== control-plane and node binaries"
-if [[ "${FAILOVER_SKIP_NODE_TESTS:-}" == 1 ]]; then hack/build-control-plane.sh; else hack/build-control-plane.sh --node; fi
+echo "== control-plane, node and Prometheus binaries"
+if [[ "${FAILOVER_SKIP_NODE_TESTS:-}" == 1 ]]; then hack/build-control-plane.sh --prometheus; else hack/build-control-plane.sh --node --prometheus; fi
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

@@ -20,8 +20,7 @@ use kube::{
     Api, Client, ResourceExt,
     core::PartialObjectMeta,
     runtime::{
-        Controller, WatchStreamExt, controller::Config as ControllerConfig, reflector,
-        reflector::ObjectRef, watcher,
+        Controller, WatchStreamExt, controller::Config as ControllerConfig, reflector, watcher,
     },
 };
 use parking_lot::RwLock;
@@ -31,22 +30,23 @@ use tracing::{debug, info, warn};
 use crate::{
     api::FailoverPolicy,
     gather::Caches,
+    health::Health,
     leader::{Leadership, Role},
     metrics::{Metrics, PolicyLabels},
     observe::{
         apis::{Apis, NeededApi},
         index::{PolicyIndex, PolicyKey},
-        readiness::RemoteService,
-        readiness::{SERVICE_NAME_LABEL, ServiceKey},
+        readiness::SERVICE_NAME_LABEL,
         synced::Synced,
     },
     reconcile::{Context, Error, RESYNC, error_policy, reconcile},
-    remote::{Clusters, cluster::RemoteChange, secrets},
+    remote::{Clusters, secrets},
     route::{
         RouteKey, RouteKind, RouteView,
         httproute::{self, HttpRoute},
         trafficsplit::{self, TrafficSplit},
     },
+    wake::Wake,
     watch::{WatchContext, events, map_event, slim},
     writer::Writer,
 };
@@ -62,6 +62,8 @@ pub struct Settings {
     pub instance: Option<String>,
     /// Where the Secrets declaring remote clusters are (the controller's namespace).
     pub secret_namespace: String,
+    /// The Prometheus that health queries go to when a policy names none.
+    pub prometheus_address: Option<String>,
 }
 
 impl Default for Settings {
@@ -71,70 +73,8 @@ impl Default for Settings {
             concurrency: 16,
             instance: None,
             secret_namespace: "default".to_string(),
+            prometheus_address: None,
         }
-    }
-}
-
-/// Wakes the policies that reference what changed.
-#[derive(Clone)]
-struct Wake {
-    index: Arc<RwLock<PolicyIndex>>,
-    queue: mpsc::UnboundedSender<ObjectRef<FailoverPolicy>>,
-}
-
-impl Wake {
-    fn policies(&self, policies: Vec<PolicyKey>) {
-        for p in policies {
-            let _ = self
-                .queue
-                .unbounded_send(ObjectRef::new(&p.name).within(&p.namespace));
-        }
-    }
-
-    fn services(&self, changed: Vec<ServiceKey>) {
-        if changed.is_empty() {
-            return;
-        }
-        debug!(services = changed.len(), "readiness changed");
-        let policies: Vec<PolicyKey> = {
-            let index = self.index.read();
-            changed
-                .iter()
-                .flat_map(|s| index.policies_for_service(s))
-                .collect()
-        };
-        self.policies(policies);
-    }
-
-    fn remote(&self, change: RemoteChange) {
-        let policies: Vec<PolicyKey> = {
-            let index = self.index.read();
-            match change {
-                RemoteChange::Cluster(cluster) => index.policies_for_cluster(&cluster),
-                RemoteChange::Services(cluster, services) => services
-                    .into_iter()
-                    .flat_map(|s| {
-                        index.policies_for_remote(&RemoteService {
-                            cluster: cluster.clone(),
-                            namespace: s.namespace,
-                            service: s.name,
-                        })
-                    })
-                    .collect(),
-            }
-        };
-        self.policies(policies);
-    }
-
-    fn routes(&self, changed: Vec<RouteKey>) {
-        let policies: Vec<PolicyKey> = {
-            let index = self.index.read();
-            changed
-                .iter()
-                .flat_map(|r| index.policies_for_route(r))
-                .collect()
-        };
-        self.policies(policies);
     }
 }
 
@@ -172,8 +112,16 @@ impl Handle {
                 Arc::new(move |change| wake.remote(change)),
             )
         };
+        let health = {
+            let wake = wake.clone();
+            Health::new(
+                settings.prometheus_address.clone(),
+                metrics.clone(),
+                Arc::new(move |policy| wake.policies(vec![policy])),
+            )
+        };
         Self {
-            caches: Caches::new(remote),
+            caches: Caches::new(remote, health),
             apis: Apis::new(metrics.clone()),
             index: wake.index.clone(),
         }
@@ -392,6 +340,7 @@ fn policy_stream(
     let (store, writer) = reflector::store::<FailoverPolicy>();
     let metrics = watch.metrics.clone();
     let (index, remote) = (handle.index.clone(), handle.caches.remote.clone());
+    let health = handle.caches.health.clone();
     let client = client.clone();
     let events = events(
         scoped(&client, ns),
@@ -414,6 +363,7 @@ fn policy_stream(
                         metrics.clone(),
                     ));
                 });
+                follow_health(&health, event);
                 if let watcher::Event::Delete(p) = event {
                     metrics.forget_policy(&PolicyLabels {
                         namespace: p.namespace().unwrap_or_default(),
@@ -437,6 +387,17 @@ fn queue_everything(
         resync().boxed(),
         apis_returned(apis).boxed(),
     ])
+}
+
+/// Each policy with a health query gets a poller; a changed or deleted policy's follows.
+fn follow_health(health: &Health, event: &watcher::Event<FailoverPolicy>) {
+    let key =
+        |p: &FailoverPolicy| PolicyKey::new(&p.namespace().unwrap_or_default(), &p.name_any());
+    match event {
+        watcher::Event::Apply(p) | watcher::Event::InitApply(p) => health.follow(key(p), Some(p)),
+        watcher::Event::Delete(p) => health.follow(key(p), None),
+        watcher::Event::Init | watcher::Event::InitDone => {}
+    }
 }
 
 /// Every gain of leadership queues every policy: the new leader converges at once.

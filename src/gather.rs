@@ -10,6 +10,8 @@ use parking_lot::RwLock;
 
 use crate::{
     api::{FailoverPolicy, FailoverPolicyStatus},
+    health::Health,
+    observe::index::PolicyKey,
     observe::{
         readiness::{BackendObservation, ReadinessStore},
         routes::RouteStore,
@@ -37,16 +39,19 @@ pub struct Caches {
     pub synced: Synced,
     /// Readiness read from other clusters, and their liveness.
     pub remote: Clusters,
+    /// The readings of health queries.
+    pub health: Health,
 }
 
 impl Caches {
-    /// Empty caches; remote readiness comes from these clusters.
-    pub fn new(remote: Clusters) -> Self {
+    /// Empty caches; remote readiness comes from these clusters, health readings from `health`.
+    pub fn new(remote: Clusters, health: Health) -> Self {
         Self {
             readiness: Arc::default(),
             routes: Arc::default(),
             synced: Synced::default(),
             remote,
+            health,
         }
     }
 }
@@ -74,9 +79,16 @@ pub fn inputs(policy: &ValidPolicy, caches: &Caches) -> Inputs {
         policy
             .backends
             .iter()
-            .map(|b| match &b.remote {
-                Some(remote) => caches.remote.observe(remote),
-                None => readiness.observe(&policy.namespace, &b.service),
+            .map(|b| {
+                let mut observation = match &b.remote {
+                    Some(remote) => caches.remote.observe(remote),
+                    None => readiness.observe(&policy.namespace, &b.service),
+                };
+                if policy.health.is_some() {
+                    let key = PolicyKey::new(&policy.namespace, &policy.name);
+                    observation.health = caches.health.reading(&key, &b.service);
+                }
+                observation
             })
             .collect()
     };

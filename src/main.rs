@@ -56,6 +56,10 @@ struct Args {
     #[arg(long, env = "POD_NAMESPACE")]
     lease_namespace: Option<String>,
 
+    /// Prometheus for health queries of policies that name none, e.g. `http://prometheus:9090`.
+    #[arg(long, env = "PROMETHEUS_ADDRESS")]
+    prometheus_address: Option<String>,
+
     /// Namespace of the Secrets that declare remote clusters (labelled `failover.dev/cluster`);
     /// default: the Pod's namespace, else `default`.
     #[arg(long)]
@@ -153,6 +157,7 @@ async fn main() -> anyhow::Result<()> {
             .clone()
             .or_else(|| args.lease_namespace.clone())
             .unwrap_or_else(|| "default".into()),
+        prometheus_address: args.prometheus_address.clone(),
     };
     let (handle, run) = controller::start(
         client.clone(),

@@ -14,7 +14,10 @@
 use chrono::{DateTime, Utc};
 
 use crate::{
-    api::{BackendStatus, Condition, FailoverPolicyStatus, ReadinessSource, Role, Timestamp},
+    api::{
+        BackendStatus, Condition, FailoverPolicyStatus, HealthReading, ReadinessSource, Role,
+        Timestamp,
+    },
     apply::{Applied, ApplyError},
     decide::{
         Plan, Rule,
@@ -165,6 +168,16 @@ fn backends(policy: &ValidPolicy, plan: &Plan, shares: Option<&[String]>) -> Vec
                     service: r.service.clone(),
                 }),
             readiness_as_of: b.observation.as_of.map(Timestamp),
+            health: policy
+                .health
+                .as_ref()
+                .zip(b.observation.health.as_ref())
+                .map(|(h, r)| HealthReading {
+                    value: r.value,
+                    threshold: h.threshold(),
+                    healthy: h.healthy(r.value),
+                    read_at: Timestamp(r.read_at),
+                }),
             service: b.service.clone(),
             role: if i == 0 {
                 Role::Primary

@@ -97,6 +97,58 @@ pub struct ValidPolicy {
     pub route: RouteTarget,
     /// A gradual failback, when set.
     pub ramp: Option<Ramp>,
+    /// Health beyond readiness, when set.
+    pub health: Option<Health>,
+}
+
+/// A metric that must stay within a threshold for a backend to count as ready.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Health {
+    /// Prometheus' address, when the policy sets one.
+    pub address: Option<String>,
+    /// The query, with `{{service}}` and `{{namespace}}` to fill in.
+    pub query: String,
+    /// The threshold.
+    pub bound: Bound,
+    /// How often the queries run.
+    pub interval: Hold,
+    /// What no data means.
+    pub no_data: crate::api::NoData,
+}
+
+/// A health threshold.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Bound {
+    /// Healthy while the value is at most this.
+    Max(f64),
+    /// Healthy while the value is at least this.
+    Min(f64),
+}
+
+impl Health {
+    /// The query for one backend.
+    pub fn query_for(&self, namespace: &str, service: &str) -> String {
+        self.query
+            .replace("{{service}}", service)
+            .replace("{{namespace}}", namespace)
+    }
+
+    /// Whether a value (`None`: no data) is healthy.
+    pub fn healthy(&self, value: Option<f64>) -> bool {
+        match (value, self.bound) {
+            (None, _) => self.no_data == crate::api::NoData::Healthy,
+            (Some(v), Bound::Max(max)) => v <= max,
+            (Some(v), Bound::Min(min)) => v >= min,
+        }
+    }
+
+    /// The threshold in words, e.g. `at most 0.05`.
+    pub fn threshold(&self) -> String {
+        match self.bound {
+            Bound::Max(max) => format!("at most {max}"),
+            Bound::Min(min) => format!("at least {min}"),
+        }
+    }
 }
 
 /// A gradual failback: the primary's share at each step, and how long each lasts.
@@ -125,6 +177,7 @@ pub fn validate_spec(spec: &FailoverPolicySpec) -> Result<(), Vec<SpecProblem>> 
     let mut problems = Vec::new();
     let _ = holds(spec, &mut problems);
     let _ = ramp(spec, &mut problems);
+    let _ = health(spec, &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -154,6 +207,7 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
         String::new()
     });
     let ramp = ramp(spec, &mut problems);
+    let health = health(spec, &mut problems);
     let (Some((failover_after, failback_after)), true) = (holds, problems.is_empty()) else {
         return Err(problems);
     };
@@ -196,6 +250,7 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
         failback_after,
         route: RouteTarget::of(policy),
         ramp,
+        health,
         backends,
     })
 }
@@ -263,6 +318,44 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
         problems.push(problem(&rule.spec_field(), rule.message));
     }
     problems
+}
+
+/// The Prometheus health check of `spec.health`, with its rules checked.
+fn health(spec: &FailoverPolicySpec, problems: &mut Vec<SpecProblem>) -> Option<Health> {
+    let p = spec.health.as_ref()?.prometheus.as_ref()?;
+    let bound = match (p.max, p.min) {
+        (Some(max), None) => Some(Bound::Max(max)),
+        (None, Some(min)) => Some(Bound::Min(min)),
+        _ => {
+            let rule = &rules::ONE_THRESHOLD;
+            problems.push(problem(&rule.spec_field(), rule.message));
+            None
+        }
+    };
+    let address_ok = p
+        .address
+        .as_deref()
+        .is_none_or(|a| rules::PROMETHEUS_ADDRESS_RE.is_match(a));
+    if !address_ok {
+        problems.push(problem(
+            "spec.health.prometheus.address",
+            "must be http://host:port",
+        ));
+    }
+    let interval = hold(&p.interval, "spec.health.prometheus.interval", problems)?;
+    if interval.after < std::time::Duration::from_secs(1) {
+        problems.push(problem(
+            "spec.health.prometheus.interval",
+            rules::HEALTH_INTERVAL_MESSAGE,
+        ));
+    }
+    Some(Health {
+        address: p.address.clone(),
+        query: p.query.clone(),
+        bound: bound?,
+        interval,
+        no_data: p.no_data,
+    })
 }
 
 /// The ramp of `spec.failback`, with its rules checked.

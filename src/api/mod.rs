@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use self::rules::{
     DNS1035_LABEL, DNS1123_LABEL, DNS1123_SUBDOMAIN, GO_DURATION, MAX_MIN_READY_ENDPOINTS,
-    MAX_RAMP_STEPS, MAX_SECONDARIES, MAX_WEIGHT,
+    MAX_RAMP_STEPS, MAX_SECONDARIES, MAX_WEIGHT, PROMETHEUS_ADDRESS,
 };
 use crate::validate::{dns1035_label, dns1123_label, dns1123_subdomain};
 
@@ -225,11 +225,86 @@ pub struct FailoverPolicySpec {
     #[garde(dive)]
     pub traffic_split: TrafficSplitSpec,
 
+    /// Health beyond readiness: a backend counts as ready only while its endpoints are ready AND
+    /// a metric about it is within a threshold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub health: Option<HealthSpec>,
+
     /// How traffic returns to the primary after a failover (once `failbackAfter` has passed).
     /// Default: all at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(dive)]
     pub failback: Option<FailbackSpec>,
+}
+
+/// Health beyond readiness.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Validate)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthSpec {
+    /// A Prometheus query per backend, compared with a threshold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub prometheus: Option<PrometheusHealth>,
+}
+
+/// A backend is healthy while its Prometheus query's value is within the threshold. The hold
+/// timers damp metric flaps as they damp readiness. Prometheus unreachable or a query error
+/// keeps the last verdict (condition `HealthQueryFailed`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Validate)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = rules::ONE_THRESHOLD.element_rule())]
+pub struct PrometheusHealth {
+    /// Prometheus' address, `http://host:port` (default: the controller's `--prometheus-address`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253), pattern(PROMETHEUS_ADDRESS))]
+    #[garde(inner(length(min = 1, max = 253)))]
+    pub address: Option<String>,
+
+    /// The PromQL query for one backend, returning one number; `{{service}}` and
+    /// `{{namespace}}` are replaced by the backend's Service and the policy's namespace (both
+    /// DNS labels, so no escaping is needed), e.g.
+    /// `sum(rate(errors_total{service="{{service}}"}[1m])) / sum(rate(requests_total{service="{{service}}"}[1m]))`.
+    #[schemars(length(min = 1, max = 4096))]
+    #[garde(length(min = 1, max = 4096))]
+    pub query: String,
+
+    /// The backend is unhealthy while the value is above this (an error ratio, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(skip)]
+    pub max: Option<f64>,
+
+    /// The backend is unhealthy while the value is below this (a success ratio, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(skip)]
+    pub min: Option<f64>,
+
+    /// How often the queries run, as a duration such as `10s` (default `10s`, at least `1s`).
+    #[serde(default = "ten_seconds")]
+    #[schemars(length(max = 64), pattern(GO_DURATION))]
+    #[x_kube(validation = rules::hold_duration_rule())]
+    #[x_kube(validation = rules::health_interval_rule())]
+    #[garde(skip)]
+    pub interval: String,
+
+    /// What a query returning no data means: `Healthy` (default) or `Unhealthy`.
+    #[serde(default)]
+    #[garde(skip)]
+    pub no_data: NoData,
+}
+
+fn ten_seconds() -> String {
+    "10s".to_string()
+}
+
+/// What a health query returning no data means.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum NoData {
+    /// No data is no news: healthy.
+    #[default]
+    Healthy,
+    /// No data counts as unhealthy.
+    Unhealthy,
 }
 
 /// How traffic returns to the primary.
@@ -289,6 +364,7 @@ impl Default for FailoverPolicySpec {
             failback_after: zero_duration(),
             traffic_split: TrafficSplitSpec::default(),
             failback: None,
+            health: None,
         }
     }
 }

@@ -33,6 +33,9 @@ pub const DNS1123_SUBDOMAIN: &str =
 /// A Go-style duration (`time.ParseDuration`), non-negative: `0`, `90s`, `1m30s`, `1.5h`.
 pub const GO_DURATION: &str = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$";
 
+/// A Prometheus address: plain HTTP to a host and port.
+pub const PROMETHEUS_ADDRESS: &str = r"^http://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~/\-]*)?$";
+
 /// The message for a name that is not a DNS-1035 label.
 pub const DNS1035_MESSAGE: &str = "must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter and ending with a letter or digit";
 /// The message for a name that is not a DNS-1123 label.
@@ -48,6 +51,8 @@ pub(crate) static DNS1123_LABEL_RE: LazyLock<regex::Regex> =
     LazyLock::new(|| compiled(DNS1123_LABEL));
 pub(crate) static DNS1123_RE: LazyLock<regex::Regex> =
     LazyLock::new(|| compiled(DNS1123_SUBDOMAIN));
+pub(crate) static PROMETHEUS_ADDRESS_RE: LazyLock<regex::Regex> =
+    LazyLock::new(|| compiled(PROMETHEUS_ADDRESS));
 pub(crate) static GO_DURATION_RE: LazyLock<regex::Regex> = LazyLock::new(|| compiled(GO_DURATION));
 
 fn compiled(pattern: &str) -> regex::Regex {
@@ -130,6 +135,12 @@ pub const PIN_NAMES_A_BACKEND: CrossFieldRule = CrossFieldRule {
     message: "pin must name the primary or one of the secondaries",
     field: ".pin",
 };
+/// Exactly one threshold (a rule on the health query).
+pub const ONE_THRESHOLD: CrossFieldRule = CrossFieldRule {
+    cel: "has(self.max) != has(self.min)",
+    message: "health.prometheus needs exactly one of max and min",
+    field: ".health.prometheus",
+};
 /// No failback ramp with `Proportional`.
 pub const NO_RAMP_WITH_PROPORTIONAL: CrossFieldRule = CrossFieldRule {
     cel: "self.strategy != 'Proportional' || !has(self.failback) || !has(self.failback.ramp)",
@@ -187,6 +198,18 @@ pub fn hold_duration_rule() -> kube::core::Rule {
     ))
     .message(MAX_HOLD_MESSAGE)
 }
+
+/// The CEL rule on the health query interval: at least one second, so Prometheus is not flooded.
+pub fn health_interval_rule() -> kube::core::Rule {
+    let pattern = GO_DURATION.replace('\\', "\\\\");
+    kube::core::Rule::new(format!(
+        "!self.matches('{pattern}') || duration(self) >= duration('1s')"
+    ))
+    .message(HEALTH_INTERVAL_MESSAGE)
+}
+
+/// The message for a health query interval under one second.
+pub const HEALTH_INTERVAL_MESSAGE: &str = "must be at least 1s";
 
 #[cfg(test)]
 mod tests {

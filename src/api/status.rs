@@ -132,7 +132,7 @@ pub struct FailoverPolicyStatus {
 }
 
 /// Readiness and weight of one backend.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct BackendStatus {
     /// Name of the backend Service.
@@ -164,6 +164,24 @@ pub struct BackendStatus {
     /// data is the time since (absent while the data is current).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness_as_of: Option<Timestamp>,
+    /// The reading of the policy's health query for this backend that decided its health.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthReading>,
+}
+
+/// A health query's reading.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthReading {
+    /// The value (absent: the query returned no data).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
+    /// The threshold, e.g. `at most 0.05`.
+    pub threshold: String,
+    /// Whether the value is within it.
+    pub healthy: bool,
+    /// When the value was read.
+    pub read_at: Timestamp,
 }
 
 /// A remote Service whose readiness stands for a backend's.

@@ -16,6 +16,8 @@ pub const DEGRADED: &str = "Degraded";
 pub const SUSPENDED: &str = "Suspended";
 /// Condition type: `spec.pin` sends all traffic to one backend.
 pub const PINNED: &str = "Pinned";
+/// Condition type: a health query fails (the last verdict is kept).
+pub const HEALTH_QUERY_FAILED: &str = "HealthQueryFailed";
 /// Condition type: every cluster the policy reads readiness from answers.
 pub const CLUSTERS_REACHABLE: &str = "ClustersReachable";
 
@@ -48,6 +50,7 @@ impl Verdict {
 pub fn verdicts(policy: &ValidPolicy, plan: &Plan) -> Vec<Verdict> {
     let mut verdicts = vec![ready(policy, plan), degraded(plan)];
     verdicts.extend(clusters(policy, plan));
+    verdicts.extend(health_queries(policy, plan));
     if let Rule::Pinned(p) = plan.routing.rule {
         let name = &policy.backends[p].service;
         verdicts.push(if plan.backends[p].ready {
@@ -194,6 +197,34 @@ fn spillover_shares(policy: &ValidPolicy, plan: &Plan) -> String {
         .map(|((name, _), share)| format!("{name} {share}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `HealthQueryFailed`, for a policy with a health query.
+fn health_queries(policy: &ValidPolicy, plan: &Plan) -> Option<Verdict> {
+    policy.health.as_ref()?;
+    let failing: Vec<String> = plan
+        .backends
+        .iter()
+        .filter_map(|b| {
+            let error = b.observation.health.as_ref()?.failing.as_ref()?;
+            Some(format!("{}: {error}", b.service))
+        })
+        .collect();
+    Some(if failing.is_empty() {
+        Verdict::new(
+            HEALTH_QUERY_FAILED,
+            false,
+            "QueriesAnswer",
+            "every health query answers".to_string(),
+        )
+    } else {
+        Verdict::new(
+            HEALTH_QUERY_FAILED,
+            true,
+            "HealthQueryFailed",
+            format!("keeping the last verdict; {}", failing.join("; ")),
+        )
+    })
 }
 
 /// `ClustersReachable`, for a policy that reads readiness from other clusters.

@@ -103,6 +103,7 @@ fn spec(strategy: Strategy, secondaries: &[(&str, Option<i32>)]) -> FailoverPoli
         output: Default::default(),
         http_route: None,
         failback: None,
+        health: None,
     }
 }
 
@@ -118,6 +119,7 @@ fn up(ready: i32) -> BackendObservation {
         total_endpoints: ready.max(2),
         unavailable: None,
         as_of: None,
+        health: None,
     }
 }
 
@@ -480,6 +482,7 @@ fn endpoints(ready: i32, total: i32) -> BackendObservation {
         total_endpoints: total,
         unavailable: None,
         as_of: None,
+        health: None,
     }
 }
 
@@ -694,6 +697,7 @@ fn arb_observation() -> impl proptest::strategy::Strategy<Value = BackendObserva
             total_endpoints: if slices == 0 { 0 } else { ready + extra },
             unavailable: None,
             as_of: None,
+            health: None,
         }
     })
 }
@@ -861,4 +865,85 @@ proptest! {
             previous = Some(d.status);
         }
     }
+}
+
+fn with_health(max: f64, no_data: crate::api::NoData) -> FailoverPolicySpec {
+    let mut s = three(Strategy::Ordered);
+    s.health = Some(crate::api::HealthSpec {
+        prometheus: Some(crate::api::PrometheusHealth {
+            address: Some("http://prometheus:9090".into()),
+            query: "errors{service=\"{{service}}\"}".into(),
+            max: Some(max),
+            min: None,
+            interval: "10s".into(),
+            no_data,
+        }),
+    });
+    s
+}
+
+fn reading(value: Option<f64>, failing: Option<&str>) -> BackendObservation {
+    BackendObservation {
+        health: Some(crate::health::Reading {
+            value,
+            read_at: t(0),
+            failing: failing.map(str::to_string),
+        }),
+        ..up(3)
+    }
+}
+
+#[test]
+fn a_ready_backend_whose_metric_is_out_of_threshold_is_not_ready() {
+    let s = with_health(0.5, crate::api::NoData::Healthy);
+    let d = decide(&s, &[reading(Some(0.7), None), up(1), up(1)], None, t(0));
+    assert_eq!(d.weights, vec![0, 1, 0]);
+    let message = d.status.backends[0].message.clone().unwrap_or_default();
+    assert!(
+        message.starts_with("health query gave 0.7, not at most 0.5"),
+        "{message}"
+    );
+    let health = d.status.backends[0]
+        .health
+        .clone()
+        .expect("reading in status");
+    assert_eq!((health.value, health.healthy), (Some(0.7), false));
+    let d = decide(
+        &s,
+        &[reading(Some(0.2), None), up(1), up(1)],
+        Some(&d.status),
+        t(1),
+    );
+    assert_eq!(d.weights, vec![1, 0, 0]);
+}
+
+#[test]
+fn a_failing_query_keeps_the_last_verdict_and_says_so() {
+    let s = with_health(0.5, crate::api::NoData::Healthy);
+    let failing = reading(
+        Some(0.2),
+        Some("Prometheus at http://prometheus:9090 did not answer"),
+    );
+    let d = decide(&s, &[failing, up(1), up(1)], None, t(0));
+    assert_eq!(d.weights, vec![1, 0, 0], "the last value (healthy) stands");
+    let c = d
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "HealthQueryFailed")
+        .expect("condition");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "HealthQueryFailed")
+    );
+}
+
+#[test]
+fn no_data_means_what_the_policy_says() {
+    let healthy = with_health(0.5, crate::api::NoData::Healthy);
+    let d = decide(&healthy, &[reading(None, None), up(1), up(1)], None, t(0));
+    assert_eq!(d.weights, vec![1, 0, 0]);
+    let unhealthy = with_health(0.5, crate::api::NoData::Unhealthy);
+    let d = decide(&unhealthy, &[reading(None, None), up(1), up(1)], None, t(0));
+    assert_eq!(d.weights, vec![0, 1, 0]);
 }

@@ -39,12 +39,18 @@ pub fn assess(
         .enumerate()
         .map(|(i, name)| {
             let observation = observations.get(i).cloned().unwrap_or_default();
-            let ready = is_ready(&observation, policy.readiness);
+            let healthy = healthy(policy, &observation);
+            let ready = is_ready(&observation, policy.readiness) && healthy.is_none();
             let since = previous
                 .and_then(|p| p.backends.iter().find(|b| b.service == name))
                 .filter(|b| b.ready == ready)
                 .map_or(now, |b| b.last_transition_time.map_or(now, |t| t.0));
-            let not_ready = (!ready).then(|| not_ready_message(&observation, policy.readiness));
+            let not_ready = (!ready).then(|| {
+                healthy
+                    .clone()
+                    .filter(|_| is_ready(&observation, policy.readiness))
+                    .unwrap_or_else(|| not_ready_message(&observation, policy.readiness))
+            });
             BackendState {
                 service: name.to_string(),
                 observation,
@@ -54,6 +60,23 @@ pub fn assess(
             }
         })
         .collect()
+}
+
+/// Why a backend's health reading makes it not ready, if it does: the value out of the
+/// threshold (a failing query keeps the last value; no reading yet counts as healthy).
+pub fn healthy(policy: &ValidPolicy, o: &BackendObservation) -> Option<String> {
+    let (health, reading) = (policy.health.as_ref()?, o.health.as_ref()?);
+    if health.healthy(reading.value) {
+        return None;
+    }
+    let value = reading
+        .value
+        .map_or("no data".to_string(), |v| v.to_string());
+    Some(format!(
+        "health query gave {value}, not {} (read at {})",
+        health.threshold(),
+        crate::api::Timestamp(reading.read_at)
+    ))
 }
 
 /// A backend is ready when its Service exists, enough of its endpoints are ready, (when a ratio
@@ -101,6 +124,7 @@ mod tests {
             total_endpoints: total,
             unavailable: None,
             as_of: None,
+            health: None,
         }
     }
 

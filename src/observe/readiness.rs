@@ -45,7 +45,7 @@ impl RemoteService {
 }
 
 /// What the controller observed of one backend Service.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct BackendObservation {
     /// The Service object exists.
     pub service_exists: bool,
@@ -60,6 +60,8 @@ pub struct BackendObservation {
     pub unavailable: Option<String>,
     /// When the counts were last confirmed, when that is not now (a remote cluster's last answer).
     pub as_of: Option<chrono::DateTime<chrono::Utc>>,
+    /// The last reading of the policy's health query for this backend, if it has one.
+    pub health: Option<crate::health::Reading>,
 }
 
 /// Label that ties an EndpointSlice to its Service.
@@ -136,6 +138,7 @@ impl ServiceEntry {
             total_endpoints,
             unavailable: None,
             as_of: None,
+            health: None,
         }
     }
 

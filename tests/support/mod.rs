@@ -8,6 +8,7 @@
 //! - [`process`]: the controller binary as a child process, and its admin server;
 //! - [`metrics`]: reading the controller's metrics;
 //! - [`node`]: a real node, the controller's image and chart, real backend Deployments;
+//! - [`prometheus`]: a real Prometheus scraping an exporter the test controls;
 //! - [`remote`]: remote clusters (more control planes) and the Secrets that declare them.
 //!
 //! `FAILOVER_TEST_KUBECONFIG=<path>` reuses a control plane that is already running;
@@ -22,6 +23,7 @@ pub mod metrics;
 pub mod node;
 pub mod policy;
 pub mod process;
+pub mod prometheus;
 pub mod remote;
 
 use std::{
@@ -36,6 +38,7 @@ pub use metrics::*;
 pub use node::*;
 pub use policy::*;
 pub use process::*;
+pub use prometheus::*;
 pub use remote::*;
 
 /// How long end-to-end tests wait for the controller to converge.

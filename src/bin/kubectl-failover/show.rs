@@ -72,6 +72,19 @@ fn text(policy: &FailoverPolicy, now: DateTime<Utc>) -> String {
     );
     out.push_str(&wrap(&summary, "    "));
     out.push_str(&backend_table(&status.backends, now));
+    for b in &status.backends {
+        if let Some(h) = &b.health {
+            let value = h.value.map_or("no data".to_string(), |v| v.to_string());
+            let verdict = if h.healthy { "healthy" } else { "unhealthy" };
+            let line = format!(
+                "  health of {}: {value} ({}), {verdict}, read {} ago",
+                b.service,
+                h.threshold,
+                age(now, h.read_at.0)
+            );
+            out.push_str(&wrap(&line, "    "));
+        }
+    }
     for c in &status.conditions {
         let line = format!("  {} {} {}: {}", c.type_, c.status, c.reason, c.message);
         out.push_str(&wrap(&line, "      "));

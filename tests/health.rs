@@ -1,0 +1,118 @@
+//! Health beyond readiness, end to end: a real Prometheus (built from its Go module) scrapes an
+//! exporter the test controls, and the controller fails over on a backend's error ratio although
+//! all its endpoints are ready; Prometheus stopped keeps the last verdict and says so.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use failover::api::{FailoverPolicy, HealthSpec, NoData, PrometheusHealth};
+use support::{
+    ControllerProcess, Exporter, PolicyBuilder, PrometheusServer, TestEnv, WAIT, condition,
+};
+
+const PRIMARY: [(&str, i64); 3] = [("web", 1), ("web-east", 0), ("web-west", 0)];
+const EAST: [(&str, i64); 3] = [("web", 0), ("web-east", 1), ("web-west", 0)];
+
+fn query_failed(p: &FailoverPolicy) -> bool {
+    condition(p, "HealthQueryFailed").is_some_and(|c| c.0 == "True")
+}
+
+#[tokio::test]
+async fn an_error_ratio_over_the_threshold_fails_over_and_prometheus_down_keeps_the_verdict() {
+    let Some(env) = TestEnv::new("health").await else {
+        return;
+    };
+    let exporter = Exporter::start();
+    exporter.set(&[("web", 0.01), ("web-east", 0.0), ("web-west", 0.0)]);
+    let mut prometheus = PrometheusServer::start(env.cp, &exporter).await;
+    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    let _c = ControllerProcess::start(&env, &[]);
+    let url = prometheus.url.clone();
+    env.apply(&PolicyBuilder::web().spec(move |s| {
+        s.health = Some(HealthSpec {
+            prometheus: Some(PrometheusHealth {
+                address: Some(url),
+                // A missed scrape makes the series stale at once; the window rides it out.
+                query: "last_over_time(backend_error_ratio{service=\"{{service}}\"}[5s])".into(),
+                max: Some(0.5),
+                min: None,
+                interval: "1s".into(),
+                no_data: NoData::Healthy,
+            }),
+        })
+    }));
+    env.wait_weights("web", &PRIMARY, WAIT).await;
+
+    // All endpoints ready, but 90% of the primary's requests fail: fail over.
+    let bad = Instant::now();
+    exporter.set(&[("web", 0.9), ("web-east", 0.0), ("web-west", 0.0)]);
+    env.wait_weights("web", &EAST, WAIT).await;
+    let failover = bad.elapsed();
+    let p = env.policy("web").await.expect("policy");
+    let reading = p
+        .status
+        .as_ref()
+        .and_then(|s| s.backends[0].health.clone())
+        .expect("reading");
+    assert_eq!((reading.value, reading.healthy), (Some(0.9), false));
+    let good = Instant::now();
+    exporter.set(&[("web", 0.01), ("web-east", 0.0), ("web-west", 0.0)]);
+    env.wait_weights("web", &PRIMARY, WAIT).await;
+    eprintln!(
+        "error ratio over the threshold → failover {failover:.1?}; back under → failback {:.1?} (scrape and query every 1 s)",
+        good.elapsed()
+    );
+
+    // Prometheus stopped: the last verdict stands, the condition says why.
+    prometheus.stop();
+    exporter.set(&[("web", 0.9), ("web-east", 0.0), ("web-west", 0.0)]);
+    env.wait_policy("web", WAIT, "HealthQueryFailed", query_failed)
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let weights: Vec<(String, i64)> = PRIMARY.iter().map(|(s, w)| (s.to_string(), *w)).collect();
+    assert_eq!(
+        env.split_weights("web").await,
+        Some(weights),
+        "fail static while Prometheus is down"
+    );
+    // Back: the bad ratio it now sees moves traffic, and the condition clears.
+    prometheus.resume().await;
+    env.wait_weights("web", &EAST, WAIT).await;
+    env.wait_policy("web", WAIT, "queries answer again", |p| !query_failed(p))
+        .await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_health_check_with_no_prometheus_to_ask_says_so_and_routes_on_readiness() {
+    let Some(env) = TestEnv::new("health-unaddressed").await else {
+        return;
+    };
+    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    let _c = ControllerProcess::start(&env, &[]);
+    env.apply(&PolicyBuilder::web().spec(|s| {
+        s.health = Some(HealthSpec {
+            prometheus: Some(PrometheusHealth {
+                address: None,
+                query: "backend_error_ratio{service=\"{{service}}\"}".into(),
+                max: Some(0.5),
+                min: None,
+                interval: "1s".into(),
+                no_data: NoData::Healthy,
+            }),
+        })
+    }));
+    env.wait_weights("web", &PRIMARY, WAIT).await;
+    let p = env
+        .wait_policy("web", WAIT, "HealthQueryFailed", query_failed)
+        .await;
+    let message = condition(&p, "HealthQueryFailed")
+        .map(|c| c.2)
+        .unwrap_or_default();
+    assert!(
+        message.contains("spec.health.prometheus.address"),
+        "the condition names the field to set: {message}"
+    );
+    env.cleanup().await;
+}
