@@ -475,15 +475,7 @@ fn condition_transition_time_moves_only_on_status_change() {
 }
 
 fn endpoints(ready: i32, total: i32) -> BackendObservation {
-    BackendObservation {
-        service_exists: true,
-        slices: 1,
-        ready_endpoints: ready,
-        total_endpoints: total,
-        unavailable: None,
-        as_of: None,
-        health: None,
-    }
+    BackendObservation::counted(ready, total)
 }
 
 #[test]

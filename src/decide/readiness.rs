@@ -117,15 +117,7 @@ mod tests {
     };
 
     fn seen(ready: i32, total: i32) -> BackendObservation {
-        BackendObservation {
-            service_exists: true,
-            slices: 1,
-            ready_endpoints: ready,
-            total_endpoints: total,
-            unavailable: None,
-            as_of: None,
-            health: None,
-        }
+        BackendObservation::counted(ready, total)
     }
 
     #[test]

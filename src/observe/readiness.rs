@@ -64,6 +64,19 @@ pub struct BackendObservation {
     pub health: Option<crate::health::Reading>,
 }
 
+impl BackendObservation {
+    /// An existing Service with one slice of `total` endpoints, `ready` of them ready.
+    pub fn counted(ready: i32, total: i32) -> Self {
+        Self {
+            service_exists: true,
+            slices: 1,
+            ready_endpoints: ready,
+            total_endpoints: total,
+            ..Self::default()
+        }
+    }
+}
+
 /// Label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
