@@ -27,11 +27,7 @@ fn policy() -> FailoverPolicy {
     let spec = FailoverPolicySpec {
         service: "web".into(),
         primary: "web".into(),
-        secondaries: vec![SecondaryBackend {
-            service: "web-east".into(),
-            weight: None,
-            readiness_from: None,
-        }],
+        secondaries: vec![SecondaryBackend::new("web-east")],
         ..Default::default()
     };
     let mut p = FailoverPolicy::new("web", spec);

@@ -502,11 +502,7 @@ mod tests {
         FailoverPolicySpec {
             service: "web".into(),
             primary: "web-primary".into(),
-            secondaries: vec![SecondaryBackend {
-                service: "web-east".into(),
-                weight: None,
-                readiness_from: None,
-            }],
+            secondaries: vec![SecondaryBackend::new("web-east")],
             ..Default::default()
         }
     }
@@ -560,9 +556,8 @@ mod tests {
     fn cross_field_rules_name_their_field() {
         let mut s = spec();
         s.secondaries.push(SecondaryBackend {
-            service: "web-primary".into(),
             weight: Some(2),
-            readiness_from: None,
+            ..SecondaryBackend::new("web-primary")
         });
         s.failback_after = "25h".into();
         let problems = validate(&policy(s)).expect_err("invalid");

@@ -396,6 +396,17 @@ pub struct SecondaryBackend {
     pub readiness_from: Option<ReadinessFrom>,
 }
 
+impl SecondaryBackend {
+    /// The secondary `service`, with no weight and its own readiness.
+    pub fn new(service: impl Into<String>) -> Self {
+        Self {
+            service: service.into(),
+            weight: None,
+            readiness_from: None,
+        }
+    }
+}
+
 /// A remote Service whose readiness stands for a backend's.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Validate)]
 #[serde(rename_all = "camelCase")]

@@ -86,9 +86,8 @@ fn spec(strategy: Strategy, secondaries: &[(&str, Option<i32>)]) -> FailoverPoli
         secondaries: secondaries
             .iter()
             .map(|(s, w)| SecondaryBackend {
-                service: s.to_string(),
                 weight: *w,
-                readiness_from: None,
+                ..SecondaryBackend::new(*s)
             })
             .collect(),
         strategy,

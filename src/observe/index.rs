@@ -270,11 +270,7 @@ mod tests {
                 primary: primary.into(),
                 secondaries: secondaries
                     .iter()
-                    .map(|s| SecondaryBackend {
-                        service: s.to_string(),
-                        weight: None,
-                        readiness_from: None,
-                    })
+                    .map(|s| SecondaryBackend::new(*s))
                     .collect(),
                 ..Default::default()
             },

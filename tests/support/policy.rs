@@ -33,11 +33,7 @@ impl PolicyBuilder {
             primary: primary.into(),
             secondaries: secondaries
                 .iter()
-                .map(|s| SecondaryBackend {
-                    service: s.to_string(),
-                    weight: None,
-                    readiness_from: None,
-                })
+                .map(|s| SecondaryBackend::new(*s))
                 .collect(),
             ..Default::default()
         };
