@@ -1,4 +1,4 @@
-//! Step 5 of the pipeline: makes the generated route say what the plan says, and tells what it
+//! Step 6 of the pipeline: makes the generated route say what the plan says, and tells what it
 //! did as a value ([`Applied`]); errors never escape as anything else.
 //!
 //! - no route in the cache: create it (a create, never an apply, so a route of that name that

@@ -130,7 +130,7 @@ impl Handle {
     /// Why the controller is not ready to serve, if it is not: a missing CRD that it needs
     /// (named, with how to install it), or watches that have not listed yet.
     pub fn not_ready(&self) -> Option<String> {
-        let used: Vec<RouteKind> = [RouteKind::TrafficSplit, RouteKind::HttpRoute]
+        let used: Vec<RouteKind> = RouteKind::ALL
             .into_iter()
             .filter(|k| self.index.read().uses(*k))
             .collect();

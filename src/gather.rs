@@ -1,4 +1,4 @@
-//! Step 3 of the pipeline: everything a decision reads, taken from the caches only (no API
+//! Step 4 of the pipeline: everything a decision reads, taken from the caches only (no API
 //! call): each backend's observation (from its local Service, or from the remote cluster named
 //! by its `readinessFrom`), the route as the cluster has it, and the previous status
 //! (the one this replica wrote last when the policy cache has not caught up with it yet).

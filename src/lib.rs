@@ -18,10 +18,12 @@
 //! | status | [`status`] | pure: the one place a status is built |
 //! | write | [`write`] | write the status, Events, metrics |
 //!
-//! [`reconcile`] sequences the steps. Around them: [`remote`] (readiness read from other
-//! clusters, and their liveness), [`api`] (the CRD types and their rules),
-//! [`route`] (the route kinds), [`writer`] (the leader-gated door for writes), [`recent`]
-//! (memory of recent writes), [`leader`], [`metrics`], [`admin`], [`telemetry`], [`crd`].
+//! [`reconcile`] sequences the steps; [`wake`] turns an observed change into the policies to
+//! reconcile. Beside the local watches, two more sources feed the gather step: [`remote`]
+//! (readiness read from other clusters, and their liveness) and [`health`] (Prometheus queries
+//! per backend). Around them: [`api`] (the CRD types and their rules), [`route`] (the route
+//! kinds), [`writer`] (the leader-gated door for writes), [`recent`] (memory of recent writes),
+//! [`leader`], [`metrics`], [`admin`], [`telemetry`], [`crd`].
 
 pub mod admin;
 pub mod api;

@@ -304,6 +304,17 @@ impl Metrics {
         }
     }
 
+    /// A declared cluster whose Secret cannot be used: not reachable, no data.
+    pub fn cluster_unusable(&self, cluster: &str) {
+        let labels = ClusterLabels {
+            cluster: cluster.to_string(),
+        };
+        self.cluster_seen.lock().remove(cluster);
+        self.cluster_data_age.remove(&labels);
+        self.cluster_reachable.get_or_create(&labels).set(0);
+        let _ = self.cluster_watch_restarts.get_or_create_owned(&labels);
+    }
+
     /// Counts one watch restart of a remote cluster.
     pub fn cluster_watch_restart(&self, cluster: &str) {
         self.cluster_watch_restarts

@@ -171,7 +171,12 @@ fn backends(policy: &ValidPolicy, plan: &Plan, shares: Option<&[String]>) -> Vec
             health: policy
                 .health
                 .as_ref()
-                .zip(b.observation.health.as_ref())
+                .zip(
+                    b.observation
+                        .health
+                        .as_ref()
+                        .and_then(|r| r.sample.as_ref()),
+                )
                 .map(|(h, r)| HealthReading {
                     value: r.value,
                     threshold: h.threshold(),

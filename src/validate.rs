@@ -1,5 +1,6 @@
-//! Step 1 of a reconcile: turns a `FailoverPolicy` into a [`ValidPolicy`], with every value parsed
-//! once, or into the list of problems the status reports as `InvalidSpec`.
+//! Step 3 of the pipeline (the first of a reconcile): turns a `FailoverPolicy` into a
+//! [`ValidPolicy`], with every value parsed once, or into the list of problems the status reports
+//! as `InvalidSpec`.
 //!
 //! The rules are the ones the CRD states ([`crate::api::rules`]): field bounds and patterns
 //! through `garde`, the cross-field rules with the same messages and field paths as their CEL
@@ -211,20 +212,18 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
     let (Some((failover_after, failback_after)), true) = (holds, problems.is_empty()) else {
         return Err(problems);
     };
+    let remote = |service: &str, from: Option<&crate::api::ReadinessFrom>| {
+        from.map(|r| RemoteService::of(r, &namespace, service))
+    };
     let backends: Vec<Backend> = std::iter::once(Backend {
         service: spec.primary.clone(),
         weight: 1,
-        remote: None,
+        remote: remote(&spec.primary, spec.primary_readiness_from.as_ref()),
     })
-    .chain(spec.secondaries.iter().map(|s| {
-        Backend {
-            service: s.service.clone(),
-            weight: s.weight.unwrap_or(1),
-            remote: s
-                .readiness_from
-                .as_ref()
-                .map(|r| RemoteService::of(r, &namespace, &s.service)),
-        }
+    .chain(spec.secondaries.iter().map(|s| Backend {
+        service: s.service.clone(),
+        weight: s.weight.unwrap_or(1),
+        remote: remote(&s.service, s.readiness_from.as_ref()),
     }))
     .collect();
     let pin = spec

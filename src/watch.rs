@@ -1,6 +1,7 @@
-//! One helper for every watch of the controller: list then watch, with kube-runtime's backoff
-//! on errors, and what happens reported to a [`Report`]: for the local cluster, first lists in
-//! [`Synced`], missing CRDs and errors in the log and metrics; for a remote cluster, its liveness.
+//! Step 1 of the pipeline: one helper for every watch of the controller: list then watch, with
+//! kube-runtime's backoff on errors, and what happens reported to a [`Report`]: for the local
+//! cluster, first lists in [`Synced`], missing CRDs and errors in the log and metrics; for a
+//! remote cluster, its liveness.
 //! Each watch then feeds its own consumer (a readiness count, a route view, the policy store).
 
 use std::{fmt::Debug, sync::Arc, time::Duration};

@@ -21,10 +21,7 @@ use support::{
 
 /// Sets up backends, a controller and one policy; waits until it routes to the primary.
 async fn setup(test: &str, policy: PolicyBuilder) -> Option<(TestEnv, ControllerProcess)> {
-    let env = TestEnv::new(test).await?;
-    env.ready_backends(&["web", "web-east", "web-west"]).await;
-    let controller = ControllerProcess::start(&env, &[]);
-    env.apply(&policy);
+    let (env, controller) = support::started(test, policy).await?;
     env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
         .await;
     Some((env, controller))

@@ -94,21 +94,7 @@ async fn route_weights(env: &TestEnv, case: &Case) -> Option<Vec<(String, i64)>>
     };
     let api: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), &env.ns, &resource);
     let route = api.get_opt(&case.route).await.ok()??;
-    let backends = route.data["spec"]["backends"]
-        .as_array()
-        .or_else(|| route.data["spec"]["rules"][0]["backendRefs"].as_array())?;
-    Some(
-        backends
-            .iter()
-            .map(|b| {
-                let name = b["service"]
-                    .as_str()
-                    .or(b["name"].as_str())
-                    .unwrap_or_default();
-                (name.to_string(), b["weight"].as_i64().unwrap_or(-1))
-            })
-            .collect(),
-    )
+    support::route_backend_weights(&route)
 }
 
 async fn wait_route(env: &TestEnv, case: &Case, expected: [i64; 2]) {
@@ -178,13 +164,21 @@ async fn a_name_too_long_for_its_label_is_refused_at_apply_naming_the_field() {
     env.cleanup().await;
 }
 
-/// Waits until the controller's log contains `text`; returns how long it took.
-async fn logged(controller: &ControllerProcess, text: &str, within: Duration) -> Duration {
+/// Waits until the controller logs, at WARN or ERROR, that the CRD `crd` is missing and how to
+/// install it; returns how long it took.
+async fn logged(controller: &ControllerProcess, crd: &str, within: Duration) -> Duration {
     let started = Instant::now();
-    let ok = wait_until(within, || async { controller.logs().contains(text) }).await;
+    let text = format!("the CRD {crd} is not installed; install");
+    let named = || {
+        controller
+            .logs()
+            .lines()
+            .any(|l| l.contains(&text) && (l.contains("WARN") || l.contains("ERROR")))
+    };
+    let ok = wait_until(within, || async { named() }).await;
     assert!(
         ok,
-        "no log line naming {text} within {within:?}:\n{}",
+        "no WARN/ERROR line naming {crd} and how to install it within {within:?}:\n{}",
         controller.logs()
     );
     started.elapsed()
@@ -213,6 +207,9 @@ async fn each_missing_crd_is_named_and_picked_up_once_installed() {
         "{}",
         first.logs()
     );
+    let metrics = first.admin_get("/metrics").await.1;
+    let series = "failover_missing_api{crd=\"failoverpolicies.failover.dev\"}";
+    assert_eq!(metric(&metrics, series), Some(1.0), "{metrics}");
     eprintln!("missing FailoverPolicy CRD named after {took:?}: {body}");
     drop(first);
 
@@ -262,6 +259,8 @@ async fn each_missing_crd_is_named_and_picked_up_once_installed() {
     let metrics = controller.admin_get("/metrics").await.1;
     let series = "failover_missing_api{crd=\"trafficsplits.split.smi-spec.io\"}";
     assert_eq!(metric(&metrics, series), Some(1.0), "{metrics}");
+    let routes = "failover_missing_api{crd=\"httproutes.gateway.networking.k8s.io\"}";
+    assert_eq!(metric(&metrics, routes), Some(1.0), "{metrics}");
 
     // Installed later: picked up without a restart.
     apply_crd(&env.client, &traffic_split_crd()).await;

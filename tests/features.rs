@@ -11,19 +11,14 @@ use kube::{
     Api,
     api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
 };
-use support::{ControllerProcess, PolicyBuilder, TestEnv, WAIT, condition, wait_until};
-
-async fn setup(test: &str, policy: PolicyBuilder) -> Option<(TestEnv, ControllerProcess)> {
-    let env = TestEnv::new(test).await?;
-    env.ready_backends(&["web", "web-east", "web-west"]).await;
-    let controller = ControllerProcess::start(&env, &[]);
-    env.apply(&policy);
-    Some((env, controller))
-}
+use support::{
+    ControllerProcess, PolicyBuilder, TestEnv, WAIT, condition, route_backend_weights, started,
+    wait_until,
+};
 
 #[tokio::test]
 async fn proportional_spills_traffic_over_by_health() {
-    let Some((env, _c)) = setup(
+    let Some((env, _c)) = started(
         "proportional",
         PolicyBuilder::web().strategy(Strategy::Proportional),
     )
@@ -72,7 +67,7 @@ async fn proportional_spills_traffic_over_by_health() {
 
 #[tokio::test]
 async fn min_ready_ratio_fails_over_a_thinned_primary() {
-    let Some((env, _c)) = setup(
+    let Some((env, _c)) = started(
         "ratio",
         PolicyBuilder::web().spec(|s| s.readiness.min_ready_ratio = Some(0.5)),
     )
@@ -91,7 +86,7 @@ async fn min_ready_ratio_fails_over_a_thinned_primary() {
 
 #[tokio::test]
 async fn when_none_ready_primary_sends_everything_to_the_primary() {
-    let Some((env, _c)) = setup(
+    let Some((env, _c)) = started(
         "none-primary",
         PolicyBuilder::web().spec(|s| s.when_none_ready = WhenNoneReady::Primary),
     )
@@ -115,7 +110,7 @@ async fn when_none_ready_primary_sends_everything_to_the_primary() {
 
 #[tokio::test]
 async fn suspend_freezes_the_split_while_status_shows_the_decision() {
-    let Some((env, _c)) = setup("suspend", PolicyBuilder::web()).await else {
+    let Some((env, _c)) = started("suspend", PolicyBuilder::web()).await else {
         return;
     };
     env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
@@ -151,7 +146,7 @@ async fn suspend_freezes_the_split_while_status_shows_the_decision() {
 
 #[tokio::test]
 async fn pin_overrides_readiness_and_warns_while_the_pinned_backend_is_down() {
-    let Some((env, _c)) = setup(
+    let Some((env, _c)) = started(
         "pin",
         PolicyBuilder::web().spec(|s| s.pin = Some("web-west".into())),
     )
@@ -202,22 +197,6 @@ fn http_route_policy(parent_port: Option<i32>) -> PolicyBuilder {
     })
 }
 
-fn route_weights(route: &DynamicObject) -> Vec<(String, i64)> {
-    route.data["spec"]["rules"][0]["backendRefs"]
-        .as_array()
-        .map(|refs| {
-            refs.iter()
-                .map(|r| {
-                    (
-                        r["name"].as_str().unwrap_or_default().to_string(),
-                        r["weight"].as_i64().unwrap_or(-1),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[tokio::test]
 async fn http_route_output_is_owned_kept_and_collected_like_a_traffic_split() {
     let Some(env) = TestEnv::new("httproute").await else {
@@ -246,7 +225,7 @@ async fn http_route_output_is_owned_kept_and_collected_like_a_traffic_split() {
                     .await
                     .ok()
                     .flatten()
-                    .is_some_and(|r| route_weights(&r) == expected)
+                    .is_some_and(|r| route_backend_weights(&r).as_ref() == Some(&expected))
             })
             .await;
             assert!(
@@ -356,7 +335,7 @@ fn ramped(failover_after: &str) -> PolicyBuilder {
 
 #[tokio::test]
 async fn a_failback_ramp_moves_the_primary_share_through_its_steps_and_aborts_on_a_failure() {
-    let Some((env, _c)) = setup("ramp", ramped("0s")).await else {
+    let Some((env, _c)) = started("ramp", ramped("0s")).await else {
         return;
     };
     env.set_endpoints("web", 0, 1).await;

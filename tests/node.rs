@@ -179,27 +179,56 @@ async fn scaling_the_primary_to_zero_fails_over() {
     env.cleanup().await;
 }
 
+/// Makes the primary's Pods fail their probes and waits until the policy holds the failover
+/// (`failoverAfter`), so that the replica in charge now cannot be the one that completes it.
+async fn failover_pending(env: &TestEnv) -> Instant {
+    env.set_backend_ready("web", false).await;
+    let pending = Instant::now();
+    env.wait_policy("web", WAIT, "FailoverPending", |p| {
+        support::condition_reason(p, "Ready").as_deref() == Some("FailoverPending")
+    })
+    .await;
+    pending
+}
+
+/// Waits for the failover, then checks which replica recorded it: `by`, not `not_by`.
+async fn failed_over_by(env: &TestEnv, not_by: &str) -> String {
+    env.wait_weights("web", &FAILED_OVER, WAIT).await;
+    let recorded = wait_until(WAIT, || async {
+        !env.event_reporters("web", "FailedOver").await.is_empty()
+    })
+    .await;
+    assert!(recorded, "a FailedOver Event");
+    let mut reporters = env.event_reporters("web", "FailedOver").await;
+    assert!(
+        !reporters.iter().any(|r| r == not_by),
+        "the failover was completed by {reporters:?}, not by the replaced {not_by}"
+    );
+    reporters.remove(0)
+}
+
 #[tokio::test]
 async fn a_replacement_controller_pod_completes_a_failover_its_predecessor_did_not() {
-    let Some(env) = installed("node-replace", 2, &[], PolicyBuilder::web()).await else {
+    // failoverAfter 10 s: the failover is pending when the Pod is deleted, and falls due only
+    // after it is gone.
+    let policy = PolicyBuilder::web().holds("10s", "0s");
+    let Some(env) = installed("node-replace", 2, &[], policy).await else {
         return;
     };
     let old = env.pods_of(CONTROLLER).await;
+    let pending = failover_pending(&env).await;
     ok(
         &env.kubectl(&["delete", "pod", &old[0], "--grace-period=0", "--force"]),
         "deleting the controller Pod",
     );
-    env.set_backend_ready("web", false).await;
-    let started = Instant::now();
-    env.wait_weights("web", &FAILED_OVER, WAIT).await;
+    let deleted = Instant::now();
+    let by = failed_over_by(&env, &old[0]).await;
     let new = env.pods_of(CONTROLLER).await;
-    assert!(
-        !new.contains(&old[0]),
-        "the replacement is another Pod: {new:?}"
-    );
+    assert!(new.contains(&by), "{by} is the replacement Pod: {new:?}");
     eprintln!(
-        "failover completed by the replacement Pod {:.1?} after the old one was deleted",
-        started.elapsed()
+        "failover completed by the replacement Pod {by} {:.1?} after the old one was deleted, {:.1?} after the failoverAfter hold (10 s) fell due",
+        deleted.elapsed(),
+        pending.elapsed().saturating_sub(Duration::from_secs(10))
     );
     env.cleanup().await;
 }
@@ -212,27 +241,29 @@ async fn killing_the_leader_pod_hands_over_to_the_standby() {
         "leaderElection.renewDeadline=3s",
         "leaderElection.retryPeriod=500ms",
     ];
-    let Some(env) = installed("node-leader", 2, &chart, PolicyBuilder::web()).await else {
+    let policy = PolicyBuilder::web().holds("6s", "0s");
+    let Some(env) = installed("node-leader", 2, &chart, policy).await else {
         return;
     };
     let first = leader(&env);
     assert!(!first.is_empty(), "a replica leads");
+    let pending = failover_pending(&env).await;
     ok(
         &env.kubectl(&["delete", "pod", &first, "--grace-period=0", "--force"]),
         "killing the leader Pod",
     );
     let killed = Instant::now();
-    env.set_backend_ready("web", false).await;
-    env.wait_weights("web", &FAILED_OVER, WAIT).await;
+    let by = failed_over_by(&env, &first).await;
     let took = killed.elapsed();
     let handed = wait_until(WAIT, || async {
         !leader(&env).is_empty() && leader(&env) != first
     })
     .await;
     assert!(handed, "the Lease moved to the standby");
+    assert_eq!(leader(&env), by, "the new leader completed the failover");
     eprintln!(
-        "leader Pod killed → failover completed in {took:.1?}, Lease now held by {}",
-        leader(&env)
+        "leader Pod killed → failover completed by the standby {by} in {took:.1?}, {:.1?} after the failoverAfter hold (6 s) fell due (lease 4 s)",
+        pending.elapsed().saturating_sub(Duration::from_secs(6))
     );
     let _ = node_kubectl(env.cp, &["get", "nodes"]);
     env.cleanup().await;

@@ -31,13 +31,7 @@ fn failover(env: &TestEnv, args: &[&str]) -> Output {
 
 /// The plugin's standard output; fails the test when it did not succeed.
 fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "kubectl failover failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).to_string()
+    support::ok(&out, "kubectl failover")
 }
 
 fn fits_100_columns(text: &str) {
@@ -164,7 +158,7 @@ fn managers(p: &FailoverPolicy) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn pin_unpin_suspend_and_resume_change_the_policy_under_their_own_field_manager() {
+async fn pin_unpin_suspend_and_resume_change_the_policy_under_their_own_field_managers() {
     let Some((env, _c)) = failed_over("plugin-edit").await else {
         return;
     };
@@ -175,7 +169,7 @@ async fn pin_unpin_suspend_and_resume_change_the_policy_under_their_own_field_ma
     let p = env.policy("web").await.expect("policy");
     assert_eq!(p.spec.pin.as_deref(), Some("web-west"));
     assert!(
-        managers(&p).contains(&"kubectl-failover".to_string()),
+        managers(&p).contains(&"kubectl-failover-pin".to_string()),
         "{:?}",
         managers(&p)
     );
@@ -201,6 +195,11 @@ async fn pin_unpin_suspend_and_resume_change_the_policy_under_their_own_field_ma
         1,
         "the route stays frozen while suspended"
     );
+    // The controls are independent: pinning and unpinning a suspended policy leaves it suspended.
+    ok(failover(&env, &["pin", "web", "web-west"]));
+    ok(failover(&env, &["unpin", "web"]));
+    let p = env.policy("web").await.expect("policy");
+    assert!(p.spec.suspend && p.spec.pin.is_none(), "{:?}", p.spec);
     ok(failover(&env, &["resume", "web"]));
     env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
         .await;

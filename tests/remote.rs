@@ -10,24 +10,43 @@ use std::time::{Duration, Instant};
 
 use failover::api::{FailoverPolicy, ReadinessFrom};
 use support::{
-    ControlPlane, ControllerProcess, PolicyBuilder, TestEnv, WAIT, condition, remote_control_plane,
+    ControlPlane, ControllerProcess, PolicyBuilder, RemotePlane, TestEnv, WAIT, condition,
+    remote_control_plane,
 };
 
 const PRIMARY: [(&str, i64); 3] = [("web", 1), ("web-east", 0), ("web-west", 0)];
 const EAST: [(&str, i64); 3] = [("web", 0), ("web-east", 1), ("web-west", 0)];
 const WEST: [(&str, i64); 3] = [("web", 0), ("web-east", 0), ("web-west", 1)];
 
-/// One remote cluster: a namespace there with a ready `web`, and a kubeconfig that can read it.
+/// One remote cluster: its control plane (stopped when this is dropped), a namespace there with
+/// a ready `web`, and a kubeconfig that can read it.
 struct Remote {
     env: TestEnv,
     kubeconfig: String,
+    plane: RemotePlane,
 }
 
-async fn remote(cp: &'static ControlPlane, test: &str) -> Remote {
-    let env = TestEnv::on(cp, test).await.expect("remote namespace");
+impl Remote {
+    fn cp(&self) -> &'static ControlPlane {
+        self.plane.cp
+    }
+}
+
+async fn remote(test: &str) -> Remote {
+    let plane = remote_control_plane();
+    let env = TestEnv::on(plane.cp, test).await.expect("remote namespace");
     env.ready_backends(&["web"]).await;
     let kubeconfig = env.reader_kubeconfig();
-    Remote { env, kubeconfig }
+    Remote {
+        env,
+        kubeconfig,
+        plane,
+    }
+}
+
+/// Both remote clusters of a test.
+async fn east_and_west() -> (Remote, Remote) {
+    (remote("east").await, remote("west").await)
 }
 
 fn from(cluster: &str, remote: &Remote) -> Option<ReadinessFrom> {
@@ -98,15 +117,19 @@ fn backend_message(p: &FailoverPolicy, service: &str) -> String {
 #[tokio::test]
 async fn readiness_comes_from_the_cluster_that_runs_the_backend() {
     let Some(_) = support::shared() else { return };
-    let (east_cp, west_cp) = (remote_control_plane(), remote_control_plane());
-    let (east, west) = (remote(east_cp, "east").await, remote(west_cp, "west").await);
+    let (east, west) = east_and_west().await;
     let Some((env, _c)) = local("remote-readiness", &east, &west, "30s").await else {
         return;
     };
     // The mirrors have no endpoints; the remote Services' readiness decides.
     env.set_endpoints("web", 0, 1).await;
     env.wait_weights("web", &EAST, WAIT).await;
-    let p = env.policy("web").await.expect("policy");
+    let p = env
+        .wait_policy("web", WAIT, "every cluster reachable", |p| {
+            condition(p, "ClustersReachable").map(|c| c.1).as_deref()
+                == Some("AllClustersReachable")
+        })
+        .await;
     let source = p
         .status
         .as_ref()
@@ -115,10 +138,6 @@ async fn readiness_comes_from_the_cluster_that_runs_the_backend() {
     assert_eq!(
         (source.cluster.as_str(), source.service.as_str()),
         ("east", "web")
-    );
-    assert_eq!(
-        condition(&p, "ClustersReachable").map(|c| c.1).as_deref(),
-        Some("AllClustersReachable")
     );
     // Ten remote changes, then ten local ones, each timed from the write to the route change
     // (read every 2 ms): the local ones are the floor of the remote path.
@@ -141,11 +160,33 @@ async fn readiness_comes_from_the_cluster_that_runs_the_backend() {
     env.cleanup().await;
 }
 
+/// Reads the weights of `name` until `until` has passed since `from`, failing if they ever differ
+/// from `expected` (a failed read is not a difference).
+async fn unchanged_until(
+    env: &TestEnv,
+    name: &str,
+    expected: &[(&str, i64)],
+    from: Instant,
+    until: Duration,
+) {
+    let want: Vec<(String, i64)> = expected.iter().map(|(s, w)| (s.to_string(), *w)).collect();
+    while from.elapsed() < until {
+        if let Some(seen) = env.split_weights(name).await {
+            assert_eq!(
+                seen,
+                want,
+                "{name} moved {:.1?} after the outage began, before {until:?}",
+                from.elapsed()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_silent_cluster_counts_as_not_ready_after_stale_after_and_not_before() {
     let Some(_) = support::shared() else { return };
-    let (east_cp, west_cp) = (remote_control_plane(), remote_control_plane());
-    let (east, west) = (remote(east_cp, "east").await, remote(west_cp, "west").await);
+    let (east, west) = east_and_west().await;
     // FAILOVER_TEST_STALE_AFTER_SECONDS measures other values by hand (docs/benchmarks.md).
     let stale_after: u64 = std::env::var("FAILOVER_TEST_STALE_AFTER_SECONDS")
         .ok()
@@ -155,38 +196,69 @@ async fn a_silent_cluster_counts_as_not_ready_after_stale_after_and_not_before()
     let Some((env, _c)) = local("remote-stale", &east, &west, &stale).await else {
         return;
     };
+    // A second policy whose primary is read from east, held 3 s before traffic returns to it.
+    env.ready_backends(&["api-local"]).await;
+    env.apply(
+        &PolicyBuilder::named("api", "web-east", &["api-local"])
+            .holds("0s", "3s")
+            .spec(|s| s.primary_readiness_from = from("east", &east)),
+    );
     env.set_endpoints("web", 0, 1).await;
     env.wait_weights("web", &EAST, WAIT).await;
-    let dir = east_cp.dir.to_string_lossy().to_string();
+    env.wait_weights("api", &[("web-east", 1), ("api-local", 0)], WAIT)
+        .await;
+    let (east_cp, dir) = (east.cp(), east.cp().dir.to_string_lossy().to_string());
     let stopped = Instant::now();
     // SIGKILL: the API server is gone at once (a graceful stop refuses connections long before
     // the process exits).
     east_cp.script(&["stop-component", &dir, "kube-apiserver", "--kill"]);
-    tokio::time::sleep(Duration::from_millis(stale_after * 500)).await;
-    let weights: Vec<(String, i64)> = EAST.iter().map(|(s, w)| (s.to_string(), *w)).collect();
-    assert_eq!(
-        env.split_weights("web").await,
-        Some(weights),
-        "nothing moves before staleAfter"
-    );
+    unchanged_until(
+        &env,
+        "web",
+        &EAST,
+        stopped,
+        Duration::from_secs(stale_after),
+    )
+    .await;
     env.wait_weights("web", &WEST, WAIT).await;
     let left = stopped.elapsed();
-    let p = env.policy("web").await.expect("policy");
+    assert!(left >= Duration::from_secs(stale_after), "{left:?}");
+    env.wait_weights("api", &[("web-east", 0), ("api-local", 1)], WAIT)
+        .await;
+    let p = env
+        .wait_policy("web", WAIT, "east unreachable", |p| {
+            condition(p, "ClustersReachable").is_some_and(|c| c.0 == "False")
+        })
+        .await;
     let message = backend_message(&p, "web-east");
     assert!(
         message.starts_with("cluster east unreachable for"),
         "{message}"
     );
-    assert!(
-        condition(&p, "ClustersReachable").is_some_and(|c| c.0 == "False"),
-        "{p:?}"
-    );
     let restored = Instant::now();
     east_cp.script(&["start-component", &dir, "kube-apiserver"]);
+    // Readiness is re-read; the secondary comes back at once, the primary after failbackAfter.
     env.wait_weights("web", &EAST, WAIT).await;
+    let reread = restored.elapsed();
+    env.wait_weights("api", &[("web-east", 1), ("api-local", 0)], WAIT)
+        .await;
+    let p = env
+        .wait_policy("api", WAIT, "failed back", |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.last_failback_time.is_some())
+        })
+        .await;
+    let status = p.status.expect("status");
+    let ready_since = status.backends[0].last_transition_time.expect("since").0;
+    let failed_back = status.last_failback_time.expect("failback time").0;
+    assert!(
+        failed_back - ready_since >= chrono::Duration::seconds(3),
+        "failbackAfter held: primary ready at {ready_since}, traffic back at {failed_back}"
+    );
     eprintln!(
-        "staleAfter {stale}: traffic left the silent cluster {left:.1?} after its API server stopped ({message}); returned {:.1?} after it started again",
-        restored.elapsed()
+        "staleAfter {stale}: traffic left the silent cluster {left:.1?} after its API server stopped ({message}); re-read and back {reread:.1?} after it started again; the primary read from it {:.1?} later (failbackAfter 3 s)",
+        (failed_back - ready_since).to_std().unwrap_or_default()
     );
     env.cleanup().await;
 }
@@ -194,8 +266,7 @@ async fn a_silent_cluster_counts_as_not_ready_after_stale_after_and_not_before()
 #[tokio::test]
 async fn wrong_credentials_are_reported_with_the_api_servers_words_and_a_fix_recovers() {
     let Some(_) = support::shared() else { return };
-    let (east_cp, west_cp) = (remote_control_plane(), remote_control_plane());
-    let (east, west) = (remote(east_cp, "east").await, remote(west_cp, "west").await);
+    let (east, west) = east_and_west().await;
     let Some((env, _c)) = local("remote-auth", &east, &west, "2s").await else {
         return;
     };
@@ -232,8 +303,7 @@ async fn wrong_credentials_are_reported_with_the_api_servers_words_and_a_fix_rec
 #[tokio::test]
 async fn a_deleted_cluster_secret_makes_its_backends_not_ready_with_a_clear_message() {
     let Some(_) = support::shared() else { return };
-    let (east_cp, west_cp) = (remote_control_plane(), remote_control_plane());
-    let (east, west) = (remote(east_cp, "east").await, remote(west_cp, "west").await);
+    let (east, west) = east_and_west().await;
     let Some((env, _c)) = local("remote-deleted", &east, &west, "30s").await else {
         return;
     };

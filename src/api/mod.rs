@@ -21,8 +21,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use self::rules::{
-    DNS1035_LABEL, DNS1123_LABEL, DNS1123_SUBDOMAIN, GO_DURATION, MAX_MIN_READY_ENDPOINTS,
-    MAX_RAMP_STEPS, MAX_SECONDARIES, MAX_WEIGHT, PROMETHEUS_ADDRESS,
+    DNS1035_LABEL, DNS1123_LABEL, DNS1123_SUBDOMAIN, GO_DURATION, MAX_DURATION_LENGTH, MAX_LABEL,
+    MAX_MIN_READY_ENDPOINTS, MAX_RAMP_STEPS, MAX_SECONDARIES, MAX_SUBDOMAIN, MAX_WEIGHT,
+    PROMETHEUS_ADDRESS,
 };
 use crate::validate::{dns1035_label, dns1123_label, dns1123_subdomain};
 
@@ -129,14 +130,21 @@ pub struct FailoverPolicySpec {
     /// The apex Service that clients call. It becomes the TrafficSplit's root service
     /// (`spec.service`); the mesh sends its traffic to the backends by weight. It may also be the
     /// primary backend, as in a linkerd-failover setup.
-    #[schemars(length(min = 1, max = 63), pattern(DNS1035_LABEL))]
-    #[garde(length(min = 1, max = 63), custom(dns1035_label))]
+    #[schemars(length(min = 1, max = MAX_LABEL), pattern(DNS1035_LABEL))]
+    #[garde(length(min = 1, max = MAX_LABEL), custom(dns1035_label))]
     pub service: String,
 
     /// The backend Service that takes all traffic while it is ready.
-    #[schemars(length(min = 1, max = 63), pattern(DNS1035_LABEL))]
-    #[garde(length(min = 1, max = 63), custom(dns1035_label))]
+    #[schemars(length(min = 1, max = MAX_LABEL), pattern(DNS1035_LABEL))]
+    #[garde(length(min = 1, max = MAX_LABEL), custom(dns1035_label))]
     pub primary: String,
+
+    /// Where the primary's readiness is read, when not from its own EndpointSlices: a Service in
+    /// another cluster, as for a secondary's `readinessFrom`. Traffic still goes to the local
+    /// Service named by `primary` (a mirror).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub primary_readiness_from: Option<ReadinessFrom>,
 
     /// Backends that take traffic while the primary is not ready, in order of preference
     /// (1 to 32 entries, each naming a distinct Service). They may be local Services or Services
@@ -181,8 +189,8 @@ pub struct FailoverPolicySpec {
     /// Sends all traffic to this backend (the primary or a secondary), whatever its readiness,
     /// until unset (condition `Pinned`; a Warning Event while the pinned backend is not ready).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 63), pattern(DNS1035_LABEL))]
-    #[garde(inner(length(min = 1, max = 63), custom(dns1035_label)))]
+    #[schemars(length(min = 1, max = MAX_LABEL), pattern(DNS1035_LABEL))]
+    #[garde(inner(length(min = 1, max = MAX_LABEL), custom(dns1035_label)))]
     pub pin: Option<String>,
 
     /// What the controller generates and owns: `TrafficSplit` (default, SMI) or `HTTPRoute`
@@ -206,7 +214,7 @@ pub struct FailoverPolicySpec {
     /// duration such as `30s` or `2m` (default `0s`: at once; at most `24h`). Damps failover on
     /// short blips.
     #[serde(default = "zero_duration")]
-    #[schemars(length(max = 64), pattern(GO_DURATION))]
+    #[schemars(length(max = MAX_DURATION_LENGTH), pattern(GO_DURATION))]
     #[x_kube(validation = rules::hold_duration_rule())]
     #[garde(skip)]
     pub failover_after: String,
@@ -215,7 +223,7 @@ pub struct FailoverPolicySpec {
     /// failover, as a duration such as `1m` (default `0s`: at once; at most `24h`). Damps
     /// flapping between primary and secondaries.
     #[serde(default = "zero_duration")]
-    #[schemars(length(max = 64), pattern(GO_DURATION))]
+    #[schemars(length(max = MAX_DURATION_LENGTH), pattern(GO_DURATION))]
     #[x_kube(validation = rules::hold_duration_rule())]
     #[garde(skip)]
     pub failback_after: String,
@@ -257,8 +265,8 @@ pub struct HealthSpec {
 pub struct PrometheusHealth {
     /// Prometheus' address, `http://host:port` (default: the controller's `--prometheus-address`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253), pattern(PROMETHEUS_ADDRESS))]
-    #[garde(inner(length(min = 1, max = 253)))]
+    #[schemars(length(min = 1, max = MAX_SUBDOMAIN), pattern(PROMETHEUS_ADDRESS))]
+    #[garde(inner(length(min = 1, max = MAX_SUBDOMAIN)))]
     pub address: Option<String>,
 
     /// The PromQL query for one backend, returning one number; `{{service}}` and
@@ -281,7 +289,7 @@ pub struct PrometheusHealth {
 
     /// How often the queries run, as a duration such as `10s` (default `10s`, at least `1s`).
     #[serde(default = "ten_seconds")]
-    #[schemars(length(max = 64), pattern(GO_DURATION))]
+    #[schemars(length(max = MAX_DURATION_LENGTH), pattern(GO_DURATION))]
     #[x_kube(validation = rules::hold_duration_rule())]
     #[x_kube(validation = rules::health_interval_rule())]
     #[garde(skip)]
@@ -334,7 +342,7 @@ pub struct RampSpec {
     pub steps: Vec<i32>,
 
     /// How long each step lasts, as a duration such as `30s` (at most `24h`).
-    #[schemars(length(max = 64), pattern(GO_DURATION))]
+    #[schemars(length(max = MAX_DURATION_LENGTH), pattern(GO_DURATION))]
     #[x_kube(validation = rules::hold_duration_rule())]
     #[garde(skip)]
     pub every: String,
@@ -351,6 +359,7 @@ impl Default for FailoverPolicySpec {
         Self {
             service: String::new(),
             primary: String::new(),
+            primary_readiness_from: None,
             secondaries: Vec::new(),
             strategy: Strategy::default(),
             overprovisioning_factor: None,
@@ -375,8 +384,8 @@ impl Default for FailoverPolicySpec {
 pub struct SecondaryBackend {
     /// Name of the backend Service, in the policy's namespace (a mirrored Service for a backend
     /// in another cluster).
-    #[schemars(length(min = 1, max = 63), pattern(DNS1035_LABEL))]
-    #[garde(length(min = 1, max = 63), custom(dns1035_label))]
+    #[schemars(length(min = 1, max = MAX_LABEL), pattern(DNS1035_LABEL))]
+    #[garde(length(min = 1, max = MAX_LABEL), custom(dns1035_label))]
     pub service: String,
 
     /// Relative share of traffic this backend takes among the ready secondaries, 1 to 1000.
@@ -396,6 +405,22 @@ pub struct SecondaryBackend {
     pub readiness_from: Option<ReadinessFrom>,
 }
 
+impl FailoverPolicySpec {
+    /// The backends whose readiness is read from another cluster, primary first: each backend's
+    /// Service and where its readiness comes from.
+    pub fn remote_backends(&self) -> impl Iterator<Item = (&str, &ReadinessFrom)> {
+        let primary = self
+            .primary_readiness_from
+            .as_ref()
+            .map(|from| (self.primary.as_str(), from));
+        let secondaries = self
+            .secondaries
+            .iter()
+            .filter_map(|s| Some((s.service.as_str(), s.readiness_from.as_ref()?)));
+        primary.into_iter().chain(secondaries)
+    }
+}
+
 impl SecondaryBackend {
     /// The secondary `service`, with no weight and its own readiness.
     pub fn new(service: impl Into<String>) -> Self {
@@ -412,20 +437,20 @@ impl SecondaryBackend {
 #[serde(rename_all = "camelCase")]
 pub struct ReadinessFrom {
     /// The cluster, as named by the `failover.dev/cluster` label of its Secret.
-    #[schemars(length(min = 1, max = 63), pattern(DNS1035_LABEL))]
-    #[garde(length(min = 1, max = 63), custom(dns1035_label))]
+    #[schemars(length(min = 1, max = MAX_LABEL), pattern(DNS1035_LABEL))]
+    #[garde(length(min = 1, max = MAX_LABEL), custom(dns1035_label))]
     pub cluster: String,
 
     /// The remote Service's namespace (default: the policy's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 63), pattern(DNS1123_LABEL))]
-    #[garde(inner(length(min = 1, max = 63), custom(dns1123_label)))]
+    #[schemars(length(min = 1, max = MAX_LABEL), pattern(DNS1123_LABEL))]
+    #[garde(inner(length(min = 1, max = MAX_LABEL), custom(dns1123_label)))]
     pub namespace: Option<String>,
 
     /// The remote Service (default: the backend's own `service`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 63), pattern(DNS1035_LABEL))]
-    #[garde(inner(length(min = 1, max = 63), custom(dns1035_label)))]
+    #[schemars(length(min = 1, max = MAX_LABEL), pattern(DNS1035_LABEL))]
+    #[garde(inner(length(min = 1, max = MAX_LABEL), custom(dns1035_label)))]
     pub service: Option<String>,
 }
 
@@ -530,8 +555,8 @@ pub struct HttpRouteSpec {
     /// Name of the HTTPRoute (default: the policy's name). It cannot be changed later. An
     /// HTTPRoute of this name that the policy does not own is never touched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253), pattern(DNS1123_SUBDOMAIN))]
-    #[garde(inner(length(min = 1, max = 253), custom(dns1123_subdomain)))]
+    #[schemars(length(min = 1, max = MAX_SUBDOMAIN), pattern(DNS1123_SUBDOMAIN))]
+    #[garde(inner(length(min = 1, max = MAX_SUBDOMAIN), custom(dns1123_subdomain)))]
     pub name: Option<String>,
 
     /// The port of the apex Service the route attaches to (parentRef port); default: every port.
@@ -555,8 +580,8 @@ pub struct TrafficSplitSpec {
     /// TrafficSplit of this name that the policy does not own is never touched; the policy then
     /// reports `Ready=False` with reason `TrafficSplitConflict`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253), pattern(DNS1123_SUBDOMAIN))]
-    #[garde(inner(length(min = 1, max = 253), custom(dns1123_subdomain)))]
+    #[schemars(length(min = 1, max = MAX_SUBDOMAIN), pattern(DNS1123_SUBDOMAIN))]
+    #[garde(inner(length(min = 1, max = MAX_SUBDOMAIN), custom(dns1123_subdomain)))]
     pub name: Option<String>,
 
     /// API version the TrafficSplit is written in: `split.smi-spec.io/v1alpha2` (default) or

@@ -20,6 +20,10 @@ pub const MAX_MIN_READY_ENDPOINTS: i32 = 100_000;
 pub const MAX_RAMP_STEPS: usize = 10;
 /// Longest duration string accepted.
 pub const MAX_DURATION_LENGTH: usize = 64;
+/// Longest DNS label (a Service's, a namespace's or a cluster's name), and longest label value.
+pub const MAX_LABEL: usize = 63;
+/// Longest DNS subdomain (most object names) and the longest address accepted.
+pub const MAX_SUBDOMAIN: usize = 253;
 /// The `overprovisioningFactor` used when none is set.
 pub const DEFAULT_OVERPROVISIONING_FACTOR: f64 = 1.4;
 
@@ -180,7 +184,7 @@ pub const OUTPUT_FIXED: CrossFieldRule = CrossFieldRule {
 
 /// Longest policy name: the name is the value of the [`crate::route::POLICY_LABEL`] label on
 /// the generated route, and label values hold at most 63 characters.
-pub const MAX_POLICY_NAME: usize = 63;
+pub const MAX_POLICY_NAME: usize = MAX_LABEL;
 /// What is wrong with a longer name.
 pub const POLICY_NAME_MESSAGE: &str = "metadata.name must be at most 63 characters: it is the value of the failover.dev/policy label on the generated route";
 
@@ -222,6 +226,12 @@ mod tests {
         assert!(DNS1123_RE.is_match("web.split-1"));
         assert!(GO_DURATION_RE.is_match("1m30s"));
         assert!(!GO_DURATION_RE.is_match("-1s"));
+    }
+
+    #[test]
+    fn the_policy_name_message_states_the_bound_it_checks() {
+        assert!(POLICY_NAME_MESSAGE.contains(&format!("at most {MAX_POLICY_NAME} characters")));
+        assert!(POLICY_NAME_MESSAGE.contains(crate::route::POLICY_LABEL));
     }
 
     #[test]

@@ -317,3 +317,45 @@ pub fn share(weight: i32, total: i64) -> String {
         format!("{whole}.{fraction:02}%")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{api::Strategy, decide::tests::valid, observe::readiness::BackendObservation};
+
+    fn find<'a>(verdicts: &'a [Verdict], type_: &str) -> (&'a str, bool) {
+        verdicts
+            .iter()
+            .find(|v| v.type_ == type_)
+            .map(|v| (v.reason.as_str(), v.status))
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_failover_is_ready_and_degraded_naming_the_primary() {
+        let policy = valid(Strategy::Ordered, &[("a", None)]);
+        let observed = [
+            BackendObservation::counted(0, 2),
+            BackendObservation::counted(1, 1),
+        ];
+        let plan = super::super::decide(&policy, &observed, None, Utc::now());
+        let verdicts = verdicts(&policy, &plan);
+        assert_eq!(find(&verdicts, READY), ("FailedOver", true));
+        assert_eq!(find(&verdicts, DEGRADED), ("PrimaryNotReady", true));
+        let degraded = verdicts.iter().find(|v| v.type_ == DEGRADED);
+        assert!(
+            degraded.is_some_and(|v| v.message.contains("web-primary (0 of 2 endpoints ready")),
+            "{verdicts:?}"
+        );
+        assert_eq!(find(&verdicts, PINNED), ("", false), "no pin, no condition");
+    }
+
+    #[test]
+    fn shares_are_percentages_with_at_most_two_decimals() {
+        assert_eq!(share(1, 1), "100%");
+        assert_eq!(share(1, 3), "33.33%");
+        assert_eq!(share(7000, 10_000), "70%");
+        assert_eq!(share(1, 8), "12.5%");
+        assert_eq!(share(0, 0), "0%");
+    }
+}

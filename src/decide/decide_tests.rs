@@ -103,6 +103,7 @@ fn spec(strategy: Strategy, secondaries: &[(&str, Option<i32>)]) -> FailoverPoli
         http_route: None,
         failback: None,
         health: None,
+        primary_readiness_from: None,
     }
 }
 
@@ -118,6 +119,7 @@ fn up(ready: i32) -> BackendObservation {
         total_endpoints: ready.max(2),
         unavailable: None,
         as_of: None,
+        awaiting: false,
         health: None,
     }
 }
@@ -688,6 +690,7 @@ fn arb_observation() -> impl proptest::strategy::Strategy<Value = BackendObserva
             total_endpoints: if slices == 0 { 0 } else { ready + extra },
             unavailable: None,
             as_of: None,
+            awaiting: false,
             health: None,
         }
     })
@@ -876,8 +879,10 @@ fn with_health(max: f64, no_data: crate::api::NoData) -> FailoverPolicySpec {
 fn reading(value: Option<f64>, failing: Option<&str>) -> BackendObservation {
     BackendObservation {
         health: Some(crate::health::Reading {
-            value,
-            read_at: t(0),
+            sample: Some(crate::health::Sample {
+                value,
+                read_at: t(0),
+            }),
             failing: failing.map(str::to_string),
         }),
         ..up(3)
@@ -927,6 +932,33 @@ fn a_failing_query_keeps_the_last_verdict_and_says_so() {
         (c.status.as_str(), c.reason.as_str()),
         ("True", "HealthQueryFailed")
     );
+}
+
+#[test]
+fn a_query_that_never_answered_gives_no_verdict_whatever_no_data_says() {
+    let never = BackendObservation {
+        health: Some(crate::health::Reading {
+            sample: None,
+            failing: Some("no Prometheus to ask".into()),
+        }),
+        ..up(3)
+    };
+    for no_data in [crate::api::NoData::Healthy, crate::api::NoData::Unhealthy] {
+        let d = decide(
+            &with_health(0.5, no_data),
+            &[never.clone(), up(1), up(1)],
+            None,
+            t(0),
+        );
+        assert_eq!(d.weights, vec![1, 0, 0], "readiness alone decides");
+        assert!(d.status.backends[0].health.is_none());
+        assert!(
+            d.status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "HealthQueryFailed" && c.status == "True")
+        );
+    }
 }
 
 #[test]

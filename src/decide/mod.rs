@@ -1,4 +1,4 @@
-//! Step 4 of the pipeline: the failover decision, a pure function of (valid policy, backend
+//! Step 5 of the pipeline: the failover decision, a pure function of (valid policy, backend
 //! observations, previous status, now). No I/O happens here, and no status is built here: the
 //! result is a [`Plan`] that the apply step writes and the status step reports.
 //!

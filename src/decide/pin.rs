@@ -18,3 +18,24 @@ pub fn route(policy: &ValidPolicy) -> Option<Routing> {
         rule: Rule::Pinned(pinned),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{api::Strategy, decide::tests::valid};
+
+    #[test]
+    fn a_pin_sends_everything_to_its_backend_and_no_pin_decides_nothing() {
+        let mut policy = valid(Strategy::Ordered, &[("a", None), ("b", None)]);
+        assert_eq!(route(&policy), None);
+        policy.pin = Some(2);
+        let routing = route(&policy).expect("pinned");
+        assert_eq!(routing.weights, vec![0, 0, 1]);
+        assert_eq!(
+            (routing.phase, routing.rule),
+            (Phase::FailedOver, Rule::Pinned(2))
+        );
+        policy.pin = Some(0);
+        assert_eq!(route(&policy).map(|r| r.phase), Some(Phase::Primary));
+    }
+}

@@ -74,3 +74,52 @@ impl Previous {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        api::{BackendStatus, Role, Strategy},
+        decide::tests::valid,
+    };
+
+    fn backend(service: &str, weight: i32) -> BackendStatus {
+        BackendStatus {
+            service: service.into(),
+            role: Role::Secondary,
+            ready: true,
+            ready_endpoints: 1,
+            total_endpoints: 1,
+            weight,
+            share: None,
+            last_transition_time: None,
+            message: None,
+            readiness_from: None,
+            readiness_as_of: None,
+            health: None,
+        }
+    }
+
+    #[test]
+    fn no_status_means_traffic_never_left_the_primary() {
+        let policy = valid(Strategy::Ordered, &[("a", None)]);
+        let p = Previous::of(&policy, None);
+        assert!(p.on_primary && !p.decided && p.weights.is_none());
+    }
+
+    #[test]
+    fn weights_are_read_against_the_current_backends() {
+        // `b` was removed from the spec and `c` added since the status was written.
+        let policy = valid(Strategy::Ordered, &[("a", None), ("c", None)]);
+        let status = FailoverPolicyStatus {
+            phase: Some(Phase::FailedOver),
+            active_backends: vec!["a".into()],
+            backends: vec![backend("web-primary", 0), backend("a", 1), backend("b", 5)],
+            ..FailoverPolicyStatus::default()
+        };
+        let p = Previous::of(&policy, Some(&status));
+        assert_eq!(p.weights, Some(vec![0, 1, 0]));
+        assert!(p.decided && !p.on_primary);
+        assert_eq!(p.active, vec!["a".to_string()]);
+    }
+}

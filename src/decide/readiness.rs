@@ -2,7 +2,9 @@
 //!
 //! A backend is ready when its Service exists, at least `minReadyEndpoints` of its endpoints are
 //! ready, and (when set) at least `minReadyRatio` of them. Its readiness keeps the time it last
-//! changed from the previous status while it does not change.
+//! changed from the previous status while it does not change. While its counts are not known yet
+//! (a remote cluster that has not answered since the controller started), the previous status's
+//! readiness stands.
 
 use chrono::{DateTime, Utc};
 
@@ -39,6 +41,9 @@ pub fn assess(
         .enumerate()
         .map(|(i, name)| {
             let observation = observations.get(i).cloned().unwrap_or_default();
+            if let Some(last) = last_known(&observation, previous, name, now) {
+                return last;
+            }
             let healthy = healthy(policy, &observation);
             let ready = is_ready(&observation, policy.readiness) && healthy.is_none();
             let since = previous
@@ -62,20 +67,47 @@ pub fn assess(
         .collect()
 }
 
-/// Why a backend's health reading makes it not ready, if it does: the value out of the
-/// threshold (a failing query keeps the last value; no reading yet counts as healthy).
-pub fn healthy(policy: &ValidPolicy, o: &BackendObservation) -> Option<String> {
-    let (health, reading) = (policy.health.as_ref()?, o.health.as_ref()?);
-    if health.healthy(reading.value) {
+/// The state the previous status recorded, for a backend whose counts are not known yet.
+fn last_known(
+    observation: &BackendObservation,
+    previous: Option<&FailoverPolicyStatus>,
+    name: &str,
+    now: DateTime<Utc>,
+) -> Option<BackendState> {
+    if !observation.awaiting {
         return None;
     }
-    let value = reading
+    let last = previous?.backends.iter().find(|b| b.service == name)?;
+    Some(BackendState {
+        service: name.to_string(),
+        observation: BackendObservation {
+            service_exists: true,
+            ready_endpoints: last.ready_endpoints,
+            total_endpoints: last.total_endpoints,
+            ..observation.clone()
+        },
+        ready: last.ready,
+        since: last.last_transition_time.map_or(now, |t| t.0),
+        not_ready: (!last.ready).then(|| last.message.clone().unwrap_or_default()),
+    })
+}
+
+/// Why a backend's health reading makes it not ready, if it does: the value out of the
+/// threshold (a failing query keeps the last value; a query that never answered gives no
+/// verdict).
+pub fn healthy(policy: &ValidPolicy, o: &BackendObservation) -> Option<String> {
+    let health = policy.health.as_ref()?;
+    let sample = o.health.as_ref()?.sample.as_ref()?;
+    if health.healthy(sample.value) {
+        return None;
+    }
+    let value = sample
         .value
         .map_or("no data".to_string(), |v| v.to_string());
     Some(format!(
         "health query gave {value}, not {} (read at {})",
         health.threshold(),
-        crate::api::Timestamp(reading.read_at)
+        crate::api::Timestamp(sample.read_at)
     ))
 }
 
@@ -135,6 +167,44 @@ mod tests {
         };
         assert!(!is_ready(&seen(1, 3), half));
         assert!(is_ready(&seen(2, 4), half));
+    }
+
+    #[test]
+    fn counts_not_known_yet_keep_the_readiness_the_previous_status_recorded() {
+        use crate::api::{BackendStatus, Role};
+        let awaiting = BackendObservation {
+            unavailable: Some("cluster east has not answered yet".into()),
+            awaiting: true,
+            ..BackendObservation::default()
+        };
+        let previous = FailoverPolicyStatus {
+            backends: vec![BackendStatus {
+                service: "web-east".into(),
+                role: Role::Secondary,
+                ready: true,
+                ready_endpoints: 2,
+                total_endpoints: 3,
+                weight: 1,
+                share: None,
+                last_transition_time: None,
+                message: None,
+                readiness_from: None,
+                readiness_as_of: None,
+                health: None,
+            }],
+            ..FailoverPolicyStatus::default()
+        };
+        let now = Utc::now();
+        let kept = last_known(&awaiting, Some(&previous), "web-east", now).expect("kept");
+        assert!(kept.ready);
+        assert_eq!(kept.observation.ready_endpoints, 2);
+        assert_eq!(
+            last_known(&awaiting, None, "web-east", now),
+            None,
+            "nothing to keep"
+        );
+        let known = BackendObservation::counted(0, 3);
+        assert_eq!(last_known(&known, Some(&previous), "web-east", now), None);
     }
 
     #[test]

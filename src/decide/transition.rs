@@ -184,3 +184,93 @@ pub fn times(
     }
     (last_failover, last_failback)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{api::Strategy, decide::tests::valid};
+
+    fn routing(phase: Phase, weights: Vec<i32>) -> Routing {
+        Routing {
+            phase,
+            weights,
+            rule: Rule::FailedOver,
+        }
+    }
+
+    fn state(service: &str, ready: bool) -> BackendState {
+        BackendState {
+            service: service.into(),
+            observation: Default::default(),
+            ready,
+            since: chrono::DateTime::UNIX_EPOCH,
+            not_ready: None,
+        }
+    }
+
+    fn on_primary() -> Previous {
+        Previous {
+            decided: true,
+            phase: Some(Phase::Primary),
+            weights: Some(vec![1, 0]),
+            active: vec!["web-primary".into()],
+            on_primary: true,
+            ..Previous::default()
+        }
+    }
+
+    #[test]
+    fn traffic_leaving_the_primary_is_a_failover_with_a_sentence() {
+        let policy = valid(Strategy::Ordered, &[("a", None)]);
+        let backends = [state("web-primary", false), state("a", true)];
+        let moved = detect(
+            &policy,
+            &routing(Phase::FailedOver, vec![0, 1]),
+            &backends,
+            &on_primary(),
+        )
+        .expect("a transition");
+        assert_eq!(moved.transition, Transition::FailedOver);
+        assert_eq!(
+            moved.message,
+            "primary web-primary is not ready; traffic moved to a"
+        );
+        let now = Timestamp(chrono::DateTime::UNIX_EPOCH);
+        let (failover, failback) = times(
+            &policy,
+            &routing(Phase::FailedOver, vec![0, 1]),
+            &on_primary(),
+            now,
+        );
+        assert_eq!((failover, failback), (Some(now), None));
+    }
+
+    #[test]
+    fn nothing_is_announced_on_a_first_decision_while_suspended_or_when_nothing_moved() {
+        let mut policy = valid(Strategy::Ordered, &[("a", None)]);
+        let backends = [state("web-primary", true), state("a", true)];
+        let same = routing(Phase::Primary, vec![1, 0]);
+        assert_eq!(detect(&policy, &same, &backends, &on_primary()), None);
+        let moved = routing(Phase::FailedOver, vec![0, 1]);
+        assert_eq!(
+            detect(&policy, &moved, &backends, &Previous::default()),
+            None
+        );
+        policy.suspend = true;
+        assert_eq!(detect(&policy, &moved, &backends, &on_primary()), None);
+    }
+
+    #[test]
+    fn losing_every_backend_is_a_warning_once() {
+        let policy = valid(Strategy::Ordered, &[("a", None)]);
+        let backends = [state("web-primary", false), state("a", false)];
+        let none = routing(Phase::NoReadyBackend, vec![1, 0]);
+        let first = detect(&policy, &none, &backends, &on_primary()).expect("announced");
+        assert!(first.transition.is_warning());
+        let already = Previous {
+            phase: Some(Phase::NoReadyBackend),
+            ..on_primary()
+        };
+        assert_eq!(detect(&policy, &none, &backends, &already), None);
+    }
+}

@@ -3,6 +3,12 @@
 //! never one per event), and the reading kept here for the gather step. A reading that changes
 //! the verdict (healthy or not, or the query failing or recovering) wakes the policy; a failing
 //! query keeps the last value (fail static).
+//!
+//! Fail static survives a restart or a change of leader: a poller that starts with no reading
+//! of its own takes the last one the policy's status recorded, so a primary failed over for its
+//! error rate stays failed over while Prometheus is down. A query that has never answered (no
+//! address, or Prometheus down since the start) gives no verdict: routing follows readiness
+//! alone, and the `HealthQueryFailed` condition says why.
 
 pub mod prometheus;
 
@@ -16,15 +22,44 @@ use tracing::warn;
 use self::prometheus::Prometheus;
 use crate::{api::FailoverPolicy, metrics::Metrics, observe::index::PolicyKey, validate};
 
-/// The last reading of one backend's health query.
+/// One answer of a backend's health query.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Reading {
+pub struct Sample {
     /// The value (`None`: the query returned no data).
     pub value: Option<f64>,
     /// When it was read.
     pub read_at: DateTime<Utc>,
-    /// The error of the latest query, while it fails (the value is then the last good one).
+}
+
+/// What is known of one backend's health query.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reading {
+    /// Its last answer (`None`: it has not answered yet, and gives no verdict).
+    pub sample: Option<Sample>,
+    /// The error of the latest query, while it fails (the sample is then the last good one).
     pub failing: Option<String>,
+}
+
+impl Reading {
+    /// The last answer recorded in a policy's status for this backend, to carry the verdict over a
+    /// restart.
+    fn from_status(policy: &FailoverPolicy, service: &str) -> Option<Self> {
+        let recorded = policy
+            .status
+            .as_ref()?
+            .backends
+            .iter()
+            .find(|b| b.service == service)?
+            .health
+            .as_ref()?;
+        Some(Self {
+            sample: Some(Sample {
+                value: recorded.value,
+                read_at: recorded.read_at.0,
+            }),
+            failing: None,
+        })
+    }
 }
 
 /// Why a health query cannot run at all.
@@ -98,6 +133,9 @@ impl Health {
         match (plan, pollers.get(&key)) {
             (Some(plan), Some((running, _))) if *running == plan => {}
             (Some(plan), _) => {
+                if let Some(policy) = policy {
+                    self.seed(&key, policy, &plan.services);
+                }
                 let task = tokio::spawn(poll(self.clone(), key.clone(), plan.clone()));
                 if let Some((_, old)) = pollers.insert(key, (plan, task.abort_handle())) {
                     old.abort();
@@ -116,8 +154,22 @@ impl Health {
         }
     }
 
+    /// Takes the last answers the policy's status recorded for backends with no reading yet.
+    fn seed(&self, key: &PolicyKey, policy: &FailoverPolicy, services: &[String]) {
+        let mut readings = self.readings.write();
+        for service in services {
+            let slot = (key.clone(), service.clone());
+            if !readings.contains_key(&slot)
+                && let Some(recorded) = Reading::from_status(policy, service)
+            {
+                readings.insert(slot, recorded);
+            }
+        }
+    }
+
     /// Marks every backend's query as failing when there is no Prometheus to ask, so the policy's
-    /// `HealthQueryFailed` condition says so instead of the check being silently skipped.
+    /// `HealthQueryFailed` condition says so instead of the check being silently skipped. With no
+    /// answer ever, there is no verdict: routing follows readiness alone.
     fn no_prometheus(&self, key: &PolicyKey, backends: &[validate::Backend]) {
         let mut readings = self.readings.write();
         readings.retain(|(p, _), r| *p != *key || r.failing.as_deref() == Some(NO_PROMETHEUS));
@@ -125,8 +177,7 @@ impl Health {
             readings
                 .entry((key.clone(), b.service.clone()))
                 .or_insert_with(|| Reading {
-                    value: None,
-                    read_at: Utc::now(),
+                    sample: None,
                     failing: Some(NO_PROMETHEUS.to_string()),
                 });
         }
@@ -143,23 +194,23 @@ impl Health {
         let mut readings = self.readings.write();
         let slot = (key.clone(), service.to_string());
         let before = readings.get(&slot).cloned();
-        let after = match (outcome, &before) {
-            (Ok(value), _) => Reading {
-                value,
-                read_at: Utc::now(),
+        let after = match outcome {
+            Ok(value) => Reading {
+                sample: Some(Sample {
+                    value,
+                    read_at: Utc::now(),
+                }),
                 failing: None,
             },
-            (Err(error), Some(last)) => Reading {
-                failing: Some(error),
-                ..last.clone()
-            },
-            (Err(error), None) => Reading {
-                value: None,
-                read_at: Utc::now(),
+            Err(error) => Reading {
+                sample: before.as_ref().and_then(|last| last.sample.clone()),
                 failing: Some(error),
             },
         };
-        let verdict = |r: &Reading| (plan.health.healthy(r.value), r.failing.is_some());
+        let verdict = |r: &Reading| {
+            let healthy = r.sample.as_ref().map(|s| plan.health.healthy(s.value));
+            (healthy, r.failing.is_some())
+        };
         let changed = before.as_ref().map(verdict) != Some(verdict(&after));
         readings.insert(slot, after);
         changed
@@ -192,5 +243,85 @@ async fn poll(health: Health, key: PolicyKey, plan: Plan) {
             0
         };
         tokio::time::sleep(plan.health.interval.after * (1 << failed_rounds)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(status: serde_json::Value) -> FailoverPolicy {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "failover.dev/v1alpha1",
+            "kind": "FailoverPolicy",
+            "metadata": { "name": "web", "namespace": "prod" },
+            "spec": {
+                "service": "web",
+                "primary": "web-primary",
+                "secondaries": [{ "service": "web-east" }],
+                "health": { "prometheus": {
+                    "address": "http://127.0.0.1:9",
+                    "query": "errors{service=\"{{service}}\"}",
+                    "max": 0.05,
+                } },
+            },
+            "status": status,
+        }))
+        .expect("policy")
+    }
+
+    fn store() -> Health {
+        Health::new(None, Arc::new(Metrics::new()), Arc::new(|_| {}))
+    }
+
+    fn plan(p: &FailoverPolicy) -> Plan {
+        let v = validate::validate(p).expect("valid");
+        Plan {
+            services: v.backends.iter().map(|b| b.service.clone()).collect(),
+            namespace: v.namespace.clone(),
+            address: "http://127.0.0.1:9".into(),
+            health: v.health.expect("health"),
+        }
+    }
+
+    fn key() -> PolicyKey {
+        PolicyKey {
+            namespace: "prod".into(),
+            name: "web".into(),
+        }
+    }
+
+    #[test]
+    fn a_new_poller_keeps_the_verdict_the_status_recorded_while_prometheus_is_down() {
+        let p = policy(serde_json::json!({ "backends": [{
+            "service": "web-primary", "role": "Primary", "ready": false,
+            "readyEndpoints": 3, "totalEndpoints": 3, "weight": 0,
+            "health": { "value": 0.4, "threshold": "at most 0.05", "healthy": false,
+                        "readAt": "2026-11-24T10:00:00.000Z" },
+        }] }));
+        let health = store();
+        health.seed(&key(), &p, &["web-primary".into(), "web-east".into()]);
+        let changed = health.record(&key(), "web-primary", &plan(&p), Err("refused".into()));
+        assert!(changed, "the failure itself is news (HealthQueryFailed)");
+        let reading = health.reading(&key(), "web-primary").expect("reading");
+        assert_eq!(reading.sample.and_then(|s| s.value), Some(0.4));
+        assert_eq!(reading.failing.as_deref(), Some("refused"));
+        assert_eq!(health.reading(&key(), "web-east"), None, "nothing recorded");
+    }
+
+    #[test]
+    fn a_query_that_never_answered_has_no_sample_and_an_answer_replaces_it() {
+        let p = policy(serde_json::Value::Null);
+        let (health, plan) = (store(), plan(&p));
+        health.record(&key(), "web-east", &plan, Err("refused".into()));
+        let reading = health.reading(&key(), "web-east").expect("reading");
+        assert_eq!((reading.sample, reading.failing.is_some()), (None, true));
+        assert!(health.record(&key(), "web-east", &plan, Ok(Some(0.01))));
+        let reading = health.reading(&key(), "web-east").expect("reading");
+        assert_eq!(reading.sample.and_then(|s| s.value), Some(0.01));
+        assert!(
+            !health.record(&key(), "web-east", &plan, Ok(Some(0.02))),
+            "same verdict, no wake-up"
+        );
     }
 }

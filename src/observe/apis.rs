@@ -72,7 +72,9 @@ impl NeededApi {
             NeededApi::TrafficSplit => {
                 "install a mesh's SMI extension, or the chart with --set trafficSplitCRD.install=true, or run: cargo run --bin crd-gen -- --with-traffic-split | kubectl apply -f -"
             }
-            NeededApi::HttpRoute => "install the Gateway API's standard CRDs (v1)",
+            NeededApi::HttpRoute => {
+                "install the Gateway API's standard CRDs (v1), e.g. kubectl apply -f https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.6.3/standard-install.yaml"
+            }
         }
     }
 
@@ -178,5 +180,33 @@ impl Apis {
         if due {
             emit(&api.missing_message());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_api_is_named_at_most_once_a_minute_and_forgotten_once_served() {
+        let apis = Apis::new(Arc::new(Metrics::new()));
+        apis.missing(NeededApi::TrafficSplit);
+        let mut said = Vec::new();
+        for _ in 0..3 {
+            apis.log(NeededApi::TrafficSplit, |m| said.push(m.to_string()));
+        }
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].starts_with("the CRD trafficsplits.split.smi-spec.io is not installed"));
+        assert_eq!(
+            apis.missing_among(&[NeededApi::TrafficSplit, NeededApi::HttpRoute]),
+            said
+        );
+        let returned = apis.returned();
+        apis.present(NeededApi::TrafficSplit);
+        assert!(!apis.is_missing(NeededApi::TrafficSplit));
+        assert!(
+            returned.has_changed().unwrap_or(false),
+            "waiting policies are queued"
+        );
     }
 }

@@ -37,12 +37,8 @@ impl References {
         let target = RouteTarget::of(policy);
         let namespace = policy.metadata.namespace.clone().unwrap_or_default();
         let remote = spec
-            .secondaries
-            .iter()
-            .filter_map(|s| {
-                let from = s.readiness_from.as_ref()?;
-                Some(RemoteService::of(from, &namespace, &s.service))
-            })
+            .remote_backends()
+            .map(|(service, from)| RemoteService::of(from, &namespace, service))
             .collect();
         Self {
             services,

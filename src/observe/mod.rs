@@ -1,4 +1,5 @@
-//! Step 1 of the pipeline: what the watches saw, kept as small facts. Nothing is decided here.
+//! Step 2 of the pipeline: what the watches saw, kept as small facts. Nothing is decided
+//! here.
 //!
 //! - [`readiness`]: ready and total endpoints per Service, from EndpointSlices, and whether each
 //!   Service exists;

@@ -60,6 +60,10 @@ pub struct BackendObservation {
     pub unavailable: Option<String>,
     /// When the counts were last confirmed, when that is not now (a remote cluster's last answer).
     pub as_of: Option<chrono::DateTime<chrono::Utc>>,
+    /// The counts are not known yet: their source (a remote cluster) has not answered since the
+    /// controller started, and its `staleAfter` has not passed. The readiness the previous
+    /// status recorded stands meanwhile, so a restart of the controller moves no traffic.
+    pub awaiting: bool,
     /// The last reading of the policy's health query for this backend, if it has one.
     pub health: Option<crate::health::Reading>,
 }
@@ -151,6 +155,7 @@ impl ServiceEntry {
             total_endpoints,
             unavailable: None,
             as_of: None,
+            awaiting: false,
             health: None,
         }
     }

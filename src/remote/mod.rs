@@ -18,7 +18,10 @@ pub mod secrets;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -61,6 +64,9 @@ pub struct Clusters {
     metrics: Arc<Metrics>,
     wake: Wake,
     secrets_started: Arc<std::sync::Once>,
+    /// The cluster Secrets have been listed once (or waited for `DEFAULT_STALE_AFTER`): until
+    /// then a cluster not declared yet may be declared by a Secret not read yet.
+    secrets_read: Arc<AtomicBool>,
 }
 
 impl Clusters {
@@ -73,6 +79,19 @@ impl Clusters {
             metrics,
             wake,
             secrets_started: Arc::new(std::sync::Once::new()),
+            secrets_read: Arc::default(),
+        }
+    }
+
+    /// The cluster Secrets have been listed (or waited for long enough): a cluster with no Secret
+    /// is now not declared, and the policies reading from the clusters hear about it.
+    pub fn secrets_read(&self) {
+        if self.secrets_read.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let wanted: Vec<String> = self.wanted.read().keys().cloned().collect();
+        for cluster in wanted {
+            (self.wake)(cluster::RemoteChange::Cluster(cluster));
         }
     }
 
@@ -84,6 +103,10 @@ impl Clusters {
             ..Default::default()
         };
         match entries.get(&remote.cluster) {
+            None if !self.secrets_read.load(Ordering::Acquire) => BackendObservation {
+                awaiting: true,
+                ..unavailable("the cluster Secrets have not been read yet".to_string())
+            },
             None => unavailable(format!(
                 "cluster {} is not declared: no Secret labelled {CLUSTER_LABEL}={} in namespace {}",
                 remote.cluster, remote.cluster, self.secret_namespace
@@ -97,6 +120,7 @@ impl Clusters {
                 match health.unavailable(&remote.cluster) {
                     Some(why) => BackendObservation {
                         as_of: health.as_of(),
+                        awaiting: health.awaiting(),
                         ..unavailable(why)
                     },
                     None => shared
@@ -162,12 +186,13 @@ impl Clusters {
         (self.wake)(cluster::RemoteChange::Cluster(name.to_string()));
     }
 
-    /// A cluster's Secret cannot be used.
+    /// A cluster's Secret cannot be used: the cluster stays declared (its reachability metric at
+    /// 0, so an alert fires) and its backends say why.
     pub fn broken(&self, name: &str, error: String) {
         self.entries
             .write()
             .insert(name.to_string(), Entry::Broken { error });
-        self.metrics.forget_cluster(name);
+        self.metrics.cluster_unusable(name);
         (self.wake)(cluster::RemoteChange::Cluster(name.to_string()));
     }
 

@@ -37,6 +37,15 @@ impl Report for SecretsReport {
 /// Keeps `clusters` in step with the cluster Secrets of its namespace, for ever.
 pub async fn feed(client: Client, clusters: Clusters, metrics: Arc<Metrics>) {
     let api: Api<Secret> = Api::namespaced(client, &clusters.secret_namespace);
+    // A Secret list that never completes (no permission, say) holds nothing up for longer than
+    // the default staleAfter.
+    tokio::spawn({
+        let clusters = clusters.clone();
+        async move {
+            tokio::time::sleep(DEFAULT_STALE_AFTER).await;
+            clusters.secrets_read();
+        }
+    });
     let report: Arc<dyn Report> = Arc::new(SecretsReport { metrics });
     let mut listed: Option<BTreeSet<String>> = None;
     let mut stream = std::pin::pin!(events(
@@ -67,6 +76,7 @@ pub async fn feed(client: Client, clusters: Clusters, metrics: Arc<Metrics>) {
                 for name in clusters.names().into_iter().filter(|n| !seen.contains(n)) {
                     clusters.remove(&name);
                 }
+                clusters.secrets_read();
             }
         }
     }

@@ -76,6 +76,9 @@ pub enum RouteKind {
 }
 
 impl RouteKind {
+    /// Every kind.
+    pub const ALL: [RouteKind; 2] = [RouteKind::TrafficSplit, RouteKind::HttpRoute];
+
     /// The kind as the API names it.
     pub fn as_str(self) -> &'static str {
         match self {

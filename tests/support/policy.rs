@@ -202,4 +202,53 @@ impl TestEnv {
         })
         .await
     }
+
+    /// The replicas (`reportingInstance`) that recorded an Event with this reason on the object
+    /// named `regarding`.
+    pub async fn event_reporters(&self, regarding: &str, reason: &str) -> Vec<String> {
+        let events: Api<k8s_openapi::api::events::v1::Event> = self.api();
+        let Ok(list) = events.list(&Default::default()).await else {
+            return Vec::new();
+        };
+        list.items
+            .into_iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding)
+            })
+            .filter_map(|e| e.reporting_instance)
+            .collect()
+    }
+}
+
+/// Backends (`web`, `web-east`, `web-west` all ready), a controller, and this policy applied.
+pub async fn started(
+    test: &str,
+    policy: PolicyBuilder,
+) -> Option<(TestEnv, super::ControllerProcess)> {
+    let env = TestEnv::new(test).await?;
+    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    let controller = super::ControllerProcess::start(&env, &[]);
+    env.apply(&policy);
+    Some((env, controller))
+}
+
+/// The backends of a route of either kind (a TrafficSplit's `spec.backends`, an HTTPRoute's
+/// first rule's `backendRefs`), as (service, weight).
+pub fn route_backend_weights(route: &kube::api::DynamicObject) -> Option<Vec<(String, i64)>> {
+    let backends = route.data["spec"]["backends"]
+        .as_array()
+        .or_else(|| route.data["spec"]["rules"][0]["backendRefs"].as_array())?;
+    Some(
+        backends
+            .iter()
+            .map(|b| {
+                let name = b["service"].as_str().or(b["name"].as_str());
+                (
+                    name.unwrap_or_default().to_string(),
+                    b["weight"].as_i64().unwrap_or(-1),
+                )
+            })
+            .collect(),
+    )
 }

@@ -19,11 +19,25 @@ pub const REMOTE_READER_RULES: &str = r#"
   verbs: ["get", "list", "watch"]
 "#;
 
-/// A control plane of its own for a remote cluster; it stops when the test process exits.
-pub fn remote_control_plane() -> &'static ControlPlane {
+/// A control plane of its own for a remote cluster, stopped when this is dropped (at the end of
+/// the test, so the tests that follow do not share the machine with it).
+pub struct RemotePlane {
+    /// The control plane (kept for the test's lifetime, its processes stopped on drop).
+    pub cp: &'static ControlPlane,
+}
+
+impl Drop for RemotePlane {
+    fn drop(&mut self) {
+        let dir = self.cp.dir.to_string_lossy().to_string();
+        let _ = self.cp.script(&["stop", &dir]);
+    }
+}
+
+/// Starts a remote cluster's control plane with the CRDs installed.
+pub fn remote_control_plane() -> RemotePlane {
     let cp: &'static ControlPlane = Box::leak(Box::new(start_control_plane()));
     install_crds(cp);
-    cp
+    RemotePlane { cp }
 }
 
 impl TestEnv {
