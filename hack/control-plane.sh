@@ -6,6 +6,7 @@
 #   hack/control-plane.sh stop [DIR]                 stop it (DIR defaults to $KUBECONFIG's folder)
 #   hack/control-plane.sh stop-component DIR NAME [--kill]   stop etcd|kube-apiserver|kube-controller-manager
 #   hack/control-plane.sh start-component DIR NAME           start it again, same ports and data
+#   hack/control-plane.sh check-node                 says in one line why this machine cannot host a node
 #
 # Each instance lives in a fresh temporary directory with its own CA, serving certificate,
 # service-account signing key, admin kubeconfig, data and logs, on free ports chosen at start, so
@@ -185,6 +186,13 @@ cmd_start() {
     if [[ -n "$node" ]]; then cat "$dir/node.env"; fi
   } > "$dir/env"
   if [[ -n "$node" ]]; then node_configs "$dir" "$bin" "$api_port"; fi
+  if [[ -n "$owner" ]]; then
+    # Stop this instance when its owner exits (or when the directory is removed by a stop),
+    # also while it is still starting (a node's images can take minutes to build).
+    setsid bash -c "while kill -0 $owner 2>/dev/null && [[ -d '$dir' ]]; do sleep 1; done; [[ -d '$dir' ]] && '$self' stop '$dir'" \
+      > "$dir/logs/watchdog.log" 2>&1 < /dev/null &
+    echo $! > "$dir/watchdog.pid"
+  fi
 
   start_component "$dir" etcd
   local deadline=$(( $(date +%s) + 30 ))
@@ -201,12 +209,6 @@ cmd_start() {
   fi
   if [[ -n "$node" ]] && ! node_start "$dir" "$bin"; then
     cmd_stop "$dir"; die "the node did not start"
-  fi
-  if [[ -n "$owner" ]]; then
-    # Stop this instance when its owner exits (or when the directory is removed by a stop).
-    setsid bash -c "while kill -0 $owner 2>/dev/null && [[ -d '$dir' ]]; do sleep 1; done; [[ -d '$dir' ]] && '$self' stop '$dir'" \
-      > "$dir/logs/watchdog.log" 2>&1 < /dev/null &
-    echo $! > "$dir/watchdog.pid"
   fi
   log "ready in $(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $started }")s at https://127.0.0.1:$api_port (directory $dir)"
   echo "export KUBECONFIG=$dir/admin.kubeconfig"
@@ -240,5 +242,9 @@ case ${1:-} in
     [[ $# -ge 3 ]] || die "usage: start-component DIR NAME"
     [[ " ${components[*]} " == *" $3 "* ]] || die "unknown component '$3' (one of: ${components[*]})"
     start_component "$2" "$3" ;;
-  *) die "usage: $0 start [--owner-pid PID] | stop [DIR] | stop-component DIR NAME [--kill] | start-component DIR NAME" ;;
+  check-node)
+    why=$(node_check)
+    [[ -z "$why" ]] || die "this machine cannot host a node: $why"
+    log "this machine can host a node" ;;
+  *) die "usage: $0 start [--owner-pid PID] [--node] | stop [DIR] | stop-component DIR NAME [--kill] | start-component DIR NAME | check-node" ;;
 esac

@@ -22,24 +22,62 @@ CNI_BIN=/usr/lib/cni
 # The control plane's Service IPs (kube-apiserver --service-cluster-ip-range).
 SERVICE_CIDR=10.0.0.0/24
 
+# The packages whose upstream version is pinned in versions.env.
+declare -A NODE_PINS=([containerd]=$CONTAINERD_VERSION [runc]=$RUNC_VERSION
+  [containernetworking-plugins]=$CNI_PLUGINS_VERSION [busybox-static]=$BUSYBOX_VERSION
+  [buildah]=$BUILDAH_VERSION)
+# Where the nodes of this machine reserve their /24 (one directory per subnet).
+NODE_RESERVATIONS=/run/failover-nodes
+
 node_log() { echo "node: $*" >&2; }
 
-# Installs what the node needs from Debian's packages (once).
+# Why this machine cannot host a node, in one line; nothing when it can.
+node_check() {
+  if [[ $(id -u) != 0 ]]; then
+    echo "a node needs root (containerd, kubelet, cgroups, a bridge, iptables)"
+  elif [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+    echo "this host has cgroup v2 only; the node script sets up cgroup v1 hierarchies (kubelet cgroupRoot per hierarchy)"
+  elif [[ ! -d /sys/fs/cgroup/memory || ! -d /sys/fs/cgroup/cpu ]]; then
+    echo "no cgroup v1 memory and cpu hierarchies under /sys/fs/cgroup"
+  elif ! command -v gcc >/dev/null; then
+    echo "gcc is missing (it builds the pause image)"
+  elif ! command -v go >/dev/null; then
+    echo "go is missing (the pause image's source comes from the Kubernetes module)"
+  elif ! command -v apt-get >/dev/null; then
+    echo "apt-get is missing (containerd, runc, the CNI plugins and buildah come from Debian's packages)"
+  elif ! command -v ip >/dev/null; then
+    echo "iproute2 (ip) is missing"
+  fi
+}
+
+# Installs what the node needs from Debian's packages (once), and checks the pinned versions.
 node_install() {
-  local missing=()
+  local missing=() p v
   for p in "${NODE_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  (( ${#missing[@]} == 0 )) && return 0
-  [[ $(id -u) == 0 ]] || { node_log "a node needs root (packages ${missing[*]}, cgroups, a bridge); set FAILOVER_SKIP_NODE_TESTS=1 to skip the node tests"; return 1; }
-  node_log "installing ${missing[*]} from Debian's packages"
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null
+  if (( ${#missing[@]} > 0 )); then
+    node_log "installing ${missing[*]} from Debian's packages"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null
+  fi
+  for p in "${!NODE_PINS[@]}"; do
+    v=$(dpkg-query -W -f='${Version}' "$p")
+    v=${v#*:}
+    [[ ${v%%[~+-]*} == "${NODE_PINS[$p]}" ]] || {
+      node_log "$p is $v, not the pinned ${NODE_PINS[$p]} (hack/versions.env); update the pin after testing the new version"
+      return 1
+    }
+  done
 }
 
 # Picks the node's network: bridge name, /24 and the node's IP (the bridge's address).
 node_network() {
   local dir=$1 id n
   id=$(basename "$dir" | tr -cd 'a-zA-Z0-9' | tail -c 6 | tr 'A-Z' 'a-z')
+  mkdir -p "$NODE_RESERVATIONS"
   for n in $(seq 10 250); do
     ip route show | grep -q "^10.243.$n.0/24" && continue
+    # mkdir is atomic: two nodes starting at once never take the same /24.
+    mkdir "$NODE_RESERVATIONS/10.243.$n.0" 2>/dev/null || continue
+    echo "$dir" > "$NODE_RESERVATIONS/10.243.$n.0/owner"
     echo "NODE_ID=$id"
     echo "NODE_BRIDGE=fo$id"
     echo "NODE_SUBNET=10.243.$n.0/24"
@@ -256,9 +294,26 @@ node_cni_iptables_cleanup() {
     iptables -t nat -F "$chain"
     iptables -t nat -X "$chain"
   done
-  for chain in INPUT OUTPUT; do iptables -D "$chain" -j KUBE-FIREWALL 2>/dev/null; done
-  iptables -F KUBE-FIREWALL 2>/dev/null && iptables -X KUBE-FIREWALL 2>/dev/null
+  # The localnet firewall chain is shared too: only the last node removes it.
+  if ! pgrep -x kube-proxy >/dev/null; then
+    for chain in INPUT OUTPUT; do iptables -D "$chain" -j KUBE-FIREWALL 2>/dev/null; done
+    iptables -F KUBE-FIREWALL 2>/dev/null && iptables -X KUBE-FIREWALL 2>/dev/null
+  fi
   return 0
+}
+
+# Whether a network namespace is this node's: an address of its subnet inside, or no interface
+# but loopback (a sandbox torn down without its namespace).
+node_owns_netns() {
+  local addrs
+  addrs=$(ip netns exec "$1" ip -4 -o addr show 2>/dev/null | awk '$2 != "lo" {print $4}')
+  [[ -z "$addrs" ]] && ! node_other_running && return 0
+  grep -q "^${NODE_SUBNET%.0/24}\." <<< "$addrs"
+}
+
+# Whether another node of this machine is running (called once this node's kubelet is stopped).
+node_other_running() {
+  pgrep -f "/kubelet --config=" >/dev/null
 }
 
 # Stops the node and removes everything it made (each step best effort: a subshell without
@@ -280,7 +335,10 @@ node_cleanup() (
   fi
   stop_component "$dir" kubelet
   stop_component "$dir" kube-proxy
-  [[ -n "${BIN:-}" ]] && "$BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
+  # kube-proxy's chains are the host's, shared by every node: only the last node removes them.
+  if [[ -n "${BIN:-}" ]] && ! pgrep -x kube-proxy >/dev/null; then
+    "$BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
+  fi
   stop_component "$dir" containerd
   # Whatever survived: processes in the node's cgroups, its shims, mounts, namespaces, bridge.
   for h in /sys/fs/cgroup/*/failover-"$NODE_ID"; do
@@ -290,12 +348,16 @@ node_cleanup() (
   for pid in $(pgrep -f "containerd-shim.*$n" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
   sleep 0.2
   grep -F "$n" /proc/mounts | awk '{print $2}' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  # The network namespaces of this node's Pods: made since it started and holding an address of
+  # its subnet (another node's hold another subnet), or none at all once their sandbox is gone.
   for ns in $(ls /var/run/netns 2>/dev/null); do
     grep -qx "$ns" "$n/netns.before" 2>/dev/null && continue
+    node_owns_netns "$ns" || continue
     umount -l "/var/run/netns/$ns" 2>/dev/null || true
     rm -f "/var/run/netns/$ns"
   done
   ip link del "$NODE_BRIDGE" 2>/dev/null || true
+  [[ -n "${NODE_SUBNET:-}" ]] && rm -rf "$NODE_RESERVATIONS/${NODE_SUBNET%/24}"
   node_cni_iptables_cleanup
   node_guard_cleanup
   for h in /sys/fs/cgroup/*/failover-"$NODE_ID"; do

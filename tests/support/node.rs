@@ -28,15 +28,14 @@ pub const CONTROLLER_TAG: &str = "dev";
 
 static NODE: OnceLock<Option<ControlPlane>> = OnceLock::new();
 
+/// Why this machine cannot host a node, in the script's one line (`hack/control-plane.sh
+/// check-node`); `None` when it can.
 fn missing_prerequisite() -> Option<String> {
-    let root = Command::new("id").arg("-u").output().ok()?;
-    if String::from_utf8_lossy(&root.stdout).trim() != "0" {
-        return Some("the tests must run as root to start containerd and kubelet".into());
-    }
-    if !std::path::Path::new("/sys/fs/cgroup").is_dir() {
-        return Some("/sys/fs/cgroup is missing".into());
-    }
-    None
+    let out = Command::new(repo_root().join("hack/control-plane.sh"))
+        .arg("check-node")
+        .output()
+        .expect("running hack/control-plane.sh check-node");
+    (!out.status.success()).then(|| String::from_utf8_lossy(&out.stderr).trim().to_string())
 }
 
 /// The node's control plane, started on first use; `None` (after a loud line) when node tests
@@ -50,7 +49,7 @@ pub fn node() -> Option<&'static ControlPlane> {
             return None;
         }
         if let Some(missing) = missing_prerequisite() {
-            panic!("this machine cannot host a node: {missing}. Run the tests on a machine that can, or set FAILOVER_SKIP_NODE_TESTS=1 to skip the node tests on purpose.");
+            panic!("{missing}. Run the tests on a machine that can, or set FAILOVER_SKIP_NODE_TESTS=1 to skip the node tests on purpose.");
         }
         let cp = start_control_plane_with(&["--node"]);
         install_crds(&cp);
