@@ -45,7 +45,7 @@ fn desired(weights: &[i32]) -> DesiredRoute {
 fn writer() -> (Writer, Api) {
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, "ns");
-    let writer = Writer::new(client, Leadership::always(), Arc::new(Metrics::new()), None);
+    let (writer, _) = Writer::new(client, Leadership::always(), Arc::new(Metrics::new()), None);
     (writer, handle)
 }
 

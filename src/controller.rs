@@ -9,8 +9,8 @@
 //! ```
 //!
 //! Every watch goes through [`crate::watch::events`]; each event updates one cache and wakes
-//! only the policies that reference what changed. kube-runtime's `Controller` runs
-//! [`reconcile`] at most once at a time per policy.
+//! only the policies that reference what changed. The work queue ([`crate::runner`]) runs
+//! [`crate::reconcile::reconcile`] at most once at a time per policy.
 
 use std::{future::Future, sync::Arc};
 
@@ -20,12 +20,14 @@ use kube::{
     Api, Client, ResourceExt,
     core::PartialObjectMeta,
     runtime::{
-        Controller, WatchStreamExt, controller::Config as ControllerConfig, reflector, watcher,
+        WatchStreamExt,
+        reflector::{self, ObjectRef},
+        watcher,
     },
 };
 use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::{
     api::FailoverPolicy,
@@ -39,15 +41,17 @@ use crate::{
         readiness::SERVICE_NAME_LABEL,
         synced::Synced,
     },
-    reconcile::{Context, Error, RESYNC, error_policy, reconcile},
+    reconcile::{Context, Error, RESYNC, reconcile_or_retry},
     remote::{Clusters, secrets},
     route::{
         RouteKey, RouteKind, RouteView,
         httproute::{self, HttpRoute},
         trafficsplit::{self, TrafficSplit},
     },
+    runner::{self, Request},
     wake::Wake,
     watch::{WatchContext, events, map_event, slim},
+    write::status,
     writer::Writer,
 };
 
@@ -179,40 +183,61 @@ pub fn start(
     });
     let ns = settings.namespace.as_deref();
     let policies = policy_stream(&client, ns, &handle, &watch);
-    let writer = Writer::new(
+    let (writer, statuses) = Writer::new(
         client,
         leadership.clone(),
         metrics,
         settings.instance.clone(),
     );
+    let writer = Arc::new(writer);
+    let statuses = status::run(writer.clone(), statuses, usize::from(settings.concurrency));
     let (caches, apis) = (handle.caches.clone(), handle.apis.clone());
-    let context = Arc::new(Context::new(caches, writer, apis.clone()));
-    let controller = Controller::for_stream(policies.0, policies.1)
-        .with_config(ControllerConfig::default().concurrency(settings.concurrency))
-        .reconcile_on(queued)
-        .reconcile_all_on(queue_everything(&leadership, &apis))
-        .graceful_shutdown_on(shutdown.clone())
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                debug!(error = %e, "reconcile request not completed");
-            }
-        });
+    let context = Arc::new(Context::new(caches, writer.clone(), apis.clone()));
+    let (policy_events, store) = policies;
+    let requests = futures::stream::select_all([
+        policy_events
+            .filter_map(|p| async move { Some(Request::One(ObjectRef::from_obj(&p.ok()?))) })
+            .boxed(),
+        queued.map(Request::One).boxed(),
+        queue_everything(&leadership, &apis)
+            .map(|()| Request::All)
+            .boxed(),
+    ]);
+    let controller = runner::run(
+        store,
+        requests,
+        usize::from(settings.concurrency),
+        move |policy| reconcile_or_retry(policy, context.clone()),
+        shutdown.clone(),
+    );
     let never_listed = stopped_before_policies_listed(shutdown, handle.caches.synced.clone());
-    (handle, running(controller, feeds, never_listed))
+    let flushed = async move { writer.statuses.flushed().await };
+    let work = running(controller, feeds, never_listed, flushed);
+    (handle, run_beside(work, statuses))
 }
 
-/// The controller until it stops (or its watches end, or it stops before listing anything).
+/// The controller until it stops (or its watches end, or it stops before listing anything),
+/// then until the statuses it queued are written.
 async fn running(
     controller: impl Future<Output = ()>,
     feeds: impl Future<Output = ()>,
     never_listed: impl Future<Output = ()>,
+    flushed: impl Future<Output = ()>,
 ) {
     info!("controller started");
     tokio::select! {
         _ = controller => info!("controller stopped"),
         _ = feeds => warn!("watches ended"),
         _ = never_listed => info!("stopped before any policy was listed"),
+    }
+    flushed.await;
+}
+
+/// Runs `work` to its end with `helper` beside it (a helper never ends first on its own).
+async fn run_beside(work: impl Future<Output = ()>, helper: impl Future<Output = ()>) {
+    tokio::select! {
+        _ = work => {}
+        _ = helper => warn!("the status writer stopped"),
     }
 }
 
@@ -349,7 +374,7 @@ fn policy_stream(
         Arc::new(watch.clone()),
     )
     .map(|event| Ok(event.modify(slim::<FailoverPolicy>)));
-    let stream = reflector(writer, events)
+    let stream = reflector::reflector(writer, events)
         .inspect(move |event| {
             if let Ok(event) = event {
                 index.write().apply_event(event);

@@ -103,15 +103,16 @@ pub fn inputs(policy: &ValidPolicy, caches: &Caches) -> Inputs {
     }
 }
 
-/// The status the policy has: the one this replica wrote last while the cache is older.
+/// The status the policy has: the one this replica queued and has not written yet, else the one
+/// it wrote last while the cache is older, else the cached one.
 pub fn previous_status(policy: &FailoverPolicy, writer: &Writer) -> Option<FailoverPolicyStatus> {
-    writer
-        .recent_status
-        .newer_than(
-            &status_key(policy),
-            policy.meta().resource_version.as_deref(),
-        )
-        .or_else(|| policy.status.clone())
+    let key = status_key(policy);
+    writer.statuses.pending(&key).or_else(|| {
+        writer
+            .recent_status
+            .newer_than(&key, policy.meta().resource_version.as_deref())
+            .or_else(|| policy.status.clone())
+    })
 }
 
 /// The key under which a policy's written status is remembered.

@@ -19,7 +19,7 @@
 //! | write | [`write`] | write the status, Events, metrics |
 //!
 //! [`reconcile`] sequences the steps; [`wake`] turns an observed change into the policies to
-//! reconcile. Beside the local watches, two more sources feed the gather step: [`remote`]
+//! reconcile, and [`runner`] runs them (one reconcile per policy at a time). Beside the local watches, two more sources feed the gather step: [`remote`]
 //! (readiness read from other clusters, and their liveness) and [`health`] (Prometheus queries
 //! per backend). Around them: [`api`] (the CRD types and their rules), [`route`] (the route
 //! kinds), [`writer`] (the leader-gated door for writes), [`recent`] (memory of recent writes),
@@ -40,6 +40,7 @@ pub mod recent;
 pub mod reconcile;
 pub mod remote;
 pub mod route;
+pub mod runner;
 pub mod status;
 pub mod telemetry;
 pub mod validate;

@@ -15,10 +15,7 @@ use std::{
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use chrono::Utc;
-use kube::{
-    Resource, ResourceExt,
-    runtime::{controller::Action, reflector::ObjectRef},
-};
+use kube::{Resource, ResourceExt, runtime::reflector::ObjectRef};
 use parking_lot::Mutex;
 use tracing::{debug, warn};
 
@@ -29,9 +26,10 @@ use crate::{
     gather::{self, Caches},
     observe::apis::{Apis, NeededApi},
     route::RouteTarget,
+    runner::Next,
     status::{self, Decided, Outcome, StatusInput},
     validate::{ValidPolicy, validate},
-    write::{self, StatusError},
+    write,
     writer::{NotLeader, Writer},
 };
 
@@ -52,9 +50,6 @@ pub enum Error {
     /// Writing the generated route failed.
     #[error(transparent)]
     Route(Box<ApplyError>),
-    /// Writing the policy's status failed.
-    #[error(transparent)]
-    Status(StatusError),
     /// This replica lost leadership before writing.
     #[error(transparent)]
     NotLeader(#[from] NotLeader),
@@ -83,8 +78,7 @@ impl Error {
                 ApplyError::NotLeader(_) => "not_leader",
                 ApplyError::Api { .. } => "route_write",
             },
-            Error::Status(StatusError::NotLeader(_)) | Error::NotLeader(_) => "not_leader",
-            Error::Status(StatusError::Api(_)) => "status_write",
+            Error::NotLeader(_) => "not_leader",
             Error::MissingUid => "missing_metadata",
         }
     }
@@ -95,21 +89,7 @@ impl Error {
 
     /// The write was refused because the namespace is being deleted.
     fn namespace_terminating(&self) -> bool {
-        let api_error = match self {
-            Error::Route(e) => return e.namespace_terminating(),
-            Error::Status(StatusError::Api(e)) => e,
-            _ => return false,
-        };
-        matches!(api_error, kube::Error::Api(e) if e.code == 403 && e.message.contains("being terminated"))
-    }
-}
-
-impl From<StatusError> for Error {
-    fn from(e: StatusError) -> Self {
-        match e {
-            StatusError::NotLeader(e) => Error::NotLeader(e),
-            other => Error::Status(other),
-        }
+        matches!(self, Error::Route(e) if e.namespace_terminating())
     }
 }
 
@@ -118,7 +98,7 @@ pub struct Context {
     /// The caches.
     pub caches: Caches,
     /// The door for writes.
-    pub writer: Writer,
+    pub writer: Arc<Writer>,
     /// The APIs found missing.
     pub apis: Apis,
     /// Retry delays of the policies failing now.
@@ -127,7 +107,7 @@ pub struct Context {
 
 impl Context {
     /// A context around the given parts.
-    pub fn new(caches: Caches, writer: Writer, apis: Apis) -> Self {
+    pub fn new(caches: Caches, writer: Arc<Writer>, apis: Apis) -> Self {
         Self {
             caches,
             writer,
@@ -164,10 +144,10 @@ fn whole_millis(delay: Duration) -> Duration {
 
 /// Reconciles one policy.
 #[tracing::instrument(skip_all, fields(namespace = policy.namespace().unwrap_or_default(), policy = policy.name_any()))]
-pub async fn reconcile(policy: Arc<FailoverPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(policy: Arc<FailoverPolicy>, ctx: Arc<Context>) -> Result<Next, Error> {
     if !ctx.writer.leadership.is_leader() || policy.meta().deletion_timestamp.is_some() {
         // Standbys keep their caches warm and write nothing; leadership triggers a full pass.
-        return Ok(Action::await_change());
+        return Ok(Next::Wait);
     }
     let started = Instant::now();
     debug!("reconcile started");
@@ -182,7 +162,7 @@ pub async fn reconcile(policy: Arc<FailoverPolicy>, ctx: Arc<Context>) -> Result
 }
 
 /// The pipeline: validate → gather → decide → apply → status → write.
-async fn run(policy: &FailoverPolicy, ctx: &Context) -> Result<Action, Error> {
+async fn run(policy: &FailoverPolicy, ctx: &Context) -> Result<Next, Error> {
     let now = Utc::now();
     let previous = gather::previous_status(policy, &ctx.writer);
     let target = RouteTarget::of(policy);
@@ -199,15 +179,11 @@ async fn run(policy: &FailoverPolicy, ctx: &Context) -> Result<Action, Error> {
         outcome: &outcome,
         now,
     });
-    let wrote = write::status(&ctx.writer, policy, status.clone(), previous.as_ref()).await;
-    let wrote = match (&outcome, wrote) {
-        // A failed route write is the error to retry on; a status write failing too adds nothing.
-        (Outcome::Decided(d), Err(e)) if matches!(d.applied, Applied::Failed(_)) => {
-            debug!(error = %e, "could not record the write failure in status either");
-            false
-        }
-        (_, wrote) => wrote?,
-    };
+    // Written in the background: the next reconcile of this policy does not wait for it.
+    let wrote = ctx
+        .writer
+        .statuses
+        .queue(policy, status.clone(), previous.as_ref());
     write::report(&ctx.writer, policy, &target, &outcome, &status, wrote);
     next(outcome)
 }
@@ -253,30 +229,37 @@ async fn act(
 }
 
 /// What to do after a reconcile: retry a failed write, requeue when a hold falls due, or wait.
-fn next(outcome: Outcome) -> Result<Action, Error> {
+fn next(outcome: Outcome) -> Result<Next, Error> {
     match outcome {
-        Outcome::Invalid(_) => Ok(Action::await_change()),
+        Outcome::Invalid(_) => Ok(Next::Wait),
         Outcome::Decided(d) => match d.applied {
             Applied::Failed(e) => Err(Error::Route(Box::new(e))),
             // A missing CRD that turns up queues every policy.
-            Applied::Conflict | Applied::ApiMissing(_) => Ok(Action::await_change()),
-            Applied::Unchanged | Applied::Written | Applied::Suspended => Ok(d
-                .plan
-                .requeue_after
-                .map_or_else(Action::await_change, Action::requeue)),
+            Applied::Conflict | Applied::ApiMissing(_) => Ok(Next::Wait),
+            Applied::Unchanged | Applied::Written | Applied::Suspended => {
+                Ok(d.plan.requeue_after.map_or(Next::Wait, Next::After))
+            }
         },
     }
 }
 
+/// Reconciles one policy and turns a failure into a retry: what the work queue runs.
+pub async fn reconcile_or_retry(policy: Arc<FailoverPolicy>, ctx: Arc<Context>) -> Next {
+    match reconcile(policy.clone(), ctx.clone()).await {
+        Ok(next) => next,
+        Err(e) => error_policy(&policy, &e, &ctx),
+    }
+}
+
 /// Requeues a failed policy with per-policy exponential backoff.
-pub fn error_policy(policy: Arc<FailoverPolicy>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(policy: &FailoverPolicy, error: &Error, ctx: &Context) -> Next {
     if error.not_leader() || error.namespace_terminating() {
         // A new leader takes over (and a regained leadership queues every policy); a namespace
         // going away with the policy in it cannot be written to.
-        return Action::await_change();
+        return Next::Wait;
     }
     ctx.writer.metrics.error(error.kind());
-    let delay = ctx.next_retry(&ObjectRef::from_obj(policy.as_ref()));
+    let delay = ctx.next_retry(&ObjectRef::from_obj(policy));
     warn!(
         namespace = policy.namespace().unwrap_or_default(),
         policy = policy.name_any(),
@@ -284,7 +267,7 @@ pub fn error_policy(policy: Arc<FailoverPolicy>, error: &Error, ctx: Arc<Context
         retry_in_ms = delay.as_millis() as u64,
         "reconcile failed"
     );
-    Action::requeue(delay)
+    Next::After(delay)
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use crate::{
     metrics::Metrics,
     recent::Recent,
     route::{FIELD_MANAGER, RouteRules},
+    write::status::{Queue, Statuses},
 };
 
 /// A write refused because this replica does not lead.
@@ -36,16 +37,19 @@ pub struct Writer {
     pub recent_routes: Recent<RouteRules>,
     /// Statuses written, until the policy cache shows them.
     pub recent_status: Recent<FailoverPolicyStatus>,
+    /// Statuses queued, until they are written.
+    pub statuses: Statuses,
 }
 
 impl Writer {
-    /// A writer for this client; `instance` names this replica in Events.
+    /// A writer for this client; `instance` names this replica in Events. The queue is the status
+    /// writer's work ([`crate::write::status::run`]).
     pub fn new(
         client: Client,
         leadership: Leadership,
         metrics: Arc<Metrics>,
         instance: Option<String>,
-    ) -> Self {
+    ) -> (Self, Queue) {
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -53,14 +57,17 @@ impl Writer {
                 instance,
             },
         );
-        Self {
+        let (statuses, queue) = Statuses::new();
+        let writer = Self {
             client,
             leadership,
             metrics,
             recorder,
             recent_routes: Recent::default(),
             recent_status: Recent::default(),
-        }
+            statuses,
+        };
+        (writer, queue)
     }
 
     /// Fails unless this replica may write right now: a lost lease stops writes at once.

@@ -1,73 +1,24 @@
 //! Step 8 of the pipeline: writes what the status step built (only when it differs from what the
-//! policy has), then tells the world: an Event per transition or conflict, and the per-policy
-//! metrics.
+//! policy has; in the background, [`status`]), then tells the world: an Event per transition or
+//! conflict, and the per-policy metrics.
+
+pub mod status;
 
 use kube::{
-    Api, Resource, ResourceExt,
-    api::{Patch, PatchParams},
+    Resource, ResourceExt,
     runtime::events::{Event, EventType},
 };
-use serde_json::json;
 use tracing::{info, warn};
 
 use crate::{
     api::{FailoverPolicy, FailoverPolicyStatus, Phase},
     apply::Applied,
     decide::transition::{Announcement, Transition},
-    gather::status_key,
     metrics::PolicyLabels,
-    route::{FIELD_MANAGER, RouteTarget},
+    route::RouteTarget,
     status::Outcome,
-    writer::{NotLeader, Writer},
+    writer::Writer,
 };
-
-/// Why writing the status failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StatusError {
-    /// This replica lost leadership before writing.
-    #[error(transparent)]
-    NotLeader(#[from] NotLeader),
-    /// The API server refused or did not answer.
-    #[error("writing status failed: {}", crate::writer::describe(.0))]
-    Api(#[source] kube::Error),
-}
-
-/// Writes `status` unless the policy already has it; returns whether it wrote.
-pub async fn status(
-    writer: &Writer,
-    policy: &FailoverPolicy,
-    status: FailoverPolicyStatus,
-    current: Option<&FailoverPolicyStatus>,
-) -> Result<bool, StatusError> {
-    if current == Some(&status) {
-        return Ok(false);
-    }
-    let api: Api<FailoverPolicy> = Api::namespaced(
-        writer.client.clone(),
-        &policy.namespace().unwrap_or_default(),
-    );
-    let body = json!({
-        "apiVersion": FailoverPolicy::api_version(&()),
-        "kind": FailoverPolicy::kind(&()),
-        "status": status,
-    });
-    writer.ensure_leader()?;
-    let written = api
-        .patch_status(
-            &policy.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await
-        .map_err(StatusError::Api)?;
-    writer.metrics.write("status");
-    writer.recent_status.record(
-        status_key(policy),
-        written.meta().resource_version.as_deref(),
-        status,
-    );
-    Ok(true)
-}
 
 /// Events and metrics for what a reconcile did; `wrote` tells whether its status was new.
 pub fn report(

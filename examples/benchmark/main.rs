@@ -1,0 +1,186 @@
+//! Benchmark: failover latency, API writes, cold start, restart, CPU, memory and recovery after
+//! a control-plane restart, each against its floor where one exists, on a local control plane
+//! under background churn. Prints every figure with its target and verdict.
+//!
+//! Run with `hack/bench.sh` (builds the release controller, then this program); `--help` lists
+//! the options. What is measured, per scale of `n` policies (3 backends each):
+//!
+//! - latency: from the acknowledgement of the EndpointSlice write that changes a primary's
+//!   readiness to the moment an independent watch sees the TrafficSplit change, against a
+//!   minimal relay (one watch, one apply per change) timed the same way in the same run, at 50
+//!   changes/s of background churn, and at 150/s from `--high-churn-from` policies up;
+//! - writes per change and in a quiet period, from the controller's own counters;
+//! - cold start: controller start → every route and status in place, against the same writes
+//!   issued by a bare client at the same concurrency;
+//! - restart with everything in place: ready time and writes (none expected);
+//! - CPU seconds, peak RSS, and KiB per policy above the idle process;
+//!
+//! and once, at `--recovery-scale`: kube-apiserver and etcd each restarted `--restarts` times,
+//! the first readiness change after each restart timed until applied.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+mod latency;
+mod objects;
+mod recovery;
+mod report;
+mod startup;
+mod watches;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::{core::v1::Namespace, discovery::v1::EndpointSlice};
+use kube::Api;
+use serde_json::json;
+
+use crate::{
+    report::ScaleResult,
+    support::{TestEnv, repo_root},
+    watches::{SplitWatch, StatusWatch, start_churn},
+};
+
+/// Latency, writes, start, memory and recovery against their floors and targets.
+#[derive(clap::Parser, Debug)]
+#[command(
+    about = "Failover latency, writes, start, memory and recovery against the floor, on a local control plane"
+)]
+pub struct Options {
+    /// Numbers of policies to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000,10000")]
+    scales: Vec<usize>,
+    /// Readiness flips (each one change down and one back up) per scale and churn rate.
+    #[arg(long, default_value_t = 200)]
+    flips: usize,
+    /// EndpointSlice updates per second of background churn.
+    #[arg(long = "churn", default_value_t = 50)]
+    churn_per_second: u64,
+    /// The higher churn rate measured as well at the larger scales.
+    #[arg(long, default_value_t = 150)]
+    high_churn: u64,
+    /// From this many policies up, latency is measured at the higher churn rate too.
+    #[arg(long, default_value_t = 10_000)]
+    high_churn_from: usize,
+    /// Length of the quiet period in which no write is expected, in seconds.
+    #[arg(long, default_value_t = 60)]
+    quiet_seconds: u64,
+    /// The controller's --concurrency (and the cold-start floor's).
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Restarts of kube-apiserver, then of etcd, in the recovery scenario (0: skip it).
+    #[arg(long, default_value_t = 10)]
+    restarts: usize,
+    /// Policies under the controller during the recovery scenario.
+    #[arg(long, default_value_t = 1000)]
+    recovery_scale: usize,
+    /// Where the results are written as JSON.
+    #[arg(long, default_value = "target/bench/results.json")]
+    out: std::path::PathBuf,
+}
+
+fn options() -> Options {
+    let mut o = <Options as clap::Parser>::parse();
+    if o.out.is_relative() {
+        o.out = repo_root().join(&o.out);
+    }
+    o
+}
+
+async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
+    let env = TestEnv::new(&format!("bench-{n}"))
+        .await
+        .expect("control plane");
+    let churn_services = objects::create_scale(&env, n).await;
+    let (splits, statuses) = (SplitWatch::start(env.api()), StatusWatch::start(env.api()));
+    let slices: Api<EndpointSlice> = env.api();
+    let mut churn = start_churn(slices.clone(), churn_services.clone(), o.churn_per_second);
+    let (controller, cold) = startup::cold_start(&env, n, &splits, &statuses, o).await;
+    latency::settle(&controller).await;
+    let cold_floor = startup::cold_floor(&env, n, o).await;
+    let mut latency =
+        vec![latency::measure(&env, &controller, &splits, n, o.flips, o.churn_per_second).await];
+    if n >= o.high_churn_from {
+        churn.abort();
+        churn = start_churn(slices.clone(), churn_services.clone(), o.high_churn);
+        latency.push(latency::measure(&env, &controller, &splits, n, o.flips, o.high_churn).await);
+        churn.abort();
+        churn = start_churn(slices, churn_services, o.churn_per_second);
+    }
+    let quiet_before = latency::writes(&controller).await;
+    tokio::time::sleep(Duration::from_secs(o.quiet_seconds)).await;
+    let quiet: f64 = latency::writes(&controller)
+        .await
+        .iter()
+        .map(|(k, v)| v - quiet_before.get(k).copied().unwrap_or(0.0))
+        .sum();
+    let (cpu_s, peak_rss_mib) = startup::usage(controller.pid());
+    let (controller, restart) = startup::restart_in_place(&env, controller, n, o).await;
+    churn.abort();
+    drop(controller);
+    // Deleting the namespace frees the control plane for the next scale.
+    let namespaces: Api<Namespace> = Api::all(env.client.clone());
+    let _ = namespaces.delete(&env.ns, &Default::default()).await;
+    ScaleResult {
+        policies: n,
+        latency,
+        writes_in_quiet_period: quiet,
+        quiet_seconds: o.quiet_seconds,
+        cold_start_s: cold.as_secs_f64(),
+        cold_floor_s: cold_floor.as_secs_f64(),
+        restart,
+        cpu_s,
+        peak_rss_mib,
+        kib_per_policy: (peak_rss_mib - idle_rss).max(0.0) * 1024.0 / n as f64,
+    }
+}
+
+fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| Some(m.lines().next()?.split_whitespace().nth(1)?.to_string()))
+        .unwrap_or_default();
+    format!("{cores} cores, {memory} kB RAM")
+}
+
+#[tokio::main]
+async fn main() {
+    let o = options();
+    assert!(
+        repo_root()
+            .join("target/release/failover-controller")
+            .exists(),
+        "build the release controller first: cargo build --release --bin failover-controller (hack/bench.sh does)"
+    );
+    let started = Instant::now();
+    let idle_rss = startup::idle_rss(&o).await;
+    let mut results = Vec::new();
+    for &n in &o.scales {
+        results.push(run_scale(n, &o, idle_rss).await);
+        report::print_latency(&results[results.len() - 1..]);
+    }
+    let recovery = if o.restarts > 0 {
+        recovery::run(&o).await
+    } else {
+        Vec::new()
+    };
+    println!(
+        "\nAll scales ({:.1} min, {}):",
+        started.elapsed().as_secs_f64() / 60.0,
+        machine()
+    );
+    report::print_latency(&results);
+    report::print_process(&results, idle_rss);
+    report::print_recovery(&recovery);
+    report::print_targets(&results, &recovery);
+    if let Some(dir) = o.out.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let json = json!({"machine": machine(), "flips": o.flips, "idle_rss_mib": idle_rss, "results": results, "recovery": recovery});
+    std::fs::write(
+        &o.out,
+        serde_json::to_string_pretty(&json).unwrap_or_default(),
+    )
+    .expect("writing results");
+    println!("results written to {}", o.out.display());
+}

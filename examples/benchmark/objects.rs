@@ -1,0 +1,125 @@
+//! The objects a scale is made of (backend Services, their EndpointSlices, policies), created in
+//! bulk, and the readiness flips written to them.
+
+use std::time::{Duration, Instant};
+
+use failover::api::FailoverPolicy;
+use futures::{StreamExt, stream};
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use kube::{
+    Api, ResourceExt,
+    api::{Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+use crate::support::TestEnv;
+
+/// How many unreferenced Services take the background churn.
+pub const CHURN_SERVICES: usize = 200;
+
+/// One EndpointSlice of one endpoint for `service`, ready or not.
+pub fn slice(service: &str, ready: bool) -> EndpointSlice {
+    serde_json::from_value(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": format!("{service}-bench"), "labels": {
+            "kubernetes.io/service-name": service, "endpointslice.kubernetes.io/managed-by": "bench"}},
+        "addressType": "IPv4",
+        "ports": [{"port": 80}],
+        "endpoints": [{"addresses": ["10.9.0.1"], "conditions": {"ready": ready}}],
+    }))
+    .expect("slice")
+}
+
+fn service(name: &str) -> Service {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+        "spec": {"clusterIP": "None", "ports": [{"port": 80}]},
+    }))
+    .expect("service")
+}
+
+/// Policy `p<i>`: primary `p<i>`, secondaries `p<i>-a` and `p<i>-b`.
+pub fn policy(i: usize) -> FailoverPolicy {
+    serde_json::from_value(json!({
+        "apiVersion": "failover.dev/v1alpha1", "kind": "FailoverPolicy", "metadata": {"name": format!("p{i}")},
+        "spec": {"service": format!("p{i}"), "primary": format!("p{i}"),
+                 "secondaries": [{"service": format!("p{i}-a")}, {"service": format!("p{i}-b")}]},
+    }))
+    .expect("policy")
+}
+
+/// Creates objects with bounded concurrency, retrying on throttling.
+pub async fn create_all<K>(api: &Api<K>, objects: Vec<K>, concurrency: usize)
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    stream::iter(objects)
+        .for_each_concurrent(concurrency, |obj| {
+            let api = api.clone();
+            async move {
+                for attempt in 0..20 {
+                    match api.create(&PostParams::default(), &obj).await {
+                        Ok(_) => return,
+                        Err(kube::Error::Api(e)) if e.code == 409 => return,
+                        Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(50 * (attempt + 1))).await
+                        }
+                    }
+                }
+                panic!("could not create {}", obj.name_any());
+            }
+        })
+        .await;
+}
+
+/// Every object of a scale of `n` policies: 3n backend Services with one ready EndpointSlice each,
+/// the churn Services, the relay's two, and the policies. Returns the churn Services' names.
+pub async fn create_scale(env: &TestEnv, n: usize) -> Vec<String> {
+    let started = Instant::now();
+    let mut names: Vec<String> = (0..n)
+        .flat_map(|i| [format!("p{i}"), format!("p{i}-a"), format!("p{i}-b")])
+        .collect();
+    let churn: Vec<String> = (0..CHURN_SERVICES).map(|i| format!("churn{i}")).collect();
+    names.extend(churn.iter().cloned());
+    names.extend(["relay".to_string(), "relay-b".to_string()]);
+    let services: Api<Service> = env.api();
+    let slices: Api<EndpointSlice> = env.api();
+    create_all(&services, names.iter().map(|s| service(s)).collect(), 32).await;
+    create_all(&slices, names.iter().map(|s| slice(s, true)).collect(), 32).await;
+    create_all(&env.api(), (0..n).map(policy).collect(), 32).await;
+    eprintln!(
+        "[{n}] {} Services and EndpointSlices and {n} policies created in {:.1}s",
+        names.len(),
+        started.elapsed().as_secs_f64()
+    );
+    churn
+}
+
+/// Sets the readiness of `service`'s one endpoint; returns when the write was acknowledged.
+pub async fn set_ready(api: &Api<EndpointSlice>, service: &str, ready: bool) -> Instant {
+    let patch = slice(service, ready);
+    api.patch(
+        &format!("{service}-bench"),
+        &PatchParams::apply("bench").force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .expect("patch slice");
+    Instant::now()
+}
+
+/// A reproducible sequence of policy indexes (xorshift), so runs flip the same policies.
+pub struct Picks(u64);
+
+impl Picks {
+    pub fn new() -> Self {
+        Self(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn next(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}

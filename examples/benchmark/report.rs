@@ -1,0 +1,280 @@
+//! The figures: percentiles, one result per scale, the tables, and every target of the
+//! performance work with its measured value and verdict.
+
+use std::time::Duration;
+
+use crate::{latency::Latency, recovery::Recovery, startup::Restart};
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Percentiles {
+    pub samples: usize,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+pub fn percentiles(mut samples: Vec<Duration>) -> Percentiles {
+    samples.sort();
+    let at = |q: f64| {
+        if samples.is_empty() {
+            return 0.0;
+        }
+        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
+        samples[i].as_secs_f64() * 1000.0
+    };
+    Percentiles {
+        samples: samples.len(),
+        p50_ms: at(0.5),
+        p95_ms: at(0.95),
+        p99_ms: at(0.99),
+        max_ms: at(1.0),
+    }
+}
+
+/// Everything measured at one scale.
+#[derive(Debug, serde::Serialize)]
+pub struct ScaleResult {
+    pub policies: usize,
+    pub latency: Vec<Latency>,
+    pub writes_in_quiet_period: f64,
+    pub quiet_seconds: u64,
+    pub cold_start_s: f64,
+    pub cold_floor_s: f64,
+    pub restart: Restart,
+    pub cpu_s: f64,
+    pub peak_rss_mib: f64,
+    /// Peak RSS above the idle process, per policy.
+    pub kib_per_policy: f64,
+}
+
+fn ratio(ours: f64, floor: f64) -> f64 {
+    ours / floor.max(1e-6)
+}
+
+pub fn print_latency(results: &[ScaleResult]) {
+    println!("\nLatency (write ack → route change seen by an independent watch), ms:\n");
+    println!(
+        "| policies | churn/s | p50 | p95 | p99 | max | floor p50 | floor p99 | floor max | p50/floor | p99/floor | max/floor | route/status/event writes per change |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    for r in results {
+        for l in &r.latency {
+            let (c, f) = (&l.controller, &l.floor);
+            let w = |k: &str| l.writes_per_change.get(k).copied().unwrap_or(0.0);
+            println!(
+                "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} / {:.2} / {:.2} |",
+                r.policies,
+                l.churn_per_second,
+                c.p50_ms,
+                c.p95_ms,
+                c.p99_ms,
+                c.max_ms,
+                f.p50_ms,
+                f.p99_ms,
+                f.max_ms,
+                ratio(c.p50_ms, f.p50_ms),
+                ratio(c.p99_ms, f.p99_ms),
+                ratio(c.max_ms, f.max_ms),
+                w("trafficsplit"),
+                w("status"),
+                w("event")
+            );
+        }
+    }
+}
+
+pub fn print_process(results: &[ScaleResult], idle_rss: f64) {
+    println!(
+        "\nStart, restart, writes when idle, CPU and memory (idle process: {idle_rss:.1} MiB):\n"
+    );
+    println!(
+        "| policies | cold start s | same writes, bare client s | ratio | restart: ready s | restart: writes | quiet writes | CPU s | peak RSS MiB | KiB per policy above idle |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in results {
+        println!(
+            "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} in {}s | {:.1} | {:.1} | {:.1} |",
+            r.policies,
+            r.cold_start_s,
+            r.cold_floor_s,
+            ratio(r.cold_start_s, r.cold_floor_s),
+            r.restart.ready_s,
+            r.restart.writes,
+            r.writes_in_quiet_period,
+            r.quiet_seconds,
+            r.cpu_s,
+            r.peak_rss_mib,
+            r.kib_per_policy
+        );
+    }
+}
+
+pub fn print_recovery(recovery: &[Recovery]) {
+    if recovery.is_empty() {
+        return;
+    }
+    println!("\nRecovery (first readiness change after /readyz answers ok again), ms:\n");
+    println!(
+        "| component restarted | policies | restarts | back in p50 | first change p50 | p99 | max |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for r in recovery {
+        println!(
+            "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            r.component,
+            r.policies,
+            r.first_change.samples,
+            r.back_in.p50_ms,
+            r.first_change.p50_ms,
+            r.first_change.p99_ms,
+            r.first_change.max_ms
+        );
+    }
+}
+
+/// One target: what it asks, what was measured, whether it is met.
+pub struct Verdict {
+    pub target: String,
+    pub measured: String,
+    pub met: bool,
+}
+
+fn verdict(target: impl Into<String>, measured: impl Into<String>, met: bool) -> Verdict {
+    Verdict {
+        target: target.into(),
+        measured: measured.into(),
+        met,
+    }
+}
+
+fn latency_verdicts(results: &[ScaleResult]) -> Vec<Verdict> {
+    let mut v = Vec::new();
+    for r in results {
+        for l in &r.latency {
+            let (c, f) = (&l.controller, &l.floor);
+            let at = format!("{} policies, {}/s churn", r.policies, l.churn_per_second);
+            let p50 = ratio(c.p50_ms, f.p50_ms);
+            let p99 = ratio(c.p99_ms, f.p99_ms);
+            let max = ratio(c.max_ms, f.max_ms);
+            v.push(verdict(
+                format!("p50 ≤ 1.2x floor ({at})"),
+                format!("{p50:.2}x ({:.1} / {:.1} ms)", c.p50_ms, f.p50_ms),
+                p50 <= 1.2,
+            ));
+            v.push(verdict(
+                format!("p99 ≤ 1.5x floor ({at})"),
+                format!("{p99:.2}x ({:.1} / {:.1} ms)", c.p99_ms, f.p99_ms),
+                p99 <= 1.5,
+            ));
+            v.push(verdict(
+                format!("max ≤ 3x floor's max ({at})"),
+                format!("{max:.2}x ({:.1} / {:.1} ms)", c.max_ms, f.max_ms),
+                max <= 3.0,
+            ));
+            let route = l
+                .writes_per_change
+                .get("trafficsplit")
+                .copied()
+                .unwrap_or(0.0);
+            let status = l.writes_per_change.get("status").copied().unwrap_or(0.0);
+            v.push(verdict(
+                format!("1 route + 1 status write per change ({at})"),
+                format!("{route:.2} + {status:.2}"),
+                (route - 1.0).abs() < 0.01 && (status - 1.0).abs() < 0.01,
+            ));
+        }
+        v.push(verdict(
+            format!("0 writes when idle ({} policies)", r.policies),
+            format!("{} in {} s", r.writes_in_quiet_period, r.quiet_seconds),
+            r.writes_in_quiet_period == 0.0,
+        ));
+    }
+    v
+}
+
+fn process_verdicts(results: &[ScaleResult]) -> Vec<Verdict> {
+    let mut v = Vec::new();
+    let Some(largest) = results.iter().max_by_key(|r| r.policies) else {
+        return v;
+    };
+    let at = format!("at {} policies", largest.policies);
+    v.push(verdict(
+        format!("peak RSS ≤ 64 MiB {at} (target set at 10,000)"),
+        format!("{:.1} MiB", largest.peak_rss_mib),
+        largest.peak_rss_mib <= 64.0,
+    ));
+    let costs: Vec<String> = results
+        .iter()
+        .map(|r| format!("{:.1} at {}", r.kib_per_policy, r.policies))
+        .collect();
+    let counted: Vec<f64> = results
+        .iter()
+        .filter(|r| r.policies >= 1000)
+        .map(|r| r.kib_per_policy)
+        .collect();
+    let flat = counted.iter().copied().fold(0.0, f64::max)
+        <= 1.25 * counted.iter().copied().fold(f64::MAX, f64::min);
+    v.push(verdict(
+        "KiB per policy above idle flat (within 1.25x from 1,000 up)",
+        costs.join(", "),
+        flat,
+    ));
+    let cold = ratio(largest.cold_start_s, largest.cold_floor_s);
+    v.push(verdict(
+        format!("cold start ≤ 1.2x the bare client's writes {at}"),
+        format!(
+            "{cold:.2}x ({:.1} / {:.1} s)",
+            largest.cold_start_s, largest.cold_floor_s
+        ),
+        cold <= 1.2,
+    ));
+    let restart = &largest.restart;
+    v.push(verdict(
+        format!("restart with all in place: 0 writes, ready ≤ 2 s {at}"),
+        format!(
+            "{} writes, ready in {:.2} s",
+            restart.writes, restart.ready_s
+        ),
+        restart.writes == 0.0 && restart.ready_s <= 2.0,
+    ));
+    v
+}
+
+fn recovery_verdicts(recovery: &[Recovery]) -> Vec<Verdict> {
+    recovery
+        .iter()
+        .map(|r| {
+            let p99 = r.first_change.p99_ms;
+            verdict(
+                format!(
+                    "{} restart: first change applied ≤ 1 s (p99 of {})",
+                    r.component, r.first_change.samples
+                ),
+                format!("p99 {p99:.0} ms, max {:.0} ms", r.first_change.max_ms),
+                p99 <= 1000.0,
+            )
+        })
+        .collect()
+}
+
+/// Prints every target with its measured value and verdict; returns how many were missed.
+pub fn print_targets(results: &[ScaleResult], recovery: &[Recovery]) -> usize {
+    let mut all = latency_verdicts(results);
+    all.extend(process_verdicts(results));
+    all.extend(recovery_verdicts(recovery));
+    println!("\nTargets:\n");
+    println!("| target | measured | verdict |");
+    println!("|---|---|---|");
+    for v in &all {
+        println!(
+            "| {} | {} | {} |",
+            v.target,
+            v.measured,
+            if v.met { "met" } else { "MISSED" }
+        );
+    }
+    let missed = all.iter().filter(|v| !v.met).count();
+    println!("\n{} of {} targets met.", all.len() - missed, all.len());
+    missed
+}

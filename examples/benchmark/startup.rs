@@ -1,0 +1,218 @@
+//! The controller's process: started cold (no route yet) and timed until every route and status
+//! is in place, against a bare client making the same writes; restarted with everything in
+//! place; its CPU and memory.
+
+use std::time::{Duration, Instant};
+
+use failover::{api::FailoverPolicy, route::trafficsplit::TrafficSplit};
+use futures::{StreamExt, stream};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+use crate::{
+    Options,
+    latency::writes,
+    objects::{create_all, policy},
+    support::{ControllerProcess, TestEnv, metric, repo_root},
+    watches::{SplitWatch, StatusWatch},
+};
+
+/// The release controller for `env`'s namespace.
+pub fn start_controller(env: &TestEnv, o: &Options) -> ControllerProcess {
+    let binary = repo_root().join("target/release/failover-controller");
+    let concurrency = o.concurrency.to_string();
+    ControllerProcess::start_binary(
+        &binary,
+        env,
+        &env.cp.kubeconfig,
+        &["--log-level", "warn", "--concurrency", &concurrency],
+    )
+}
+
+/// CPU seconds and peak RSS (MiB) of a process.
+pub fn usage(pid: u32) -> (f64, f64) {
+    let ticks = 100.0;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let hwm_kib = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    ((field(11) + field(12)) / ticks, hwm_kib / 1024.0)
+}
+
+/// Waits until the controller's `/readyz` answers 200; returns how long that took.
+async fn ready(controller: &ControllerProcess, since: Instant) -> Duration {
+    while controller.admin_get("/readyz").await.0 != 200 {
+        assert!(since.elapsed() < Duration::from_secs(300), "never ready");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    since.elapsed()
+}
+
+/// The peak RSS of a controller with nothing to do (an empty namespace), in MiB.
+pub async fn idle_rss(o: &Options) -> f64 {
+    let env = TestEnv::new("bench-idle").await.expect("control plane");
+    let controller = start_controller(&env, o);
+    ready(&controller, Instant::now()).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, rss) = usage(controller.pid());
+    drop(controller);
+    env.cleanup().await;
+    rss
+}
+
+/// Starts the controller with no route in place; returns it and the time until every
+/// TrafficSplit has its weights and every policy its status.
+pub async fn cold_start(
+    env: &TestEnv,
+    n: usize,
+    splits: &SplitWatch,
+    statuses: &StatusWatch,
+    o: &Options,
+) -> (ControllerProcess, Duration) {
+    let start = Instant::now();
+    let controller = start_controller(env, o);
+    while splits.count_with(&[1, 0, 0]) < n || statuses.count() < n {
+        assert!(
+            start.elapsed() < Duration::from_secs(900),
+            "not all routes and statuses in place after 15 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took = start.elapsed();
+    eprintln!("[{n}] all routes and statuses in place {took:.2?} after the controller started");
+    (controller, took)
+}
+
+/// The cold start's floor: the writes the controller made at start (each route created, then
+/// each status applied), made again by a bare client at the same concurrency, in a namespace of
+/// their own with the same policies. Returns how long the API server took for them.
+pub async fn cold_floor(env: &TestEnv, n: usize, o: &Options) -> Duration {
+    let made: Vec<TrafficSplit> = env
+        .api::<TrafficSplit>()
+        .list(&Default::default())
+        .await
+        .expect("routes")
+        .items;
+    let statuses: Vec<FailoverPolicy> = env
+        .api::<FailoverPolicy>()
+        .list(&Default::default())
+        .await
+        .expect("policies")
+        .items;
+    let floor = TestEnv::on(env.cp, &format!("bench-floor-{n}"))
+        .await
+        .expect("namespace");
+    create_all(&floor.api(), (0..n).map(policy).collect(), 32).await;
+    let policies: Api<FailoverPolicy> = floor.api();
+    let uids: std::collections::HashMap<String, String> = policies
+        .list(&Default::default())
+        .await
+        .expect("floor policies")
+        .items
+        .into_iter()
+        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
+        .collect();
+    let writes: Vec<(TrafficSplit, serde_json::Value)> = made
+        .into_iter()
+        .filter_map(|ts| {
+            let name = ts.name_any();
+            let status = statuses.iter().find(|p| p.name_any() == name)?.status.clone()?;
+            let mut owner = ts.owner_references().first()?.clone();
+            owner.uid = uids.get(&name)?.clone();
+            let metadata = ObjectMeta {
+                name: Some(name),
+                labels: ts.metadata.labels.clone(),
+                owner_references: Some(vec![owner]),
+                ..Default::default()
+            };
+            let body = json!({"apiVersion": FailoverPolicy::api_version(&()), "kind": FailoverPolicy::kind(&()), "status": status});
+            Some((TrafficSplit { metadata, ..ts }, body))
+        })
+        .collect();
+    let routes: Api<TrafficSplit> = floor.api();
+    let started = Instant::now();
+    stream::iter(writes)
+        .for_each_concurrent(o.concurrency, |(ts, status)| {
+            let (routes, policies) = (routes.clone(), policies.clone());
+            async move {
+                let name = ts.name_any();
+                routes
+                    .create(&PostParams::default(), &ts)
+                    .await
+                    .expect("route");
+                let params = PatchParams::apply("bench-floor").force();
+                policies
+                    .patch_status(&name, &params, &Patch::Apply(&status))
+                    .await
+                    .expect("status");
+            }
+        })
+        .await;
+    let took = started.elapsed();
+    eprintln!("[{n}] the same writes by a bare client: {took:.2?}");
+    floor.cleanup().await;
+    took
+}
+
+/// A restart with everything in place.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Restart {
+    /// From the new process's start to `/readyz` 200.
+    pub ready_s: f64,
+    /// Route, status and Event writes until it had reconciled every policy once.
+    pub writes: f64,
+}
+
+/// Stops the controller (SIGTERM) and starts a new one with every route and status in place.
+pub async fn restart_in_place(
+    env: &TestEnv,
+    mut controller: ControllerProcess,
+    n: usize,
+    o: &Options,
+) -> (ControllerProcess, Restart) {
+    controller.signal("TERM");
+    drop(controller);
+    let start = Instant::now();
+    let controller = start_controller(env, o);
+    let ready_s = ready(&controller, start).await.as_secs_f64();
+    // Every policy reconciled once (the start-up pass), then its writes counted.
+    loop {
+        let text = controller.admin_get("/metrics").await.1;
+        if metric(&text, "failover_reconciles_total").unwrap_or(0.0) >= n as f64 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "start-up pass never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let w = writes(&controller).await;
+    let writes = ["trafficsplit", "status", "event"]
+        .iter()
+        .map(|k| w.get(*k).copied().unwrap_or(0.0))
+        .sum();
+    eprintln!("[{n}] restarted with everything in place: ready in {ready_s:.2}s, {writes} writes");
+    (controller, Restart { ready_s, writes })
+}

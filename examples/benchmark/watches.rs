@@ -1,0 +1,204 @@
+//! What the benchmark watches and writes besides the controller: an independent watch of the
+//! TrafficSplits (when each one's weights changed) and of the policies (which have a status),
+//! the background churn, and the relay that is the floor.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, Instant},
+};
+
+use failover::{api::FailoverPolicy, route::trafficsplit::TrafficSplit};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{WatchStreamExt, watcher},
+};
+use serde_json::json;
+use tokio::{sync::Notify, task::JoinHandle};
+
+use crate::objects::slice;
+
+/// Per TrafficSplit: when its weights last changed, and to what.
+type SplitChanges = Arc<Mutex<HashMap<String, (Instant, Vec<i64>)>>>;
+
+/// Watches TrafficSplits and records when each one's spec last changed.
+pub struct SplitWatch {
+    changes: SplitChanges,
+    notify: Arc<Notify>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for SplitWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl SplitWatch {
+    pub fn start(api: Api<TrafficSplit>) -> Self {
+        let changes: SplitChanges = Arc::default();
+        let notify = Arc::new(Notify::new());
+        let (sink, wake) = (changes.clone(), notify.clone());
+        let task = tokio::spawn(async move {
+            // Errors are retried with backoff; the stream itself never ends.
+            let mut s = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(event) = s.next().await {
+                let Ok(ts) = event else { continue };
+                let weights: Vec<i64> = ts.spec.backends.iter().map(|b| b.weight).collect();
+                let mut c = sink.lock().unwrap_or_else(PoisonError::into_inner);
+                let entry = c
+                    .entry(ts.name_any())
+                    .or_insert((Instant::now(), Vec::new()));
+                if entry.1 != weights {
+                    *entry = (Instant::now(), weights);
+                }
+                drop(c);
+                wake.notify_waiters();
+            }
+        });
+        Self {
+            changes,
+            notify,
+            task,
+        }
+    }
+
+    /// Waits until `name` has `weights`; returns when the watch saw it.
+    pub async fn wait_for(
+        &self,
+        name: &str,
+        weights: &[i64],
+        timeout: Duration,
+    ) -> Option<Instant> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let notified = self.notify.notified();
+            let seen = self
+                .changes
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(name)
+                .cloned();
+            if let Some((at, w)) = seen
+                && w == weights
+            {
+                return Some(at);
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            let _ = tokio::time::timeout(left.min(Duration::from_millis(200)), notified).await;
+        }
+    }
+
+    pub fn count_with(&self, expected: &[i64]) -> usize {
+        self.changes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .filter(|(_, w)| w == expected)
+            .count()
+    }
+}
+
+/// Watches the policies and records which ones have a status with a phase.
+pub struct StatusWatch {
+    with_status: Arc<Mutex<HashSet<String>>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for StatusWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl StatusWatch {
+    pub fn start(api: Api<FailoverPolicy>) -> Self {
+        let with_status: Arc<Mutex<HashSet<String>>> = Arc::default();
+        let sink = with_status.clone();
+        let task = tokio::spawn(async move {
+            let mut s = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(event) = s.next().await {
+                let Ok(p) = event else { continue };
+                if p.status.as_ref().is_some_and(|s| s.phase.is_some()) {
+                    sink.lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(p.name_any());
+                }
+            }
+        });
+        Self { with_status, task }
+    }
+
+    pub fn count(&self) -> usize {
+        self.with_status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+/// Background churn: EndpointSlice updates on Services no policy references, `per_second` of them.
+pub fn start_churn(
+    api: Api<EndpointSlice>,
+    services: Vec<String>,
+    per_second: u64,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        if per_second == 0 || services.is_empty() {
+            return;
+        }
+        let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / per_second));
+        let mut i = 0usize;
+        loop {
+            tick.tick().await;
+            let svc = services[i % services.len()].clone();
+            let api = api.clone();
+            let ready = (i / services.len()).is_multiple_of(2);
+            tokio::spawn(async move {
+                let _ = api
+                    .patch(
+                        &format!("{svc}-bench"),
+                        &PatchParams::apply("bench").force(),
+                        &Patch::Apply(&slice(&svc, ready)),
+                    )
+                    .await;
+            });
+            i += 1;
+        }
+    })
+}
+
+/// The floor: one watch on one EndpointSlice; each change is one server-side apply of one
+/// TrafficSplit. The least any controller can do, on the same control plane.
+pub fn start_relay(client: Client, ns: &str) -> JoinHandle<()> {
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    let splits: Api<TrafficSplit> = Api::namespaced(client, ns);
+    tokio::spawn(async move {
+        let cfg = watcher::Config::default().fields("metadata.name=relay-bench");
+        let mut s = watcher(slices, cfg).applied_objects().boxed();
+        while let Ok(Some(es)) = s.try_next().await {
+            let ready = es
+                .endpoints
+                .iter()
+                .any(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true));
+            let patch = json!({"apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit", "metadata": {"name": "relay"},
+                "spec": {"service": "relay", "backends": [{"service": "relay", "weight": i64::from(ready)}, {"service": "relay-b", "weight": i64::from(!ready)}]}});
+            let _ = splits
+                .patch(
+                    "relay",
+                    &PatchParams::apply("relay").force(),
+                    &Patch::Apply(&patch),
+                )
+                .await;
+        }
+    })
+}
