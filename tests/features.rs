@@ -250,11 +250,11 @@ async fn http_route_output_is_owned_kept_and_collected_like_a_traffic_split() {
         route.data["spec"]["rules"][0]["backendRefs"][0]["port"].as_i64(),
         Some(8080)
     );
-    let policy = env.policy("web").await.expect("policy");
-    assert_eq!(
-        policy.status.as_ref().and_then(|s| s.http_route.as_deref()),
-        Some("web")
-    );
+    let policy = env
+        .wait_policy("web", WAIT, "status.httpRoute", |p| {
+            p.status.as_ref().and_then(|s| s.http_route.as_deref()) == Some("web")
+        })
+        .await;
     let owner = route.metadata.owner_references.clone().unwrap_or_default();
     assert!(
         owner

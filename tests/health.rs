@@ -49,13 +49,20 @@ async fn an_error_ratio_over_the_threshold_fails_over_and_prometheus_down_keeps_
     exporter.set(&[("web", 0.9), ("web-east", 0.0), ("web-west", 0.0)]);
     env.wait_weights("web", &EAST, WAIT).await;
     let failover = bad.elapsed();
-    let p = env.policy("web").await.expect("policy");
-    let reading = p
-        .status
-        .as_ref()
-        .and_then(|s| s.backends[0].health.clone())
-        .expect("reading");
-    assert_eq!((reading.value, reading.healthy), (Some(0.9), false));
+    // The status follows the route (it is written in the background): wait for the reading.
+    let reading = |p: &FailoverPolicy| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.backends.first())
+            .and_then(|b| b.health.clone())
+    };
+    let p = env
+        .wait_policy("web", WAIT, "the primary's reading", |p| {
+            reading(p).is_some_and(|r| !r.healthy)
+        })
+        .await;
+    let r = reading(&p).expect("reading");
+    assert_eq!((r.value, r.healthy), (Some(0.9), false));
     let good = Instant::now();
     exporter.set(&[("web", 0.01), ("web-east", 0.0), ("web-west", 0.0)]);
     env.wait_weights("web", &PRIMARY, WAIT).await;

@@ -8,9 +8,11 @@
 // The `printcolumn(...)` entries of the derive repeat keys by design.
 #![allow(clippy::duplicated_attributes)]
 
+mod health;
 pub mod rules;
 pub mod status;
 
+pub use health::*;
 pub use status::*;
 
 use std::fmt;
@@ -23,7 +25,6 @@ use serde::{Deserialize, Serialize};
 use self::rules::{
     DNS1035_LABEL, DNS1123_LABEL, DNS1123_SUBDOMAIN, GO_DURATION, MAX_DURATION_LENGTH, MAX_LABEL,
     MAX_MIN_READY_ENDPOINTS, MAX_RAMP_STEPS, MAX_SECONDARIES, MAX_SUBDOMAIN, MAX_WEIGHT,
-    PROMETHEUS_ADDRESS,
 };
 use crate::validate::{dns1035_label, dns1123_label, dns1123_subdomain};
 
@@ -244,75 +245,6 @@ pub struct FailoverPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(dive)]
     pub failback: Option<FailbackSpec>,
-}
-
-/// Health beyond readiness.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Validate)]
-#[serde(rename_all = "camelCase")]
-pub struct HealthSpec {
-    /// A Prometheus query per backend, compared with a threshold.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(dive)]
-    pub prometheus: Option<PrometheusHealth>,
-}
-
-/// A backend is healthy while its Prometheus query's value is within the threshold. The hold
-/// timers damp metric flaps as they damp readiness. Prometheus unreachable or a query error
-/// keeps the last verdict (condition `HealthQueryFailed`).
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Validate)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(validation = rules::ONE_THRESHOLD.element_rule())]
-pub struct PrometheusHealth {
-    /// Prometheus' address, `http://host:port` (default: the controller's `--prometheus-address`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = MAX_SUBDOMAIN), pattern(PROMETHEUS_ADDRESS))]
-    #[garde(inner(length(min = 1, max = MAX_SUBDOMAIN)))]
-    pub address: Option<String>,
-
-    /// The PromQL query for one backend, returning one number; `{{service}}` and
-    /// `{{namespace}}` are replaced by the backend's Service and the policy's namespace (both
-    /// DNS labels, so no escaping is needed), e.g.
-    /// `sum(rate(errors_total{service="{{service}}"}[1m])) / sum(rate(requests_total{service="{{service}}"}[1m]))`.
-    #[schemars(length(min = 1, max = 4096))]
-    #[garde(length(min = 1, max = 4096))]
-    pub query: String,
-
-    /// The backend is unhealthy while the value is above this (an error ratio, say).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(skip)]
-    pub max: Option<f64>,
-
-    /// The backend is unhealthy while the value is below this (a success ratio, say).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(skip)]
-    pub min: Option<f64>,
-
-    /// How often the queries run, as a duration such as `10s` (default `10s`, at least `1s`).
-    #[serde(default = "ten_seconds")]
-    #[schemars(length(max = MAX_DURATION_LENGTH), pattern(GO_DURATION))]
-    #[x_kube(validation = rules::hold_duration_rule())]
-    #[x_kube(validation = rules::health_interval_rule())]
-    #[garde(skip)]
-    pub interval: String,
-
-    /// What a query returning no data means: `Healthy` (default) or `Unhealthy`.
-    #[serde(default)]
-    #[garde(skip)]
-    pub no_data: NoData,
-}
-
-fn ten_seconds() -> String {
-    "10s".to_string()
-}
-
-/// What a health query returning no data means.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum NoData {
-    /// No data is no news: healthy.
-    #[default]
-    Healthy,
-    /// No data counts as unhealthy.
-    Unhealthy,
 }
 
 /// How traffic returns to the primary.
