@@ -16,12 +16,12 @@
 //! | decide | [`decide`] | pure: weights, holds, transition, conditions |
 //! | apply | [`apply`] | write the route; an [`apply::Applied`] outcome |
 //! | status | [`status`] | pure: the one place a status is built |
-//! | write | [`write`] | write the status, Events, metrics |
+//! | write | [`write`] | queue the status (written in the background), Events, metrics |
 //!
 //! [`reconcile`] sequences the steps; [`wake`] turns an observed change into the policies to
-//! reconcile, and [`runner`] runs them (one reconcile per policy at a time). Beside the local watches, two more sources feed the gather step: [`remote`]
-//! (readiness read from other clusters, and their liveness) and [`health`] (Prometheus queries
-//! per backend). Around them: [`api`] (the CRD types and their rules), [`route`] (the route
+//! reconcile, and [`runner`] runs them (one reconcile per policy at a time). Beside the local
+//! watches, two more sources feed the gather step: [`remote`] (readiness read from other
+//! clusters, and their liveness) and [`health`] (Prometheus queries per backend). Around them: [`api`] (the CRD types and their rules), [`route`] (the route
 //! kinds), [`writer`] (the leader-gated door for writes), [`recent`] (memory of recent writes),
 //! [`leader`], [`metrics`], [`admin`], [`telemetry`], [`crd`].
 
