@@ -118,8 +118,12 @@ async fn controller_killed_before_its_write_converges_after_restart() {
     env.wait_weights("web", &[("web", 0), ("web-east", 0), ("web-west", 1)], WAIT)
         .await;
     let p = env
-        .wait_policy("web", WAIT, "FailedOver", |p| {
+        .wait_policy("web", WAIT, "FailedOver to web-west", |p| {
+            // The killed controller may have recorded FailedOver to web-east already.
             phase(p) == Some(Phase::FailedOver)
+                && p.status
+                    .as_ref()
+                    .is_some_and(|s| s.active_backends == ["web-west"])
         })
         .await;
     assert_eq!(p.status.expect("status").active_backends, vec!["web-west"]);

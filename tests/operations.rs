@@ -30,13 +30,20 @@ async fn metrics_and_health_endpoints_report_a_failover() {
     env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
         .await;
     let labels = format!("{{namespace=\"{}\",policy=\"web\"}}", env.ns);
+    // The status and the Event are written in the background, just after the route: wait for
+    // their counters too before reading the rest.
     let seen = wait_until(WAIT, || async {
         let text = controller.admin_get("/metrics").await.1;
         metric(&text, &format!("failover_failovers_total{labels}")) == Some(1.0)
+            && metric(&text, "failover_api_writes_total{kind=\"status\"}") == Some(2.0)
+            && metric(&text, "failover_api_writes_total{kind=\"event\"}") == Some(1.0)
     })
     .await;
     let text = controller.admin_get("/metrics").await.1;
-    assert!(seen, "failovers_total not 1:\n{text}");
+    assert!(
+        seen,
+        "failovers_total not 1, or the status and Event not written:\n{text}"
+    );
     assert_eq!(
         metric(&text, &format!("failover_ready_backends{labels}")),
         Some(2.0)
