@@ -21,6 +21,25 @@ use tokio::{sync::Notify, task::JoinHandle};
 
 use crate::objects::slice;
 
+/// Runs `f` on every object a watch of `api` delivers, for as long as the task lives; errors are
+/// retried with backoff, so the stream itself never ends.
+fn on_each<K>(api: Api<K>, mut f: impl FnMut(K) + Send + 'static) -> JoinHandle<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut s = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(event) = s.next().await {
+            if let Ok(object) = event {
+                f(object);
+            }
+        }
+    })
+}
+
 /// Per TrafficSplit: when its weights last changed, and to what.
 type SplitChanges = Arc<Mutex<HashMap<String, (Instant, Vec<i64>)>>>;
 
@@ -42,25 +61,17 @@ impl SplitWatch {
         let changes: SplitChanges = Arc::default();
         let notify = Arc::new(Notify::new());
         let (sink, wake) = (changes.clone(), notify.clone());
-        let task = tokio::spawn(async move {
-            // Errors are retried with backoff; the stream itself never ends.
-            let mut s = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .applied_objects()
-                .boxed();
-            while let Some(event) = s.next().await {
-                let Ok(ts) = event else { continue };
-                let weights: Vec<i64> = ts.spec.backends.iter().map(|b| b.weight).collect();
-                let mut c = sink.lock().unwrap_or_else(PoisonError::into_inner);
-                let entry = c
-                    .entry(ts.name_any())
-                    .or_insert((Instant::now(), Vec::new()));
-                if entry.1 != weights {
-                    *entry = (Instant::now(), weights);
-                }
-                drop(c);
-                wake.notify_waiters();
+        let task = on_each(api, move |ts: TrafficSplit| {
+            let weights: Vec<i64> = ts.spec.backends.iter().map(|b| b.weight).collect();
+            let mut c = sink.lock().unwrap_or_else(PoisonError::into_inner);
+            let entry = c
+                .entry(ts.name_any())
+                .or_insert((Instant::now(), Vec::new()));
+            if entry.1 != weights {
+                *entry = (Instant::now(), weights);
             }
+            drop(c);
+            wake.notify_waiters();
         });
         Self {
             changes,
@@ -121,18 +132,11 @@ impl StatusWatch {
     pub fn start(api: Api<FailoverPolicy>) -> Self {
         let with_status: Arc<Mutex<HashSet<String>>> = Arc::default();
         let sink = with_status.clone();
-        let task = tokio::spawn(async move {
-            let mut s = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .applied_objects()
-                .boxed();
-            while let Some(event) = s.next().await {
-                let Ok(p) = event else { continue };
-                if p.status.as_ref().is_some_and(|s| s.phase.is_some()) {
-                    sink.lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .insert(p.name_any());
-                }
+        let task = on_each(api, move |p: FailoverPolicy| {
+            if p.status.as_ref().is_some_and(|s| s.phase.is_some()) {
+                sink.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(p.name_any());
             }
         });
         Self { with_status, task }

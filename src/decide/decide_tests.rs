@@ -970,3 +970,22 @@ fn no_data_means_what_the_policy_says() {
     let d = decide(&unhealthy, &[reading(None, None), up(1), up(1)], None, t(0));
     assert_eq!(d.weights, vec![0, 1, 0]);
 }
+
+/// A ready secondary's status entry with one of one endpoints ready, for tests that need a
+/// previous status.
+pub(crate) fn backend_status(service: &str, weight: i32) -> crate::api::BackendStatus {
+    crate::api::BackendStatus {
+        service: service.into(),
+        role: crate::api::Role::Secondary,
+        ready: true,
+        ready_endpoints: 1,
+        total_endpoints: 1,
+        weight,
+        share: None,
+        last_transition_time: None,
+        message: None,
+        readiness_from: None,
+        readiness_as_of: None,
+        health: None,
+    }
+}

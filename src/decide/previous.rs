@@ -79,26 +79,9 @@ impl Previous {
 mod tests {
     use super::*;
     use crate::{
-        api::{BackendStatus, Role, Strategy},
-        decide::tests::valid,
+        api::Strategy,
+        decide::tests::{backend_status as backend, valid},
     };
-
-    fn backend(service: &str, weight: i32) -> BackendStatus {
-        BackendStatus {
-            service: service.into(),
-            role: Role::Secondary,
-            ready: true,
-            ready_endpoints: 1,
-            total_endpoints: 1,
-            weight,
-            share: None,
-            last_transition_time: None,
-            message: None,
-            readiness_from: None,
-            readiness_as_of: None,
-            health: None,
-        }
-    }
 
     #[test]
     fn no_status_means_traffic_never_left_the_primary() {

@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn counts_not_known_yet_keep_the_readiness_the_previous_status_recorded() {
-        use crate::api::{BackendStatus, Role};
+        use crate::api::BackendStatus;
         let awaiting = BackendObservation {
             unavailable: Some("cluster east has not answered yet".into()),
             awaiting: true,
@@ -179,18 +179,9 @@ mod tests {
         };
         let previous = FailoverPolicyStatus {
             backends: vec![BackendStatus {
-                service: "web-east".into(),
-                role: Role::Secondary,
-                ready: true,
                 ready_endpoints: 2,
                 total_endpoints: 3,
-                weight: 1,
-                share: None,
-                last_transition_time: None,
-                message: None,
-                readiness_from: None,
-                readiness_as_of: None,
-                health: None,
+                ..crate::decide::tests::backend_status("web-east", 1)
             }],
             ..FailoverPolicyStatus::default()
         };
