@@ -10,6 +10,7 @@ use kube::{Api, api::PostParams};
 use serde_json::json;
 
 use crate::{
+    Options,
     objects::{Picks, set_ready},
     report::{Percentiles, percentiles},
     support::{ControllerProcess, TestEnv, api_writes},
@@ -22,6 +23,9 @@ pub struct Latency {
     pub churn_per_second: u64,
     pub controller: Percentiles,
     pub floor: Percentiles,
+    /// The relay writing what the controller writes per change (the route, then one more
+    /// object applied and one Event in the background).
+    pub floor_same_writes: Percentiles,
     pub writes_per_change: HashMap<String, f64>,
 }
 
@@ -50,9 +54,10 @@ pub async fn measure(
     controller: &ControllerProcess,
     watch: &SplitWatch,
     n: usize,
-    flips: usize,
+    o: &Options,
     churn_per_second: u64,
 ) -> Latency {
+    let (flips, gap) = (o.flips, Duration::from_millis(o.gap_ms));
     let slices: Api<EndpointSlice> = env.api();
     let before = writes(controller).await;
     let mut samples = Vec::new();
@@ -66,6 +71,7 @@ pub async fn measure(
                 .await
                 .expect("TrafficSplit change");
             samples.push(seen.saturating_duration_since(acked));
+            pause(gap).await;
         }
     }
     // Let the status writes and Events of the last flip land.
@@ -84,21 +90,24 @@ pub async fn measure(
     Latency {
         churn_per_second,
         controller: percentiles(samples),
-        floor: floor(env, watch, flips).await,
+        floor: floor(env, watch, o, false).await,
+        floor_same_writes: floor(env, watch, o, true).await,
         writes_per_change,
     }
 }
 
 /// The same number of changes through the relay, on the same control plane, with the controller
-/// and the churn still running.
-async fn floor(env: &TestEnv, watch: &SplitWatch, flips: usize) -> Percentiles {
+/// and the churn still running; with `extra_writes`, the relay also writes what the controller
+/// writes after each route.
+async fn floor(env: &TestEnv, watch: &SplitWatch, o: &Options, extra_writes: bool) -> Percentiles {
+    let (flips, gap) = (o.flips, Duration::from_millis(o.gap_ms));
     let splits: Api<TrafficSplit> = env.api();
     let slices: Api<EndpointSlice> = env.api();
     let relay_split: TrafficSplit = serde_json::from_value(json!({"apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit",
         "metadata": {"name": "relay"}, "spec": {"service": "relay", "backends": [{"service": "relay", "weight": 1}, {"service": "relay-b", "weight": 0}]}})).expect("ts");
     let _ = splits.create(&PostParams::default(), &relay_split).await;
     set_ready(&slices, "relay", true).await;
-    let relay = start_relay(env.client.clone(), &env.ns);
+    let relay = start_relay(env.client.clone(), &env.ns, extra_writes);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let _ = watch
         .wait_for("relay", &[1, 0], Duration::from_secs(10))
@@ -112,8 +121,16 @@ async fn floor(env: &TestEnv, watch: &SplitWatch, flips: usize) -> Percentiles {
                 .await
                 .expect("relay change");
             samples.push(seen.saturating_duration_since(acked));
+            pause(gap).await;
         }
     }
     relay.abort();
     percentiles(samples)
+}
+
+/// Waits `gap` (nothing at all when it is zero).
+async fn pause(gap: Duration) {
+    if !gap.is_zero() {
+        tokio::time::sleep(gap).await;
+    }
 }

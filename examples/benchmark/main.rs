@@ -52,6 +52,10 @@ pub struct Options {
     /// Readiness flips (each one change down and one back up) per scale and churn rate.
     #[arg(long, default_value_t = 200)]
     flips: usize,
+    /// Pause after each change is seen before the next one is written, in milliseconds (0:
+    /// back to back, each change's status and Event writes overlapping the next change).
+    #[arg(long, default_value_t = 0)]
+    gap_ms: u64,
     /// EndpointSlice updates per second of background churn.
     #[arg(long = "churn", default_value_t = 50)]
     churn_per_second: u64,
@@ -70,9 +74,16 @@ pub struct Options {
     /// Restarts of kube-apiserver, then of etcd, in the recovery scenario (0: skip it).
     #[arg(long, default_value_t = 10)]
     restarts: usize,
+    /// The components restarted in the recovery scenario, in this order.
+    #[arg(long, value_delimiter = ',', default_value = "kube-apiserver,etcd")]
+    recovery_components: Vec<String>,
     /// Policies under the controller during the recovery scenario.
     #[arg(long, default_value_t = 1000)]
     recovery_scale: usize,
+    /// The controller's --log-level (e.g. `info,failover=debug` to follow one change through
+    /// it; its log is written to the system's temporary directory).
+    #[arg(long, default_value = "warn")]
+    controller_log: String,
     /// Where the results are written as JSON.
     #[arg(long, default_value = "target/bench/results.json")]
     out: std::path::PathBuf,
@@ -98,11 +109,11 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
     latency::settle(&controller).await;
     let cold_floor = startup::cold_floor(&env, n, o).await;
     let mut latency =
-        vec![latency::measure(&env, &controller, &splits, n, o.flips, o.churn_per_second).await];
+        vec![latency::measure(&env, &controller, &splits, n, o, o.churn_per_second).await];
     if n >= o.high_churn_from {
         churn.abort();
         churn = start_churn(slices.clone(), churn_services.clone(), o.high_churn);
-        latency.push(latency::measure(&env, &controller, &splits, n, o.flips, o.high_churn).await);
+        latency.push(latency::measure(&env, &controller, &splits, n, o, o.high_churn).await);
         churn.abort();
         churn = start_churn(slices, churn_services, o.churn_per_second);
     }

@@ -30,7 +30,12 @@ pub fn start_controller(env: &TestEnv, o: &Options) -> ControllerProcess {
         &binary,
         env,
         &env.cp.kubeconfig,
-        &["--log-level", "warn", "--concurrency", &concurrency],
+        &[
+            "--log-level",
+            &o.controller_log,
+            "--concurrency",
+            &concurrency,
+        ],
     )
 }
 
@@ -108,49 +113,12 @@ pub async fn cold_start(
 /// each status applied), made again by a bare client at the same concurrency, in a namespace of
 /// their own with the same policies. Returns how long the API server took for them.
 pub async fn cold_floor(env: &TestEnv, n: usize, o: &Options) -> Duration {
-    let made: Vec<TrafficSplit> = env
-        .api::<TrafficSplit>()
-        .list(&Default::default())
-        .await
-        .expect("routes")
-        .items;
-    let statuses: Vec<FailoverPolicy> = env
-        .api::<FailoverPolicy>()
-        .list(&Default::default())
-        .await
-        .expect("policies")
-        .items;
     let floor = TestEnv::on(env.cp, &format!("bench-floor-{n}"))
         .await
         .expect("namespace");
     create_all(&floor.api(), (0..n).map(policy).collect(), 32).await;
-    let policies: Api<FailoverPolicy> = floor.api();
-    let uids: std::collections::HashMap<String, String> = policies
-        .list(&Default::default())
-        .await
-        .expect("floor policies")
-        .items
-        .into_iter()
-        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
-        .collect();
-    let writes: Vec<(TrafficSplit, serde_json::Value)> = made
-        .into_iter()
-        .filter_map(|ts| {
-            let name = ts.name_any();
-            let status = statuses.iter().find(|p| p.name_any() == name)?.status.clone()?;
-            let mut owner = ts.owner_references().first()?.clone();
-            owner.uid = uids.get(&name)?.clone();
-            let metadata = ObjectMeta {
-                name: Some(name),
-                labels: ts.metadata.labels.clone(),
-                owner_references: Some(vec![owner]),
-                ..Default::default()
-            };
-            let body = json!({"apiVersion": FailoverPolicy::api_version(&()), "kind": FailoverPolicy::kind(&()), "status": status});
-            Some((TrafficSplit { metadata, ..ts }, body))
-        })
-        .collect();
-    let routes: Api<TrafficSplit> = floor.api();
+    let writes = floor_writes(env, &floor).await;
+    let (routes, policies): (Api<TrafficSplit>, Api<FailoverPolicy>) = (floor.api(), floor.api());
     let started = Instant::now();
     stream::iter(writes)
         .for_each_concurrent(o.concurrency, |(ts, status)| {
@@ -173,6 +141,48 @@ pub async fn cold_floor(env: &TestEnv, n: usize, o: &Options) -> Duration {
     eprintln!("[{n}] the same writes by a bare client: {took:.2?}");
     floor.cleanup().await;
     took
+}
+
+/// The routes and statuses the controller wrote in `env`, made out for the same policies in
+/// `floor`'s namespace (each route owned by the policy of the same name there).
+async fn floor_writes(env: &TestEnv, floor: &TestEnv) -> Vec<(TrafficSplit, serde_json::Value)> {
+    let made: Vec<TrafficSplit> = env
+        .api::<TrafficSplit>()
+        .list(&Default::default())
+        .await
+        .expect("routes")
+        .items;
+    let statuses: Vec<FailoverPolicy> = env
+        .api::<FailoverPolicy>()
+        .list(&Default::default())
+        .await
+        .expect("policies")
+        .items;
+    let uids: std::collections::HashMap<String, String> = floor
+        .api::<FailoverPolicy>()
+        .list(&Default::default())
+        .await
+        .expect("floor policies")
+        .items
+        .into_iter()
+        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
+        .collect();
+    made.into_iter()
+        .filter_map(|ts| {
+            let name = ts.name_any();
+            let status = statuses.iter().find(|p| p.name_any() == name)?.status.clone()?;
+            let mut owner = ts.owner_references().first()?.clone();
+            owner.uid = uids.get(&name)?.clone();
+            let metadata = ObjectMeta {
+                name: Some(name),
+                labels: ts.metadata.labels.clone(),
+                owner_references: Some(vec![owner]),
+                ..Default::default()
+            };
+            let body = json!({"apiVersion": FailoverPolicy::api_version(&()), "kind": FailoverPolicy::kind(&()), "status": status});
+            Some((TrafficSplit { metadata, ..ts }, body))
+        })
+        .collect()
 }
 
 /// A restart with everything in place.

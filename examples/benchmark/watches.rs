@@ -10,7 +10,10 @@ use std::{
 
 use failover::{api::FailoverPolicy, route::trafficsplit::TrafficSplit};
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Event},
+    discovery::v1::EndpointSlice,
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{Patch, PatchParams},
@@ -183,12 +186,17 @@ pub fn start_churn(
 
 /// The floor: one watch on one EndpointSlice; each change is one server-side apply of one
 /// TrafficSplit. The least any controller can do, on the same control plane.
-pub fn start_relay(client: Client, ns: &str) -> JoinHandle<()> {
+pub fn start_relay(client: Client, ns: &str, extra_writes: bool) -> JoinHandle<()> {
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
-    let splits: Api<TrafficSplit> = Api::namespaced(client, ns);
+    let splits: Api<TrafficSplit> = Api::namespaced(client.clone(), ns);
+    let (maps, events): (Api<ConfigMap>, Api<Event>) = (
+        Api::namespaced(client.clone(), ns),
+        Api::namespaced(client, ns),
+    );
     tokio::spawn(async move {
         let cfg = watcher::Config::default().fields("metadata.name=relay-bench");
         let mut s = watcher(slices, cfg).applied_objects().boxed();
+        let mut changes = 0u64;
         while let Ok(Some(es)) = s.try_next().await {
             let ready = es
                 .endpoints
@@ -203,6 +211,31 @@ pub fn start_relay(client: Client, ns: &str) -> JoinHandle<()> {
                     &Patch::Apply(&patch),
                 )
                 .await;
+            changes += 1;
+            if extra_writes {
+                tokio::spawn(two_more_writes(maps.clone(), events.clone(), changes));
+            }
         }
     })
+}
+
+/// What the controller writes after a route besides it, in the background: one more object
+/// applied (as the status is) and one Event created.
+async fn two_more_writes(maps: Api<ConfigMap>, events: Api<Event>, change: u64) {
+    let status = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "relay-status"},
+        "data": {"change": change.to_string()}});
+    let _ = maps
+        .patch(
+            "relay-status",
+            &PatchParams::apply("relay").force(),
+            &Patch::Apply(&status),
+        )
+        .await;
+    let event: Event = serde_json::from_value(json!({
+        "metadata": {"generateName": "relay-"},
+        "involvedObject": {"apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit", "name": "relay", "namespace": maps.namespace()},
+        "reason": "Relayed", "message": format!("change {change}"), "type": "Normal",
+        "source": {"component": "relay"}}))
+    .expect("Event");
+    let _ = events.create(&Default::default(), &event).await;
 }
