@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use failover::route::trafficsplit::TrafficSplit;
+use failover::{api::FailoverPolicy, route::trafficsplit::TrafficSplit};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{Api, api::PostParams};
 use serde_json::json;
@@ -14,7 +14,7 @@ use crate::{
     objects::{Picks, set_ready},
     report::{Percentiles, percentiles},
     support::{ControllerProcess, TestEnv, api_writes},
-    watches::{SplitWatch, start_relay},
+    watches::{SplitWatch, StatusTarget, start_relay},
 };
 
 /// The latency of one churn rate: ours, the floor's, and our writes per change.
@@ -23,8 +23,8 @@ pub struct Latency {
     pub churn_per_second: u64,
     pub controller: Percentiles,
     pub floor: Percentiles,
-    /// The relay writing what the controller writes per change (the route, then one more
-    /// object applied and one Event in the background).
+    /// The relay writing what the controller writes per change (the route, then a policy's
+    /// status applied and one Event created, in the background).
     pub floor_same_writes: Percentiles,
     pub writes_per_change: HashMap<String, f64>,
 }
@@ -107,7 +107,16 @@ async fn floor(env: &TestEnv, watch: &SplitWatch, o: &Options, extra_writes: boo
         "metadata": {"name": "relay"}, "spec": {"service": "relay", "backends": [{"service": "relay", "weight": 1}, {"service": "relay-b", "weight": 0}]}})).expect("ts");
     let _ = splits.create(&PostParams::default(), &relay_split).await;
     set_ready(&slices, "relay", true).await;
-    let relay = start_relay(env.client.clone(), &env.ns, extra_writes);
+    let target = if extra_writes {
+        Some(status_target(env).await)
+    } else {
+        None
+    };
+    let relay = start_relay(
+        env.client.clone(),
+        &env.ns,
+        target.as_ref().map(|(_, t)| t.clone()),
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     let _ = watch
         .wait_for("relay", &[1, 0], Duration::from_secs(10))
@@ -125,7 +134,30 @@ async fn floor(env: &TestEnv, watch: &SplitWatch, o: &Options, extra_writes: boo
         }
     }
     relay.abort();
+    if let Some((owner, _)) = target {
+        owner.cleanup().await;
+    }
     percentiles(samples)
+}
+
+/// A copy of policy `p0` (its spec, and the status the controller wrote) in a namespace of its
+/// own, for the relay to write the status of.
+async fn status_target(env: &TestEnv) -> (TestEnv, StatusTarget) {
+    let original = env
+        .api::<FailoverPolicy>()
+        .get("p0")
+        .await
+        .expect("policy p0");
+    let own = TestEnv::on(env.cp, "bench-relay-status")
+        .await
+        .expect("namespace");
+    let api: Api<FailoverPolicy> = own.api();
+    let copy = FailoverPolicy::new("relay", original.spec.clone());
+    api.create(&PostParams::default(), &copy)
+        .await
+        .expect("relay policy");
+    let status = serde_json::to_value(&original.status).expect("status");
+    (own, StatusTarget { api, status })
 }
 
 /// Waits `gap` (nothing at all when it is zero).

@@ -30,7 +30,7 @@ mod watches;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::{core::v1::Namespace, discovery::v1::EndpointSlice};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use serde_json::json;
 
@@ -128,9 +128,9 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
     let (controller, restart) = startup::restart_in_place(&env, controller, n, o).await;
     churn.abort();
     drop(controller);
-    // Deleting the namespace frees the control plane for the next scale.
-    let namespaces: Api<Namespace> = Api::all(env.client.clone());
-    let _ = namespaces.delete(&env.ns, &Default::default()).await;
+    // The next scale (or the recovery scenario) starts once this one's objects are deleted.
+    let deleted = env.cleanup_and_wait(Duration::from_secs(600)).await;
+    eprintln!("[{n}] namespace deleted in {deleted:.2?}");
     ScaleResult {
         policies: n,
         latency,

@@ -10,12 +10,9 @@ use std::{
 
 use failover::{api::FailoverPolicy, route::trafficsplit::TrafficSplit};
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::{
-    core::v1::{ConfigMap, Event},
-    discovery::v1::EndpointSlice,
-};
+use k8s_openapi::api::{core::v1::Event, discovery::v1::EndpointSlice};
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
     runtime::{WatchStreamExt, watcher},
 };
@@ -184,15 +181,21 @@ pub fn start_churn(
     })
 }
 
+/// A FailoverPolicy in a namespace of its own (no controller watches it), whose status the
+/// relay applies after each route, as the controller applies a policy's status.
+#[derive(Clone)]
+pub struct StatusTarget {
+    pub api: Api<FailoverPolicy>,
+    /// A status the controller wrote, applied with a new `observedGeneration` each time.
+    pub status: serde_json::Value,
+}
+
 /// The floor: one watch on one EndpointSlice; each change is one server-side apply of one
 /// TrafficSplit. The least any controller can do, on the same control plane.
-pub fn start_relay(client: Client, ns: &str, extra_writes: bool) -> JoinHandle<()> {
+pub fn start_relay(client: Client, ns: &str, extra: Option<StatusTarget>) -> JoinHandle<()> {
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
     let splits: Api<TrafficSplit> = Api::namespaced(client.clone(), ns);
-    let (maps, events): (Api<ConfigMap>, Api<Event>) = (
-        Api::namespaced(client.clone(), ns),
-        Api::namespaced(client, ns),
-    );
+    let events: Api<Event> = Api::namespaced(client, ns);
     tokio::spawn(async move {
         let cfg = watcher::Config::default().fields("metadata.name=relay-bench");
         let mut s = watcher(slices, cfg).applied_objects().boxed();
@@ -212,30 +215,34 @@ pub fn start_relay(client: Client, ns: &str, extra_writes: bool) -> JoinHandle<(
                 )
                 .await;
             changes += 1;
-            if extra_writes {
-                tokio::spawn(two_more_writes(maps.clone(), events.clone(), changes));
+            if let Some(target) = &extra {
+                tokio::spawn(two_more_writes(target.clone(), events.clone(), changes));
             }
         }
     })
 }
 
-/// What the controller writes after a route besides it, in the background: one more object
-/// applied (as the status is) and one Event created.
-async fn two_more_writes(maps: Api<ConfigMap>, events: Api<Event>, change: u64) {
-    let status = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "relay-status"},
-        "data": {"change": change.to_string()}});
-    let _ = maps
-        .patch(
-            "relay-status",
-            &PatchParams::apply("relay").force(),
-            &Patch::Apply(&status),
-        )
-        .await;
+/// What the controller writes after a route besides it, in the background: a policy's status
+/// applied and one Event created.
+async fn two_more_writes(target: StatusTarget, events: Api<Event>, change: u64) {
+    let mut status = target.status;
+    status["observedGeneration"] = json!(change);
+    let body = json!({"apiVersion": FailoverPolicy::api_version(&()), "kind": FailoverPolicy::kind(&()), "status": status});
+    let params = PatchParams::apply("relay").force();
+    if let Err(e) = target
+        .api
+        .patch_status("relay", &params, &Patch::Apply(&body))
+        .await
+    {
+        eprintln!("the relay's status write failed: {e}");
+    }
     let event: Event = serde_json::from_value(json!({
         "metadata": {"generateName": "relay-"},
-        "involvedObject": {"apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit", "name": "relay", "namespace": maps.namespace()},
+        "involvedObject": {"apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit", "name": "relay", "namespace": events.namespace()},
         "reason": "Relayed", "message": format!("change {change}"), "type": "Normal",
         "source": {"component": "relay"}}))
     .expect("Event");
-    let _ = events.create(&Default::default(), &event).await;
+    if let Err(e) = events.create(&Default::default(), &event).await {
+        eprintln!("the relay's Event failed: {e}");
+    }
 }

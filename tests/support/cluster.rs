@@ -8,6 +8,7 @@ use std::{
         OnceLock,
         atomic::{AtomicU32, Ordering},
     },
+    time::Duration,
 };
 
 use failover::{crd, route::trafficsplit::traffic_split_crd};
@@ -289,6 +290,21 @@ impl TestEnv {
     pub async fn cleanup(self) {
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         let _ = namespaces.delete(&self.ns, &DeleteParams::default()).await;
+    }
+
+    /// Deletes the namespace and waits until it is gone with everything in it (at most
+    /// `limit`), so that the deletions do not load the API server afterwards; how long it took.
+    pub async fn cleanup_and_wait(self, limit: Duration) -> Duration {
+        let started = std::time::Instant::now();
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        let _ = namespaces.delete(&self.ns, &DeleteParams::default()).await;
+        while started.elapsed() < limit {
+            if let Ok(None) = namespaces.get_opt(&self.ns).await {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        started.elapsed()
     }
 }
 
