@@ -26,6 +26,8 @@ pub struct Latency {
     /// The relay writing what the controller writes per change (the route, then a policy's
     /// status applied and one Event created, in the background).
     pub floor_same_writes: Percentiles,
+    /// The controller's CPU time over the changes (and the churn meanwhile), per change.
+    pub cpu_ms_per_change: f64,
     pub writes_per_change: HashMap<String, f64>,
 }
 
@@ -60,6 +62,7 @@ pub async fn measure(
     let (flips, gap) = (o.flips, Duration::from_millis(o.gap_ms));
     let slices: Api<EndpointSlice> = env.api();
     let before = writes(controller).await;
+    let cpu_before = crate::startup::usage(controller.pid()).0;
     let mut samples = Vec::new();
     let mut picks = Picks::new();
     for _ in 0..flips {
@@ -78,6 +81,11 @@ pub async fn measure(
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = writes(controller).await;
     let changes = (2 * flips) as f64;
+    let cpu_ms_per_change =
+        (crate::startup::usage(controller.pid()).0 - cpu_before) * 1000.0 / changes;
+    eprintln!(
+        "[{n}] the controller's CPU time per change: {cpu_ms_per_change:.2} ms (churn {churn_per_second}/s included)"
+    );
     let writes_per_change = after
         .iter()
         .map(|(k, v)| {
@@ -92,6 +100,7 @@ pub async fn measure(
         controller: percentiles(samples),
         floor: floor(env, watch, o, false).await,
         floor_same_writes: floor(env, watch, o, true).await,
+        cpu_ms_per_change,
         writes_per_change,
     }
 }
