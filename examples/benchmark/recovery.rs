@@ -68,7 +68,9 @@ async fn create_probe(api: &Api<TrafficSplit>) {
         "metadata": {"name": PROBE},
         "spec": {"service": PROBE, "backends": [{"service": PROBE, "weight": 1}]}}))
     .expect("probe TrafficSplit");
-    let _ = api.create(&PostParams::default(), &probe).await;
+    api.create(&PostParams::default(), &probe)
+        .await
+        .expect("the probe TrafficSplit created");
 }
 
 /// Writes the probe TrafficSplit (a new annotation each time); how long until acknowledged.

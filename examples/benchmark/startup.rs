@@ -249,24 +249,27 @@ async fn list_floor(env: &TestEnv) -> Duration {
     let (splits, policies) = (env.api::<TrafficSplit>(), env.api::<FailoverPolicy>());
     let started = Instant::now();
     tokio::join!(
-        paged(|p| {
-            let api = slices.clone();
-            async move { api.list(&p).await }
-        }),
+        list_all(slices),
         paged(|p| {
             let api = services.clone();
             async move { api.list_metadata(&p).await }
         }),
-        paged(|p| {
-            let api = splits.clone();
-            async move { api.list(&p).await }
-        }),
-        paged(|p| {
-            let api = policies.clone();
-            async move { api.list(&p).await }
-        }),
+        list_all(splits),
+        list_all(policies),
     );
     started.elapsed()
+}
+
+/// Every page of the full objects of `api`; returns the number of objects.
+async fn list_all<K>(api: Api<K>) -> usize
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    paged(|p| {
+        let api = api.clone();
+        async move { api.list(&p).await }
+    })
+    .await
 }
 
 /// Every page of one list, in pages of the controller's size; returns the number of objects.
