@@ -11,6 +11,7 @@ use serde_json::json;
 
 use crate::{
     Options,
+    apiserver::SplitTimes,
     objects::{Picks, set_ready},
     report::{Percentiles, percentiles},
     support::{ControllerProcess, TestEnv, api_writes},
@@ -26,6 +27,9 @@ pub struct Latency {
     /// The relay writing what the controller writes per change (the route, then a policy's
     /// status applied and one Event created, in the background).
     pub floor_same_writes: Percentiles,
+    /// The API server's own timing of TrafficSplit applies: over the controller's changes, over
+    /// the relay's, and over the relay's making the same writes.
+    pub server_times: [SplitTimes; 3],
     /// The controller's CPU time over the changes (and the churn meanwhile), per change.
     pub cpu_ms_per_change: f64,
     pub writes_per_change: HashMap<String, f64>,
@@ -59,28 +63,16 @@ pub async fn measure(
     o: &Options,
     churn_per_second: u64,
 ) -> Latency {
-    let (flips, gap) = (o.flips, Duration::from_millis(o.gap_ms));
-    let slices: Api<EndpointSlice> = env.api();
     let before = writes(controller).await;
     let cpu_before = crate::startup::usage(controller.pid()).0;
-    let mut samples = Vec::new();
-    let mut picks = Picks::new();
-    for _ in 0..flips {
-        let name = format!("p{}", picks.next(n));
-        for (ready, expected) in [(false, [0i64, 1, 0]), (true, [1i64, 0, 0])] {
-            let acked = set_ready(&slices, &name, ready).await;
-            let seen = watch
-                .wait_for(&name, &expected, Duration::from_secs(30))
-                .await
-                .expect("TrafficSplit change");
-            samples.push(seen.saturating_duration_since(acked));
-            pause(gap).await;
-        }
-    }
+    let server_before = SplitTimes::now(&env.client).await;
+    let samples = controller_changes(env, watch, n, o).await;
     // Let the status writes and Events of the last flip land.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = writes(controller).await;
-    let changes = (2 * flips) as f64;
+    let server = SplitTimes::now(&env.client).await.since(server_before);
+    eprintln!("[{n}] over the controller's changes, {}", server.describe());
+    let changes = (2 * o.flips) as f64;
     let cpu_ms_per_change =
         (crate::startup::usage(controller.pid()).0 - cpu_before) * 1000.0 / changes;
     eprintln!(
@@ -95,20 +87,67 @@ pub async fn measure(
             )
         })
         .collect();
+    let (one_write, floor_server) = floor(env, watch, o, false).await;
+    let (floor_same_writes, same_server) = floor(env, watch, o, true).await;
+    eprintln!(
+        "[{n}] over the relay's changes, {}",
+        floor_server.describe()
+    );
+    eprintln!(
+        "[{n}] over the changes of the relay making the same writes, {}",
+        same_server.describe()
+    );
     Latency {
         churn_per_second,
         controller: percentiles(samples),
-        floor: floor(env, watch, o, false).await,
-        floor_same_writes: floor(env, watch, o, true).await,
+        floor: one_write,
+        floor_same_writes,
+        server_times: [server, floor_server, same_server],
         cpu_ms_per_change,
         writes_per_change,
     }
 }
 
+/// `flips` random policies made not ready and ready again, each change timed from the write's
+/// acknowledgement to the route change; the slowest are printed with the time of their write.
+async fn controller_changes(
+    env: &TestEnv,
+    watch: &SplitWatch,
+    n: usize,
+    o: &Options,
+) -> Vec<Duration> {
+    let slices: Api<EndpointSlice> = env.api();
+    let mut samples = Vec::new();
+    let mut slowest = Slowest::default();
+    let mut picks = Picks::new();
+    for _ in 0..o.flips {
+        let name = format!("p{}", picks.next(n));
+        for (ready, expected) in [(false, [0i64, 1, 0]), (true, [1i64, 0, 0])] {
+            let acked = set_ready(&slices, &name, ready).await;
+            let acked_at = chrono::Utc::now();
+            let seen = watch
+                .wait_for(&name, &expected, Duration::from_secs(30))
+                .await
+                .expect("TrafficSplit change");
+            let took = seen.saturating_duration_since(acked);
+            slowest.offer(took, acked_at, &name);
+            samples.push(took);
+            pause(Duration::from_millis(o.gap_ms)).await;
+        }
+    }
+    slowest.print(n);
+    samples
+}
+
 /// The same number of changes through the relay, on the same control plane, with the controller
 /// and the churn still running; with `extra_writes`, the relay also writes what the controller
 /// writes after each route.
-async fn floor(env: &TestEnv, watch: &SplitWatch, o: &Options, extra_writes: bool) -> Percentiles {
+async fn floor(
+    env: &TestEnv,
+    watch: &SplitWatch,
+    o: &Options,
+    extra_writes: bool,
+) -> (Percentiles, SplitTimes) {
     let (flips, gap) = (o.flips, Duration::from_millis(o.gap_ms));
     let splits: Api<TrafficSplit> = env.api();
     let slices: Api<EndpointSlice> = env.api();
@@ -130,6 +169,7 @@ async fn floor(env: &TestEnv, watch: &SplitWatch, o: &Options, extra_writes: boo
     let _ = watch
         .wait_for("relay", &[1, 0], Duration::from_secs(10))
         .await;
+    let server_before = SplitTimes::now(&env.client).await;
     let mut samples = Vec::new();
     for _ in 0..flips {
         for (ready, expected) in [(false, [0i64, 1]), (true, [1i64, 0])] {
@@ -142,11 +182,13 @@ async fn floor(env: &TestEnv, watch: &SplitWatch, o: &Options, extra_writes: boo
             pause(gap).await;
         }
     }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let server = SplitTimes::now(&env.client).await.since(server_before);
     relay.abort();
     if let Some((owner, _)) = target {
         owner.cleanup().await;
     }
-    percentiles(samples)
+    (percentiles(samples), server)
 }
 
 /// A copy of policy `p0` (its spec, and the status the controller wrote) in a namespace of its
@@ -167,6 +209,31 @@ async fn status_target(env: &TestEnv) -> (TestEnv, StatusTarget) {
         .expect("relay policy");
     let status = serde_json::to_value(&original.status).expect("status");
     (own, StatusTarget { api, status })
+}
+
+/// The slowest changes of a run, with the wall-clock time their write was acknowledged, to find
+/// them in the controller's log.
+#[derive(Default)]
+struct Slowest(Vec<(Duration, chrono::DateTime<chrono::Utc>, String)>);
+
+impl Slowest {
+    const KEPT: usize = 3;
+
+    fn offer(&mut self, took: Duration, acked_at: chrono::DateTime<chrono::Utc>, name: &str) {
+        self.0.push((took, acked_at, name.to_string()));
+        self.0.sort_by_key(|s| std::cmp::Reverse(s.0));
+        self.0.truncate(Self::KEPT);
+    }
+
+    fn print(&self, n: usize) {
+        for (took, at, name) in &self.0 {
+            eprintln!(
+                "[{n}] slow change: {name}, written {}, seen after {:.2} ms",
+                at.format("%H:%M:%S%.6f"),
+                took.as_secs_f64() * 1000.0
+            );
+        }
+    }
 }
 
 /// Waits `gap` (nothing at all when it is zero).

@@ -14,6 +14,8 @@
 //!   issued by a bare client at the same concurrency;
 //! - restart with everything in place: ready time and writes (none expected);
 //! - CPU seconds, peak RSS, and KiB per policy above the idle process;
+//! - what one TrafficSplit apply costs the API server by the object's shape (`probe`), and its
+//!   own timing of the TrafficSplit applies during each latency measurement (`apiserver`);
 //!
 //! and once, at `--recovery-scale`: kube-apiserver and etcd each restarted `--restarts` times,
 //! the first readiness change after each restart timed until applied.
@@ -21,8 +23,10 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod apiserver;
 mod latency;
 mod objects;
+mod probe;
 mod recovery;
 mod report;
 mod startup;
@@ -107,6 +111,7 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
     let mut churn = start_churn(slices.clone(), churn_services.clone(), o.churn_per_second);
     let (controller, cold) = startup::cold_start(&env, n, &splits, &statuses, o).await;
     latency::settle(&controller).await;
+    probe::run(&env, n).await;
     let cold_floor = startup::cold_floor(&env, n, o).await;
     let mut latency =
         vec![latency::measure(&env, &controller, &splits, n, o, o.churn_per_second).await];
