@@ -1,7 +1,11 @@
-//! The API server's own timing of TrafficSplit writes, from its `/metrics`: tells the time spent
-//! inside the API server (and inside its etcd calls) from the time spent in a client.
+//! What the control plane did during a phase of the benchmark: the API server's own timing of
+//! TrafficSplit writes (its `/metrics`), which tells the time spent inside the API server (and
+//! inside its etcd calls) from the time spent in a client; the keys etcd compacted (etcd's
+//! `/metrics`; the API server asks etcd to compact every 5 minutes); and the CPU time of etcd,
+//! kube-apiserver and kube-controller-manager, which share the machine's cores with the
+//! controller.
 
-use kube::Client;
+use crate::support::{ControlPlane, metrics::metric, process::http_get};
 
 /// One latency histogram over a phase: requests, and how many took longer than 25 and 50 ms.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
@@ -21,21 +25,29 @@ impl Slow {
     }
 }
 
-/// TrafficSplit applies as the API server timed them, and its etcd updates of TrafficSplits.
+/// The control plane's components, in the order their CPU time is kept.
+const COMPONENTS: [&str; 3] = ["etcd", "kube-apiserver", "kube-controller-manager"];
+
+/// TrafficSplit applies as the API server timed them, its etcd updates of TrafficSplits, the keys
+/// etcd compacted, and the CPU seconds of each of [`COMPONENTS`].
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
-pub struct SplitTimes {
+pub struct ControlPlaneLoad {
     pub applies: Slow,
     pub etcd_updates: Slow,
+    pub etcd_compacted_keys: f64,
+    pub cpu_s: [f64; 3],
 }
 
-impl SplitTimes {
+impl ControlPlaneLoad {
     /// The counts so far (all zero when the API server's metrics cannot be read).
-    pub async fn now(client: &Client) -> Self {
+    pub async fn now(env: &crate::support::TestEnv) -> Self {
         let Ok(request) = http::Request::get("/metrics").body(Vec::new()) else {
             return Self::default();
         };
-        let text = client.request_text(request).await.unwrap_or_default();
+        let text = env.client.request_text(request).await.unwrap_or_default();
         Self {
+            etcd_compacted_keys: etcd_compacted_keys(env.cp).await,
+            cpu_s: COMPONENTS.map(|c| cpu_seconds(env.cp, c)),
             applies: histogram(
                 &text,
                 "apiserver_request_duration_seconds_bucket",
@@ -58,6 +70,8 @@ impl SplitTimes {
         Self {
             applies: self.applies.minus(before.applies),
             etcd_updates: self.etcd_updates.minus(before.etcd_updates),
+            etcd_compacted_keys: self.etcd_compacted_keys - before.etcd_compacted_keys,
+            cpu_s: [0, 1, 2].map(|i| self.cpu_s[i] - before.cpu_s[i]),
         }
     }
 
@@ -65,10 +79,43 @@ impl SplitTimes {
     pub fn describe(&self) -> String {
         let (a, e) = (&self.applies, &self.etcd_updates);
         format!(
-            "the API server timed {} TrafficSplit applies, {} over 25 ms and {} over 50 ms; its etcd updates of TrafficSplits: {}, {} over 25 ms, {} over 50 ms",
-            a.requests, a.over_25ms, a.over_50ms, e.requests, e.over_25ms, e.over_50ms
+            "the API server timed {} TrafficSplit applies, {} over 25 ms and {} over 50 ms; its etcd updates of TrafficSplits: {}, {} over 25 ms, {} over 50 ms; etcd compacted {} keys; CPU: etcd {:.1} s, kube-apiserver {:.1} s, kube-controller-manager {:.1} s",
+            a.requests,
+            a.over_25ms,
+            a.over_50ms,
+            e.requests,
+            e.over_25ms,
+            e.over_50ms,
+            self.etcd_compacted_keys,
+            self.cpu_s[0],
+            self.cpu_s[1],
+            self.cpu_s[2]
         )
     }
+}
+
+/// CPU seconds a control plane component has used (0 when it cannot be read).
+pub fn cpu_seconds(cp: &ControlPlane, component: &str) -> f64 {
+    std::fs::read_to_string(cp.dir.join(format!("{component}.pid")))
+        .ok()
+        .and_then(|pid| pid.trim().parse().ok())
+        .map_or(0.0, |pid| crate::startup::usage(pid).0)
+}
+
+/// The keys etcd has compacted since it started (0 when its metrics cannot be read).
+async fn etcd_compacted_keys(cp: &ControlPlane) -> f64 {
+    let env = std::fs::read_to_string(cp.dir.join("env")).unwrap_or_default();
+    let Some(addr) = env
+        .lines()
+        .find_map(|l| l.strip_prefix("ETCD_URL=http://"))
+        .map(str::to_string)
+    else {
+        return 0.0;
+    };
+    let text = tokio::task::spawn_blocking(move || http_get(&addr, "/metrics").1)
+        .await
+        .unwrap_or_default();
+    metric(&text, "etcd_debugging_mvcc_db_compaction_keys_total").unwrap_or(0.0)
 }
 
 /// Sums the series of a histogram family whose labels include all of `labels`.

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::{
     Options,
-    apiserver::SplitTimes,
+    apiserver::ControlPlaneLoad,
     objects::{Picks, set_ready},
     report::{Percentiles, percentiles},
     support::{ControllerProcess, TestEnv, api_writes},
@@ -27,9 +27,9 @@ pub struct Latency {
     /// The relay writing what the controller writes per change (the route, then a policy's
     /// status applied and one Event created, in the background).
     pub floor_same_writes: Percentiles,
-    /// The API server's own timing of TrafficSplit applies: over the controller's changes, over
-    /// the relay's, and over the relay's making the same writes.
-    pub server_times: [SplitTimes; 3],
+    /// What the control plane did over the controller's changes, over the relay's, and over the
+    /// relay's making the same writes.
+    pub control_plane: [ControlPlaneLoad; 3],
     /// The controller's CPU time over the changes (and the churn meanwhile), per change.
     pub cpu_ms_per_change: f64,
     pub writes_per_change: HashMap<String, f64>,
@@ -65,12 +65,12 @@ pub async fn measure(
 ) -> Latency {
     let before = writes(controller).await;
     let cpu_before = crate::startup::usage(controller.pid()).0;
-    let server_before = SplitTimes::now(&env.client).await;
+    let server_before = ControlPlaneLoad::now(env).await;
     let samples = controller_changes(env, watch, n, o).await;
     // Let the status writes and Events of the last flip land.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = writes(controller).await;
-    let server = SplitTimes::now(&env.client).await.since(server_before);
+    let server = ControlPlaneLoad::now(env).await.since(server_before);
     eprintln!("[{n}] over the controller's changes, {}", server.describe());
     let changes = (2 * o.flips) as f64;
     let cpu_ms_per_change =
@@ -102,7 +102,7 @@ pub async fn measure(
         controller: percentiles(samples),
         floor: one_write,
         floor_same_writes,
-        server_times: [server, floor_server, same_server],
+        control_plane: [server, floor_server, same_server],
         cpu_ms_per_change,
         writes_per_change,
     }
@@ -147,7 +147,7 @@ async fn floor(
     watch: &SplitWatch,
     o: &Options,
     extra_writes: bool,
-) -> (Percentiles, SplitTimes) {
+) -> (Percentiles, ControlPlaneLoad) {
     let (flips, gap) = (o.flips, Duration::from_millis(o.gap_ms));
     let splits: Api<TrafficSplit> = env.api();
     let slices: Api<EndpointSlice> = env.api();
@@ -169,7 +169,7 @@ async fn floor(
     let _ = watch
         .wait_for("relay", &[1, 0], Duration::from_secs(10))
         .await;
-    let server_before = SplitTimes::now(&env.client).await;
+    let server_before = ControlPlaneLoad::now(env).await;
     let mut samples = Vec::new();
     for _ in 0..flips {
         for (ready, expected) in [(false, [0i64, 1]), (true, [1i64, 0])] {
@@ -183,7 +183,7 @@ async fn floor(
         }
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let server = SplitTimes::now(&env.client).await.since(server_before);
+    let server = ControlPlaneLoad::now(env).await.since(server_before);
     relay.abort();
     if let Some((owner, _)) = target {
         owner.cleanup().await;
@@ -193,7 +193,7 @@ async fn floor(
 
 /// A copy of policy `p0` (its spec, and the status the controller wrote) in a namespace of its
 /// own, for the relay to write the status of.
-async fn status_target(env: &TestEnv) -> (TestEnv, StatusTarget) {
+pub async fn status_target(env: &TestEnv) -> (TestEnv, StatusTarget) {
     let original = env
         .api::<FailoverPolicy>()
         .get("p0")

@@ -1,16 +1,22 @@
-//! What one TrafficSplit apply costs the API server, by the shape of the object.
+//! What the controller's two writes per change cost the API server, measured with the controller
+//! and the churn running.
 //!
-//! Six TrafficSplits that no policy references (the controller ignores them) are applied in
-//! turn, round after round, while the controller and the churn run: the relay's shape (only a
-//! spec), then with the controller's labels, its ownerReference, and the controller's own shape
-//! (labels, ownerReference, created by a POST before the first apply, as the controller creates
-//! a route). The differences between the rows are what the object's shape costs per apply.
+//! - Routes: five TrafficSplits that no policy references (the controller ignores them) are
+//!   applied in turn, round after round: the relay's shape (only a spec), the same created by a
+//!   POST before its first apply, with the controller's labels, with its ownerReference, and the
+//!   controller's own shape (all three). The differences between the rows are what the shape
+//!   costs per apply.
+//! - Statuses: a policy's status written by server-side apply (as the controller does), by a
+//!   merge patch, and reduced to `observedGeneration`, each with the API server's CPU per write.
 
 use std::time::{Duration, Instant};
 
-use failover::route::{FIELD_MANAGER, trafficsplit::TrafficSplit};
+use failover::{
+    api::FailoverPolicy,
+    route::{FIELD_MANAGER, trafficsplit::TrafficSplit},
+};
 use kube::{
-    Api,
+    Api, Resource,
     api::{DynamicObject, Patch, PatchParams, PostParams},
     discovery::ApiResource,
 };
@@ -80,8 +86,14 @@ fn body(shape: &Shape, template: &DynamicObject, round: i64) -> Value {
     v
 }
 
-/// Applies every shape `ROUNDS` times and prints each one's apply time.
+/// Runs both probes.
 pub async fn run(env: &TestEnv, n: usize) {
+    splits(env, n).await;
+    statuses(env, n).await;
+}
+
+/// Applies every shape `ROUNDS` times and prints each one's apply time.
+async fn splits(env: &TestEnv, n: usize) {
     let api: Api<DynamicObject> = Api::namespaced_with(
         env.client.clone(),
         &env.ns,
@@ -98,6 +110,7 @@ pub async fn run(env: &TestEnv, n: usize) {
         api.create(&post, &object).await.expect("probe create");
     }
     let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let cpu_before = crate::apiserver::cpu_seconds(env.cp, "kube-apiserver");
     let mut times = vec![Vec::new(); SHAPES.len()];
     for round in 0..ROUNDS {
         for (shape, times) in SHAPES.iter().zip(&mut times) {
@@ -113,6 +126,11 @@ pub async fn run(env: &TestEnv, n: usize) {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
+    let cpu = crate::apiserver::cpu_seconds(env.cp, "kube-apiserver") - cpu_before;
+    eprintln!(
+        "[{n}] apply probe: the API server's CPU {:.2} ms per apply (all shapes)",
+        cpu * 1000.0 / (ROUNDS as f64 * SHAPES.len() as f64)
+    );
     for (shape, times) in SHAPES.iter().zip(times) {
         let p = crate::report::percentiles(times);
         eprintln!(
@@ -120,4 +138,51 @@ pub async fn run(env: &TestEnv, n: usize) {
             shape.name, p.p50_ms, p.p95_ms, p.p99_ms
         );
     }
+}
+
+/// Writes a policy's status (a copy of one the controller wrote, on a copy of its policy in a
+/// namespace the controller does not watch) `ROUNDS` times per way of writing it, and prints
+/// each way's request time and the API server's CPU time per write.
+async fn statuses(env: &TestEnv, n: usize) {
+    let (own, target) = crate::latency::status_target(env).await;
+    let body = |status: &Value, round: i64| {
+        let mut status = status.clone();
+        status["observedGeneration"] = json!(round);
+        json!({"apiVersion": FailoverPolicy::api_version(&()), "kind": FailoverPolicy::kind(&()), "status": status})
+    };
+    let small = json!({});
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let merge = PatchParams::default();
+    for way in [
+        "server-side apply",
+        "merge patch",
+        "server-side apply, observedGeneration only",
+    ] {
+        let cpu_before = crate::apiserver::cpu_seconds(env.cp, "kube-apiserver");
+        let mut times = Vec::new();
+        for round in 0..ROUNDS {
+            let patch = match way {
+                "server-side apply" => Patch::Apply(body(&target.status, round)),
+                "merge patch" => Patch::Merge(body(&target.status, round)),
+                _ => Patch::Apply(body(&small, round)),
+            };
+            let params = if way == "merge patch" { &merge } else { &apply };
+            let started = Instant::now();
+            target
+                .api
+                .patch_status("relay", params, &patch)
+                .await
+                .expect("probe status write");
+            times.push(started.elapsed());
+        }
+        let cpu = crate::apiserver::cpu_seconds(env.cp, "kube-apiserver") - cpu_before;
+        let p = crate::report::percentiles(times);
+        eprintln!(
+            "[{n}] status probe, {way}: p50 {:.2} ms, p95 {:.2} ms; the API server's CPU {:.2} ms per write",
+            p.p50_ms,
+            p.p95_ms,
+            cpu * 1000.0 / ROUNDS as f64
+        );
+    }
+    own.cleanup().await;
 }
