@@ -30,12 +30,15 @@ const COMPONENTS: [&str; 3] = ["etcd", "kube-apiserver", "kube-controller-manage
 
 /// TrafficSplit applies as the API server timed them, its etcd updates of TrafficSplits, the keys
 /// etcd compacted, and the CPU seconds of each of [`COMPONENTS`].
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct ControlPlaneLoad {
     pub applies: Slow,
     pub etcd_updates: Slow,
     pub etcd_compacted_keys: f64,
     pub cpu_s: [f64; 3],
+    /// Requests the API server answered, by verb and resource (`apiserver_request_total`).
+    #[serde(skip)]
+    pub requests: std::collections::BTreeMap<(String, String), f64>,
 }
 
 impl ControlPlaneLoad {
@@ -48,6 +51,7 @@ impl ControlPlaneLoad {
         Self {
             etcd_compacted_keys: etcd_compacted_keys(env.cp).await,
             cpu_s: COMPONENTS.map(|c| cpu_seconds(env.cp, c)),
+            requests: requests(&text),
             applies: histogram(
                 &text,
                 "apiserver_request_duration_seconds_bucket",
@@ -72,13 +76,30 @@ impl ControlPlaneLoad {
             etcd_updates: self.etcd_updates.minus(before.etcd_updates),
             etcd_compacted_keys: self.etcd_compacted_keys - before.etcd_compacted_keys,
             cpu_s: [0, 1, 2].map(|i| self.cpu_s[i] - before.cpu_s[i]),
+            requests: self
+                .requests
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v - before.requests.get(k).copied().unwrap_or(0.0),
+                    )
+                })
+                .filter(|(_, v)| *v > 0.0)
+                .collect(),
         }
     }
 
-    /// One line for the log.
+    /// One line for the log, then the requests the API server answered.
     pub fn describe(&self) -> String {
         let (a, e) = (&self.applies, &self.etcd_updates);
-        format!(
+        let mut requests: Vec<_> = self.requests.iter().collect();
+        requests.sort_by(|a, b| b.1.total_cmp(a.1));
+        let requests: Vec<String> = requests
+            .iter()
+            .map(|((verb, resource), n)| format!("{n} {verb} {resource}"))
+            .collect();
+        let summary = format!(
             "the API server timed {} TrafficSplit applies, {} over 25 ms and {} over 50 ms; its etcd updates of TrafficSplits: {}, {} over 25 ms, {} over 50 ms; etcd compacted {} keys; CPU: etcd {:.1} s, kube-apiserver {:.1} s, kube-controller-manager {:.1} s",
             a.requests,
             a.over_25ms,
@@ -90,8 +111,40 @@ impl ControlPlaneLoad {
             self.cpu_s[0],
             self.cpu_s[1],
             self.cpu_s[2]
-        )
+        );
+        format!("{summary}; requests: {}", requests.join(", "))
     }
+}
+
+/// Requests answered so far by verb and resource, summed over the other labels.
+fn requests(text: &str) -> std::collections::BTreeMap<(String, String), f64> {
+    let mut counts = std::collections::BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let label = |name: &str| {
+            let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+            let end = line[start..].find('"')? + start;
+            Some(line[start..end].to_string())
+        };
+        let (Some(verb), Some(resource), Some(value)) = (
+            label("verb"),
+            label("resource"),
+            line.rsplit_once(' ')
+                .and_then(|(_, v)| v.parse::<f64>().ok()),
+        ) else {
+            continue;
+        };
+        let subresource = label("subresource").unwrap_or_default();
+        let resource = if subresource.is_empty() {
+            resource
+        } else {
+            format!("{resource}/{subresource}")
+        };
+        *counts.entry((verb, resource)).or_insert(0.0) += value;
+    }
+    counts
 }
 
 /// CPU seconds a control plane component has used (0 when it cannot be read).
