@@ -36,6 +36,9 @@ pub struct ControlPlaneLoad {
     pub etcd_updates: Slow,
     pub etcd_compacted_keys: f64,
     pub cpu_s: [f64; 3],
+    /// The API server's garbage collections (Go), and its heap in use at the end, in MiB.
+    pub apiserver_gc_cycles: f64,
+    pub apiserver_heap_mib: f64,
     /// Requests the API server answered, by verb and resource (`apiserver_request_total`).
     #[serde(skip)]
     pub requests: std::collections::BTreeMap<(String, String), f64>,
@@ -52,6 +55,9 @@ impl ControlPlaneLoad {
             etcd_compacted_keys: etcd_compacted_keys(env.cp).await,
             cpu_s: COMPONENTS.map(|c| cpu_seconds(env.cp, c)),
             requests: requests(&text),
+            apiserver_gc_cycles: metric(&text, "go_gc_duration_seconds_count").unwrap_or(0.0),
+            apiserver_heap_mib: metric(&text, "go_memstats_heap_inuse_bytes").unwrap_or(0.0)
+                / 1_048_576.0,
             applies: histogram(
                 &text,
                 "apiserver_request_duration_seconds_bucket",
@@ -76,6 +82,8 @@ impl ControlPlaneLoad {
             etcd_updates: self.etcd_updates.minus(before.etcd_updates),
             etcd_compacted_keys: self.etcd_compacted_keys - before.etcd_compacted_keys,
             cpu_s: [0, 1, 2].map(|i| self.cpu_s[i] - before.cpu_s[i]),
+            apiserver_gc_cycles: self.apiserver_gc_cycles - before.apiserver_gc_cycles,
+            apiserver_heap_mib: self.apiserver_heap_mib,
             requests: self
                 .requests
                 .iter()
@@ -112,7 +120,12 @@ impl ControlPlaneLoad {
             self.cpu_s[1],
             self.cpu_s[2]
         );
-        format!("{summary}; requests: {}", requests.join(", "))
+        format!(
+            "{summary}; the API server collected garbage {} times (heap in use {:.0} MiB); requests: {}",
+            self.apiserver_gc_cycles,
+            self.apiserver_heap_mib,
+            requests.join(", ")
+        )
     }
 }
 
