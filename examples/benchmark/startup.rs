@@ -16,6 +16,7 @@ use serde_json::json;
 
 use crate::{
     Options,
+    apiserver::ControlPlaneLoad,
     latency::writes,
     objects::{create_all, policy},
     support::{ControllerProcess, TestEnv, metric, repo_root},
@@ -208,9 +209,15 @@ pub async fn restart_in_place(
 ) -> (ControllerProcess, Restart) {
     controller.signal("TERM");
     drop(controller);
+    let load_before = ControlPlaneLoad::now(env).await;
     let start = Instant::now();
     let controller = start_controller(env, o);
     let ready_s = ready(&controller, start).await.as_secs_f64();
+    let load = ControlPlaneLoad::now(env).await.since(load_before);
+    eprintln!(
+        "[{n}] until the restarted controller was ready, {}",
+        load.describe()
+    );
     // Every policy reconciled once (the start-up pass), then its writes counted.
     loop {
         let text = controller.admin_get("/metrics").await.1;
@@ -229,7 +236,10 @@ pub async fn restart_in_place(
         .iter()
         .map(|k| w.get(*k).copied().unwrap_or(0.0))
         .sum();
+    let load_before = ControlPlaneLoad::now(env).await;
     let lists_s = list_floor(env).await.as_secs_f64();
+    let load = ControlPlaneLoad::now(env).await.since(load_before);
+    eprintln!("[{n}] over the bare client's lists, {}", load.describe());
     eprintln!(
         "[{n}] restarted with everything in place: ready in {ready_s:.2}s, {writes} writes; the same lists by a bare client: {lists_s:.2}s"
     );
