@@ -84,6 +84,9 @@ pub struct Options {
     /// Policies under the controller during the recovery scenario.
     #[arg(long, default_value_t = 1000)]
     recovery_scale: usize,
+    /// Restarts in place per scale; the tables show the first, the log every one.
+    #[arg(long, default_value_t = 1)]
+    restarts_in_place: usize,
     /// The controller's --log-level (e.g. `info,failover=debug` to follow one change through
     /// it; its log is written to the system's temporary directory).
     #[arg(long, default_value = "warn")]
@@ -130,7 +133,11 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
         .map(|(k, v)| v - quiet_before.get(k).copied().unwrap_or(0.0))
         .sum();
     let (cpu_s, peak_rss_mib) = startup::usage(controller.pid());
-    let (controller, restart) = startup::restart_in_place(&env, controller, n, o).await;
+    let (mut controller, restart) = startup::restart_in_place(&env, controller, n, o).await;
+    // More restarts, printed only (the table keeps the first).
+    for _ in 1..o.restarts_in_place {
+        controller = startup::restart_in_place(&env, controller, n, o).await.0;
+    }
     churn.abort();
     drop(controller);
     // The next scale (or the recovery scenario) starts once this one's objects are deleted.
