@@ -14,8 +14,11 @@
 //!   issued by a bare client at the same concurrency;
 //! - restart with everything in place: ready time and writes (none expected);
 //! - CPU seconds, peak RSS, and KiB per policy above the idle process;
-//! - what one TrafficSplit apply costs the API server by the object's shape (`probe`), and its
-//!   own timing of the TrafficSplit applies during each latency measurement (`apiserver`);
+//! - what the controller's writes cost the API server: a TrafficSplit apply by the object's shape
+//!   and a status write by the way it is written (`probe`);
+//! - what the control plane did during each latency measurement and restart: the API server's
+//!   own timing of TrafficSplit applies, its garbage collections and requests, etcd's
+//!   compactions, each component's CPU (`apiserver`);
 //!
 //! and once, at `--recovery-scale`: kube-apiserver and etcd each restarted `--restarts` times,
 //! the first readiness change after each restart timed until applied.

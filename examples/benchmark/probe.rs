@@ -151,22 +151,27 @@ async fn statuses(env: &TestEnv, n: usize) {
         json!({"apiVersion": FailoverPolicy::api_version(&()), "kind": FailoverPolicy::kind(&()), "status": status})
     };
     let small = json!({});
-    let apply = PatchParams::apply(FIELD_MANAGER).force();
-    let merge = PatchParams::default();
-    for way in [
-        "server-side apply",
-        "merge patch",
-        "server-side apply, observedGeneration only",
-    ] {
+    let (apply_params, merge_params) = (
+        PatchParams::apply(FIELD_MANAGER).force(),
+        PatchParams::default(),
+    );
+    // Each way: its name, whether it is a server-side apply (else a merge patch), the status.
+    let ways = [
+        ("server-side apply", true, &target.status),
+        ("merge patch", false, &target.status),
+        ("server-side apply, observedGeneration only", true, &small),
+    ];
+    for (way, apply, status) in ways {
+        let params = if apply { &apply_params } else { &merge_params };
         let cpu_before = crate::apiserver::cpu_seconds(env.cp, "kube-apiserver");
         let mut times = Vec::new();
         for round in 0..ROUNDS {
-            let patch = match way {
-                "server-side apply" => Patch::Apply(body(&target.status, round)),
-                "merge patch" => Patch::Merge(body(&target.status, round)),
-                _ => Patch::Apply(body(&small, round)),
+            let body = body(status, round);
+            let patch = if apply {
+                Patch::Apply(body)
+            } else {
+                Patch::Merge(body)
             };
-            let params = if way == "merge patch" { &merge } else { &apply };
             let started = Instant::now();
             target
                 .api
