@@ -26,4 +26,24 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
-cargo test --workspace --all-targets --locked "$@"
+# Every test skipped on purpose is recorded here (tests/support/skips.rs) and counted below.
+skips=$(mktemp "${TMPDIR:-/tmp}/failover-skips.XXXXXX")
+trap 'rm -f "$skips"' EXIT
+export FAILOVER_SKIPS_FILE=$skips
+status=0
+cargo test --workspace --all-targets --locked "$@" || status=$?
+
+echo "== skipped tests"
+if [[ ! -s "$skips" ]]; then
+  echo "none"
+else
+  sort "$skips" | uniq | awk -F'\t' '{n[$2]++; t[$2] = t[$2] "\n    " $1} END {for (v in n) printf "%d skipped because %s=1:%s\n", n[v], v, t[v]}'
+  # A skip is only ever on purpose: one recorded without its variable set fails the run.
+  while IFS=$'\t' read -r test variable; do
+    if [[ "${!variable:-}" != 1 ]]; then
+      echo "test: '$test' was skipped although $variable is not set" >&2
+      status=1
+    fi
+  done < "$skips"
+fi
+exit "$status"

@@ -22,7 +22,7 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
 };
 
-use super::{kubectl, kubectl_stdin, repo_root};
+use super::{cluster_tests_skipped, kubectl, kubectl_stdin, repo_root};
 
 /// A running control plane.
 #[derive(Debug, Clone)]
@@ -101,10 +101,6 @@ impl ControlPlane {
     }
 }
 
-fn skip_requested() -> bool {
-    std::env::var("FAILOVER_SKIP_CLUSTER_TESTS").is_ok_and(|v| v == "1")
-}
-
 fn bin_dir() -> PathBuf {
     let out = Command::new(repo_root().join("hack/build-control-plane.sh"))
         .arg("--check")
@@ -158,20 +154,26 @@ pub fn start_control_plane_with(options: &[&str]) -> ControlPlane {
 
 static SHARED: OnceLock<Option<ControlPlane>> = OnceLock::new();
 
-/// The control plane shared by the tests of this binary, with the CRDs installed; `None` (after
-/// a loud message) only when FAILOVER_SKIP_CLUSTER_TESTS=1.
+/// The control plane shared by the tests of this binary, with the CRDs installed; `None` only
+/// when FAILOVER_SKIP_CLUSTER_TESTS=1 (the skip recorded for the calling test).
 pub fn shared() -> Option<&'static ControlPlane> {
+    if cluster_tests_skipped("a test of the control plane") {
+        return None;
+    }
     SHARED
         .get_or_init(|| {
-            if skip_requested() {
-                eprintln!("\n!!! FAILOVER_SKIP_CLUSTER_TESTS=1: SKIPPING tests that need a control plane !!!\n");
-                return None;
-            }
             let cp = match std::env::var("FAILOVER_TEST_KUBECONFIG") {
                 Ok(path) => {
                     let kubeconfig = PathBuf::from(path);
-                    let dir = kubeconfig.parent().map(Path::to_path_buf).unwrap_or_default();
-                    ControlPlane { kubeconfig, bin_dir: bin_dir(), dir }
+                    let dir = kubeconfig
+                        .parent()
+                        .map(Path::to_path_buf)
+                        .unwrap_or_default();
+                    ControlPlane {
+                        kubeconfig,
+                        bin_dir: bin_dir(),
+                        dir,
+                    }
                 }
                 Err(_) => start_control_plane(),
             };
@@ -227,7 +229,8 @@ pub struct TestEnv {
 pub static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 impl TestEnv {
-    /// A fresh namespace named after the test, or `None` when cluster tests are skipped.
+    /// A fresh namespace named after the test, or `None` when cluster tests are skipped (the
+    /// skip recorded).
     pub async fn new(test: &str) -> Option<Self> {
         Self::on(shared()?, test).await
     }

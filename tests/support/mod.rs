@@ -9,7 +9,9 @@
 //! - [`metrics`]: reading the controller's metrics;
 //! - [`node`]: a real node, the controller's image and chart, real backend Deployments;
 //! - [`prometheus`]: a real Prometheus scraping an exporter the test controls;
-//! - [`remote`]: remote clusters (more control planes) and the Secrets that declare them.
+//! - [`remote`]: remote clusters (more control planes) and the Secrets that declare them;
+//! - [`script`]: the project's scripts run as a user runs them, their output read step by step;
+//! - [`skips`]: tests skipped on purpose, announced and recorded for the run's summary.
 //!
 //! `FAILOVER_TEST_KUBECONFIG=<path>` reuses a control plane that is already running;
 //! `FAILOVER_SKIP_CLUSTER_TESTS=1` skips the cluster tests, loudly; nothing else skips them.
@@ -25,6 +27,8 @@ pub mod policy;
 pub mod process;
 pub mod prometheus;
 pub mod remote;
+pub mod script;
+pub mod skips;
 
 use std::{
     future::Future,
@@ -40,6 +44,8 @@ pub use policy::*;
 pub use process::*;
 pub use prometheus::*;
 pub use remote::*;
+pub use script::*;
+pub use skips::*;
 
 /// How long end-to-end tests wait for the controller to converge.
 pub const WAIT: Duration = Duration::from_secs(30);

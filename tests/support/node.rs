@@ -18,7 +18,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, api::ListParams};
 
 use super::{
-    ControlPlane, TestEnv, helm, install_crds, kubectl, ok, repo_root, start_control_plane_with,
+    ControlPlane, SKIP_CLUSTER, SKIP_NODE, TestEnv, helm, install_crds, kubectl,
+    node_tests_skipped, ok, repo_root, start_control_plane_with,
 };
 
 /// The controller image's reference in the node's containerd.
@@ -38,19 +39,26 @@ fn missing_prerequisite() -> Option<String> {
     (!out.status.success()).then(|| String::from_utf8_lossy(&out.stderr).trim().to_string())
 }
 
-/// The node's control plane, started on first use; `None` (after a loud line) when node tests
-/// are skipped on purpose.
-pub fn node() -> Option<&'static ControlPlane> {
+/// Fails the test when this machine cannot host a node, with the one line that says why.
+pub fn assert_node_possible() {
+    if let Some(missing) = missing_prerequisite() {
+        panic!(
+            "{missing}. Run the tests on a machine that can, or set FAILOVER_SKIP_NODE_TESTS=1 to skip the node tests on purpose."
+        );
+    }
+}
+
+/// The node's control plane, started on first use; `None` when node tests are skipped on
+/// purpose (the caller records its skip).
+fn node() -> Option<&'static ControlPlane> {
     NODE.get_or_init(|| {
-        if std::env::var("FAILOVER_SKIP_NODE_TESTS").is_ok_and(|v| v == "1")
-            || std::env::var("FAILOVER_SKIP_CLUSTER_TESTS").is_ok_and(|v| v == "1")
+        if [SKIP_CLUSTER, SKIP_NODE]
+            .iter()
+            .any(|v| std::env::var(v).is_ok_and(|v| v == "1"))
         {
-            eprintln!("\n!!! FAILOVER_SKIP_NODE_TESTS=1: SKIPPING the tests on a real node !!!\n");
             return None;
         }
-        if let Some(missing) = missing_prerequisite() {
-            panic!("{missing}. Run the tests on a machine that can, or set FAILOVER_SKIP_NODE_TESTS=1 to skip the node tests on purpose.");
-        }
+        assert_node_possible();
         let cp = start_control_plane_with(&["--node"]);
         install_crds(&cp);
         import_controller_image(&cp);
@@ -91,8 +99,12 @@ fn import_controller_image(cp: &ControlPlane) {
 }
 
 impl TestEnv {
-    /// A fresh namespace on the node's control plane, or `None` when node tests are skipped.
+    /// A fresh namespace on the node's control plane, or `None` when node tests are skipped (the
+    /// skip recorded).
     pub async fn on_node(test: &str) -> Option<Self> {
+        if node_tests_skipped(test) {
+            return None;
+        }
         let cp: &'static ControlPlane = node()?;
         Self::on(cp, test).await
     }

@@ -1,0 +1,330 @@
+//! The newcomer's path: the README's first command, `hack/demo.sh`, run end to end as a newcomer
+//! runs it (and `hack/demo.sh --node` where the node tests run), checked for what it prints at
+//! every step and for what it leaves behind; and every sample applied on its own, with the
+//! objects it needs, reaching the condition its documentation promises.
+
+mod support;
+
+use std::{collections::BTreeMap, sync::Mutex, time::Duration};
+
+use failover::{
+    api::{FailoverPolicy, Output},
+    route::RouteTarget,
+};
+use serde::Deserialize;
+use support::{
+    ControllerProcess, ScriptRun, Step, TestEnv, WAIT, assert_node_possible, cluster_tests_skipped,
+    condition, node_tests_skipped, processes_naming, repo_root,
+};
+
+/// The demos run one at a time: each starts a control plane (and a node) of its own.
+static ONE_DEMO_AT_A_TIME: Mutex<()> = Mutex::new(());
+/// How long a demo may run, its first build of the controller included.
+const DEMO_LIMIT: Duration = Duration::from_secs(20 * 60);
+
+/// The policies of `samples/` (not `samples/invalid/`), read with the crate's own types from
+/// every YAML document of every file: (file, policy).
+fn sample_policies() -> Vec<(String, FailoverPolicy)> {
+    let mut files: Vec<_> = std::fs::read_dir(repo_root().join("samples"))
+        .expect("samples/")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    files.sort();
+    let mut policies = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("sample");
+        let name = file
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .to_string();
+        for document in serde_yaml::Deserializer::from_str(&text) {
+            let value = serde_yaml::Value::deserialize(document)
+                .unwrap_or_else(|e| panic!("{name} is not YAML: {e}"));
+            if value.get("kind").and_then(|k| k.as_str()) == Some("FailoverPolicy") {
+                let policy = serde_yaml::from_value(value)
+                    .unwrap_or_else(|e| panic!("{name} is not a FailoverPolicy: {e}"));
+                policies.push((name.clone(), policy));
+            }
+        }
+    }
+    assert!(!policies.is_empty(), "no FailoverPolicy in samples/");
+    policies
+}
+
+/// The weights of every route a step printed (the TrafficSplit and HTTPRoute tables), by route
+/// name: rows of `NAME a,b,c 1,0,0`.
+fn routes(step: &Step) -> BTreeMap<String, Vec<i64>> {
+    step.lines
+        .iter()
+        .filter_map(|line| {
+            let [name, backends, weights] = line.split_whitespace().collect::<Vec<_>>()[..] else {
+                return None;
+            };
+            let weights: Vec<i64> = weights
+                .split(',')
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .ok()?;
+            (weights.len() == backends.split(',').count()).then(|| (name.to_string(), weights))
+        })
+        .collect()
+}
+
+/// Fails naming the step when a route's weights are not these.
+fn expect(step: &Step, route: &str, weights: &[i64]) {
+    let routes = routes(step);
+    assert_eq!(
+        routes.get(route).map(Vec::as_slice),
+        Some(weights),
+        "demo step '{}': route {route} should have weights {weights:?}; the step printed:\n{}",
+        step.title,
+        step.text()
+    );
+}
+
+/// The route each sample policy owns, with its policy.
+fn sample_routes() -> Vec<(String, FailoverPolicy)> {
+    sample_policies()
+        .into_iter()
+        .map(|(_, p)| (RouteTarget::of(&p).name, p))
+        .collect()
+}
+
+/// Every route of the samples is printed, with weights not all zero, and where the step says
+/// traffic is on the primaries: everything on the primary (or the pinned backend), except a
+/// failback ramp's first step.
+fn expect_every_route(step: &Step, on_primaries: bool) {
+    let printed = routes(step);
+    for (route, policy) in sample_routes() {
+        let weights = printed.get(&route).unwrap_or_else(|| {
+            panic!(
+                "demo step '{}': route {route} is not shown:\n{}",
+                step.title,
+                step.text()
+            )
+        });
+        assert!(
+            weights.iter().any(|w| *w > 0),
+            "demo step '{}': route {route} has no weight at all: {weights:?}",
+            step.title
+        );
+        if !on_primaries {
+            continue;
+        }
+        let backends: Vec<&str> = std::iter::once(policy.spec.primary.as_str())
+            .chain(policy.spec.secondaries.iter().map(|s| s.service.as_str()))
+            .collect();
+        let total: i64 = weights.iter().sum();
+        let first_ramp_step = policy
+            .spec
+            .failback
+            .as_ref()
+            .and_then(|f| f.ramp.as_ref())
+            .map(|r| i64::from(r.steps[0]));
+        let to = policy.spec.pin.as_deref().unwrap_or(backends[0]);
+        let share = |i: usize| weights[i] * 100 / total;
+        let index = backends.iter().position(|b| *b == to).unwrap_or(0);
+        let on_it = share(index);
+        let expected = match first_ramp_step {
+            Some(first) if step.title.starts_with("once failbackAfter") && to == backends[0] => {
+                first
+            }
+            _ => 100,
+        };
+        assert_eq!(
+            on_it, expected,
+            "demo step '{}': route {route} should send {expected}% to {to}: {weights:?}",
+            step.title
+        );
+    }
+}
+
+#[test]
+fn the_demo_shows_every_step_of_a_failover_and_leaves_nothing_behind() {
+    if cluster_tests_skipped("the demo") {
+        return;
+    }
+    let _one = ONE_DEMO_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let run = ScriptRun::of("hack/demo.sh", &[], DEMO_LIMIT);
+    run.assert_success("hack/demo.sh");
+    eprintln!("hack/demo.sh ran in {:.1?}", run.took);
+
+    let invalid = run.step("an invalid policy is rejected");
+    assert!(
+        invalid
+            .text()
+            .contains("the primary must not also be listed as a secondary"),
+        "demo step '{}': the API server's message is not shown:\n{}",
+        invalid.title,
+        invalid.text()
+    );
+    let ready = run.step("every primary is ready");
+    expect_every_route(&ready, true);
+    let held = run.step("every primary loses its ready endpoints");
+    expect_every_route(&held, false);
+    expect(&held, "api-ordered", &[1, 0, 0]);
+    let over = run.step("once failoverAfter has passed");
+    expect_every_route(&over, false);
+    expect(&over, "api-ordered", &[0, 1, 0]);
+    expect(&over, "search-equal", &[0, 1, 1, 1]);
+    expect(&over, "checkout-weighted", &[0, 300, 100]);
+    expect(&over, "catalog-proportional", &[0, 10000, 0]);
+    expect(&over, "orders", &[0, 1, 0]);
+    let back_held = run.step("the primaries are ready again");
+    expect_every_route(&back_held, false);
+    expect(&back_held, "api-ordered", &[0, 1, 0]);
+    let back = run.step("once failbackAfter has passed");
+    expect_every_route(&back, true);
+    let spill = run.step("a Proportional primary");
+    expect(&spill, "catalog-proportional", &[7000, 3000, 0]);
+    assert_left_nothing(&run);
+}
+
+#[test]
+fn the_node_demo_moves_real_readiness_and_leaves_nothing_behind() {
+    if node_tests_skipped("the demo on a real node") {
+        return;
+    }
+    assert_node_possible();
+    let _one = ONE_DEMO_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let run = ScriptRun::of("hack/demo.sh", &["--node"], DEMO_LIMIT);
+    run.assert_success("hack/demo.sh --node");
+    eprintln!("hack/demo.sh --node ran in {:.1?}", run.took);
+    for (prefix, weights) in [
+        ("every backend Pod is ready", [1, 0, 0]),
+        ("every primary Pod fails its readiness probe", [0, 1, 0]),
+        ("they pass it again", [1, 0, 0]),
+    ] {
+        let step = run.step(prefix);
+        let shown: Vec<i64> = ["web", "web-east", "web-west"]
+            .iter()
+            .map(|backend| status_weight(&step, backend))
+            .collect();
+        assert_eq!(
+            shown,
+            weights,
+            "demo step '{}': kubectl failover status should show weights {weights:?}:\n{}",
+            step.title,
+            step.text()
+        );
+    }
+    assert_left_nothing(&run);
+}
+
+/// A backend's weight in a `kubectl failover status` table printed by a step.
+fn status_weight(step: &Step, backend: &str) -> i64 {
+    step.lines
+        .iter()
+        .find_map(|line| {
+            let cells: Vec<&str> = line.split_whitespace().collect();
+            (cells.first() == Some(&backend) && cells.len() >= 5)
+                .then(|| cells[4].parse().ok())
+                .flatten()
+        })
+        .unwrap_or(-1)
+}
+
+/// The control plane the demo started is stopped and its directory removed.
+fn assert_left_nothing(run: &ScriptRun) {
+    let dir = run
+        .output
+        .lines()
+        .find_map(|l| l.strip_prefix("control plane directory: "))
+        .unwrap_or_else(|| panic!("the demo did not say where its control plane lives"))
+        .trim()
+        .to_string();
+    assert!(
+        !std::path::Path::new(&dir).exists(),
+        "the demo left {dir} behind"
+    );
+    // The control plane's watchdog notices within a second that its directory is gone.
+    let mut left = processes_naming(&dir);
+    for _ in 0..50 {
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        left = processes_naming(&dir);
+    }
+    assert!(left.is_empty(), "the demo left processes behind: {left:#?}");
+}
+
+/// The samples that need what a test cluster does not have (a remote cluster, a Prometheus),
+/// and the condition their comments say the policy shows without it, besides `Ready=True`:
+/// (policy, condition type, status, reason, part of its message).
+const WITHOUT_EXTERNALS: [(&str, &str, &str, &str, &str); 2] = [
+    (
+        "checkout",
+        "Degraded",
+        "True",
+        "SecondaryNotReady",
+        "is not declared",
+    ),
+    (
+        "checkout-health",
+        "HealthQueryFailed",
+        "True",
+        "HealthQueryFailed",
+        "did not answer",
+    ),
+];
+
+/// Whether a policy shows `Ready=True` and, for a sample that needs more, its documented
+/// condition.
+fn documented(policy: &FailoverPolicy) -> bool {
+    let ready = condition(policy, "Ready").is_some_and(|(status, ..)| status == "True");
+    let name = policy.metadata.name.as_deref().unwrap_or_default();
+    ready
+        && WITHOUT_EXTERNALS.iter().filter(|(p, ..)| *p == name).all(
+            |(_, type_, status, reason, message)| {
+                condition(policy, type_)
+                    .is_some_and(|(s, r, m)| s == *status && r == *reason && m.contains(message))
+            },
+        )
+}
+
+#[tokio::test]
+async fn every_sample_applies_and_reaches_its_documented_condition() {
+    let mut failures = Vec::new();
+    for (file, policy) in sample_policies() {
+        let name = policy.metadata.name.clone().unwrap_or_default();
+        let Some(env) = TestEnv::new(&format!("sample-{name}")).await else {
+            return;
+        };
+        let backends: Vec<&str> = std::iter::once(policy.spec.primary.as_str())
+            .chain(policy.spec.secondaries.iter().map(|s| s.service.as_str()))
+            .collect();
+        for backend in &backends {
+            env.create_service(backend).await;
+            env.set_endpoints(backend, 2, 0).await;
+        }
+        if policy.spec.output == Output::HttpRoute {
+            env.cp.install_gateway_api();
+        }
+        let _controller = ControllerProcess::start(&env, &[]);
+        let relative = format!("samples/{file}");
+        let out = env.kubectl(&["apply", "-f", &relative]);
+        if !out.status.success() {
+            failures.push(format!(
+                "{file}: kubectl apply failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+            continue;
+        }
+        let reached = env
+            .wait_policy(&name, WAIT, "its documented condition", documented)
+            .await;
+        let conditions: Vec<String> = reached
+            .status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
+            .collect();
+        eprintln!("{file}: {name}: {}", conditions.join(" | "));
+        env.cleanup().await;
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
