@@ -5,46 +5,92 @@
 //! HTTPRoute) whose weights send the traffic to the primary while it is ready and to the
 //! secondaries otherwise.
 //!
-//! Data flows one way; each step is a module of its own:
+//! Data flows one way. The folders are the floors of the building, from the ground up; a module
+//! imports only from its own floor or the floors below, and no two modules import each other
+//! ([`LAYERS`] states the order once; `tests/architecture.rs` holds the code to it):
 //!
-//! | step | module | what it does |
+//! | floor | modules | what they are |
 //! |---|---|---|
-//! | watch | [`watch`], [`controller`] | list and watch, with backoff; wake the policies concerned |
-//! | observe | [`observe`] | keep small facts: endpoint counts, route views, the index |
-//! | validate | [`validate`] | a [`validate::ValidPolicy`], every value parsed, or the problems |
-//! | gather | [`gather`] | read what a decision needs from the caches |
-//! | decide | [`decide`] | pure: weights, holds, transition, conditions |
-//! | apply | [`apply`] | write the route; an [`apply::Applied`] outcome |
-//! | status | [`status`] | pure: the one place a status is built |
-//! | write | [`write`] | queue the status (written in the background), Events, metrics |
-//!
-//! [`reconcile`] sequences the steps; [`wake`] turns an observed change into the policies to
-//! reconcile, and [`runner`] runs them (one reconcile per policy at a time). Beside the local
-//! watches, two more sources feed the gather step: [`remote`] (readiness read from other
-//! clusters, and their liveness) and [`health`] (Prometheus queries per backend). Around them: [`api`] (the CRD types and their rules), [`route`] (the route
-//! kinds), [`writer`] (the leader-gated door for writes), [`recent`] (memory of recent writes),
-//! [`leader`], [`metrics`], [`admin`], [`telemetry`], [`crd`].
+//! | api | [`api`] | the CRD's types, its validation rules, status types, condition types and reasons |
+//! | ground | [`message`], [`route`], [`observation`], [`policy`], [`crd`] | shared vocabulary: one-line messages, the route kinds, what is known of a backend, a policy in validated form, the CRD's YAML |
+//! | runtime | [`runtime`] | what every step runs against: metrics, leadership, the leader-gated door for writes, the memory of writes |
+//! | watch, observe | [`sources`] | what feeds the decision: the list-and-watch helper, the local caches and index, remote clusters, health queries, and which policies a change wakes |
+//! | validate | [`pipeline::validate`] | a [`policy::ValidPolicy`], every value parsed, or the problems |
+//! | gather | [`pipeline::gather`] | read what a decision needs from the sources |
+//! | decide | [`pipeline::decide`] | pure: weights, holds, transition, conditions |
+//! | apply | [`pipeline::apply`] | write the route; an outcome |
+//! | status | [`pipeline::status`] | pure: the one place a status is built |
+//! | write | [`pipeline::write`] | queue the status (written in the background), Events, metrics |
+//! | reconcile | [`pipeline::reconcile`] | the steps above as named calls, and what happens next |
+//! | controller | [`controller`] | the running controller: wiring, the work queue, the policy watch, the admin server |
 
-pub mod admin;
 pub mod api;
-pub mod apply;
 pub mod controller;
 pub mod crd;
-pub mod decide;
-pub mod gather;
-pub mod health;
-pub mod leader;
-pub mod metrics;
-pub mod observe;
-pub mod recent;
-pub mod reconcile;
-pub mod remote;
+pub mod message;
+pub mod observation;
+pub mod pipeline;
+pub mod policy;
 pub mod route;
-pub mod runner;
-pub mod status;
-pub mod telemetry;
-pub mod validate;
-pub mod wake;
-pub mod watch;
-pub mod write;
-pub mod writer;
+pub mod runtime;
+pub mod sources;
+
+/// One floor of the building: its name and the module paths (below `crate::`) on it.
+pub struct Layer {
+    /// The floor's name, as in the table above.
+    pub name: &'static str,
+    /// The modules on it, by path (`pipeline::decide` covers every module below it).
+    pub modules: &'static [&'static str],
+}
+
+/// The floors from the ground up: a module may import only from its own floor or a lower one.
+pub const LAYERS: &[Layer] = &[
+    Layer {
+        name: "api",
+        modules: &["api"],
+    },
+    Layer {
+        name: "ground",
+        modules: &["message", "route", "observation", "policy", "crd"],
+    },
+    Layer {
+        name: "runtime",
+        modules: &["runtime"],
+    },
+    Layer {
+        name: "watch, observe",
+        modules: &["sources"],
+    },
+    Layer {
+        name: "validate",
+        modules: &["pipeline::validate"],
+    },
+    Layer {
+        name: "gather",
+        modules: &["pipeline::gather"],
+    },
+    Layer {
+        name: "decide",
+        modules: &["pipeline::decide"],
+    },
+    Layer {
+        name: "apply",
+        modules: &["pipeline::apply"],
+    },
+    Layer {
+        name: "status",
+        modules: &["pipeline::status"],
+    },
+    Layer {
+        name: "write",
+        modules: &["pipeline::write"],
+    },
+    Layer {
+        name: "reconcile",
+        modules: &["pipeline::reconcile", "pipeline"],
+    },
+    Layer {
+        name: "controller",
+        modules: &["controller"],
+    },
+];

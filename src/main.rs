@@ -5,11 +5,15 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use anyhow::Context as _;
 use clap::Parser;
 use failover::{
-    admin::{self, AdminState},
-    controller::{self, Settings},
-    leader::{self, Leadership, LeaseSettings},
-    metrics::Metrics,
-    telemetry::{self, LogFormat},
+    controller::{
+        self, Settings,
+        admin::{self, AdminState},
+        telemetry::{self, LogFormat},
+    },
+    runtime::{
+        leader::{self, Leadership, LeaseSettings},
+        metrics::Metrics,
+    },
 };
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -87,7 +91,7 @@ struct Args {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    failover::validate::parse_duration(s).map_err(|e| e.to_string())
+    failover::api::rules::parse_duration(s).map_err(|e| e.to_string())
 }
 
 async fn client(args: &Args) -> anyhow::Result<kube::Client> {

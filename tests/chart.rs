@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use failover::api::Phase;
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{ResourceExt, api::PostParams};
-use support::{ControllerProcess, PolicyBuilder, TestEnv, WAIT, helm, ok};
+use support::{ControllerProcess, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, WAIT, helm, ok};
 
 const CHART: &str = "charts/failover-controller";
 
@@ -214,8 +214,7 @@ async fn controller_works_under_exactly_the_charts_rbac_and_touches_nothing_fore
     ];
     let controller = ControllerProcess::start_with_kubeconfig(&env, &token_kubeconfig, &lease);
     env.apply(&PolicyBuilder::web());
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     let versions = |services: Vec<Service>,
                     slices: Vec<EndpointSlice>,
                     splits: Vec<failover::route::trafficsplit::TrafficSplit>| {
@@ -260,15 +259,13 @@ async fn controller_works_under_exactly_the_charts_rbac_and_touches_nothing_fore
     let before = versions(services, slices_before, splits);
 
     env.set_endpoints("web", 0, 1).await;
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     env.wait_policy("web", WAIT, "FailedOver status", |p| {
         p.status.as_ref().and_then(|s| s.phase) == Some(Phase::FailedOver)
     })
     .await;
     env.set_endpoints("web", 1, 0).await;
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     env.wait_policy("web", WAIT, "Primary status", |p| {
         p.status.as_ref().and_then(|s| s.phase) == Some(Phase::Primary)
     })

@@ -7,6 +7,7 @@ mod support;
 
 use std::{collections::BTreeMap, sync::Mutex, time::Duration};
 
+use failover::api::conditions::{DEGRADED, HEALTH_QUERY_FAILED, READY, degraded, health};
 use failover::{
     api::{FailoverPolicy, Output},
     route::RouteTarget,
@@ -258,16 +259,16 @@ fn assert_left_nothing(run: &ScriptRun) {
 const WITHOUT_EXTERNALS: [(&str, &str, &str, &str, &str); 2] = [
     (
         "checkout",
-        "Degraded",
+        DEGRADED,
         "True",
-        "SecondaryNotReady",
+        degraded::SECONDARY_NOT_READY,
         "is not declared",
     ),
     (
         "checkout-health",
-        "HealthQueryFailed",
+        HEALTH_QUERY_FAILED,
         "True",
-        "HealthQueryFailed",
+        health::HEALTH_QUERY_FAILED,
         "did not answer",
     ),
 ];
@@ -275,7 +276,7 @@ const WITHOUT_EXTERNALS: [(&str, &str, &str, &str, &str); 2] = [
 /// Whether a policy shows `Ready=True` and, for a sample that needs more, its documented
 /// condition.
 fn documented(policy: &FailoverPolicy) -> bool {
-    let ready = condition(policy, "Ready").is_some_and(|(status, ..)| status == "True");
+    let ready = condition(policy, READY).is_some_and(|(status, ..)| status == "True");
     let name = policy.metadata.name.as_deref().unwrap_or_default();
     ready
         && WITHOUT_EXTERNALS.iter().filter(|(p, ..)| *p == name).all(

@@ -5,6 +5,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use failover::api::conditions::{READY, ready};
 use failover::{
     api::{FailoverPolicy, Phase, Strategy},
     route::trafficsplit::TrafficSplit,
@@ -16,20 +17,14 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 use support::{
-    ControllerProcess, PolicyBuilder, TestEnv, WAIT, condition_reason, phase, wait_until,
+    ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS,
+    condition_reason, phase, routing_to_web, wait_until,
 };
-
-/// Sets up backends, a controller and one policy; waits until it routes to the primary.
-async fn setup(test: &str, policy: PolicyBuilder) -> Option<(TestEnv, ControllerProcess)> {
-    let (env, controller) = support::started(test, policy).await?;
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
-        .await;
-    Some((env, controller))
-}
 
 #[tokio::test]
 async fn routes_all_traffic_to_ready_primary_and_owns_the_split() {
-    let Some((env, _controller)) = setup("primary-ready", PolicyBuilder::web()).await else {
+    let Some((env, _controller)) = routing_to_web("primary-ready", PolicyBuilder::web()).await
+    else {
         return;
     };
     let policy = env
@@ -57,22 +52,21 @@ async fn routes_all_traffic_to_ready_primary_and_owns_the_split() {
     assert_eq!(status.traffic_split.as_deref(), Some("web"));
     assert_eq!(status.observed_generation, policy.metadata.generation);
     assert_eq!(
-        condition_reason(&env.policy("web").await.expect("policy"), "Ready").as_deref(),
-        Some("PrimaryActive")
+        condition_reason(&env.policy("web").await.expect("policy"), READY).as_deref(),
+        Some(ready::PRIMARY_ACTIVE)
     );
     env.cleanup().await;
 }
 
 #[tokio::test]
 async fn fails_over_to_first_ready_secondary_and_kubectl_shows_it() {
-    let Some((env, _controller)) = setup("ordered", PolicyBuilder::web()).await else {
+    let Some((env, _controller)) = routing_to_web("ordered", PolicyBuilder::web()).await else {
         return;
     };
     env.set_endpoints("web", 0, 2).await;
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     let policy = env
-        .wait_policy("web", WAIT, "FailedOver", |p| {
+        .wait_policy("web", WAIT, ready::FAILED_OVER, |p| {
             phase(p) == Some(Phase::FailedOver)
         })
         .await;
@@ -92,11 +86,11 @@ async fn fails_over_to_first_ready_secondary_and_kubectl_shows_it() {
         .collect();
     assert_eq!(
         &row[..5],
-        ["web", "web", "web-east", "FailedOver", "2/3"],
+        ["web", "web", "web-east", ready::FAILED_OVER, "2/3"],
         "{table}"
     );
     // An Event tells what happened, on the policy.
-    let seen = env.wait_event("web", "FailedOver", None, WAIT).await;
+    let seen = env.wait_event("web", ready::FAILED_OVER, None, WAIT).await;
     assert!(seen, "a FailedOver Event is recorded");
     env.cleanup().await;
 }
@@ -104,7 +98,7 @@ async fn fails_over_to_first_ready_secondary_and_kubectl_shows_it() {
 #[tokio::test]
 async fn equal_strategy_splits_among_ready_secondaries() {
     let Some((env, _controller)) =
-        setup("equal", PolicyBuilder::web().strategy(Strategy::Equal)).await
+        routing_to_web("equal", PolicyBuilder::web().strategy(Strategy::Equal)).await
     else {
         return;
     };
@@ -119,13 +113,11 @@ async fn weighted_strategy_follows_weights() {
     let Some(env) = TestEnv::new("weighted").await else {
         return;
     };
-    env.ready_backends(&["web", "web-east", "web-west"]).await;
-    let _controller = ControllerProcess::start(&env, &[]);
+    let _controller = env.with_controller(&[]).await;
     env.apply_policy(
         "apiVersion: failover.dev/v1alpha1\nkind: FailoverPolicy\nmetadata: {name: web}\nspec:\n  service: web\n  primary: web\n  strategy: Weighted\n  secondaries:\n    - {service: web-east, weight: 300}\n    - {service: web-west, weight: 700}\n",
     );
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     env.set_endpoints("web", 0, 1).await;
     env.wait_weights(
         "web",
@@ -145,32 +137,28 @@ async fn weighted_strategy_follows_weights() {
 
 #[tokio::test]
 async fn secondary_readiness_change_during_failover_moves_traffic() {
-    let Some((env, _controller)) = setup("secondary-change", PolicyBuilder::web()).await else {
+    let Some((env, _controller)) = routing_to_web("secondary-change", PolicyBuilder::web()).await
+    else {
         return;
     };
     env.set_endpoints("web", 0, 1).await;
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     env.set_endpoints("web-east", 0, 1).await;
-    env.wait_weights("web", &[("web", 0), ("web-east", 0), ("web-west", 1)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEST, WAIT).await;
     env.set_endpoints("web-east", 3, 0).await;
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     env.cleanup().await;
 }
 
 #[tokio::test]
 async fn fails_back_when_primary_recovers() {
-    let Some((env, _controller)) = setup("failback", PolicyBuilder::web()).await else {
+    let Some((env, _controller)) = routing_to_web("failback", PolicyBuilder::web()).await else {
         return;
     };
     env.set_endpoints("web", 0, 1).await;
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     env.set_endpoints("web", 2, 0).await;
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     let p = env
         .wait_policy("web", WAIT, "failback recorded", |p| {
             p.status
@@ -185,22 +173,21 @@ async fn fails_back_when_primary_recovers() {
 
 #[tokio::test]
 async fn keeps_weights_when_nothing_is_ready() {
-    let Some((env, _controller)) = setup("none-ready", PolicyBuilder::web()).await else {
+    let Some((env, _controller)) = routing_to_web("none-ready", PolicyBuilder::web()).await else {
         return;
     };
     env.set_endpoints("web", 0, 1).await;
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     env.set_endpoints("web-east", 0, 1).await;
     env.set_endpoints("web-west", 0, 1).await;
     let p = env
-        .wait_policy("web", WAIT, "NoReadyBackend", |p| {
+        .wait_policy("web", WAIT, ready::NO_READY_BACKEND, |p| {
             phase(p) == Some(Phase::NoReadyBackend)
         })
         .await;
     assert_eq!(
-        condition_reason(&p, "Ready").as_deref(),
-        Some("NoReadyBackend")
+        condition_reason(&p, READY).as_deref(),
+        Some(ready::NO_READY_BACKEND)
     );
     // Fail static: the weights stay where they were (web-west went down last, web-east first).
     let weights = env.split_weights("web").await.expect("split");
@@ -217,14 +204,15 @@ async fn keeps_weights_when_nothing_is_ready() {
 
 #[tokio::test]
 async fn failover_after_holds_traffic_until_due() {
-    let Some((env, _controller)) = setup("hold", PolicyBuilder::web().holds("3s", "2s")).await
+    let Some((env, _controller)) =
+        routing_to_web("hold", PolicyBuilder::web().holds("3s", "2s")).await
     else {
         return;
     };
     let lost = Instant::now();
     env.set_endpoints("web", 0, 1).await;
-    env.wait_policy("web", WAIT, "FailoverPending", |p| {
-        condition_reason(p, "Ready").as_deref() == Some("FailoverPending")
+    env.wait_policy("web", WAIT, ready::FAILOVER_PENDING, |p| {
+        condition_reason(p, READY).as_deref() == Some(ready::FAILOVER_PENDING)
     })
     .await;
     assert_eq!(
@@ -232,8 +220,7 @@ async fn failover_after_holds_traffic_until_due() {
         1,
         "still on the primary during the hold"
     );
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     let held = lost.elapsed();
     assert!(
         held >= Duration::from_millis(2900),
@@ -241,12 +228,11 @@ async fn failover_after_holds_traffic_until_due() {
     );
     let back = Instant::now();
     env.set_endpoints("web", 1, 0).await;
-    env.wait_policy("web", WAIT, "FailbackPending", |p| {
-        condition_reason(p, "Ready").as_deref() == Some("FailbackPending")
+    env.wait_policy("web", WAIT, ready::FAILBACK_PENDING, |p| {
+        condition_reason(p, READY).as_deref() == Some(ready::FAILBACK_PENDING)
     })
     .await;
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     assert!(
         back.elapsed() >= Duration::from_millis(1900),
         "failback after {:?}",
@@ -264,7 +250,7 @@ async fn foreign_traffic_split_is_never_touched() {
     let Some(env) = TestEnv::new("conflict").await else {
         return;
     };
-    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    env.ready_backends(&WEB_BACKENDS).await;
     let foreign = serde_json::json!({
         "apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit",
         "metadata": {"name": "web"},
@@ -279,15 +265,15 @@ async fn foreign_traffic_split_is_never_touched() {
     let _controller = ControllerProcess::start(&env, &[]);
     env.apply(&PolicyBuilder::web());
     let p = env
-        .wait_policy("web", WAIT, "TrafficSplitConflict", |p| {
-            condition_reason(p, "Ready").as_deref() == Some("TrafficSplitConflict")
+        .wait_policy("web", WAIT, ready::TRAFFIC_SPLIT_CONFLICT, |p| {
+            condition_reason(p, READY).as_deref() == Some(ready::TRAFFIC_SPLIT_CONFLICT)
         })
         .await;
     let ready = p
         .status
         .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
-        .expect("Ready");
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == READY))
+        .expect(READY);
     assert_eq!(ready.status, "False");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = env
@@ -305,14 +291,13 @@ async fn foreign_traffic_split_is_never_touched() {
         .delete("web", &DeleteParams::default())
         .await
         .expect("delete");
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     env.cleanup().await;
 }
 
 #[tokio::test]
 async fn hand_edit_of_the_split_is_reverted() {
-    let Some((env, _controller)) = setup("hand-edit", PolicyBuilder::web()).await else {
+    let Some((env, _controller)) = routing_to_web("hand-edit", PolicyBuilder::web()).await else {
         return;
     };
     let edit = serde_json::json!({"spec": {"backends": [{"service": "web", "weight": 0}, {"service": "web-east", "weight": 9}, {"service": "web-west", "weight": 0}]}});
@@ -320,14 +305,13 @@ async fn hand_edit_of_the_split_is_reverted() {
         .patch("web", &PatchParams::default(), &Patch::Merge(&edit))
         .await
         .expect("hand edit");
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     env.cleanup().await;
 }
 
 #[tokio::test]
 async fn deleting_the_policy_garbage_collects_its_split() {
-    let Some((env, _controller)) = setup("gc-split", PolicyBuilder::web()).await else {
+    let Some((env, _controller)) = routing_to_web("gc-split", PolicyBuilder::web()).await else {
         return;
     };
     env.api::<FailoverPolicy>()
@@ -351,8 +335,7 @@ async fn missing_service_and_missing_slices_are_reported() {
     env.ready_backends(&["web-west"]).await;
     let _controller = ControllerProcess::start(&env, &[]);
     env.apply(&PolicyBuilder::web());
-    env.wait_weights("web", &[("web", 0), ("web-east", 0), ("web-west", 1)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEST, WAIT).await;
     let p = env
         .wait_policy("web", WAIT, "status", |p| {
             phase(p) == Some(Phase::FailedOver)
@@ -401,7 +384,7 @@ where
 /// failover and for an idle period: exactly one TrafficSplit write and one status write.
 #[tokio::test]
 async fn one_failover_costs_one_split_write_and_one_status_write() {
-    let Some((env, _controller)) = setup("write-count", PolicyBuilder::web()).await else {
+    let Some((env, _controller)) = routing_to_web("write-count", PolicyBuilder::web()).await else {
         return;
     };
     env.wait_policy("web", WAIT, "settled", |p| phase(p) == Some(Phase::Primary))
@@ -417,9 +400,8 @@ async fn one_failover_costs_one_split_write_and_one_status_write() {
     let started = Instant::now();
     env.set_endpoints("web", 0, 1).await;
     let acked = Instant::now();
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
-        .await;
-    env.wait_policy("web", WAIT, "FailedOver", |p| {
+    env.wait_weights("web", &ON_EAST, WAIT).await;
+    env.wait_policy("web", WAIT, ready::FAILED_OVER, |p| {
         phase(p) == Some(Phase::FailedOver)
     })
     .await;

@@ -7,6 +7,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use failover::api::conditions::{READY, ready};
 use failover::{
     api::{FailoverPolicy, HttpRouteSpec, Output},
     crd::failover_policy_crd,
@@ -14,8 +15,8 @@ use failover::{
 };
 use kube::{Api, api::DynamicObject};
 use support::{
-    ControllerProcess, PolicyBuilder, TestEnv, WAIT, apply_crd, condition, condition_reason,
-    metric, wait_until,
+    ControllerProcess, ON_WEB, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, apply_crd, condition,
+    condition_reason, metric, wait_until,
 };
 
 /// A DNS-1035 label of exactly `len` characters starting with `prefix`.
@@ -129,13 +130,13 @@ async fn the_longest_and_oddest_accepted_names_work_end_to_end() {
         wait_route(&env, &case, [0, 1]).await;
         let name = case.policy.name();
         let p = env
-            .wait_policy(&name, WAIT, "FailedOver", |p| {
-                condition_reason(p, "Ready").as_deref() == Some("FailedOver")
+            .wait_policy(&name, WAIT, ready::FAILED_OVER, |p| {
+                condition_reason(p, READY).as_deref() == Some(ready::FAILED_OVER)
             })
             .await;
         assert!(p.status.is_some(), "{}", case.what);
         assert!(
-            env.wait_event(&name, "FailedOver", Some("Normal"), WAIT)
+            env.wait_event(&name, ready::FAILED_OVER, Some("Normal"), WAIT)
                 .await,
             "{}: no FailedOver Event on the policy",
             case.what
@@ -218,7 +219,7 @@ async fn each_missing_crd_is_named_and_picked_up_once_installed() {
         env.kubectl(&["get", "failoverpolicies"]).status.success()
     })
     .await;
-    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    env.ready_backends(&WEB_BACKENDS).await;
     env.apply(&PolicyBuilder::web());
     env.apply(&PolicyBuilder::named("hr", "web", &["web-east"]).spec(|s| {
         s.output = Output::HttpRoute;
@@ -242,19 +243,18 @@ async fn each_missing_crd_is_named_and_picked_up_once_installed() {
         body.contains("trafficsplits.split.smi-spec.io") && body.contains("httproutes"),
         "{body}"
     );
-    let missing = |p: &FailoverPolicy| {
-        condition(p, "Ready").is_some_and(|(_, r, _)| r.ends_with("CRDMissing"))
-    };
+    let missing =
+        |p: &FailoverPolicy| condition(p, READY).is_some_and(|(_, r, _)| r.ends_with("CRDMissing"));
     let p = env
-        .wait_policy("web", WAIT, "TrafficSplitCRDMissing", missing)
+        .wait_policy("web", WAIT, ready::TRAFFIC_SPLIT_CRD_MISSING, missing)
         .await;
-    let (_, reason, message) = condition(&p, "Ready").unwrap_or_default();
-    assert_eq!(reason, "TrafficSplitCRDMissing");
+    let (_, reason, message) = condition(&p, READY).unwrap_or_default();
+    assert_eq!(reason, ready::TRAFFIC_SPLIT_CRD_MISSING);
     assert!(
         message.contains("trafficsplits.split.smi-spec.io"),
         "{message}"
     );
-    env.wait_policy("hr", WAIT, "HTTPRouteCRDMissing", missing)
+    env.wait_policy("hr", WAIT, ready::HTTP_ROUTE_CRD_MISSING, missing)
         .await;
     let metrics = controller.admin_get("/metrics").await.1;
     let series = "failover_missing_api{crd=\"trafficsplits.split.smi-spec.io\"}";
@@ -264,11 +264,10 @@ async fn each_missing_crd_is_named_and_picked_up_once_installed() {
 
     // Installed later: picked up without a restart.
     apply_crd(&env.client, &traffic_split_crd()).await;
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     env.cp.install_gateway_api();
-    env.wait_policy("hr", WAIT, "PrimaryActive", |p| {
-        condition_reason(p, "Ready").as_deref() == Some("PrimaryActive")
+    env.wait_policy("hr", WAIT, ready::PRIMARY_ACTIVE, |p| {
+        condition_reason(p, READY).as_deref() == Some(ready::PRIMARY_ACTIVE)
     })
     .await;
     let ready = wait_until(WAIT, || async {

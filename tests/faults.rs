@@ -6,27 +6,18 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use failover::api::conditions::{READY, ready};
 use failover::api::{FailoverPolicy, Phase};
 use kube::api::PostParams;
 use support::{
-    ControllerProcess, PolicyBuilder, TestEnv, condition_reason, metric, metric_sum, phase,
-    wait_until,
+    ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WEB_BACKENDS,
+    condition_reason, metric, metric_sum, phase, wait_until,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
-const PRIMARY: [(&str, i64); 3] = [("web", 1), ("web-east", 0), ("web-west", 0)];
-const FAILED_OVER: [(&str, i64); 3] = [("web", 0), ("web-east", 1), ("web-west", 0)];
 
 fn ready_reason(p: &FailoverPolicy) -> Option<String> {
-    condition_reason(p, "Ready")
-}
-
-async fn started(env: &TestEnv) -> ControllerProcess {
-    env.ready_backends(&["web", "web-east", "web-west"]).await;
-    let controller = ControllerProcess::start(env, &[]);
-    env.apply(&PolicyBuilder::web());
-    env.wait_weights("web", &PRIMARY, WAIT).await;
-    controller
+    condition_reason(p, READY)
 }
 
 fn component_action(env: &TestEnv, action: &str, name: &str) {
@@ -68,7 +59,7 @@ async fn outage_loses_no_transition(test: &str, component: &str) {
     let Some(env) = TestEnv::dedicated(test).await else {
         return;
     };
-    let controller = started(&env).await;
+    let controller = env.routing_to_web(&PolicyBuilder::web(), WAIT).await;
     env.set_endpoints("web", 0, 1).await;
     component_action(&env, "stop-component", component);
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -76,15 +67,15 @@ async fn outage_loses_no_transition(test: &str, component: &str) {
     let back = Instant::now();
     wait_api(&env).await;
     let serving = back.elapsed();
-    env.wait_weights("web", &FAILED_OVER, WAIT).await;
-    env.wait_policy("web", WAIT, "FailedOver", |p| {
+    env.wait_weights("web", &ON_EAST, WAIT).await;
+    env.wait_policy("web", WAIT, ready::FAILED_OVER, |p| {
         phase(p) == Some(Phase::FailedOver)
     })
     .await;
     let converged = back.elapsed();
     let changed = Instant::now();
     env.set_endpoints("web", 1, 0).await;
-    env.wait_weights("web", &PRIMARY, WAIT).await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     eprintln!(
         "{component} down 5 s: API serving again {serving:?} after restart; converged {converged:?} after restart; a later change applied in {:?}",
         changed.elapsed()
@@ -108,15 +99,14 @@ async fn controller_killed_before_its_write_converges_after_restart() {
     let Some(env) = TestEnv::new("crash").await else {
         return;
     };
-    let mut controller = started(&env).await;
+    let mut controller = env.routing_to_web(&PolicyBuilder::web(), WAIT).await;
     env.set_endpoints("web", 0, 1).await;
     controller.signal("KILL");
     // Whatever it managed to write, the restarted controller converges from what it finds.
     env.set_endpoints("web-east", 0, 1).await;
     let restarted = Instant::now();
     let _controller = ControllerProcess::start(&env, &[]);
-    env.wait_weights("web", &[("web", 0), ("web-east", 0), ("web-west", 1)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEST, WAIT).await;
     let p = env
         .wait_policy("web", WAIT, "FailedOver to web-west", |p| {
             // The killed controller may have recorded FailedOver to web-east already.
@@ -167,10 +157,10 @@ async fn denied_writes_are_reported_then_retried_until_they_land() {
     let kubeconfig = env.service_account_kubeconfig("controller");
     env.grant("base", "controller", CONTROLLER_RULES);
     env.grant("split-writes", "controller", SPLIT_WRITES);
-    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    env.ready_backends(&WEB_BACKENDS).await;
     let controller = ControllerProcess::start_with_kubeconfig(&env, &kubeconfig, &[]);
     env.apply(&PolicyBuilder::web());
-    env.wait_weights("web", &PRIMARY, WAIT).await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
 
     // Revoke the TrafficSplit writes, then lose the primary.
     assert!(
@@ -181,14 +171,14 @@ async fn denied_writes_are_reported_then_retried_until_they_land() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     env.set_endpoints("web", 0, 1).await;
     let p = env
-        .wait_policy("web", WAIT, "TrafficSplitWriteFailed", |p| {
-            ready_reason(p).as_deref() == Some("TrafficSplitWriteFailed")
+        .wait_policy("web", WAIT, ready::TRAFFIC_SPLIT_WRITE_FAILED, |p| {
+            ready_reason(p).as_deref() == Some(ready::TRAFFIC_SPLIT_WRITE_FAILED)
         })
         .await;
     let message = p
         .status
         .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == READY))
         .map(|c| c.message.clone())
         .unwrap_or_default();
     assert!(
@@ -216,9 +206,10 @@ async fn denied_writes_are_reported_then_retried_until_they_land() {
     // Restore the permission: the pending failover lands without any other change.
     env.bind("split-writes", "controller");
     let restored = Instant::now();
-    env.wait_weights("web", &FAILED_OVER, WAIT).await;
-    env.wait_policy("web", WAIT, "FailedOver", |p| {
-        phase(p) == Some(Phase::FailedOver) && ready_reason(p).as_deref() == Some("FailedOver")
+    env.wait_weights("web", &ON_EAST, WAIT).await;
+    env.wait_policy("web", WAIT, ready::FAILED_OVER, |p| {
+        phase(p) == Some(Phase::FailedOver)
+            && ready_reason(p).as_deref() == Some(ready::FAILED_OVER)
     })
     .await;
     let errors = metric(
@@ -245,7 +236,7 @@ async fn policy_whose_services_do_not_exist_reports_them() {
     let controller = ControllerProcess::start(&env, &[]);
     env.apply(&PolicyBuilder::web());
     let p = env
-        .wait_policy("web", WAIT, "NoReadyBackend", |p| {
+        .wait_policy("web", WAIT, ready::NO_READY_BACKEND, |p| {
             phase(p) == Some(Phase::NoReadyBackend)
         })
         .await;
@@ -276,7 +267,7 @@ async fn deleting_the_namespace_under_the_policies_is_harmless() {
     let Some(env) = TestEnv::new("ns-delete").await else {
         return;
     };
-    let mut controller = started(&env).await;
+    let mut controller = env.routing_to_web(&PolicyBuilder::web(), WAIT).await;
     let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
         kube::Api::all(env.client.clone());
     namespaces
@@ -380,10 +371,9 @@ async fn flapping_within_the_holds_never_moves_traffic() {
     let Some(env) = TestEnv::new("flap-held").await else {
         return;
     };
-    env.ready_backends(&["web", "web-east", "web-west"]).await;
-    let controller = ControllerProcess::start(&env, &[]);
+    let controller = env.with_controller(&[]).await;
     env.apply(&PolicyBuilder::web().holds("2s", "2s"));
-    env.wait_weights("web", &PRIMARY, WAIT).await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     // The create is visible before the controller has counted it: wait for the count.
     let counted = wait_until(WAIT, || async {
         metric(
@@ -417,7 +407,7 @@ async fn flapping_without_holds_ends_right_with_bounded_writes() {
     let Some(env) = TestEnv::new("flap-free").await else {
         return;
     };
-    let controller = started(&env).await;
+    let controller = env.routing_to_web(&PolicyBuilder::web(), WAIT).await;
     let writes_before = metric(
         &controller.admin_get("/metrics").await.1,
         "failover_api_writes_total{kind=\"trafficsplit\"}",
@@ -425,8 +415,8 @@ async fn flapping_without_holds_ends_right_with_bounded_writes() {
     .unwrap_or(0.0);
     let changes = toggle(&env, "web", 41, Duration::from_millis(50)).await;
     // 41 changes end with the primary not ready.
-    env.wait_weights("web", &FAILED_OVER, WAIT).await;
-    env.wait_policy("web", WAIT, "FailedOver", |p| {
+    env.wait_weights("web", &ON_EAST, WAIT).await;
+    env.wait_policy("web", WAIT, ready::FAILED_OVER, |p| {
         phase(p) == Some(Phase::FailedOver)
     })
     .await;

@@ -6,14 +6,15 @@ mod support;
 
 use std::time::Duration;
 
+use failover::api::conditions::{PINNED, READY, SUSPENDED, ready};
 use failover::api::{FailoverPolicy, HttpRouteSpec, Output, Phase, Strategy, WhenNoneReady};
 use kube::{
     Api,
     api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
 };
 use support::{
-    ControllerProcess, PolicyBuilder, TestEnv, WAIT, condition, route_backend_weights, started,
-    wait_until,
+    ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS,
+    condition, route_backend_weights, started, wait_until,
 };
 
 #[tokio::test]
@@ -42,8 +43,8 @@ async fn proportional_spills_traffic_over_by_health() {
     )
     .await;
     let p = env
-        .wait_policy("web", WAIT, "Spillover", |p| {
-            condition(p, "Ready").is_some_and(|c| c.1 == "Spillover")
+        .wait_policy("web", WAIT, ready::SPILLOVER, |p| {
+            condition(p, READY).is_some_and(|c| c.1 == ready::SPILLOVER)
         })
         .await;
     let shares: Vec<_> = p
@@ -76,11 +77,9 @@ async fn min_ready_ratio_fails_over_a_thinned_primary() {
         return;
     };
     env.set_endpoints("web", 6, 4).await;
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     env.set_endpoints("web", 4, 6).await;
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     env.cleanup().await;
 }
 
@@ -95,13 +94,11 @@ async fn when_none_ready_primary_sends_everything_to_the_primary() {
         return;
     };
     env.set_endpoints("web", 0, 1).await;
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     env.set_endpoints("web-east", 0, 1).await;
     env.set_endpoints("web-west", 0, 1).await;
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
-        .await;
-    env.wait_policy("web", WAIT, "NoReadyBackend", |p| {
+    env.wait_weights("web", &ON_WEB, WAIT).await;
+    env.wait_policy("web", WAIT, ready::NO_READY_BACKEND, |p| {
         p.status.as_ref().and_then(|s| s.phase) == Some(Phase::NoReadyBackend)
     })
     .await;
@@ -113,8 +110,7 @@ async fn suspend_freezes_the_split_while_status_shows_the_decision() {
     let Some((env, _c)) = started("suspend", PolicyBuilder::web()).await else {
         return;
     };
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     env.apply(&PolicyBuilder::web().spec(|s| s.suspend = true));
     env.set_endpoints("web", 0, 1).await;
     let p = env
@@ -122,10 +118,10 @@ async fn suspend_freezes_the_split_while_status_shows_the_decision() {
             p.status
                 .as_ref()
                 .is_some_and(|s| s.phase == Some(Phase::FailedOver))
-                && condition(p, "Suspended").is_some_and(|c| c.0 == "True")
+                && condition(p, SUSPENDED).is_some_and(|c| c.0 == "True")
         })
         .await;
-    assert!(condition(&p, "Suspended").is_some_and(|c| c.2.contains("would go to web-east")));
+    assert!(condition(&p, SUSPENDED).is_some_and(|c| c.2.contains("would go to web-east")));
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
         env.split_weights("web").await.expect("split")[0],
@@ -133,11 +129,10 @@ async fn suspend_freezes_the_split_while_status_shows_the_decision() {
         "frozen while suspended"
     );
     env.apply(&PolicyBuilder::web());
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     let p = env
         .wait_policy("web", WAIT, "no Suspended condition", |p| {
-            condition(p, "Suspended").is_none()
+            condition(p, SUSPENDED).is_none()
         })
         .await;
     assert_eq!(p.status.and_then(|s| s.phase), Some(Phase::FailedOver));
@@ -154,25 +149,26 @@ async fn pin_overrides_readiness_and_warns_while_the_pinned_backend_is_down() {
     else {
         return;
     };
-    env.wait_weights("web", &[("web", 0), ("web-east", 0), ("web-west", 1)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEST, WAIT).await;
     env.set_endpoints("web-west", 0, 1).await;
     let p = env
-        .wait_policy("web", WAIT, "PinnedBackendNotReady", |p| {
-            condition(p, "Pinned").is_some_and(|c| c.1 == "PinnedBackendNotReady")
+        .wait_policy("web", WAIT, ready::PINNED_BACKEND_NOT_READY, |p| {
+            condition(p, PINNED).is_some_and(|c| c.1 == ready::PINNED_BACKEND_NOT_READY)
         })
         .await;
-    assert_eq!(
-        condition(&p, "Ready").map(|c| c.0),
-        Some("False".to_string())
-    );
+    assert_eq!(condition(&p, READY).map(|c| c.0), Some("False".to_string()));
     assert_eq!(
         env.split_weights("web").await.expect("split")[2].1,
         1,
         "still pinned"
     );
     let warned = env
-        .wait_event("web", "PinnedBackendNotReady", Some("Warning"), WAIT)
+        .wait_event(
+            "web",
+            ready::PINNED_BACKEND_NOT_READY,
+            Some("Warning"),
+            WAIT,
+        )
         .await;
     assert!(
         warned,
@@ -180,8 +176,7 @@ async fn pin_overrides_readiness_and_warns_while_the_pinned_backend_is_down() {
     );
     // Unpinning returns to the normal rules (the primary is ready).
     env.apply(&PolicyBuilder::web());
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     env.cleanup().await;
 }
 
@@ -203,7 +198,7 @@ async fn http_route_output_is_owned_kept_and_collected_like_a_traffic_split() {
         return;
     };
     env.cp.install_gateway_api();
-    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    env.ready_backends(&WEB_BACKENDS).await;
     // Started after the CRDs exist: the controller discovers the Gateway API at start.
     let _c = ControllerProcess::start(&env, &[]);
     env.apply(&http_route_policy(Some(80)));
@@ -293,7 +288,7 @@ async fn foreign_http_route_is_never_touched() {
         return;
     };
     env.cp.install_gateway_api();
-    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    env.ready_backends(&WEB_BACKENDS).await;
     let routes: Api<DynamicObject> = Api::namespaced_with(
         env.client.clone(),
         &env.ns,
@@ -307,8 +302,8 @@ async fn foreign_http_route_is_never_touched() {
         .expect("foreign route");
     let _c = ControllerProcess::start(&env, &[]);
     env.apply(&http_route_policy(None));
-    env.wait_policy("web", WAIT, "HTTPRouteConflict", |p| {
-        condition(p, "Ready").is_some_and(|c| c.1 == "HTTPRouteConflict")
+    env.wait_policy("web", WAIT, ready::HTTP_ROUTE_CONFLICT, |p| {
+        condition(p, READY).is_some_and(|c| c.1 == ready::HTTP_ROUTE_CONFLICT)
     })
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -339,8 +334,7 @@ async fn a_failback_ramp_moves_the_primary_share_through_its_steps_and_aborts_on
         return;
     };
     env.set_endpoints("web", 0, 1).await;
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     // From now on a failure waits 30 s before traffic leaves the primary; not during a ramp.
     env.apply(&ramped("30s"));
     let back = std::time::Instant::now();
@@ -359,8 +353,7 @@ async fn a_failback_ramp_moves_the_primary_share_through_its_steps_and_aborts_on
     )
     .await;
     let second = back.elapsed();
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     let done = back.elapsed();
     assert!(
         second >= Duration::from_millis(1900),
@@ -375,8 +368,7 @@ async fn a_failback_ramp_moves_the_primary_share_through_its_steps_and_aborts_on
     // A second failover and failback, and the primary fails during the ramp.
     env.apply(&ramped("0s"));
     env.set_endpoints("web", 0, 1).await;
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     env.apply(&ramped("30s"));
     env.set_endpoints("web", 1, 0).await;
     env.wait_weights(
@@ -386,8 +378,8 @@ async fn a_failback_ramp_moves_the_primary_share_through_its_steps_and_aborts_on
     )
     .await;
     let p = env
-        .wait_policy("web", WAIT, "FailbackRamp", |p| {
-            condition(p, "Ready").is_some_and(|c| c.1 == "FailbackRamp")
+        .wait_policy("web", WAIT, ready::FAILBACK_RAMP, |p| {
+            condition(p, READY).is_some_and(|c| c.1 == ready::FAILBACK_RAMP)
         })
         .await;
     assert!(
@@ -396,12 +388,8 @@ async fn a_failback_ramp_moves_the_primary_share_through_its_steps_and_aborts_on
     );
     let failed = std::time::Instant::now();
     env.set_endpoints("web", 0, 1).await;
-    env.wait_weights(
-        "web",
-        &[("web", 0), ("web-east", 1), ("web-west", 0)],
-        Duration::from_secs(10),
-    )
-    .await;
+    env.wait_weights("web", &ON_EAST, Duration::from_secs(10))
+        .await;
     eprintln!(
         "a failure during the ramp sent traffic back in {:?}",
         failed.elapsed()

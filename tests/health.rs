@@ -6,16 +6,14 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use failover::api::conditions::{HEALTH_QUERY_FAILED, health};
 use failover::api::{FailoverPolicy, HealthSpec, NoData, PrometheusHealth};
 use support::{
-    ControllerProcess, Exporter, PolicyBuilder, PrometheusServer, TestEnv, WAIT, condition,
+    Exporter, ON_EAST, ON_WEB, PolicyBuilder, PrometheusServer, TestEnv, WAIT, condition,
 };
 
-const PRIMARY: [(&str, i64); 3] = [("web", 1), ("web-east", 0), ("web-west", 0)];
-const EAST: [(&str, i64); 3] = [("web", 0), ("web-east", 1), ("web-west", 0)];
-
 fn query_failed(p: &FailoverPolicy) -> bool {
-    condition(p, "HealthQueryFailed").is_some_and(|c| c.0 == "True")
+    condition(p, HEALTH_QUERY_FAILED).is_some_and(|c| c.0 == "True")
 }
 
 #[tokio::test]
@@ -26,8 +24,7 @@ async fn an_error_ratio_over_the_threshold_fails_over_and_prometheus_down_keeps_
     let exporter = Exporter::start();
     exporter.set(&[("web", 0.01), ("web-east", 0.0), ("web-west", 0.0)]);
     let mut prometheus = PrometheusServer::start(env.cp, &exporter).await;
-    env.ready_backends(&["web", "web-east", "web-west"]).await;
-    let _c = ControllerProcess::start(&env, &[]);
+    let _c = env.with_controller(&[]).await;
     let url = prometheus.url.clone();
     env.apply(&PolicyBuilder::web().spec(move |s| {
         s.health = Some(HealthSpec {
@@ -42,12 +39,12 @@ async fn an_error_ratio_over_the_threshold_fails_over_and_prometheus_down_keeps_
             }),
         })
     }));
-    env.wait_weights("web", &PRIMARY, WAIT).await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
 
     // All endpoints ready, but 90% of the primary's requests fail: fail over.
     let bad = Instant::now();
     exporter.set(&[("web", 0.9), ("web-east", 0.0), ("web-west", 0.0)]);
-    env.wait_weights("web", &EAST, WAIT).await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     let failover = bad.elapsed();
     // The status follows the route (it is written in the background): wait for the reading.
     let reading = |p: &FailoverPolicy| {
@@ -65,7 +62,7 @@ async fn an_error_ratio_over_the_threshold_fails_over_and_prometheus_down_keeps_
     assert_eq!((r.value, r.healthy), (Some(0.9), false));
     let good = Instant::now();
     exporter.set(&[("web", 0.01), ("web-east", 0.0), ("web-west", 0.0)]);
-    env.wait_weights("web", &PRIMARY, WAIT).await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     eprintln!(
         "error ratio over the threshold → failover {failover:.1?}; back under → failback {:.1?} (scrape and query every 1 s)",
         good.elapsed()
@@ -74,10 +71,10 @@ async fn an_error_ratio_over_the_threshold_fails_over_and_prometheus_down_keeps_
     // Prometheus stopped: the last verdict stands, the condition says why.
     prometheus.stop();
     exporter.set(&[("web", 0.9), ("web-east", 0.0), ("web-west", 0.0)]);
-    env.wait_policy("web", WAIT, "HealthQueryFailed", query_failed)
+    env.wait_policy("web", WAIT, health::HEALTH_QUERY_FAILED, query_failed)
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let weights: Vec<(String, i64)> = PRIMARY.iter().map(|(s, w)| (s.to_string(), *w)).collect();
+    let weights: Vec<(String, i64)> = ON_WEB.iter().map(|(s, w)| (s.to_string(), *w)).collect();
     assert_eq!(
         env.split_weights("web").await,
         Some(weights),
@@ -85,7 +82,7 @@ async fn an_error_ratio_over_the_threshold_fails_over_and_prometheus_down_keeps_
     );
     // Back: the bad ratio it now sees moves traffic, and the condition clears.
     prometheus.resume().await;
-    env.wait_weights("web", &EAST, WAIT).await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     env.wait_policy("web", WAIT, "queries answer again", |p| !query_failed(p))
         .await;
     env.cleanup().await;
@@ -96,8 +93,7 @@ async fn a_health_check_with_no_prometheus_to_ask_says_so_and_routes_on_readines
     let Some(env) = TestEnv::new("health-unaddressed").await else {
         return;
     };
-    env.ready_backends(&["web", "web-east", "web-west"]).await;
-    let _c = ControllerProcess::start(&env, &[]);
+    let _c = env.with_controller(&[]).await;
     env.apply(&PolicyBuilder::web().spec(|s| {
         s.health = Some(HealthSpec {
             prometheus: Some(PrometheusHealth {
@@ -110,11 +106,11 @@ async fn a_health_check_with_no_prometheus_to_ask_says_so_and_routes_on_readines
             }),
         })
     }));
-    env.wait_weights("web", &PRIMARY, WAIT).await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     let p = env
-        .wait_policy("web", WAIT, "HealthQueryFailed", query_failed)
+        .wait_policy("web", WAIT, health::HEALTH_QUERY_FAILED, query_failed)
         .await;
-    let message = condition(&p, "HealthQueryFailed")
+    let message = condition(&p, HEALTH_QUERY_FAILED)
         .map(|c| c.2)
         .unwrap_or_default();
     assert!(

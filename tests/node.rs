@@ -8,13 +8,12 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{PolicyBuilder, TestEnv, node_kubectl, ok, wait_until};
+use failover::api::conditions::{READY, ready};
+use support::{ON_EAST, ON_WEB, PolicyBuilder, TestEnv, node_kubectl, ok, wait_until};
 
 const WAIT: Duration = Duration::from_secs(90);
 const RELEASE: &str = "fc";
 const CONTROLLER: &str = "fc-failover-controller";
-const PRIMARY: [(&str, i64); 3] = [("web", 1), ("web-east", 0), ("web-west", 0)];
-const FAILED_OVER: [(&str, i64); 3] = [("web", 0), ("web-east", 1), ("web-west", 0)];
 
 /// Backends on the node, the chart installed, and the usual policy routing to the primary.
 async fn installed(
@@ -44,7 +43,7 @@ async fn installed(
         started.elapsed()
     );
     env.apply(&policy);
-    env.wait_weights("web", &PRIMARY, WAIT).await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     Some(env)
 }
 
@@ -97,11 +96,11 @@ async fn the_chart_runs_the_image_and_fails_over_on_real_readiness_probes() {
     // Every primary Pod fails its probe: traffic leaves it; they pass again: it returns.
     let failed = Instant::now();
     env.set_backend_ready("web", false).await;
-    env.wait_weights("web", &FAILED_OVER, WAIT).await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     let failover = failed.elapsed();
     let passed = Instant::now();
     env.set_backend_ready("web", true).await;
-    env.wait_weights("web", &PRIMARY, WAIT).await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     eprintln!(
         "probe failure → TrafficSplit change {failover:.1?}; probe pass → failback {:.1?} (probe period 1 s)",
         passed.elapsed()
@@ -144,7 +143,7 @@ async fn a_rolling_update_that_keeps_two_ready_endpoints_never_fails_over() {
         "the primary's rollout",
     );
     let took = started.elapsed();
-    let expected: Vec<(String, i64)> = PRIMARY.iter().map(|(s, w)| (s.to_string(), *w)).collect();
+    let expected: Vec<(String, i64)> = ON_WEB.iter().map(|(s, w)| (s.to_string(), *w)).collect();
     assert!(
         seen.iter().all(|w| w.as_ref() == Some(&expected)),
         "the weights left the primary during its rolling update: {seen:?}"
@@ -170,12 +169,12 @@ async fn scaling_the_primary_to_zero_fails_over() {
         &env.kubectl(&["scale", "deployment/web", "--replicas=0"]),
         "scaling",
     );
-    env.wait_weights("web", &FAILED_OVER, WAIT).await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     ok(
         &env.kubectl(&["scale", "deployment/web", "--replicas=2"]),
         "scaling back",
     );
-    env.wait_weights("web", &PRIMARY, WAIT).await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     env.cleanup().await;
 }
 
@@ -184,8 +183,8 @@ async fn scaling_the_primary_to_zero_fails_over() {
 async fn failover_pending(env: &TestEnv) -> Instant {
     env.set_backend_ready("web", false).await;
     let pending = Instant::now();
-    env.wait_policy("web", WAIT, "FailoverPending", |p| {
-        support::condition_reason(p, "Ready").as_deref() == Some("FailoverPending")
+    env.wait_policy("web", WAIT, ready::FAILOVER_PENDING, |p| {
+        support::condition_reason(p, READY).as_deref() == Some(ready::FAILOVER_PENDING)
     })
     .await;
     pending
@@ -193,13 +192,15 @@ async fn failover_pending(env: &TestEnv) -> Instant {
 
 /// Waits for the failover, then checks which replica recorded it: `by`, not `not_by`.
 async fn failed_over_by(env: &TestEnv, not_by: &str) -> String {
-    env.wait_weights("web", &FAILED_OVER, WAIT).await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     let recorded = wait_until(WAIT, || async {
-        !env.event_reporters("web", "FailedOver").await.is_empty()
+        !env.event_reporters("web", ready::FAILED_OVER)
+            .await
+            .is_empty()
     })
     .await;
     assert!(recorded, "a FailedOver Event");
-    let mut reporters = env.event_reporters("web", "FailedOver").await;
+    let mut reporters = env.event_reporters("web", ready::FAILED_OVER).await;
     assert!(
         !reporters.iter().any(|r| r == not_by),
         "the failover was completed by {reporters:?}, not by the replaced {not_by}"

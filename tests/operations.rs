@@ -5,15 +5,17 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{ControllerProcess, PolicyBuilder, TestEnv, WAIT, api_writes, metric, wait_until};
+use support::{
+    ControllerProcess, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, api_writes,
+    metric, wait_until,
+};
 
 #[tokio::test]
 async fn metrics_and_health_endpoints_report_a_failover() {
     let Some(env) = TestEnv::new("metrics").await else {
         return;
     };
-    env.ready_backends(&["web", "web-east", "web-west"]).await;
-    let controller = ControllerProcess::start(&env, &[]);
+    let controller = env.with_controller(&[]).await;
     assert_eq!(
         controller.admin_get("/healthz").await,
         (200, "ok".to_string())
@@ -24,11 +26,9 @@ async fn metrics_and_health_endpoints_report_a_failover() {
     .await;
     assert!(ready, "/readyz never turned ready");
     env.apply(&PolicyBuilder::web());
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     env.set_endpoints("web", 0, 1).await;
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     let labels = format!("{{namespace=\"{}\",policy=\"web\"}}", env.ns);
     // The status and the Event are written in the background, just after the route: wait for
     // their counters too before reading the rest.
@@ -170,14 +170,13 @@ async fn one_leader_writes_and_a_standby_takes_over_after_sigkill_and_sigterm() 
     let Some(env) = TestEnv::new("leader").await else {
         return;
     };
-    env.ready_backends(&["web", "web-east", "web-west"]).await;
+    env.ready_backends(&WEB_BACKENDS).await;
     let args = election_args(&env.ns);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut a = ControllerProcess::start(&env, &args);
     let mut b = ControllerProcess::start(&env, &args);
     env.apply(&PolicyBuilder::web());
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     assert!(
         wait_until(WAIT, || async {
             is_leader(&a).await != is_leader(&b).await
@@ -190,8 +189,7 @@ async fn one_leader_writes_and_a_standby_takes_over_after_sigkill_and_sigterm() 
     }
     // Exactly one writes.
     env.set_endpoints("web", 0, 1).await;
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(writes(&a).await >= 2.0, "the leader wrote");
     assert_eq!(writes(&b).await, 0.0, "the standby wrote nothing");
@@ -206,8 +204,7 @@ async fn one_leader_writes_and_a_standby_takes_over_after_sigkill_and_sigterm() 
     a.signal("KILL");
     let killed = Instant::now();
     env.set_endpoints("web", 1, 0).await;
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     let sigkill_takeover = killed.elapsed();
     assert!(
         sigkill_takeover < Duration::from_secs(4) + Duration::from_secs(2),
@@ -226,8 +223,7 @@ async fn one_leader_writes_and_a_standby_takes_over_after_sigkill_and_sigterm() 
     b.signal("TERM");
     let terminated = Instant::now();
     env.set_endpoints("web", 0, 1).await;
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     let sigterm_takeover = terminated.elapsed();
     assert!(
         sigterm_takeover < Duration::from_secs(3),

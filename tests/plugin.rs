@@ -6,7 +6,10 @@ mod support;
 use std::{path::PathBuf, process::Output};
 
 use failover::api::FailoverPolicy;
-use support::{ControllerProcess, PolicyBuilder, TestEnv, WAIT, condition_reason};
+use failover::api::conditions::{READY, SUSPENDED, ready, suspended};
+use support::{
+    ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT, condition_reason,
+};
 
 /// `kubectl failover ARGS` in the test namespace, the plugin found on the PATH.
 fn failover(env: &TestEnv, args: &[&str]) -> Output {
@@ -45,14 +48,12 @@ fn fits_100_columns(text: &str) {
 
 async fn failed_over(test: &str) -> Option<(TestEnv, ControllerProcess)> {
     let env = TestEnv::new(test).await?;
-    env.ready_backends(&["web", "web-east", "web-west"]).await;
-    let controller = ControllerProcess::start(&env, &[]);
+    let controller = env.with_controller(&[]).await;
     env.apply(&PolicyBuilder::web());
     env.set_endpoints("web", 0, 3).await;
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
-        .await;
-    env.wait_policy("web", WAIT, "FailedOver", |p| {
-        condition_reason(p, "Ready").as_deref() == Some("FailedOver")
+    env.wait_weights("web", &ON_EAST, WAIT).await;
+    env.wait_policy("web", WAIT, ready::FAILED_OVER, |p| {
+        condition_reason(p, READY).as_deref() == Some(ready::FAILED_OVER)
     })
     .await;
     Some((env, controller))
@@ -102,7 +103,7 @@ async fn status_prints_a_backend_table_and_the_conditions_within_100_columns() {
     let json: serde_json::Value =
         serde_json::from_str(&ok(failover(&env, &["status", "-o", "json"])))
             .expect("status -o json is JSON");
-    assert_eq!(json[0]["phase"], "FailedOver");
+    assert_eq!(json[0]["phase"], ready::FAILED_OVER);
     assert_eq!(json[0]["backends"][1]["weight"], 1);
     let yaml: serde_json::Value =
         serde_yaml::from_str(&ok(failover(&env, &["status", "web", "-o", "yaml"])))
@@ -116,12 +117,11 @@ async fn explain_decision_names_the_rule_and_when_a_hold_falls_due() {
     let Some(env) = TestEnv::new("plugin-explain").await else {
         return;
     };
-    env.ready_backends(&["web", "web-east", "web-west"]).await;
-    let _c = ControllerProcess::start(&env, &[]);
+    let _c = env.with_controller(&[]).await;
     env.apply(&PolicyBuilder::web().holds("1h", "0s"));
     env.set_endpoints("web", 0, 1).await;
-    env.wait_policy("web", WAIT, "FailoverPending", |p| {
-        condition_reason(p, "Ready").as_deref() == Some("FailoverPending")
+    env.wait_policy("web", WAIT, ready::FAILOVER_PENDING, |p| {
+        condition_reason(p, READY).as_deref() == Some(ready::FAILOVER_PENDING)
     })
     .await;
     let text = ok(failover(&env, &["explain-decision", "web"]));
@@ -143,7 +143,7 @@ async fn explain_decision_names_the_rule_and_when_a_hold_falls_due() {
         &["explain-decision", "web", "-o", "json"],
     )))
     .expect("JSON");
-    assert_eq!(json["rule"], "FailoverPending");
+    assert_eq!(json["rule"], ready::FAILOVER_PENDING);
     assert!(json["holdUntil"].is_string(), "{json}");
     env.cleanup().await;
 }
@@ -164,8 +164,7 @@ async fn pin_unpin_suspend_and_resume_change_the_policy_under_their_own_field_ma
     };
     let out = ok(failover(&env, &["pin", "web", "web-west"]));
     assert!(out.contains("pinned to web-west"), "{out}");
-    env.wait_weights("web", &[("web", 0), ("web-east", 0), ("web-west", 1)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEST, WAIT).await;
     let p = env.policy("web").await.expect("policy");
     assert_eq!(p.spec.pin.as_deref(), Some("web-west"));
     assert!(
@@ -178,16 +177,15 @@ async fn pin_unpin_suspend_and_resume_change_the_policy_under_their_own_field_ma
     assert!(String::from_utf8_lossy(&refused.stderr).contains("nope is not a backend of web"));
 
     ok(failover(&env, &["unpin", "web"]));
-    env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     assert_eq!(env.policy("web").await.expect("policy").spec.pin, None);
 
     ok(failover(&env, &["suspend", "web"]));
-    env.wait_policy("web", WAIT, "Suspended", |p| p.spec.suspend)
+    env.wait_policy("web", WAIT, suspended::SUSPENDED, |p| p.spec.suspend)
         .await;
     env.set_endpoints("web", 1, 0).await;
     env.wait_policy("web", WAIT, "Suspended condition", |p| {
-        condition_reason(p, "Suspended").is_some()
+        condition_reason(p, SUSPENDED).is_some()
     })
     .await;
     assert_eq!(
@@ -201,8 +199,7 @@ async fn pin_unpin_suspend_and_resume_change_the_policy_under_their_own_field_ma
     let p = env.policy("web").await.expect("policy");
     assert!(p.spec.suspend && p.spec.pin.is_none(), "{:?}", p.spec);
     ok(failover(&env, &["resume", "web"]));
-    env.wait_weights("web", &[("web", 1), ("web-east", 0), ("web-west", 0)], WAIT)
-        .await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     assert!(!env.policy("web").await.expect("policy").spec.suspend);
     env.cleanup().await;
 }

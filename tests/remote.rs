@@ -8,15 +8,12 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use failover::api::conditions::{CLUSTERS_REACHABLE, clusters};
 use failover::api::{FailoverPolicy, ReadinessFrom};
 use support::{
-    ControlPlane, ControllerProcess, PolicyBuilder, RemotePlane, TestEnv, WAIT, condition,
-    remote_control_plane,
+    ControlPlane, ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, RemotePlane, TestEnv,
+    WAIT, condition, remote_control_plane,
 };
-
-const PRIMARY: [(&str, i64); 3] = [("web", 1), ("web-east", 0), ("web-west", 0)];
-const EAST: [(&str, i64); 3] = [("web", 0), ("web-east", 1), ("web-west", 0)];
-const WEST: [(&str, i64); 3] = [("web", 0), ("web-east", 0), ("web-west", 1)];
 
 /// One remote cluster: its control plane (stopped when this is dropped), a namespace there with
 /// a ready `web`, and a kubeconfig that can read it.
@@ -78,7 +75,7 @@ async fn local(
         s.secondaries[0].readiness_from = from("east", east);
         s.secondaries[1].readiness_from = from("west", west);
     }));
-    env.wait_weights("web", &PRIMARY, WAIT).await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     Some((env, controller))
 }
 
@@ -123,11 +120,11 @@ async fn readiness_comes_from_the_cluster_that_runs_the_backend() {
     };
     // The mirrors have no endpoints; the remote Services' readiness decides.
     env.set_endpoints("web", 0, 1).await;
-    env.wait_weights("web", &EAST, WAIT).await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     let p = env
         .wait_policy("web", WAIT, "every cluster reachable", |p| {
-            condition(p, "ClustersReachable").map(|c| c.1).as_deref()
-                == Some("AllClustersReachable")
+            condition(p, CLUSTERS_REACHABLE).map(|c| c.1).as_deref()
+                == Some(clusters::ALL_CLUSTERS_REACHABLE)
         })
         .await;
     let source = p
@@ -143,20 +140,20 @@ async fn readiness_comes_from_the_cluster_that_runs_the_backend() {
     // (read every 2 ms): the local ones are the floor of the remote path.
     let mut remote_ms = Vec::new();
     for _ in 0..5 {
-        remote_ms.push(flip(&env, &east.env, &WEST, (0, 1)).await);
-        remote_ms.push(flip(&env, &east.env, &EAST, (1, 0)).await);
+        remote_ms.push(flip(&env, &east.env, &ON_WEST, (0, 1)).await);
+        remote_ms.push(flip(&env, &east.env, &ON_EAST, (1, 0)).await);
     }
     let mut local_ms = Vec::new();
     for _ in 0..5 {
-        local_ms.push(flip(&env, &env, &PRIMARY, (1, 0)).await);
-        local_ms.push(flip(&env, &env, &EAST, (0, 1)).await);
+        local_ms.push(flip(&env, &env, &ON_WEB, (1, 0)).await);
+        local_ms.push(flip(&env, &env, &ON_EAST, (0, 1)).await);
     }
     eprintln!(
         "remote EndpointSlice change → local TrafficSplit change: median {} ms (a local change: median {} ms), 10 changes each",
         median(remote_ms),
         median(local_ms)
     );
-    env.wait_weights("web", &EAST, WAIT).await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     env.cleanup().await;
 }
 
@@ -204,7 +201,7 @@ async fn a_silent_cluster_counts_as_not_ready_after_stale_after_and_not_before()
             .spec(|s| s.primary_readiness_from = from("east", &east)),
     );
     env.set_endpoints("web", 0, 1).await;
-    env.wait_weights("web", &EAST, WAIT).await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     env.wait_weights("api", &[("web-east", 1), ("api-local", 0)], WAIT)
         .await;
     let (east_cp, dir) = (east.cp(), east.cp().dir.to_string_lossy().to_string());
@@ -215,19 +212,19 @@ async fn a_silent_cluster_counts_as_not_ready_after_stale_after_and_not_before()
     unchanged_until(
         &env,
         "web",
-        &EAST,
+        &ON_EAST,
         stopped,
         Duration::from_secs(stale_after),
     )
     .await;
-    env.wait_weights("web", &WEST, WAIT).await;
+    env.wait_weights("web", &ON_WEST, WAIT).await;
     let left = stopped.elapsed();
     assert!(left >= Duration::from_secs(stale_after), "{left:?}");
     env.wait_weights("api", &[("web-east", 0), ("api-local", 1)], WAIT)
         .await;
     let p = env
         .wait_policy("web", WAIT, "east unreachable", |p| {
-            condition(p, "ClustersReachable").is_some_and(|c| c.0 == "False")
+            condition(p, CLUSTERS_REACHABLE).is_some_and(|c| c.0 == "False")
         })
         .await;
     let message = backend_message(&p, "web-east");
@@ -238,7 +235,7 @@ async fn a_silent_cluster_counts_as_not_ready_after_stale_after_and_not_before()
     let restored = Instant::now();
     east_cp.script(&["start-component", &dir, "kube-apiserver"]);
     // Readiness is re-read; the secondary comes back at once, the primary after failbackAfter.
-    env.wait_weights("web", &EAST, WAIT).await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     let reread = restored.elapsed();
     env.wait_weights("api", &[("web-east", 1), ("api-local", 0)], WAIT)
         .await;
@@ -271,7 +268,7 @@ async fn wrong_credentials_are_reported_with_the_api_servers_words_and_a_fix_rec
         return;
     };
     env.set_endpoints("web", 0, 1).await;
-    env.wait_weights("web", &EAST, WAIT).await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     let wrong = east
         .kubeconfig
         .lines()
@@ -285,7 +282,7 @@ async fn wrong_credentials_are_reported_with_the_api_servers_words_and_a_fix_rec
         .collect::<Vec<_>>()
         .join("\n");
     env.declare_cluster("east", &wrong, "2s").await;
-    env.wait_weights("web", &WEST, WAIT).await;
+    env.wait_weights("web", &ON_WEST, WAIT).await;
     let p = env
         .wait_policy("web", WAIT, "the auth error", |p| {
             backend_message(p, "web-east").contains("Unauthorized")
@@ -296,7 +293,7 @@ async fn wrong_credentials_are_reported_with_the_api_servers_words_and_a_fix_rec
         backend_message(&p, "web-east")
     );
     env.declare_cluster("east", &east.kubeconfig, "2s").await;
-    env.wait_weights("web", &EAST, WAIT).await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     env.cleanup().await;
 }
 
@@ -308,13 +305,13 @@ async fn a_deleted_cluster_secret_makes_its_backends_not_ready_with_a_clear_mess
         return;
     };
     env.set_endpoints("web", 0, 1).await;
-    env.wait_weights("web", &EAST, WAIT).await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
     assert!(
         env.kubectl(&["delete", "secret", "cluster-east"])
             .status
             .success()
     );
-    env.wait_weights("web", &WEST, WAIT).await;
+    env.wait_weights("web", &ON_WEST, WAIT).await;
     let p = env
         .wait_policy("web", WAIT, "the backend's message", |p| {
             backend_message(p, "web-east").starts_with("cluster east is not declared")

@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use failover::{api::FailoverPolicy, route::trafficsplit::TrafficSplit, watch::LIST_PAGE_SIZE};
+use failover::{
+    api::FailoverPolicy, route::trafficsplit::TrafficSplit, sources::watch::LIST_PAGE_SIZE,
+};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -2,12 +2,13 @@
 //!
 //! Every doc comment on a field below becomes its `kubectl explain` description. Every validation
 //! rule comes from [`rules`], shared by the CRD schema (checked by the API server at
-//! `kubectl apply` time) and the controller's validator ([`crate::validate`]). The status types
+//! `kubectl apply` time) and the controller's validator ([`crate::pipeline::validate`]). The status types
 //! are in [`status`].
 
 // The `printcolumn(...)` entries of the derive repeat keys by design.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod conditions;
 mod health;
 pub mod rules;
 pub mod status;
@@ -25,8 +26,8 @@ use serde::{Deserialize, Serialize};
 use self::rules::{
     DNS1035_LABEL, DNS1123_LABEL, DNS1123_SUBDOMAIN, GO_DURATION, MAX_DURATION_LENGTH, MAX_LABEL,
     MAX_MIN_READY_ENDPOINTS, MAX_RAMP_STEPS, MAX_SECONDARIES, MAX_SUBDOMAIN, MAX_WEIGHT,
+    dns1035_label, dns1123_label, dns1123_subdomain,
 };
-use crate::validate::{dns1035_label, dns1123_label, dns1123_subdomain};
 
 /// API group of the `FailoverPolicy` resource.
 pub const GROUP: &str = "failover.dev";

@@ -2,7 +2,7 @@
 //!
 //! Patterns, bounds and cross-field rules live here as named constants. The CRD schema reads them
 //! (OpenAPI bounds and patterns, CEL rules checked by the API server at `kubectl apply` time) and
-//! so does the controller's own validator ([`crate::validate`]), which reports whatever reached it
+//! so does the controller's own validator ([`crate::pipeline::validate`]), which reports whatever reached it
 //! without passing them (for example through a CRD installed from an older release) with the same
 //! message and field path.
 
@@ -65,6 +65,58 @@ fn compiled(pattern: &str) -> regex::Regex {
     // matches nothing so validation reports every value as invalid.
     regex::Regex::new(pattern)
         .unwrap_or_else(|_| regex::Regex::new(r"[^\s\S]").expect("static regex")) // ok: static
+}
+
+/// A duration string that is not a non-negative Go duration (`time.ParseDuration`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid duration {input:?}: use a number with a unit (ns, us, ms, s, m, h), e.g. 30s or 1m30s"
+)]
+pub struct DurationError {
+    input: String,
+}
+
+/// Parses a non-negative Go duration (`0`, `250ms`, `1m30s`, `1.5h`) with
+/// [`kube::core::Duration`], after the schema's pattern and a bound on each number: the parser
+/// multiplies without an overflow check, so a number of more than 9 digits is refused first.
+pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
+    let err = || DurationError {
+        input: input.to_string(),
+    };
+    let numbers_bounded = input
+        .split(|c: char| !c.is_ascii_digit())
+        .all(|digits| digits.len() <= 9);
+    if input.len() > MAX_DURATION_LENGTH || !GO_DURATION_RE.is_match(input) || !numbers_bounded {
+        return Err(err());
+    }
+    input
+        .parse::<kube::core::Duration>()
+        .map(Duration::from)
+        .map_err(|_| err())
+}
+
+/// `garde` rule: a DNS-1035 label.
+pub fn dns1035_label(value: &str, _: &()) -> garde::Result {
+    DNS1035_RE
+        .is_match(value)
+        .then_some(())
+        .ok_or_else(|| garde::Error::new(DNS1035_MESSAGE))
+}
+
+/// `garde` rule: a DNS-1123 label.
+pub fn dns1123_label(value: &str, _: &()) -> garde::Result {
+    DNS1123_LABEL_RE
+        .is_match(value)
+        .then_some(())
+        .ok_or_else(|| garde::Error::new(DNS1123_LABEL_MESSAGE))
+}
+
+/// `garde` rule: a DNS-1123 subdomain.
+pub fn dns1123_subdomain(value: &str, _: &()) -> garde::Result {
+    DNS1123_RE
+        .is_match(value)
+        .then_some(())
+        .ok_or_else(|| garde::Error::new(DNS1123_MESSAGE))
 }
 
 /// A rule across fields: the CEL expression the API server evaluates, the message both it and
@@ -218,6 +270,24 @@ pub const HEALTH_INTERVAL_MESSAGE: &str = "must be at least 1s";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_go_durations() {
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["", "5", "s", "1x", "-1s", "1.s", ".5s", "1s2", "abc"] {
+            assert!(parse_duration(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn huge_durations_are_refused_not_a_panic() {
+        assert!(parse_duration("99999999999999999999999h").is_err());
+        assert!(parse_duration("999999999h").is_ok());
+    }
 
     #[test]
     fn patterns_compile_and_match_what_they_name() {

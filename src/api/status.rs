@@ -1,5 +1,5 @@
 //! The observed state of a policy, as the controller writes it into `status`. Only
-//! [`crate::status`] builds one.
+//! [`crate::pipeline::status`] builds one.
 
 use std::fmt;
 

@@ -14,7 +14,7 @@ use kube::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{RouteBackend, RouteRules};
+use super::rules::{RouteBackend, RouteRules};
 
 /// API group of the parent reference to a Service, as Linkerd documents it.
 const CORE_GROUP: &str = "core";

@@ -13,6 +13,7 @@
 //! A third output kind is a new module here plus one arm in each `match` of this file.
 
 pub mod httproute;
+pub mod rules;
 pub mod trafficsplit;
 
 use std::collections::BTreeMap;
@@ -23,7 +24,8 @@ use kube::{
     core::{ApiResource, DynamicObject},
 };
 
-use crate::api::{FailoverPolicy, Output, TrafficSplitApiVersion};
+pub use self::rules::{RouteBackend, RouteRules};
+use crate::api::{FailoverPolicy, Output, TrafficSplitApiVersion, conditions::ready};
 
 /// The one field manager every write of this controller uses.
 pub const FIELD_MANAGER: &str = "failover-controller";
@@ -119,6 +121,30 @@ impl RouteKind {
                 .and_then(|route| httproute::rules(&route)),
         };
         RouteView::new(&object.metadata, rules)
+    }
+
+    /// The `Ready` reason when a route of this kind and the route's name is not the policy's.
+    pub fn conflict_reason(self) -> &'static str {
+        match self {
+            RouteKind::TrafficSplit => ready::TRAFFIC_SPLIT_CONFLICT,
+            RouteKind::HttpRoute => ready::HTTP_ROUTE_CONFLICT,
+        }
+    }
+
+    /// The `Ready` reason when writing a route of this kind failed.
+    pub fn write_failed_reason(self) -> &'static str {
+        match self {
+            RouteKind::TrafficSplit => ready::TRAFFIC_SPLIT_WRITE_FAILED,
+            RouteKind::HttpRoute => ready::HTTP_ROUTE_WRITE_FAILED,
+        }
+    }
+
+    /// The `Ready` reason when the CRD of this kind is not installed.
+    pub fn crd_missing_reason(self) -> &'static str {
+        match self {
+            RouteKind::TrafficSplit => ready::TRAFFIC_SPLIT_CRD_MISSING,
+            RouteKind::HttpRoute => ready::HTTP_ROUTE_CRD_MISSING,
+        }
     }
 
     /// The spec field that names the route of this kind.
@@ -241,28 +267,6 @@ pub fn metadata(name: &str, namespace: &str, policy: &str, owner: OwnerReference
         owner_references: Some(vec![owner]),
         ..Default::default()
     }
-}
-
-/// What a route says, normalized across kinds: the apex it serves and its weighted backends.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RouteRules {
-    /// The apex Service (TrafficSplit root, HTTPRoute parent).
-    pub apex: String,
-    /// The apex port the route attaches to (HTTPRoute only).
-    pub apex_port: Option<i32>,
-    /// The backends in route order.
-    pub backends: Vec<RouteBackend>,
-}
-
-/// One weighted backend of a route.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RouteBackend {
-    /// The backend Service.
-    pub service: String,
-    /// Its port (HTTPRoute only).
-    pub port: Option<i32>,
-    /// Its weight.
-    pub weight: i64,
 }
 
 /// What the controller keeps of a route in the cluster.

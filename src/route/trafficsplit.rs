@@ -12,7 +12,7 @@ use kube::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{RouteBackend, RouteRules};
+use super::rules::{RouteBackend, RouteRules};
 use crate::api::TrafficSplitApiVersion;
 
 /// An SMI TrafficSplit: the mesh sends the traffic of the root `service` to `backends` in

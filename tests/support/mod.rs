@@ -10,13 +10,17 @@
 //! - [`node`]: a real node, the controller's image and chart, real backend Deployments;
 //! - [`prometheus`]: a real Prometheus scraping an exporter the test controls;
 //! - [`remote`]: remote clusters (more control planes) and the Secrets that declare them;
+//! - [`setup`]: the one way tests set up the usual scene, and the weights they expect;
 //! - [`script`]: the project's scripts run as a user runs them, their output read step by step;
 //! - [`skips`]: tests skipped on purpose, announced and recorded for the run's summary.
 //!
 //! `FAILOVER_TEST_KUBECONFIG=<path>` reuses a control plane that is already running;
 //! `FAILOVER_SKIP_CLUSTER_TESTS=1` skips the cluster tests, loudly; nothing else skips them.
 //! Missing binaries fail the tests with the command that builds them.
-#![allow(dead_code, unused_imports)]
+
+// Each test binary compiles its own copy of this module and uses a part of it; a helper no test
+// uses at all is caught by tests/architecture.rs (`every_test_helper_is_used_by_a_test`).
+#![allow(dead_code)]
 
 pub mod backends;
 pub mod cluster;
@@ -28,6 +32,7 @@ pub mod process;
 pub mod prometheus;
 pub mod remote;
 pub mod script;
+pub mod setup;
 pub mod skips;
 
 use std::{
@@ -36,15 +41,27 @@ use std::{
     time::{Duration, Instant},
 };
 
+#[allow(unused_imports)]
 pub use cluster::*;
+#[allow(unused_imports)]
 pub use kubectl::*;
+#[allow(unused_imports)]
 pub use metrics::*;
+#[allow(unused_imports)]
 pub use node::*;
+#[allow(unused_imports)]
 pub use policy::*;
+#[allow(unused_imports)]
 pub use process::*;
+#[allow(unused_imports)]
 pub use prometheus::*;
+#[allow(unused_imports)]
 pub use remote::*;
+#[allow(unused_imports)]
 pub use script::*;
+#[allow(unused_imports)]
+pub use setup::*;
+#[allow(unused_imports)]
 pub use skips::*;
 
 /// How long end-to-end tests wait for the controller to converge.

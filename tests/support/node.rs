@@ -8,7 +8,6 @@
 //! and how to skip them on purpose.
 
 use std::{
-    path::PathBuf,
     process::Command,
     sync::OnceLock,
     time::{Duration, Instant},
@@ -203,11 +202,6 @@ impl TestEnv {
             ok(&out, "changing a Pod's readiness");
         }
     }
-}
-
-/// The node's containerd socket.
-pub fn containerd_socket(cp: &ControlPlane) -> PathBuf {
-    cp.dir.join("node/containerd.sock")
 }
 
 /// kubectl on the node's control plane, outside any namespace.

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use failover::{
     api::{FailoverPolicy, FailoverPolicySpec, Phase, SecondaryBackend, Strategy},
+    message::MAX_MESSAGE,
     route::trafficsplit::TrafficSplit,
-    status::MAX_MESSAGE,
 };
 use kube::Api;
 
@@ -219,18 +219,6 @@ impl TestEnv {
             .filter_map(|e| e.reporting_instance)
             .collect()
     }
-}
-
-/// Backends (`web`, `web-east`, `web-west` all ready), a controller, and this policy applied.
-pub async fn started(
-    test: &str,
-    policy: PolicyBuilder,
-) -> Option<(TestEnv, super::ControllerProcess)> {
-    let env = TestEnv::new(test).await?;
-    env.ready_backends(&["web", "web-east", "web-west"]).await;
-    let controller = super::ControllerProcess::start(&env, &[]);
-    env.apply(&policy);
-    Some((env, controller))
 }
 
 /// The backends of a route of either kind (a TrafficSplit's `spec.backends`, an HTTPRoute's

@@ -5,7 +5,10 @@
 use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
-use failover::api::{FailoverPolicy, FailoverPolicyStatus, Strategy, WhenNoneReady};
+use failover::api::{
+    FailoverPolicy, FailoverPolicyStatus, Strategy, WhenNoneReady,
+    conditions::{READY, ready},
+};
 use kube::ResourceExt;
 use serde::Serialize;
 
@@ -61,7 +64,7 @@ pub fn explain(policy: &FailoverPolicy, now: DateTime<Utc>) -> Explanation {
     );
     let empty = FailoverPolicyStatus::default();
     let status = policy.status.as_ref().unwrap_or(&empty);
-    let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
+    let ready = status.conditions.iter().find(|c| c.type_ == READY);
     let rule = ready.map_or("none yet".to_string(), |c| c.reason.clone());
     let hold_until = status.hold_until.map(|t| t.0);
     let (because, next) = sentences(policy, status, &rule, now);
@@ -119,13 +122,14 @@ fn sentences(
         message: status
             .conditions
             .iter()
-            .find(|c| c.type_ == "Ready")
+            .find(|c| c.type_ == READY)
             .map_or(String::new(), |c| c.message.clone()),
     };
     match rule {
-        "PrimaryActive" | "FailoverPending" | "FailbackPending" | "FailedOver" => {
-            readiness_rules(&facts, rule)
-        }
+        ready::PRIMARY_ACTIVE
+        | ready::FAILOVER_PENDING
+        | ready::FAILBACK_PENDING
+        | ready::FAILED_OVER => readiness_rules(&facts, rule),
         _ => other_rules(&facts, rule),
     }
 }
@@ -134,21 +138,21 @@ fn sentences(
 fn readiness_rules(f: &Facts, rule: &str) -> (String, String) {
     let (spec, primary, active, due) = (&f.policy.spec, f.primary, &f.active, &f.due);
     match rule {
-        "PrimaryActive" => (
+        ready::PRIMARY_ACTIVE => (
             format!("the primary {primary} is ready, so it takes all traffic."),
             format!(
                 "when {primary} is not ready for failoverAfter ({}), traffic moves to the secondaries.",
                 spec.failover_after
             ),
         ),
-        "FailoverPending" => (
+        ready::FAILOVER_PENDING => (
             format!(
                 "the primary {primary} is not ready, but failoverAfter ({}) keeps traffic on it.",
                 spec.failover_after
             ),
             format!("traffic moves to the secondaries at {due}, unless {primary} is ready before."),
         ),
-        "FailbackPending" => (
+        ready::FAILBACK_PENDING => (
             format!(
                 "the primary {primary} is ready again, but failbackAfter ({}) keeps traffic on {active}.",
                 spec.failback_after
@@ -172,15 +176,15 @@ fn readiness_rules(f: &Facts, rule: &str) -> (String, String) {
 fn other_rules(f: &Facts, rule: &str) -> (String, String) {
     let (primary, active, message) = (f.primary, &f.active, &f.message);
     match rule {
-        "FailbackRamp" => (
+        ready::FAILBACK_RAMP => (
             format!("traffic is coming back to the primary {primary} in steps: {message}."),
             "each step lasts while the primary stays ready; a failure sends traffic back to the secondaries at once.".to_string(),
         ),
-        "Spillover" => (
+        ready::SPILLOVER => (
             format!("strategy Proportional shares traffic by the backends' health: {message}."),
             "shares follow the ready endpoints of each backend continuously.".to_string(),
         ),
-        "NoReadyBackend" => (
+        ready::NO_READY_BACKEND => (
             match f.policy.spec.when_none_ready {
                 WhenNoneReady::KeepLast => format!(
                     "no backend is ready, so the weights stay as they were (traffic stays on {active})."
@@ -191,7 +195,7 @@ fn other_rules(f: &Facts, rule: &str) -> (String, String) {
             },
             "traffic moves as soon as any backend is ready.".to_string(),
         ),
-        "Pinned" | "PinnedBackendNotReady" => (
+        ready::PINNED | ready::PINNED_BACKEND_NOT_READY => (
             format!("spec.pin sends all traffic to {active}, whatever its readiness."),
             format!(
                 "kubectl failover unpin {} lets traffic follow readiness again.",

@@ -1,0 +1,103 @@
+//! The condition types of a policy's status and every reason they carry, stated once. The
+//! controller writes them, the plugin (`kubectl failover`) reads them and the tests check them,
+//! all through these constants: renaming one cannot silently break another.
+
+/// Condition type: traffic is routed to a ready backend through the owned route.
+pub const READY: &str = "Ready";
+/// Condition type: some backend is not ready.
+pub const DEGRADED: &str = "Degraded";
+/// Condition type: `spec.suspend` freezes the generated route.
+pub const SUSPENDED: &str = "Suspended";
+/// Condition type: `spec.pin` sends all traffic to one backend.
+pub const PINNED: &str = "Pinned";
+/// Condition type: a health query fails (the last verdict is kept).
+pub const HEALTH_QUERY_FAILED: &str = "HealthQueryFailed";
+/// Condition type: every cluster the policy reads readiness from answers.
+pub const CLUSTERS_REACHABLE: &str = "ClustersReachable";
+
+/// Reasons of the `Ready` condition, and of the Events that announce where traffic went.
+pub mod ready {
+    /// The primary is ready and takes all traffic.
+    pub const PRIMARY_ACTIVE: &str = "PrimaryActive";
+    /// The primary is not ready; the secondaries take the traffic.
+    pub const FAILED_OVER: &str = "FailedOver";
+    /// `Proportional`: traffic is shared by health.
+    pub const SPILLOVER: &str = "Spillover";
+    /// The primary is not ready, and `failoverAfter` holds traffic on it.
+    pub const FAILOVER_PENDING: &str = "FailoverPending";
+    /// The primary is ready again, and `failbackAfter` holds traffic on the secondaries.
+    pub const FAILBACK_PENDING: &str = "FailbackPending";
+    /// A failback ramp is under way.
+    pub const FAILBACK_RAMP: &str = "FailbackRamp";
+    /// `spec.pin` sends all traffic to a ready backend.
+    pub const PINNED: &str = "Pinned";
+    /// `spec.pin` sends all traffic to a backend that is not ready.
+    pub const PINNED_BACKEND_NOT_READY: &str = "PinnedBackendNotReady";
+    /// No backend is ready; `whenNoneReady` chose the weights.
+    pub const NO_READY_BACKEND: &str = "NoReadyBackend";
+    /// The spec breaks a rule; nothing is decided.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// A TrafficSplit of the route's name exists and is not the policy's.
+    pub const TRAFFIC_SPLIT_CONFLICT: &str = "TrafficSplitConflict";
+    /// An HTTPRoute of the route's name exists and is not the policy's.
+    pub const HTTP_ROUTE_CONFLICT: &str = "HTTPRouteConflict";
+    /// Writing the TrafficSplit failed.
+    pub const TRAFFIC_SPLIT_WRITE_FAILED: &str = "TrafficSplitWriteFailed";
+    /// Writing the HTTPRoute failed.
+    pub const HTTP_ROUTE_WRITE_FAILED: &str = "HTTPRouteWriteFailed";
+    /// The TrafficSplit CRD is not installed.
+    pub const TRAFFIC_SPLIT_CRD_MISSING: &str = "TrafficSplitCRDMissing";
+    /// The HTTPRoute CRD is not installed.
+    pub const HTTP_ROUTE_CRD_MISSING: &str = "HTTPRouteCRDMissing";
+}
+
+/// Reasons of the `Degraded` condition.
+pub mod degraded {
+    /// Every backend is ready.
+    pub const ALL_BACKENDS_READY: &str = "AllBackendsReady";
+    /// The primary is not ready.
+    pub const PRIMARY_NOT_READY: &str = "PrimaryNotReady";
+    /// The primary is ready and some secondary is not.
+    pub const SECONDARY_NOT_READY: &str = "SecondaryNotReady";
+}
+
+/// Reasons of the `Pinned` condition.
+pub mod pinned {
+    /// The pinned backend is ready.
+    pub const PINNED_BACKEND_READY: &str = "PinnedBackendReady";
+    /// The pinned backend is not ready.
+    pub const PINNED_BACKEND_NOT_READY: &str = "PinnedBackendNotReady";
+}
+
+/// Reasons of the `Suspended` condition.
+pub mod suspended {
+    /// `spec.suspend` is set.
+    pub const SUSPENDED: &str = "Suspended";
+}
+
+/// Reasons of the `HealthQueryFailed` condition.
+pub mod health {
+    /// Every health query answers.
+    pub const QUERIES_ANSWER: &str = "QueriesAnswer";
+    /// Some health query fails.
+    pub const HEALTH_QUERY_FAILED: &str = "HealthQueryFailed";
+}
+
+/// Reasons of the `ClustersReachable` condition.
+pub mod clusters {
+    /// Every cluster the policy reads from answers.
+    pub const ALL_CLUSTERS_REACHABLE: &str = "AllClustersReachable";
+    /// Some cluster does not answer, or is not declared.
+    pub const CLUSTER_UNREACHABLE: &str = "ClusterUnreachable";
+}
+
+/// Reasons of the Events that announce a transition (besides `FailedOver` and
+/// `NoReadyBackend`, the `Ready` reasons of the same name).
+pub mod events {
+    /// Traffic returned to the primary.
+    pub const FAILED_BACK: &str = "FailedBack";
+    /// A backend is ready again after none was.
+    pub const RECOVERED: &str = "Recovered";
+    /// A failback ramp moved to its next step.
+    pub const FAILBACK_STEP: &str = "FailbackStep";
+}

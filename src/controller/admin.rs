@@ -1,0 +1,91 @@
+//! The admin HTTP server: `/metrics` (Prometheus text format), `/healthz` (the process is alive)
+//! and `/readyz` (every CRD it needs installed, caches synced, and leader or standby state known;
+//! otherwise the reason).
+
+use std::{net::SocketAddr, sync::Arc};
+
+use axum::{
+    Router, extract::State, http::StatusCode, http::header, response::IntoResponse, routing::get,
+};
+use tokio::net::TcpListener;
+use tracing::info;
+
+use crate::{
+    controller::Handle,
+    runtime::{
+        leader::{Leadership, Role},
+        metrics::Metrics,
+    },
+};
+
+/// What the admin endpoints report on.
+#[derive(Clone)]
+pub struct AdminState {
+    /// Metrics to expose.
+    pub metrics: Arc<Metrics>,
+    /// The controller, for its readiness.
+    pub controller: Handle,
+    /// Leadership.
+    pub leadership: Leadership,
+}
+
+/// Errors of the admin server.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The listen address could not be bound.
+    #[error("binding admin server to {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The server failed while running.
+    #[error("admin server: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// Binds the admin server; returns the bound address and the future that serves it.
+pub async fn bind(
+    addr: SocketAddr,
+    state: AdminState,
+) -> Result<(SocketAddr, impl Future<Output = Result<(), AdminError>>), AdminError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| AdminError::Bind { addr, source })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| AdminError::Bind { addr, source })?;
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(state);
+    info!(address = %local, "admin server listening");
+    Ok((local, async move {
+        axum::serve(listener, app).await.map_err(AdminError::Serve)
+    }))
+}
+
+async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+}
+
+async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
+    match (state.controller.not_ready(), state.leadership.role()) {
+        (Some(why), _) => (StatusCode::SERVICE_UNAVAILABLE, why),
+        (None, Role::Pending) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "leader election pending".to_string(),
+        ),
+        (None, Role::Leader) => (StatusCode::OK, "ok (leader)".to_string()),
+        (None, Role::Standby) => (StatusCode::OK, "ok (standby)".to_string()),
+    }
+}

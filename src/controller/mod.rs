@@ -1,0 +1,251 @@
+//! Wires the watches, caches, index and reconcile loop into one running controller.
+//!
+//! ```text
+//! EndpointSlices ─┐                       ┌─ index: Service → policies ─┐
+//! Services ───────┼─ observe (counts) ────┤                             ├─▶ queue ─▶ reconcile
+//! TrafficSplits ──┤  (route views)        └─ index: route → policies ───┘     (one per policy
+//! HTTPRoutes ─────┘                                                            at a time)
+//! FailoverPolicies ─▶ policy store + index ─────────────────────────────────▶
+//! ```
+//!
+//! Every watch goes through [`crate::sources::watch::events`]; each event updates one cache and wakes
+//! only the policies that reference what changed. The work queue ([`crate::controller::runner`]) runs
+//! [`crate::pipeline::reconcile::reconcile`] at most once at a time per policy.
+
+pub mod admin;
+pub mod policies;
+pub mod runner;
+pub mod telemetry;
+pub mod triggers;
+
+use std::{future::Future, sync::Arc};
+
+use futures::{FutureExt, Stream, StreamExt, channel::mpsc};
+use kube::{
+    Client,
+    runtime::{reflector::ObjectRef, watcher},
+};
+use parking_lot::RwLock;
+use tracing::{info, warn};
+
+use self::{policies::policy_stream, runner::Request, triggers::queue_everything};
+use crate::{
+    api::FailoverPolicy,
+    pipeline::{
+        reconcile::{Context, Error, reconcile_or_retry},
+        write::statuses,
+    },
+    route::RouteKind,
+    runtime::{gate::WriteGate, leader::Leadership, metrics::Metrics},
+    sources::{
+        Caches,
+        health::Health,
+        local::{
+            apis::{Apis, NeededApi},
+            feeds::{Feed, feeds},
+            index::PolicyIndex,
+            synced::Synced,
+        },
+        remote::Clusters,
+        wake::Wake,
+        watch::WatchContext,
+    },
+};
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Watch only this namespace; all namespaces when `None`.
+    pub namespace: Option<String>,
+    /// Most policies reconciled at once.
+    pub concurrency: u16,
+    /// Identity of this replica in Events (usually the Pod name).
+    pub instance: Option<String>,
+    /// Where the Secrets declaring remote clusters are (the controller's namespace).
+    pub secret_namespace: String,
+    /// The Prometheus that health queries go to when a policy names none.
+    pub prometheus_address: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            concurrency: 16,
+            instance: None,
+            secret_namespace: "default".to_string(),
+            prometheus_address: None,
+        }
+    }
+}
+
+/// The running parts of a controller, for the admin server.
+#[derive(Clone)]
+pub struct Handle {
+    /// The caches, with their sync state.
+    pub caches: Caches,
+    /// The APIs found missing.
+    pub apis: Apis,
+    index: Arc<RwLock<PolicyIndex>>,
+}
+
+impl Handle {
+    /// Empty caches, remote clusters that wake policies through `wake`.
+    fn new(settings: &Settings, metrics: &Arc<Metrics>, wake: &Wake) -> Self {
+        let remote = {
+            let wake = wake.clone();
+            Clusters::new(
+                settings.secret_namespace.clone(),
+                metrics.clone(),
+                Arc::new(move |change| wake.remote(change)),
+            )
+        };
+        let health = {
+            let wake = wake.clone();
+            Health::new(
+                settings.prometheus_address.clone(),
+                metrics.clone(),
+                Arc::new(move |policy| wake.policies(vec![policy])),
+            )
+        };
+        Self {
+            caches: Caches::new(remote, health),
+            apis: Apis::new(metrics.clone()),
+            index: wake.index.clone(),
+        }
+    }
+
+    /// Why the controller is not ready to serve, if it is not: a missing CRD that it needs
+    /// (named, with how to install it), or watches that have not listed yet.
+    pub fn not_ready(&self) -> Option<String> {
+        let used: Vec<RouteKind> = RouteKind::ALL
+            .into_iter()
+            .filter(|k| self.index.read().uses(*k))
+            .collect();
+        let needed: Vec<NeededApi> = std::iter::once(NeededApi::FailoverPolicy)
+            .chain(used.iter().map(|k| NeededApi::of_route(*k)))
+            .collect();
+        let missing = self.apis.missing_among(&needed);
+        if !missing.is_empty() {
+            return Some(missing.join("; "));
+        }
+        // A route watch matters only while a policy outputs that kind.
+        let waiting = self.caches.synced.pending().into_iter().any(|kind| {
+            RouteKind::of_watch(kind).is_none_or(|k| used.contains(&k))
+                && NeededApi::of_watch(kind).is_none_or(|api| !self.apis.is_missing(api))
+        });
+        waiting.then(|| "caches not synced".to_string())
+    }
+}
+
+/// Starts the controller; returns its handle and a future that runs until `shutdown` resolves
+/// and in-flight reconciles finish.
+pub fn start(
+    client: Client,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    leadership: Leadership,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> (Handle, impl Future<Output = ()>) {
+    metrics.register_error_kinds(&Error::KINDS);
+    let shutdown = shutdown.shared();
+    let index: Arc<RwLock<PolicyIndex>> = Arc::default();
+    let (queue, queued) = mpsc::unbounded();
+    let wake = Wake { index, queue };
+    let handle = Handle::new(&settings, &metrics, &wake);
+    let watch = WatchContext {
+        metrics: metrics.clone(),
+        synced: handle.caches.synced.clone(),
+        apis: handle.apis.clone(),
+    };
+    let feeds = feeds(Feed {
+        client: client.clone(),
+        namespace: settings.namespace.clone(),
+        caches: handle.caches.clone(),
+        wake,
+        watch: Arc::new(watch.clone()),
+    });
+    let ns = settings.namespace.as_deref();
+    let policies = policy_stream(&client, ns, handle.index.clone(), &handle.caches, &watch);
+    let (gate, queue_of_statuses) = WriteGate::new(
+        client,
+        leadership.clone(),
+        metrics,
+        settings.instance.clone(),
+    );
+    let gate = Arc::new(gate);
+    let status_writer = statuses::run(
+        gate.clone(),
+        queue_of_statuses,
+        usize::from(settings.concurrency),
+    );
+    let (caches, apis) = (handle.caches.clone(), handle.apis.clone());
+    let context = Arc::new(Context::new(caches, gate.clone(), apis.clone()));
+    let (policy_events, store) = policies;
+    let requests = requests(policy_events, queued, leadership, apis);
+    let controller = runner::run(
+        store,
+        requests,
+        usize::from(settings.concurrency),
+        move |policy| reconcile_or_retry(policy, context.clone()),
+        shutdown.clone(),
+    );
+    let never_listed = stopped_before_policies_listed(shutdown, handle.caches.synced.clone());
+    let flushed = async move { gate.statuses.flushed().await };
+    let work = running(controller, feeds, never_listed, flushed);
+    (handle, run_beside(work, status_writer))
+}
+
+/// The runner's work: each policy that changed or was woken, and every policy when something
+/// queues them all.
+fn requests(
+    policy_events: impl Stream<Item = Result<FailoverPolicy, watcher::Error>> + Send + 'static,
+    queued: mpsc::UnboundedReceiver<ObjectRef<FailoverPolicy>>,
+    leadership: Leadership,
+    apis: Apis,
+) -> impl Stream<Item = Request> + Send + 'static {
+    futures::stream::select_all([
+        policy_events
+            .filter_map(|p| async move { Some(Request::One(ObjectRef::from_obj(&p.ok()?))) })
+            .boxed(),
+        queued.map(Request::One).boxed(),
+        queue_everything(&leadership, &apis)
+            .map(|()| Request::All)
+            .boxed(),
+    ])
+}
+
+/// The controller until it stops (or its watches end, or it stops before listing anything),
+/// then until the statuses it queued are written.
+async fn running(
+    controller: impl Future<Output = ()>,
+    feeds: impl Future<Output = ()>,
+    never_listed: impl Future<Output = ()>,
+    flushed: impl Future<Output = ()>,
+) {
+    info!("controller started");
+    tokio::select! {
+        _ = controller => info!("controller stopped"),
+        _ = feeds => warn!("watches ended"),
+        _ = never_listed => info!("stopped before any policy was listed"),
+    }
+    flushed.await;
+}
+
+/// Runs `work` to its end with `helper` beside it (a helper never ends first on its own).
+async fn run_beside(work: impl Future<Output = ()>, helper: impl Future<Output = ()>) {
+    tokio::select! {
+        _ = work => {}
+        _ = helper => warn!("the status gate stopped"),
+    }
+}
+
+/// Resolves on shutdown while the policies have never been listed (their CRD missing, say):
+/// no reconcile can be in flight then, and kube-runtime's controller would wait for a store
+/// that never fills.
+async fn stopped_before_policies_listed(shutdown: impl Future<Output = ()>, synced: Synced) {
+    shutdown.await;
+    if !synced.pending().contains(&"failoverpolicy") {
+        std::future::pending::<()>().await;
+    }
+}

@@ -1,0 +1,220 @@
+//! The work queue that runs reconciles: requests for policies in, one reconcile per policy at a
+//! time, at most `concurrency` at once, and a reconcile's wish to run again later.
+//!
+//! kube-runtime's `Controller` did this here before; its scheduler puts every request, even an
+//! immediate one, on a timer queue rounded up to the next millisecond, then waits for the
+//! runtime's millisecond timer. Measured on a local control plane (a readiness change logged by
+//! the watch, then the reconcile's start logged), that wait was 2.1 to 2.3 ms of the 5.2 ms from
+//! an EndpointSlice write to the route change, on an idle machine; the floor of the whole path
+//! (one watch, one write) is about 2 ms. This queue runs an immediate request at once and keeps
+//! timers for what is due later. Everything else is as kube-runtime does it:
+//!
+//! - requests merge: a request for a queued policy adds nothing, one for a running policy runs
+//!   it once more right after;
+//! - a request replaces a later timer of the same policy; a reconcile's `After(d)` sets a timer
+//!   unless an earlier one is set;
+//! - nothing runs before the policy store has its first list; a policy no longer in the store
+//!   is skipped;
+//! - on shutdown no reconcile starts, and those running finish.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet, VecDeque},
+    future::Future,
+    sync::Arc,
+};
+
+use futures::{Stream, StreamExt, stream::FuturesUnordered};
+use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::time::Instant;
+
+use crate::{api::FailoverPolicy, pipeline::reconcile::Next};
+
+/// A request for work.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Reconcile this policy.
+    One(ObjectRef<FailoverPolicy>),
+    /// Reconcile every policy in the store.
+    All,
+}
+
+type Key = ObjectRef<FailoverPolicy>;
+
+/// The queue's bookkeeping, apart from the running futures.
+#[derive(Default)]
+struct Queue {
+    ready: VecDeque<Key>,
+    queued: HashSet<Key>,
+    running: HashSet<Key>,
+    again: HashSet<Key>,
+    timers: BTreeMap<(Instant, u64), Key>,
+    timer_of: HashMap<Key, (Instant, u64)>,
+    sequence: u64,
+}
+
+impl Queue {
+    /// A request to run `key` now.
+    fn now(&mut self, key: Key) {
+        self.cancel_timer(&key);
+        if self.running.contains(&key) {
+            self.again.insert(key);
+        } else if self.queued.insert(key.clone()) {
+            self.ready.push_back(key);
+        }
+    }
+
+    /// A request to run `key` at `at`, unless it runs earlier anyway.
+    fn at(&mut self, key: Key, at: Instant) {
+        if self.queued.contains(&key) || self.again.contains(&key) {
+            return;
+        }
+        if self.timer_of.get(&key).is_some_and(|(t, _)| *t <= at) {
+            return;
+        }
+        self.cancel_timer(&key);
+        self.sequence += 1;
+        self.timers.insert((at, self.sequence), key.clone());
+        self.timer_of.insert(key, (at, self.sequence));
+    }
+
+    fn cancel_timer(&mut self, key: &Key) {
+        if let Some(slot) = self.timer_of.remove(key) {
+            self.timers.remove(&slot);
+        }
+    }
+
+    /// The earliest timer.
+    fn next_due(&self) -> Option<Instant> {
+        self.timers.keys().next().map(|(at, _)| *at)
+    }
+
+    /// Moves the timers due by `now` to the ready queue.
+    fn fire(&mut self, now: Instant) {
+        while let Some(entry) = self.timers.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let key = entry.remove();
+            self.timer_of.remove(&key);
+            self.now(key);
+        }
+    }
+
+    /// The next policy to run, if one waits.
+    fn take(&mut self) -> Option<Key> {
+        let key = self.ready.pop_front()?;
+        self.queued.remove(&key);
+        self.running.insert(key.clone());
+        Some(key)
+    }
+
+    /// A reconcile of `key` ended at `now` and wants `next`.
+    fn finished(&mut self, key: Key, next: Next, now: Instant) {
+        self.running.remove(&key);
+        if self.again.remove(&key) {
+            self.now(key);
+        } else if let Next::After(delay) = next {
+            self.at(key, now + delay);
+        }
+    }
+}
+
+/// Runs `reconcile` for every requested policy until `shutdown`, then waits for the running ones.
+pub async fn run<F, Fut>(
+    store: Store<FailoverPolicy>,
+    requests: impl Stream<Item = Request>,
+    concurrency: usize,
+    reconcile: F,
+    shutdown: impl Future<Output = ()>,
+) where
+    F: Fn(Arc<FailoverPolicy>) -> Fut,
+    Fut: Future<Output = Next>,
+{
+    let mut queue = Queue::default();
+    let mut running = FuturesUnordered::new();
+    let mut requests = std::pin::pin!(requests.fuse());
+    let mut shutdown = std::pin::pin!(shutdown);
+    let store_ready = store.wait_until_ready();
+    let mut store_ready = std::pin::pin!(store_ready);
+    let (mut ready, mut stopping) = (false, false);
+    loop {
+        while ready && !stopping && running.len() < concurrency.max(1) {
+            let Some(key) = queue.take() else { break };
+            match store.get(&key) {
+                Some(policy) => {
+                    let run = reconcile(policy);
+                    running.push(async move { (key, run.await) });
+                }
+                None => queue.finished(key, Next::Wait, Instant::now()),
+            }
+        }
+        if stopping && running.is_empty() {
+            return;
+        }
+        let due = queue.next_due();
+        tokio::select! {
+            biased;
+            Some((key, next)) = running.next(), if !running.is_empty() => queue.finished(key, next, Instant::now()),
+            _ = &mut shutdown, if !stopping => stopping = true,
+            result = &mut store_ready, if !ready => ready = result.is_ok(),
+            request = requests.next(), if !stopping => match request {
+                Some(Request::One(key)) => queue.now(key),
+                Some(Request::All) => store.state().iter().for_each(|p| queue.now(ObjectRef::from_obj(p.as_ref()))),
+                None => stopping = true,
+            },
+            () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => queue.fire(Instant::now()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn key(name: &str) -> Key {
+        ObjectRef::new(name).within("ns")
+    }
+
+    #[test]
+    fn requests_merge_and_one_for_a_running_policy_runs_it_again_after() {
+        let mut q = Queue::default();
+        q.now(key("a"));
+        q.now(key("a"));
+        q.now(key("b"));
+        assert_eq!(q.take(), Some(key("a")));
+        q.now(key("a"));
+        assert_eq!(q.take(), Some(key("b")), "a runs once at a time");
+        assert_eq!(q.take(), None);
+        let now = Instant::now();
+        q.finished(key("a"), Next::Wait, now);
+        assert_eq!(q.take(), Some(key("a")), "the request made while it ran");
+        q.finished(key("a"), Next::Wait, now);
+        assert_eq!(q.take(), None);
+    }
+
+    #[test]
+    fn a_wish_to_run_later_is_kept_until_due_and_an_earlier_request_replaces_it() {
+        let mut q = Queue::default();
+        q.now(key("a"));
+        assert_eq!(q.take(), Some(key("a")));
+        let start = Instant::now();
+        q.finished(key("a"), Next::After(Duration::from_secs(10)), start);
+        assert_eq!(q.next_due(), Some(start + Duration::from_secs(10)));
+        q.at(key("a"), start + Duration::from_secs(20));
+        assert_eq!(
+            q.next_due(),
+            Some(start + Duration::from_secs(10)),
+            "the earlier wins"
+        );
+        q.fire(start + Duration::from_secs(5));
+        assert_eq!(q.take(), None, "not due yet");
+        q.now(key("a"));
+        assert_eq!(q.next_due(), None, "a request replaces the timer");
+        assert_eq!(q.take(), Some(key("a")));
+        q.finished(key("a"), Next::After(Duration::from_secs(1)), start);
+        q.fire(start + Duration::from_secs(2));
+        assert_eq!(q.take(), Some(key("a")));
+    }
+}

@@ -1,0 +1,114 @@
+//! What the sources know of a backend, in the form the decision reads: the keys that name
+//! Services and policies, a backend's observation (endpoint counts, or why they cannot be
+//! trusted), and its health reading. The local watches, the remote clusters and the health
+//! pollers fill these; the gather step hands them to the decision.
+
+use chrono::{DateTime, Utc};
+
+use crate::api::ReadinessFrom;
+
+/// A Service by namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServiceKey {
+    /// Namespace of the Service.
+    pub namespace: String,
+    /// Name of the Service.
+    pub name: String,
+}
+
+impl ServiceKey {
+    /// A key from borrowed parts.
+    pub fn new(namespace: &str, name: &str) -> Self {
+        Self {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+/// A policy by namespace and name.
+pub type PolicyKey = ServiceKey;
+
+/// A Service in another cluster, whose readiness stands for a backend's.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RemoteService {
+    /// The cluster, as its Secret names it.
+    pub cluster: String,
+    /// The Service's namespace there.
+    pub namespace: String,
+    /// The Service's name there.
+    pub service: String,
+}
+
+impl RemoteService {
+    /// The remote Service a backend's `readinessFrom` names, its defaults filled in: the
+    /// policy's namespace, the backend's own Service.
+    pub fn of(from: &ReadinessFrom, policy_namespace: &str, backend_service: &str) -> Self {
+        Self {
+            cluster: from.cluster.clone(),
+            namespace: from
+                .namespace
+                .clone()
+                .unwrap_or_else(|| policy_namespace.to_string()),
+            service: from
+                .service
+                .clone()
+                .unwrap_or_else(|| backend_service.to_string()),
+        }
+    }
+}
+
+/// What the controller observed of one backend Service.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BackendObservation {
+    /// The Service object exists.
+    pub service_exists: bool,
+    /// Number of EndpointSlices labelled with the Service's name.
+    pub slices: u32,
+    /// Ready endpoints over all slices.
+    pub ready_endpoints: i32,
+    /// All endpoints over all slices.
+    pub total_endpoints: i32,
+    /// Why the counts cannot be trusted, when they come from a cluster that is not answering (or
+    /// not declared): the backend then counts as not ready, with this as the reason.
+    pub unavailable: Option<String>,
+    /// When the counts were last confirmed, when that is not now (a remote cluster's last answer).
+    pub as_of: Option<DateTime<Utc>>,
+    /// The counts are not known yet: their source (a remote cluster) has not answered since the
+    /// controller started, and its `staleAfter` has not passed. The readiness the previous
+    /// status recorded stands meanwhile, so a restart of the controller moves no traffic.
+    pub awaiting: bool,
+    /// The last reading of the policy's health query for this backend, if it has one.
+    pub health: Option<Reading>,
+}
+
+impl BackendObservation {
+    /// An existing Service with one slice of `total` endpoints, `ready` of them ready.
+    pub fn counted(ready: i32, total: i32) -> Self {
+        Self {
+            service_exists: true,
+            slices: 1,
+            ready_endpoints: ready,
+            total_endpoints: total,
+            ..Self::default()
+        }
+    }
+}
+
+/// One answer of a backend's health query.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    /// The value (`None`: the query returned no data).
+    pub value: Option<f64>,
+    /// When it was read.
+    pub read_at: DateTime<Utc>,
+}
+
+/// What is known of one backend's health query.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reading {
+    /// Its last answer (`None`: it has not answered yet, and gives no verdict).
+    pub sample: Option<Sample>,
+    /// The error of the latest query, while it fails (the sample is then the last good one).
+    pub failing: Option<String>,
+}

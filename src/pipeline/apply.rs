@@ -1,0 +1,245 @@
+//! Step 6 of the pipeline: makes the generated route say what the plan says, and tells what it
+//! did as a value ([`Applied`]); errors never escape as anything else.
+//!
+//! - no route in the cache: create it (a create, never an apply, so a route of that name that
+//!   the cache has not seen yet is never adopted); if one exists, read it and go on as below;
+//! - a route not controlled by this policy: [`Applied::Conflict`], untouched;
+//! - a route that says what the plan says (and carries the policy label): nothing is written;
+//! - otherwise: one server-side apply with the controller's field manager.
+//!
+//! A route this replica wrote wins over an older cached copy until the cache catches up, so a
+//! stale cache never causes a second write.
+
+use kube::{
+    Api, Resource,
+    api::{DynamicObject, Patch, PatchParams, PostParams},
+};
+use tracing::{debug, info};
+
+use crate::{
+    api::FailoverPolicy,
+    message::describe,
+    policy::ValidPolicy,
+    route::{FIELD_MANAGER, RouteKey, RouteRules, RouteTarget, RouteView, metadata},
+    runtime::gate::{NotLeader, WriteGate},
+    sources::local::apis::NeededApi,
+};
+
+/// The route a plan asks for.
+#[derive(Clone, Debug)]
+pub struct DesiredRoute {
+    /// Which route.
+    pub target: RouteTarget,
+    /// Its namespace.
+    pub namespace: String,
+    /// The name of the policy that owns it (its label value).
+    pub policy: String,
+    /// The uid of the policy that owns it.
+    pub owner_uid: String,
+    /// What it must say.
+    pub rules: RouteRules,
+    /// The whole object to write.
+    pub object: DynamicObject,
+}
+
+impl DesiredRoute {
+    /// The route of a valid policy with these weights; `None` when the policy has no uid
+    /// (never true of an object read from the API server).
+    pub fn of(policy: &FailoverPolicy, valid: &ValidPolicy, weights: &[i32]) -> Option<Self> {
+        let mut owner = policy.controller_owner_ref(&())?;
+        owner.block_owner_deletion = Some(true);
+        let owner_uid = owner.uid.clone();
+        let target = valid.route.clone();
+        let rules = target.rules(&valid.service, valid.backend_names(), weights);
+        let meta = metadata(&target.name, &valid.namespace, &valid.name, owner);
+        let object = target.object(meta, &rules);
+        Some(Self {
+            target,
+            namespace: valid.namespace.clone(),
+            policy: valid.name.clone(),
+            owner_uid,
+            rules,
+            object,
+        })
+    }
+
+    fn key(&self) -> RouteKey {
+        self.target.key(&self.namespace)
+    }
+
+    fn recent_key(&self) -> String {
+        let key = self.key();
+        format!("{}/{}/{}", key.kind.as_str(), key.namespace, key.name)
+    }
+}
+
+/// What the apply step did.
+#[derive(Debug)]
+pub enum Applied {
+    /// The route already said what the plan says.
+    Unchanged,
+    /// The route was created or updated.
+    Written,
+    /// `spec.suspend` is set: nothing was written.
+    Suspended,
+    /// A route of this name exists and is not controlled by this policy; it was left untouched.
+    Conflict,
+    /// Writing failed; the route is as it was.
+    Failed(ApplyError),
+    /// The CRD of the route's kind is not installed: nothing was written.
+    ApiMissing(NeededApi),
+}
+
+/// Why writing the route failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// This replica lost leadership before writing.
+    #[error(transparent)]
+    NotLeader(#[from] NotLeader),
+    /// The API server refused or did not answer.
+    #[error("writing {kind} {name} failed: {message}")]
+    Api {
+        /// Kind of the route.
+        kind: &'static str,
+        /// Name of the route.
+        name: String,
+        /// The API server's message.
+        message: String,
+        /// The error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The route existed, then could not be read.
+    #[error("{kind} {name} vanished while being created; retrying")]
+    Vanished {
+        /// Kind of the route.
+        kind: &'static str,
+        /// Name of the route.
+        name: String,
+    },
+}
+
+impl ApplyError {
+    fn api(desired: &DesiredRoute, source: kube::Error) -> Self {
+        ApplyError::Api {
+            kind: desired.target.kind().as_str(),
+            name: desired.target.name.clone(),
+            message: describe(&source),
+            source,
+        }
+    }
+
+    /// The API server does not serve the route's kind.
+    pub fn not_found(&self) -> bool {
+        matches!(self, ApplyError::Api { source: kube::Error::Api(e), .. } if e.code == 404)
+    }
+
+    /// The write was refused because the namespace is being deleted.
+    pub fn namespace_terminating(&self) -> bool {
+        matches!(self, ApplyError::Api { source: kube::Error::Api(e), .. }
+            if e.code == 403 && e.message.contains("being terminated"))
+    }
+}
+
+/// Makes the route say what `desired` says; `current` is the cached view of it.
+pub async fn apply(
+    gate: &WriteGate,
+    desired: &DesiredRoute,
+    current: Option<RouteView>,
+    suspend: bool,
+) -> Applied {
+    if suspend {
+        return Applied::Suspended;
+    }
+    write(gate, desired, current)
+        .await
+        .unwrap_or_else(Applied::Failed)
+}
+
+async fn write(
+    gate: &WriteGate,
+    desired: &DesiredRoute,
+    current: Option<RouteView>,
+) -> Result<Applied, ApplyError> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        gate.client.clone(),
+        &desired.namespace,
+        &desired.target.resource(),
+    );
+    let current = match current {
+        Some(view) => view,
+        None => match create(gate, &api, desired).await? {
+            Some(view) => view,
+            None => return Ok(Applied::Written),
+        },
+    };
+    if !current.owned_by(&desired.owner_uid) {
+        return Ok(Applied::Conflict);
+    }
+    let rules = gate
+        .recent_routes
+        .newer_than(&desired.recent_key(), current.resource_version.as_deref())
+        .or(current.rules);
+    let labelled = current.policy_label.as_deref() == Some(desired.policy.as_str());
+    if labelled && rules.as_ref() == Some(&desired.rules) {
+        return Ok(Applied::Unchanged);
+    }
+    gate.ensure_leader()?;
+    debug!(kind = desired.target.kind().as_str(), route = %desired.target.name, "applying route");
+    let applied = api
+        .patch(
+            &desired.target.name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&desired.object),
+        )
+        .await
+        .map_err(|e| ApplyError::api(desired, e))?;
+    written(gate, desired, &applied, "applied route");
+    Ok(Applied::Written)
+}
+
+/// Creates the route; `Ok(None)` when created, `Ok(Some(view))` when one already exists.
+async fn create(
+    gate: &WriteGate,
+    api: &Api<DynamicObject>,
+    desired: &DesiredRoute,
+) -> Result<Option<RouteView>, ApplyError> {
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..Default::default()
+    };
+    gate.ensure_leader()?;
+    match api.create(&params, &desired.object).await {
+        Ok(created) => {
+            written(gate, desired, &created, "created route");
+            Ok(None)
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let existing = api
+                .get_opt(&desired.target.name)
+                .await
+                .map_err(|e| ApplyError::api(desired, e))?
+                .ok_or_else(|| ApplyError::Vanished {
+                    kind: desired.target.kind().as_str(),
+                    name: desired.target.name.clone(),
+                })?;
+            Ok(Some(desired.target.kind().view(&existing)))
+        }
+        Err(e) => Err(ApplyError::api(desired, e)),
+    }
+}
+
+fn written(gate: &WriteGate, desired: &DesiredRoute, answer: &DynamicObject, what: &str) {
+    let kind = desired.target.kind();
+    gate.metrics.write(kind.metric_label());
+    gate.recent_routes.record(
+        desired.recent_key(),
+        answer.meta().resource_version.as_deref(),
+        desired.rules.clone(),
+    );
+    info!(kind = kind.as_str(), route = %desired.target.name, weights = ?desired.rules.backends.iter().map(|b| b.weight).collect::<Vec<_>>(), "{what}");
+}
+
+#[cfg(test)]
+#[path = "apply_tests.rs"]
+mod tests;

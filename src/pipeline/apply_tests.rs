@@ -1,0 +1,228 @@
+//! The apply step against a mocked API server (kube's `tower-test` pair): each scenario says
+//! which requests the step must make, answers them, and checks the outcome, so create, conflict,
+//! write failure and the recent-write memory are proven without a control plane.
+
+use std::sync::Arc;
+
+use http::{Method, Request, Response, StatusCode};
+use kube::{Client, client::Body};
+use serde_json::{Value, json};
+use tower_test::mock::{self, Handle};
+
+use super::*;
+use crate::{
+    api::{FailoverPolicy, FailoverPolicySpec, SecondaryBackend},
+    pipeline::validate::validate,
+    route::RouteKind,
+    runtime::{leader::Leadership, metrics::Metrics},
+};
+
+const SPLITS: &str = "/apis/split.smi-spec.io/v1alpha2/namespaces/ns/trafficsplits";
+const UID: &str = "policy-uid";
+
+type Api = Handle<Request<Body>, Response<Body>>;
+
+fn policy() -> FailoverPolicy {
+    let spec = FailoverPolicySpec {
+        service: "web".into(),
+        primary: "web".into(),
+        secondaries: vec![SecondaryBackend::new("web-east")],
+        ..Default::default()
+    };
+    let mut p = FailoverPolicy::new("web", spec);
+    p.metadata.namespace = Some("ns".into());
+    p.metadata.uid = Some(UID.into());
+    p
+}
+
+fn desired(weights: &[i32]) -> DesiredRoute {
+    let policy = policy();
+    let valid = validate(&policy).expect("valid");
+    DesiredRoute::of(&policy, &valid, weights).expect("desired route")
+}
+
+fn gate() -> (WriteGate, Api) {
+    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(service, "ns");
+    let (gate, _) = WriteGate::new(client, Leadership::always(), Arc::new(Metrics::new()), None);
+    (gate, handle)
+}
+
+/// A TrafficSplit as the API server returns it.
+fn split(owner_uid: &str, version: &str, weights: &[i64]) -> Value {
+    json!({
+        "apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit",
+        "metadata": {
+            "name": "web", "namespace": "ns", "resourceVersion": version,
+            "labels": {"failover.dev/policy": "web"},
+            "ownerReferences": [{"apiVersion": "failover.dev/v1alpha1", "kind": "FailoverPolicy",
+                "name": "web", "uid": owner_uid, "controller": true}],
+        },
+        "spec": {"service": "web", "backends": [
+            {"service": "web", "weight": weights[0]}, {"service": "web-east", "weight": weights[1]}]},
+    })
+}
+
+fn view(owner_uid: &str, version: &str, weights: &[i64]) -> RouteView {
+    let object: DynamicObject =
+        serde_json::from_value(split(owner_uid, version, weights)).expect("object");
+    RouteKind::TrafficSplit.view(&object)
+}
+
+/// Answers the next request, after checking its method and path.
+async fn answer(api: &mut Api, method: Method, path: &str, status: StatusCode, body: Value) {
+    let (request, send) = api.next_request().await.expect("a request");
+    assert_eq!(request.method(), method);
+    assert_eq!(request.uri().path(), path);
+    send.send_response(
+        Response::builder()
+            .status(status)
+            .body(Body::from(serde_json::to_vec(&body).expect("json")))
+            .expect("response"),
+    );
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "code": code, "reason": reason, "message": message})
+}
+
+#[tokio::test]
+async fn a_missing_route_is_created_and_remembered() {
+    let (gate, mut api) = gate();
+    let want = desired(&[1, 0]);
+    let server = tokio::spawn(async move {
+        answer(
+            &mut api,
+            Method::POST,
+            SPLITS,
+            StatusCode::CREATED,
+            split(UID, "5", &[1, 0]),
+        )
+        .await;
+    });
+    let applied = apply(&gate, &want, None, false).await;
+    server.await.expect("server");
+    assert!(matches!(applied, Applied::Written), "{applied:?}");
+    // The cache catches up with an older copy first: the write just made wins, nothing is
+    // written again.
+    let stale = view(UID, "4", &[0, 1]);
+    let again = apply(&gate, &want, Some(stale), false).await;
+    assert!(matches!(again, Applied::Unchanged), "{again:?}");
+}
+
+#[tokio::test]
+async fn a_route_owned_by_someone_else_is_a_conflict_and_untouched() {
+    let (gate, _api) = gate();
+    let foreign = view("someone-else", "3", &[1, 0]);
+    let applied = apply(&gate, &desired(&[1, 0]), Some(foreign), false).await;
+    assert!(matches!(applied, Applied::Conflict), "{applied:?}");
+}
+
+#[tokio::test]
+async fn a_create_that_finds_a_foreign_route_is_a_conflict() {
+    let (gate, mut api) = gate();
+    let server = tokio::spawn(async move {
+        let exists = status(
+            409,
+            "AlreadyExists",
+            "trafficsplits.split.smi-spec.io \"web\" already exists",
+        );
+        answer(&mut api, Method::POST, SPLITS, StatusCode::CONFLICT, exists).await;
+        let path = format!("{SPLITS}/web");
+        answer(
+            &mut api,
+            Method::GET,
+            &path,
+            StatusCode::OK,
+            split("someone-else", "3", &[1, 0]),
+        )
+        .await;
+    });
+    let applied = apply(&gate, &desired(&[1, 0]), None, false).await;
+    server.await.expect("server");
+    assert!(matches!(applied, Applied::Conflict), "{applied:?}");
+}
+
+#[tokio::test]
+async fn a_failed_write_is_an_outcome_with_the_api_servers_words() {
+    let (gate, mut api) = gate();
+    let server = tokio::spawn(async move {
+        let denied = status(
+            403,
+            "Forbidden",
+            "trafficsplits.split.smi-spec.io \"web\" is forbidden: no patch",
+        );
+        answer(
+            &mut api,
+            Method::PATCH,
+            &format!("{SPLITS}/web"),
+            StatusCode::FORBIDDEN,
+            denied,
+        )
+        .await;
+    });
+    let current = view(UID, "3", &[1, 0]);
+    let applied = apply(&gate, &desired(&[0, 1]), Some(current), false).await;
+    server.await.expect("server");
+    let Applied::Failed(error) = applied else {
+        panic!("expected a failure, got {applied:?}");
+    };
+    assert_eq!(
+        error.to_string(),
+        "writing TrafficSplit web failed: trafficsplits.split.smi-spec.io \"web\" is forbidden: no patch (Forbidden)"
+    );
+}
+
+#[tokio::test]
+async fn a_route_that_differs_is_applied_once_then_left_alone() {
+    let (gate, mut api) = gate();
+    let server = tokio::spawn(async move {
+        answer(
+            &mut api,
+            Method::PATCH,
+            &format!("{SPLITS}/web"),
+            StatusCode::OK,
+            split(UID, "8", &[0, 1]),
+        )
+        .await;
+    });
+    let want = desired(&[0, 1]);
+    let applied = apply(&gate, &want, Some(view(UID, "7", &[1, 0])), false).await;
+    server.await.expect("server");
+    assert!(matches!(applied, Applied::Written), "{applied:?}");
+    // The route cache has not caught up (still version 7): the write just made wins.
+    let again = apply(&gate, &want, Some(view(UID, "7", &[1, 0])), false).await;
+    assert!(matches!(again, Applied::Unchanged), "{again:?}");
+    assert_eq!(
+        gate.metrics
+            .encode()
+            .lines()
+            .find(|l| l.starts_with("failover_api_writes_total{kind=\"trafficsplit\"}")),
+        Some("failover_api_writes_total{kind=\"trafficsplit\"} 1")
+    );
+}
+
+#[tokio::test]
+async fn a_suspended_policy_writes_nothing() {
+    let (gate, _api) = gate();
+    let applied = apply(
+        &gate,
+        &desired(&[0, 1]),
+        Some(view(UID, "7", &[1, 0])),
+        true,
+    )
+    .await;
+    assert!(matches!(applied, Applied::Suspended), "{applied:?}");
+}
+
+#[tokio::test]
+async fn a_standby_writes_nothing() {
+    let (mut gate, _api) = gate();
+    gate.leadership = Leadership::pending();
+    let applied = apply(&gate, &desired(&[0, 1]), None, false).await;
+    assert!(
+        matches!(applied, Applied::Failed(ApplyError::NotLeader(_))),
+        "{applied:?}"
+    );
+}

@@ -1,0 +1,338 @@
+//! Rule 7: what the decision means for the policy's conditions, as verdicts (type, status,
+//! reason, message). The status step turns them into `metav1.Condition`s with their transition
+//! times; outcomes of the later steps (a conflict, a failed write, an invalid spec) replace the
+//! `Ready` verdict there.
+
+use chrono::{DateTime, Utc};
+
+use super::{
+    plan::{Plan, Rule},
+    transition,
+};
+use crate::{
+    api::{
+        Timestamp,
+        conditions::{
+            CLUSTERS_REACHABLE, DEGRADED, HEALTH_QUERY_FAILED, PINNED, READY, SUSPENDED, clusters,
+            degraded, health, pinned, ready, suspended,
+        },
+    },
+    policy::ValidPolicy,
+};
+
+/// One condition as decided, before it gets its transition time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// The condition type.
+    pub type_: &'static str,
+    /// `True` or `False`.
+    pub status: bool,
+    /// The reason, one CamelCase word.
+    pub reason: String,
+    /// A sentence for people.
+    pub message: String,
+}
+
+impl Verdict {
+    /// A verdict from its parts.
+    pub fn new(type_: &'static str, status: bool, reason: &str, message: String) -> Self {
+        Self {
+            type_,
+            status,
+            reason: reason.to_string(),
+            message,
+        }
+    }
+}
+
+/// The conditions of a decision: `Ready`, `Degraded`, and `Pinned` / `Suspended` when set.
+pub fn verdicts(policy: &ValidPolicy, plan: &Plan) -> Vec<Verdict> {
+    let mut verdicts = vec![ready(policy, plan), degraded(plan)];
+    verdicts.extend(clusters(policy, plan));
+    verdicts.extend(health_queries(policy, plan));
+    if let Rule::Pinned(p) = plan.routing.rule {
+        let name = &policy.backends[p].service;
+        verdicts.push(if plan.backends[p].ready {
+            Verdict::new(
+                PINNED,
+                true,
+                pinned::PINNED_BACKEND_READY,
+                format!("all traffic pinned to {name}"),
+            )
+        } else {
+            Verdict::new(
+                PINNED,
+                true,
+                pinned::PINNED_BACKEND_NOT_READY,
+                format!("all traffic pinned to {name}, which is not ready"),
+            )
+        });
+    }
+    if policy.suspend {
+        verdicts.push(Verdict::new(
+            SUSPENDED,
+            true,
+            suspended::SUSPENDED,
+            format!(
+                "spec.suspend is set: the generated {} is frozen; without it, traffic would go to {}",
+                policy.route.kind().as_str(),
+                plan.active(policy).join(", ")
+            ),
+        ));
+    }
+    verdicts
+}
+
+fn ready(policy: &ValidPolicy, plan: &Plan) -> Verdict {
+    let primary = policy.primary();
+    match plan.routing.rule {
+        Rule::Pinned(p) => pinned(policy, plan, p),
+        Rule::FailoverPending { due } => held(policy, plan, due, false),
+        Rule::FailbackPending { due } => held(policy, plan, due, true),
+        Rule::FailbackRamp { step, steps, due } => Verdict::new(
+            READY,
+            true,
+            ready::FAILBACK_RAMP,
+            format!(
+                "failing back: primary {primary} takes {}% of the traffic (step {} of {steps}); the next step at {} (every {})",
+                plan.routing.weights[0] / 100,
+                step + 1,
+                Timestamp(due),
+                policy
+                    .ramp
+                    .as_ref()
+                    .map_or("", |r| r.every.written.as_str())
+            ),
+        ),
+        Rule::PrimaryActive => Verdict::new(
+            READY,
+            true,
+            ready::PRIMARY_ACTIVE,
+            format!("traffic goes to primary {primary}"),
+        ),
+        Rule::Spillover => Verdict::new(
+            READY,
+            true,
+            ready::SPILLOVER,
+            format!(
+                "traffic shared by health: {}",
+                spillover_shares(policy, plan)
+            ),
+        ),
+        Rule::FailedOver => Verdict::new(
+            READY,
+            true,
+            ready::FAILED_OVER,
+            format!(
+                "primary {primary} is not ready; traffic goes to {} (strategy {})",
+                plan.active(policy).join(", "),
+                policy.strategy
+            ),
+        ),
+        Rule::NoReadyBackend => Verdict::new(
+            READY,
+            false,
+            ready::NO_READY_BACKEND,
+            transition::no_ready_message(policy, &plan.active(policy)),
+        ),
+    }
+}
+
+/// `Ready` under `spec.pin`: true while the pinned backend is ready.
+fn pinned(policy: &ValidPolicy, plan: &Plan, p: usize) -> Verdict {
+    let name = &policy.backends[p].service;
+    if plan.backends[p].ready {
+        Verdict::new(
+            READY,
+            true,
+            ready::PINNED,
+            format!("spec.pin sends all traffic to {name}"),
+        )
+    } else {
+        Verdict::new(
+            READY,
+            false,
+            ready::PINNED_BACKEND_NOT_READY,
+            format!("spec.pin sends all traffic to {name}, which is not ready"),
+        )
+    }
+}
+
+/// `Ready` while a hold keeps traffic where it is, with when it falls due.
+fn held(policy: &ValidPolicy, plan: &Plan, due: DateTime<Utc>, failback: bool) -> Verdict {
+    let primary = policy.primary();
+    let (since, due) = (Timestamp(plan.backends[0].since), Timestamp(due));
+    if failback {
+        Verdict::new(
+            READY,
+            true,
+            ready::FAILBACK_PENDING,
+            format!(
+                "primary {primary} ready since {since}; traffic stays on {} until {due} (failbackAfter {})",
+                plan.active(policy).join(", "),
+                policy.failback_after.written
+            ),
+        )
+    } else {
+        Verdict::new(
+            READY,
+            false,
+            ready::FAILOVER_PENDING,
+            format!(
+                "primary {primary} not ready since {since}; traffic stays on it until {due} (failoverAfter {})",
+                policy.failover_after.written
+            ),
+        )
+    }
+}
+
+fn spillover_shares(policy: &ValidPolicy, plan: &Plan) -> String {
+    let shares = plan.shares();
+    policy
+        .backend_names()
+        .zip(&plan.routing.weights)
+        .zip(shares)
+        .filter(|((_, w), _)| **w > 0)
+        .map(|((name, _), share)| format!("{name} {share}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `HealthQueryFailed`, for a policy with a health query.
+fn health_queries(policy: &ValidPolicy, plan: &Plan) -> Option<Verdict> {
+    policy.health.as_ref()?;
+    let failing: Vec<String> = plan
+        .backends
+        .iter()
+        .filter_map(|b| {
+            let error = b.observation.health.as_ref()?.failing.as_ref()?;
+            Some(format!("{}: {error}", b.service))
+        })
+        .collect();
+    Some(if failing.is_empty() {
+        Verdict::new(
+            HEALTH_QUERY_FAILED,
+            false,
+            health::QUERIES_ANSWER,
+            "every health query answers".to_string(),
+        )
+    } else {
+        Verdict::new(
+            HEALTH_QUERY_FAILED,
+            true,
+            health::HEALTH_QUERY_FAILED,
+            format!("keeping the last verdict; {}", failing.join("; ")),
+        )
+    })
+}
+
+/// `ClustersReachable`, for a policy that reads readiness from other clusters.
+fn clusters(policy: &ValidPolicy, plan: &Plan) -> Option<Verdict> {
+    let mut clusters: Vec<&str> = policy
+        .backends
+        .iter()
+        .filter_map(|b| b.remote.as_ref().map(|r| r.cluster.as_str()))
+        .collect();
+    clusters.sort_unstable();
+    clusters.dedup();
+    if clusters.is_empty() {
+        return None;
+    }
+    let mut unreachable: Vec<&str> = policy
+        .backends
+        .iter()
+        .zip(&plan.backends)
+        .filter(|(b, _)| b.remote.is_some())
+        .filter_map(|(_, state)| state.observation.unavailable.as_deref())
+        .collect();
+    unreachable.sort_unstable();
+    unreachable.dedup();
+    Some(if unreachable.is_empty() {
+        Verdict::new(
+            CLUSTERS_REACHABLE,
+            true,
+            clusters::ALL_CLUSTERS_REACHABLE,
+            format!("readiness is current from {}", clusters.join(", ")),
+        )
+    } else {
+        Verdict::new(
+            CLUSTERS_REACHABLE,
+            false,
+            clusters::CLUSTER_UNREACHABLE,
+            unreachable.join("; "),
+        )
+    })
+}
+
+fn degraded(plan: &Plan) -> Verdict {
+    let not_ready: Vec<String> = plan
+        .backends
+        .iter()
+        .filter(|b| !b.ready)
+        .map(|b| {
+            format!(
+                "{} ({})",
+                b.service,
+                b.not_ready.as_deref().unwrap_or("not ready")
+            )
+        })
+        .collect();
+    if not_ready.is_empty() {
+        Verdict::new(
+            DEGRADED,
+            false,
+            degraded::ALL_BACKENDS_READY,
+            format!("all {} backends are ready", plan.backends.len()),
+        )
+    } else if !plan.backends[0].ready {
+        Verdict::new(
+            DEGRADED,
+            true,
+            degraded::PRIMARY_NOT_READY,
+            format!("not ready: {}", not_ready.join(", ")),
+        )
+    } else {
+        Verdict::new(
+            DEGRADED,
+            true,
+            degraded::SECONDARY_NOT_READY,
+            format!("not ready: {}", not_ready.join(", ")),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{api::Strategy, observation::BackendObservation, pipeline::decide::tests::valid};
+
+    fn find<'a>(verdicts: &'a [Verdict], type_: &str) -> (&'a str, bool) {
+        verdicts
+            .iter()
+            .find(|v| v.type_ == type_)
+            .map(|v| (v.reason.as_str(), v.status))
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_failover_is_ready_and_degraded_naming_the_primary() {
+        let policy = valid(Strategy::Ordered, &[("a", None)]);
+        let observed = [
+            BackendObservation::counted(0, 2),
+            BackendObservation::counted(1, 1),
+        ];
+        let plan = super::super::decide(&policy, &observed, None, Utc::now());
+        let verdicts = verdicts(&policy, &plan);
+        assert_eq!(find(&verdicts, READY), (ready::FAILED_OVER, true));
+        assert_eq!(
+            find(&verdicts, DEGRADED),
+            (degraded::PRIMARY_NOT_READY, true)
+        );
+        let degraded = verdicts.iter().find(|v| v.type_ == DEGRADED);
+        assert!(
+            degraded.is_some_and(|v| v.message.contains("web-primary (0 of 2 endpoints ready")),
+            "{verdicts:?}"
+        );
+        assert_eq!(find(&verdicts, PINNED), ("", false), "no pin, no condition");
+    }
+}

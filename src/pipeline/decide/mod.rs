@@ -1,0 +1,103 @@
+//! Step 5 of the pipeline: the failover decision, a pure function of (valid policy, backend
+//! observations, previous status, now). No I/O happens here, and no status is built here: the
+//! result is a [`Plan`] that the apply step writes and the status step reports.
+//!
+//! The decision is a short list of named rules, each in its own module and tested on its own:
+//!
+//! 1. [`readiness`]: which backends are ready, since when, and why not;
+//! 2. [`pin`]: `spec.pin` sends everything to one backend;
+//! 3. [`strategy`]: `Proportional` spillover by health, or the secondaries' weights under
+//!    `Ordered`, `Equal` and `Weighted`;
+//! 4. [`holds`]: `failoverAfter` / `failbackAfter` keep traffic where it is until they fall due,
+//!    and [`ramp`] brings traffic back to the primary in steps (`failback.ramp`);
+//! 5. [`none_ready`]: what happens when nothing is ready (`whenNoneReady`);
+//! 6. [`transition`]: whether traffic moved (an Event, a metric) and when it last did;
+//! 7. [`conditions`]: what the decision means for the `Ready`, `Degraded`, `Pinned` and
+//!    `Suspended` conditions.
+//!
+//! `suspend` changes no weight here: the plan is the same, the apply step does not write it, no
+//! transition is announced, and the `Suspended` condition says what would happen.
+//! [`previous`] reads the previous status once for the rules that need it.
+
+pub mod conditions;
+pub mod holds;
+pub mod none_ready;
+pub mod pin;
+pub mod plan;
+pub mod previous;
+pub mod ramp;
+pub mod readiness;
+pub mod strategy;
+pub mod transition;
+
+use chrono::{DateTime, Utc};
+
+pub use self::plan::{Plan, Routing, Rule};
+use self::{previous::Previous, readiness::BackendState};
+use crate::{
+    api::{FailoverPolicyStatus, Strategy, Timestamp},
+    observation::BackendObservation,
+    policy::ValidPolicy,
+};
+
+/// With strategy `Proportional`, the weights of a route always add up to this (basis points).
+pub use strategy::PROPORTIONAL_TOTAL;
+
+/// Decides where the traffic of one policy goes.
+///
+/// `observations` holds one entry per backend, primary first; missing entries count as a Service
+/// that does not exist.
+pub fn decide(
+    policy: &ValidPolicy,
+    observations: &[BackendObservation],
+    previous: Option<&FailoverPolicyStatus>,
+    now: DateTime<Utc>,
+) -> Plan {
+    let now = truncate_to_millis(now);
+    let backends = readiness::assess(policy, observations, previous, now);
+    let previous = Previous::of(policy, previous);
+    let routing = route(policy, &backends, &previous, now);
+    let transition = transition::detect(policy, &routing, &backends, &previous);
+    let (last_failover_time, last_failback_time) =
+        transition::times(policy, &routing, &previous, Timestamp(now));
+    let requeue_after = holds::requeue_after(routing.rule, now);
+    Plan {
+        routing,
+        backends,
+        transition,
+        last_failover_time,
+        last_failback_time,
+        requeue_after,
+        now,
+    }
+}
+
+/// The rules that choose the weights, in order: pin, proportional spillover, then the strategy
+/// with its holds, and the none-ready fallback under both.
+fn route(
+    policy: &ValidPolicy,
+    backends: &[BackendState],
+    previous: &Previous,
+    now: DateTime<Utc>,
+) -> Routing {
+    if let Some(routing) = pin::route(policy) {
+        return routing;
+    }
+    if policy.strategy == Strategy::Proportional {
+        return strategy::proportional(policy, backends)
+            .unwrap_or_else(|| none_ready::route(policy, previous));
+    }
+    let ready: Vec<bool> = backends.iter().map(|b| b.ready).collect();
+    match strategy::secondary_weights(policy, &ready) {
+        None if !ready[0] => none_ready::route(policy, previous),
+        secondaries => holds::route(policy, &backends[0], secondaries, previous, now),
+    }
+}
+
+fn truncate_to_millis(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap_or(t)
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+pub(crate) mod tests;

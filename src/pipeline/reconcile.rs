@@ -1,0 +1,300 @@
+//! One reconcile of one policy: the pipeline's steps as named calls, in order.
+//!
+//! ```text
+//! validate → gather → decide → apply → status → write
+//! ```
+//!
+//! Each step lives in its own module; this one only sequences them and chooses what happens
+//! next (wait for a change, requeue when a hold falls due, or retry with backoff).
+
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use chrono::Utc;
+use kube::{Resource, ResourceExt, runtime::reflector::ObjectRef};
+use parking_lot::Mutex;
+use tracing::{debug, warn};
+
+use crate::{
+    api::FailoverPolicy,
+    pipeline::{
+        apply::{self, Applied, ApplyError, DesiredRoute},
+        decide::decide,
+        gather,
+        status::{self, Decided, Outcome, StatusInput},
+        validate::validate,
+        write,
+    },
+    policy::ValidPolicy,
+    route::RouteTarget,
+    runtime::gate::{NotLeader, WriteGate},
+    sources::{
+        Caches,
+        local::apis::{Apis, NeededApi},
+    },
+};
+
+/// How often every policy is reconciled even without a trigger, as a safety net (it writes
+/// nothing when all is in place). One timer for all policies, not one per policy.
+pub const RESYNC: Duration = Duration::from_secs(600);
+/// First retry delay of a failed reconcile; it doubles per failure in a row.
+const RETRY_FIRST: Duration = Duration::from_millis(200);
+/// Longest retry delay of a failed reconcile.
+const RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// What a reconcile wants next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing until something changes.
+    Wait,
+    /// Run again after this long (a hold falls due, a retry).
+    After(Duration),
+}
+
+/// Why a reconcile did not complete; each is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The readiness caches have not been filled yet.
+    #[error("EndpointSlice and Service caches are not synced yet")]
+    CachesNotSynced,
+    /// Writing the generated route failed.
+    #[error(transparent)]
+    Route(Box<ApplyError>),
+    /// This replica lost leadership before writing.
+    #[error(transparent)]
+    NotLeader(#[from] NotLeader),
+    /// The policy lacks its uid (never true of objects from the API server).
+    #[error("policy object is missing metadata.uid")]
+    MissingUid,
+}
+
+impl Error {
+    /// Every value [`Error::kind`] can return.
+    pub const KINDS: [&'static str; 6] = [
+        "caches_not_synced",
+        "route_write",
+        "route_vanished",
+        "status_write",
+        "missing_metadata",
+        "not_leader",
+    ];
+
+    /// A short, bounded label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::CachesNotSynced => "caches_not_synced",
+            Error::Route(e) => match **e {
+                ApplyError::Vanished { .. } => "route_vanished",
+                ApplyError::NotLeader(_) => "not_leader",
+                ApplyError::Api { .. } => "route_write",
+            },
+            Error::NotLeader(_) => "not_leader",
+            Error::MissingUid => "missing_metadata",
+        }
+    }
+
+    fn not_leader(&self) -> bool {
+        self.kind() == "not_leader"
+    }
+
+    /// The write was refused because the namespace is being deleted.
+    fn namespace_terminating(&self) -> bool {
+        matches!(self, Error::Route(e) if e.namespace_terminating())
+    }
+}
+
+/// Everything a reconcile reads from and writes through.
+pub struct Context {
+    /// The caches.
+    pub caches: Caches,
+    /// The door for writes.
+    pub gate: Arc<WriteGate>,
+    /// The APIs found missing.
+    pub apis: Apis,
+    /// Retry delays of the policies failing now.
+    retries: Mutex<HashMap<ObjectRef<FailoverPolicy>, ExponentialBackoff>>,
+}
+
+impl Context {
+    /// A context around the given parts.
+    pub fn new(caches: Caches, gate: Arc<WriteGate>, apis: Apis) -> Self {
+        Self {
+            caches,
+            gate,
+            apis,
+            retries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The delay before retrying a policy that failed again: 200 ms doubling up to 10 s.
+    fn next_retry(&self, policy: &ObjectRef<FailoverPolicy>) -> Duration {
+        self.retries
+            .lock()
+            .entry(policy.clone())
+            .or_insert_with(|| retry_delays().build())
+            .next()
+            .map_or(RETRY_MAX, whole_millis)
+    }
+}
+
+/// Retry delays of a failing policy: kube-runtime's backoff crate, no jitter (one retry per
+/// policy, not a herd), never giving up.
+fn retry_delays() -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(RETRY_FIRST)
+        .with_max_delay(RETRY_MAX)
+        .with_factor(2.0)
+        .without_max_times()
+}
+
+/// A delay to the whole millisecond (the backoff multiplies in floating point).
+fn whole_millis(delay: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Reconciles one policy.
+#[tracing::instrument(skip_all, fields(namespace = policy.namespace().unwrap_or_default(), policy = policy.name_any()))]
+pub async fn reconcile(policy: Arc<FailoverPolicy>, ctx: Arc<Context>) -> Result<Next, Error> {
+    if !ctx.gate.leadership.is_leader() || policy.meta().deletion_timestamp.is_some() {
+        // Standbys keep their caches warm and write nothing; leadership triggers a full pass.
+        return Ok(Next::Wait);
+    }
+    let started = Instant::now();
+    debug!("reconcile started");
+    let result = run(&policy, &ctx).await;
+    ctx.gate.metrics.observe_reconcile(started.elapsed());
+    if result.is_ok() {
+        ctx.retries
+            .lock()
+            .remove(&ObjectRef::from_obj(policy.as_ref()));
+    }
+    result
+}
+
+/// The pipeline: validate → gather → decide → apply → status → write.
+async fn run(policy: &FailoverPolicy, ctx: &Context) -> Result<Next, Error> {
+    let now = Utc::now();
+    let previous = gather::previous_status(policy, &ctx.gate);
+    let target = RouteTarget::of(policy);
+    let outcome = match validate(policy) {
+        Err(problems) => Outcome::Invalid(problems),
+        Ok(valid) => Outcome::Decided(Box::new(
+            act(policy, valid, previous.as_ref(), now, ctx).await?,
+        )),
+    };
+    let status = status::build(&StatusInput {
+        generation: policy.meta().generation,
+        target: &target,
+        previous: previous.as_ref(),
+        outcome: &outcome,
+        now,
+    });
+    // Written in the background: the next reconcile of this policy does not wait for it.
+    let wrote = ctx
+        .gate
+        .statuses
+        .queue(policy, status.clone(), previous.as_ref());
+    write::report(&ctx.gate, policy, &target, &outcome, &status, wrote);
+    next(outcome)
+}
+
+/// Gather, decide and apply for a valid policy.
+async fn act(
+    policy: &FailoverPolicy,
+    valid: ValidPolicy,
+    previous: Option<&crate::api::FailoverPolicyStatus>,
+    now: chrono::DateTime<Utc>,
+    ctx: &Context,
+) -> Result<Decided, Error> {
+    if !ctx.caches.wait_for_inputs().await {
+        return Err(Error::CachesNotSynced);
+    }
+    let inputs = gather::inputs(&valid, &ctx.caches);
+    let plan = decide(&valid, &inputs.observations, previous, now);
+    let desired =
+        DesiredRoute::of(policy, &valid, &plan.routing.weights).ok_or(Error::MissingUid)?;
+    let api = NeededApi::of_route(valid.route.kind());
+    let applied = if ctx.apis.is_missing(api) {
+        Applied::ApiMissing(api)
+    } else {
+        apply::apply(&ctx.gate, &desired, inputs.route, valid.suspend).await
+    };
+    let applied = match applied {
+        Applied::Failed(ApplyError::NotLeader(e)) => return Err(Error::NotLeader(e)),
+        // The API server does not serve the route's kind: its CRD is not installed.
+        Applied::Failed(e) if e.not_found() => {
+            ctx.apis.missing(api);
+            Applied::ApiMissing(api)
+        }
+        applied => applied,
+    };
+    if let Applied::ApiMissing(api) = applied {
+        ctx.apis.needed(api);
+    }
+    Ok(Decided {
+        policy: valid,
+        plan,
+        applied,
+    })
+}
+
+/// What to do after a reconcile: retry a failed write, requeue when a hold falls due, or wait.
+fn next(outcome: Outcome) -> Result<Next, Error> {
+    match outcome {
+        Outcome::Invalid(_) => Ok(Next::Wait),
+        Outcome::Decided(d) => match d.applied {
+            Applied::Failed(e) => Err(Error::Route(Box::new(e))),
+            // A missing CRD that turns up queues every policy.
+            Applied::Conflict | Applied::ApiMissing(_) => Ok(Next::Wait),
+            Applied::Unchanged | Applied::Written | Applied::Suspended => {
+                Ok(d.plan.requeue_after.map_or(Next::Wait, Next::After))
+            }
+        },
+    }
+}
+
+/// Reconciles one policy and turns a failure into a retry: what the work queue runs.
+pub async fn reconcile_or_retry(policy: Arc<FailoverPolicy>, ctx: Arc<Context>) -> Next {
+    match reconcile(policy.clone(), ctx.clone()).await {
+        Ok(next) => next,
+        Err(e) => error_policy(&policy, &e, &ctx),
+    }
+}
+
+/// Requeues a failed policy with per-policy exponential backoff.
+pub fn error_policy(policy: &FailoverPolicy, error: &Error, ctx: &Context) -> Next {
+    if error.not_leader() || error.namespace_terminating() {
+        // A new leader takes over (and a regained leadership queues every policy); a namespace
+        // going away with the policy in it cannot be written to.
+        return Next::Wait;
+    }
+    ctx.gate.metrics.error(error.kind());
+    let delay = ctx.next_retry(&ObjectRef::from_obj(policy));
+    warn!(
+        namespace = policy.namespace().unwrap_or_default(),
+        policy = policy.name_any(),
+        error = %error,
+        retry_in_ms = delay.as_millis() as u64,
+        "reconcile failed"
+    );
+    Next::After(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_200ms_and_caps_at_10s() {
+        let delays: Vec<Duration> = retry_delays().build().take(9).map(whole_millis).collect();
+        assert_eq!(delays[0], Duration::from_millis(200));
+        assert_eq!(delays[1], Duration::from_millis(400));
+        assert_eq!(delays[5], Duration::from_millis(6400));
+        assert_eq!(delays[6], Duration::from_secs(10));
+        assert_eq!(delays[8], Duration::from_secs(10));
+    }
+}

@@ -1,0 +1,289 @@
+//! Step 7 of the pipeline: the status, built in this one place for every outcome of a reconcile
+//! (a pure function: same input, same status, no clock read here).
+//!
+//! - a decision whose route is in place (or suspended): the full picture of the [`Plan`];
+//! - a conflict: the backends as observed, `Ready=False` `<Kind>Conflict`, the rest as before;
+//! - a failed write: the previous status (what is really in place), `Ready=False`
+//!   `<Kind>WriteFailed` with the API server's message;
+//! - an invalid spec: the previous status, `Ready=False` `InvalidSpec` naming the fields;
+//! - the route's CRD not installed: the backends as observed, `Ready=False` `<Kind>CRDMissing`
+//!   naming the CRD and how to install it.
+//!
+//! Conditions keep their `lastTransitionTime` while their status does not change.
+
+use chrono::{DateTime, Utc};
+
+use crate::{
+    api::{
+        BackendStatus, Condition, FailoverPolicyStatus, HealthReading, ReadinessSource, Role,
+        Timestamp,
+        conditions::{READY, ready},
+    },
+    pipeline::{
+        apply::{Applied, ApplyError},
+        decide::{
+            Plan, Rule,
+            conditions::{self, Verdict},
+        },
+    },
+    policy::{SpecProblem, ValidPolicy},
+    route::{RouteKind, RouteTarget},
+};
+
+/// Longest condition message written; longer ones are cut at a word and end with `...`.
+pub const MAX_MESSAGE: usize = 200;
+
+/// What a reconcile came to.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The spec breaks a rule; nothing was decided or written.
+    Invalid(Vec<SpecProblem>),
+    /// A decision was made and the apply step ran.
+    Decided(Box<Decided>),
+}
+
+/// A decision and what the apply step did with it.
+#[derive(Debug)]
+pub struct Decided {
+    /// The validated policy.
+    pub policy: ValidPolicy,
+    /// The decision.
+    pub plan: Plan,
+    /// What the apply step did.
+    pub applied: Applied,
+}
+
+/// Everything the status is built from.
+pub struct StatusInput<'a> {
+    /// The policy's `metadata.generation`.
+    pub generation: Option<i64>,
+    /// The route the policy owns.
+    pub target: &'a RouteTarget,
+    /// The status as last written.
+    pub previous: Option<&'a FailoverPolicyStatus>,
+    /// What the reconcile came to.
+    pub outcome: &'a Outcome,
+    /// Now, for conditions that change.
+    pub now: DateTime<Utc>,
+}
+
+/// The status of a policy after a reconcile.
+pub fn build(input: &StatusInput) -> FailoverPolicyStatus {
+    let previous = input.previous;
+    let kind = input.target.kind();
+    let (mut status, ready) = match input.outcome {
+        Outcome::Invalid(problems) => (previous.cloned().unwrap_or_default(), invalid(problems)),
+        Outcome::Decided(d) => match &d.applied {
+            Applied::Conflict => (observed(previous, d), conflict(kind, input.target)),
+            Applied::Failed(error) => (previous.cloned().unwrap_or_default(), failed(kind, error)),
+            Applied::ApiMissing(api) => (
+                observed(previous, d),
+                Verdict::new(
+                    READY,
+                    false,
+                    kind.crd_missing_reason(),
+                    api.missing_message(),
+                ),
+            ),
+            Applied::Unchanged | Applied::Written | Applied::Suspended => {
+                let status = decided(d);
+                let verdicts = conditions::verdicts(&d.policy, &d.plan);
+                let conditions = verdicts
+                    .iter()
+                    .map(|v| condition(previous, v, input.now))
+                    .collect();
+                return finish(status, conditions, input);
+            }
+        },
+    };
+    let mut conditions = std::mem::take(&mut status.conditions);
+    conditions.retain(|c| c.type_ != READY);
+    conditions.insert(0, condition(previous, &ready, input.now));
+    finish(status, conditions, input)
+}
+
+/// Names the route, sets the generation everywhere, and bounds every message.
+fn finish(
+    mut status: FailoverPolicyStatus,
+    mut conditions: Vec<Condition>,
+    input: &StatusInput,
+) -> FailoverPolicyStatus {
+    let name = Some(input.target.name.clone());
+    match input.target.kind() {
+        RouteKind::TrafficSplit => status.traffic_split = name,
+        RouteKind::HttpRoute => status.http_route = name,
+    }
+    status.observed_generation = input.generation;
+    for c in &mut conditions {
+        c.observed_generation = input.generation;
+        c.message = bounded(&c.message);
+    }
+    status.conditions = conditions;
+    status
+}
+
+/// The full status of a decision whose route is in place.
+fn decided(d: &Decided) -> FailoverPolicyStatus {
+    let (policy, plan) = (&d.policy, &d.plan);
+    let active = plan.active(policy);
+    let shares = plan.shares();
+    FailoverPolicyStatus {
+        observed_generation: None,
+        phase: Some(plan.routing.phase),
+        active_summary: Some(active.join(",")),
+        active_backends: active,
+        ready_summary: Some(ready_summary(plan)),
+        backends: backends(policy, plan, Some(&shares)),
+        last_failover_time: plan.last_failover_time,
+        last_failback_time: plan.last_failback_time,
+        hold_until: match plan.routing.rule {
+            Rule::FailoverPending { due }
+            | Rule::FailbackPending { due }
+            | Rule::FailbackRamp { due, .. } => Some(Timestamp(due)),
+            _ => None,
+        },
+        traffic_split: None,
+        http_route: None,
+        conditions: Vec::new(),
+    }
+}
+
+/// The previous status with the backends as observed now: what a conflict leaves in place.
+fn observed(previous: Option<&FailoverPolicyStatus>, d: &Decided) -> FailoverPolicyStatus {
+    let mut status = previous.cloned().unwrap_or_default();
+    status.backends = backends(&d.policy, &d.plan, None);
+    status.ready_summary = Some(ready_summary(&d.plan));
+    status
+}
+
+fn backends(policy: &ValidPolicy, plan: &Plan, shares: Option<&[String]>) -> Vec<BackendStatus> {
+    plan.backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| BackendStatus {
+            readiness_from: policy
+                .backends
+                .get(i)
+                .and_then(|p| p.remote.as_ref())
+                .map(|r| ReadinessSource {
+                    cluster: r.cluster.clone(),
+                    namespace: r.namespace.clone(),
+                    service: r.service.clone(),
+                }),
+            readiness_as_of: b.observation.as_of.map(Timestamp),
+            health: policy
+                .health
+                .as_ref()
+                .zip(
+                    b.observation
+                        .health
+                        .as_ref()
+                        .and_then(|r| r.sample.as_ref()),
+                )
+                .map(|(h, r)| HealthReading {
+                    value: r.value,
+                    threshold: h.threshold(),
+                    healthy: h.healthy(r.value),
+                    read_at: Timestamp(r.read_at),
+                }),
+            service: b.service.clone(),
+            role: if i == 0 {
+                Role::Primary
+            } else {
+                Role::Secondary
+            },
+            ready: b.ready,
+            ready_endpoints: b.observation.ready_endpoints,
+            total_endpoints: b.observation.total_endpoints,
+            weight: plan.routing.weights.get(i).copied().unwrap_or(0),
+            share: shares.and_then(|s| s.get(i).cloned()),
+            last_transition_time: Some(Timestamp(b.since)),
+            message: b.not_ready.clone(),
+        })
+        .collect()
+}
+
+fn ready_summary(plan: &Plan) -> String {
+    let ready = plan.backends.iter().filter(|b| b.ready).count();
+    format!("{ready}/{}", plan.backends.len())
+}
+
+fn invalid(problems: &[SpecProblem]) -> Verdict {
+    let message = problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    Verdict::new(
+        READY,
+        false,
+        ready::INVALID_SPEC,
+        format!("the spec is invalid and is not acted on: {message}"),
+    )
+}
+
+fn conflict(kind: RouteKind, target: &RouteTarget) -> Verdict {
+    Verdict::new(
+        READY,
+        false,
+        kind.conflict_reason(),
+        format!(
+            "{} {} exists and is not owned by this policy; it is left untouched. Delete it, or set {} on a new policy",
+            kind.as_str(),
+            target.name,
+            kind.name_field()
+        ),
+    )
+}
+
+fn failed(kind: RouteKind, error: &ApplyError) -> Verdict {
+    Verdict::new(READY, false, kind.write_failed_reason(), error.to_string())
+}
+
+/// A condition from a verdict, keeping the previous `lastTransitionTime` while the status holds.
+fn condition(
+    previous: Option<&FailoverPolicyStatus>,
+    verdict: &Verdict,
+    now: DateTime<Utc>,
+) -> Condition {
+    let status = if verdict.status { "True" } else { "False" };
+    let last_transition_time = previous
+        .and_then(|p| {
+            p.conditions
+                .iter()
+                .find(|c| c.type_ == verdict.type_ && c.status == status)
+        })
+        .map_or_else(|| crate::api::time(now), |c| c.last_transition_time.clone());
+    Condition {
+        type_: verdict.type_.to_string(),
+        status: status.to_string(),
+        observed_generation: None,
+        last_transition_time,
+        reason: verdict.reason.clone(),
+        message: verdict.message.clone(),
+    }
+}
+
+/// A message cut to [`MAX_MESSAGE`] characters at a word boundary.
+pub fn bounded(message: &str) -> String {
+    if message.chars().count() <= MAX_MESSAGE {
+        return message.to_string();
+    }
+    let cut: String = message.chars().take(MAX_MESSAGE - 3).collect();
+    let at = cut.rfind(' ').unwrap_or(cut.len());
+    format!("{}...", &cut[..at])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_messages_are_cut_at_a_word() {
+        let long = "word ".repeat(100);
+        let cut = bounded(&long);
+        assert!(cut.chars().count() <= MAX_MESSAGE, "{}", cut.len());
+        assert!(cut.ends_with("word..."), "{cut}");
+        assert_eq!(bounded("short"), "short");
+    }
+}

@@ -1,0 +1,349 @@
+//! Step 3 of the pipeline (the first of a reconcile): turns a `FailoverPolicy` into a
+//! [`ValidPolicy`], with every value parsed once, or into the list of problems the status reports
+//! as `InvalidSpec`.
+//!
+//! The rules are the ones the CRD states ([`crate::api::rules`]): field bounds and patterns
+//! through `garde`, the cross-field rules with the same messages and field paths as their CEL
+//! form. The API server checks them first; this step catches what reached the controller anyway.
+
+use std::collections::BTreeSet;
+
+use garde::Validate;
+use kube::ResourceExt;
+
+use crate::{
+    api::{
+        FailoverPolicy, FailoverPolicySpec, Strategy,
+        rules::{self, CrossFieldRule, MAX_HOLD, MAX_HOLD_MESSAGE, parse_duration},
+    },
+    observation::RemoteService,
+    policy::{Backend, Bound, Health, Hold, Ramp, ReadinessRule, SpecProblem, ValidPolicy},
+    route::RouteTarget,
+};
+
+/// Checks every rule of a spec, as the CRD states them; returns every problem found.
+pub fn validate_spec(spec: &FailoverPolicySpec) -> Result<(), Vec<SpecProblem>> {
+    let mut problems = Vec::new();
+    let _ = holds(spec, &mut problems);
+    let _ = ramp(spec, &mut problems);
+    let _ = health(spec, &mut problems);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+/// The spec's problems, and its holds when they parse.
+fn holds(spec: &FailoverPolicySpec, problems: &mut Vec<SpecProblem>) -> Option<(Hold, Hold)> {
+    problems.extend(schema_problems(spec));
+    problems.extend(cross_field_problems(spec));
+    let failover_after = hold(&spec.failover_after, "spec.failoverAfter", problems);
+    let failback_after = hold(&spec.failback_after, "spec.failbackAfter", problems);
+    Some((failover_after?, failback_after?))
+}
+
+/// Validates a policy; every problem found is returned.
+pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>> {
+    let spec = &policy.spec;
+    let mut problems = Vec::new();
+    let holds = holds(spec, &mut problems);
+    if policy.name_any().chars().count() > rules::MAX_POLICY_NAME {
+        problems.push(problem("metadata.name", rules::POLICY_NAME_MESSAGE));
+    }
+    let namespace = policy.namespace().unwrap_or_else(|| {
+        problems.push(problem("metadata.namespace", "is missing"));
+        String::new()
+    });
+    let ramp = ramp(spec, &mut problems);
+    let health = health(spec, &mut problems);
+    let (Some((failover_after, failback_after)), true) = (holds, problems.is_empty()) else {
+        return Err(problems);
+    };
+    let remote = |service: &str, from: Option<&crate::api::ReadinessFrom>| {
+        from.map(|r| RemoteService::of(r, &namespace, service))
+    };
+    let backends: Vec<Backend> = std::iter::once(Backend {
+        service: spec.primary.clone(),
+        weight: 1,
+        remote: remote(&spec.primary, spec.primary_readiness_from.as_ref()),
+    })
+    .chain(spec.secondaries.iter().map(|s| Backend {
+        service: s.service.clone(),
+        weight: s.weight.unwrap_or(1),
+        remote: remote(&s.service, s.readiness_from.as_ref()),
+    }))
+    .collect();
+    let pin = spec
+        .pin
+        .as_deref()
+        .and_then(|pin| backends.iter().position(|b| b.service == pin));
+    Ok(ValidPolicy {
+        namespace,
+        name: policy.name_any(),
+        service: spec.service.clone(),
+        strategy: spec.strategy,
+        overprovisioning_factor: spec
+            .overprovisioning_factor
+            .unwrap_or(rules::DEFAULT_OVERPROVISIONING_FACTOR),
+        when_none_ready: spec.when_none_ready,
+        suspend: spec.suspend,
+        pin,
+        readiness: ReadinessRule {
+            min_ready_endpoints: spec.readiness.min_ready_endpoints.max(1),
+            min_ready_ratio: spec.readiness.min_ready_ratio.unwrap_or(0.0),
+        },
+        failover_after,
+        failback_after,
+        route: RouteTarget::of(policy),
+        ramp,
+        health,
+        backends,
+    })
+}
+
+/// Bounds, lengths and patterns of single fields.
+fn schema_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
+    match spec.validate() {
+        Ok(()) => Vec::new(),
+        Err(report) => report
+            .iter()
+            .map(|(path, error)| SpecProblem {
+                field: spec_path(&path.to_string()),
+                message: error.message().to_string(),
+            })
+            .collect(),
+    }
+}
+
+/// The rules across fields, each as its CEL form in the CRD states it.
+fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
+    let names =
+        || std::iter::once(&spec.primary).chain(spec.secondaries.iter().map(|s| &s.service));
+    let mut seen = BTreeSet::new();
+    let checks: [(bool, &CrossFieldRule); 6] = [
+        (
+            !spec.secondaries.iter().any(|s| s.service == spec.primary),
+            &rules::PRIMARY_NOT_SECONDARY,
+        ),
+        (
+            spec.secondaries
+                .iter()
+                .all(|s| seen.insert(s.service.as_str())),
+            &rules::DISTINCT_SECONDARIES,
+        ),
+        (
+            spec.strategy == Strategy::Weighted
+                || spec.secondaries.iter().all(|s| s.weight.is_none()),
+            &rules::WEIGHT_ONLY_WEIGHTED,
+        ),
+        (
+            spec.overprovisioning_factor.is_none() || spec.strategy == Strategy::Proportional,
+            &rules::FACTOR_ONLY_PROPORTIONAL,
+        ),
+        (
+            spec.pin
+                .as_ref()
+                .is_none_or(|pin| names().any(|n| n == pin)),
+            &rules::PIN_NAMES_A_BACKEND,
+        ),
+        (
+            spec.output != crate::api::Output::HttpRoute || spec.http_route.is_some(),
+            &rules::HTTP_ROUTE_NEEDS_PORT,
+        ),
+    ];
+    let mut problems: Vec<SpecProblem> = checks
+        .into_iter()
+        .filter(|(holds, _)| !holds)
+        .map(|(_, rule)| problem(&rule.spec_field(), rule.message))
+        .collect();
+    let zero = |text: &str| parse_duration(text).is_ok_and(|d| d.is_zero());
+    if spec.strategy == Strategy::Proportional
+        && !(zero(&spec.failover_after) && zero(&spec.failback_after))
+    {
+        let rule = &rules::NO_HOLDS_WITH_PROPORTIONAL;
+        problems.push(problem(&rule.spec_field(), rule.message));
+    }
+    problems
+}
+
+/// The Prometheus health check of `spec.health`, with its rules checked.
+fn health(spec: &FailoverPolicySpec, problems: &mut Vec<SpecProblem>) -> Option<Health> {
+    let p = spec.health.as_ref()?.prometheus.as_ref()?;
+    let bound = match (p.max, p.min) {
+        (Some(max), None) => Some(Bound::Max(max)),
+        (None, Some(min)) => Some(Bound::Min(min)),
+        _ => {
+            let rule = &rules::ONE_THRESHOLD;
+            problems.push(problem(&rule.spec_field(), rule.message));
+            None
+        }
+    };
+    let address_ok = p
+        .address
+        .as_deref()
+        .is_none_or(|a| rules::PROMETHEUS_ADDRESS_RE.is_match(a));
+    if !address_ok {
+        problems.push(problem(
+            "spec.health.prometheus.address",
+            "must be http://host:port",
+        ));
+    }
+    let interval = hold(&p.interval, "spec.health.prometheus.interval", problems)?;
+    if interval.after < std::time::Duration::from_secs(1) {
+        problems.push(problem(
+            "spec.health.prometheus.interval",
+            rules::HEALTH_INTERVAL_MESSAGE,
+        ));
+    }
+    Some(Health {
+        address: p.address.clone(),
+        query: p.query.clone(),
+        bound: bound?,
+        interval,
+        no_data: p.no_data,
+    })
+}
+
+/// The ramp of `spec.failback`, with its rules checked.
+fn ramp(spec: &FailoverPolicySpec, problems: &mut Vec<SpecProblem>) -> Option<Ramp> {
+    let ramp = spec.failback.as_ref()?.ramp.as_ref()?;
+    let increasing = ramp.steps.windows(2).all(|w| w[0] < w[1]);
+    if !increasing {
+        let rule = &rules::RAMP_STEPS_INCREASE;
+        problems.push(problem(&rule.spec_field(), rule.message));
+    }
+    if ramp.steps.last() != Some(&100) {
+        let rule = &rules::RAMP_ENDS_AT_100;
+        problems.push(problem(&rule.spec_field(), rule.message));
+    }
+    if spec.strategy == Strategy::Proportional {
+        let rule = &rules::NO_RAMP_WITH_PROPORTIONAL;
+        problems.push(problem(&rule.spec_field(), rule.message));
+    }
+    let every = hold(&ramp.every, "spec.failback.ramp.every", problems)?;
+    Some(Ramp {
+        steps: ramp.steps.clone(),
+        every,
+    })
+}
+
+fn hold(text: &str, field: &str, problems: &mut Vec<SpecProblem>) -> Option<Hold> {
+    match parse_duration(text) {
+        Ok(after) if after <= MAX_HOLD => Some(Hold {
+            after,
+            written: text.to_string(),
+        }),
+        Ok(_) => {
+            problems.push(problem(field, MAX_HOLD_MESSAGE));
+            None
+        }
+        Err(e) => {
+            problems.push(problem(field, &e.to_string()));
+            None
+        }
+    }
+}
+
+fn problem(field: &str, message: &str) -> SpecProblem {
+    SpecProblem {
+        field: field.to_string(),
+        message: message.to_string(),
+    }
+}
+
+/// `secondaries.1.service` (garde's path) as `spec.secondaries[1].service`.
+fn spec_path(garde_path: &str) -> String {
+    let mut out = String::from("spec");
+    for part in garde_path.split('.').filter(|p| !p.is_empty()) {
+        if part.chars().all(|c| c.is_ascii_digit()) {
+            out.push_str(&format!("[{part}]"));
+        } else {
+            out.push('.');
+            out.push_str(&snake_to_camel(part));
+        }
+    }
+    out
+}
+
+fn snake_to_camel(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut upper = false;
+    for c in s.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::api::SecondaryBackend;
+
+    fn policy(spec: FailoverPolicySpec) -> FailoverPolicy {
+        let mut p = FailoverPolicy::new("web", spec);
+        p.metadata.namespace = Some("ns".into());
+        p
+    }
+
+    fn spec() -> FailoverPolicySpec {
+        FailoverPolicySpec {
+            service: "web".into(),
+            primary: "web-primary".into(),
+            secondaries: vec![SecondaryBackend::new("web-east")],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn spec_paths_are_camel_case_with_indices() {
+        assert_eq!(
+            spec_path("secondaries.1.service"),
+            "spec.secondaries[1].service"
+        );
+        assert_eq!(
+            spec_path("readiness.min_ready_endpoints"),
+            "spec.readiness.minReadyEndpoints"
+        );
+    }
+
+    #[test]
+    fn a_valid_policy_is_parsed_once() {
+        let mut s = spec();
+        s.failover_after = "1m30s".into();
+        s.pin = Some("web-east".into());
+        let valid = validate(&policy(s)).expect("valid");
+        assert_eq!(valid.failover_after.after, Duration::from_secs(90));
+        assert_eq!(valid.failover_after.written, "1m30s");
+        assert_eq!(valid.pin, Some(1));
+        assert_eq!(
+            valid.backend_names().collect::<Vec<_>>(),
+            ["web-primary", "web-east"]
+        );
+    }
+
+    #[test]
+    fn cross_field_rules_name_their_field() {
+        let mut s = spec();
+        s.secondaries.push(SecondaryBackend {
+            weight: Some(2),
+            ..SecondaryBackend::new("web-primary")
+        });
+        s.failback_after = "25h".into();
+        let problems = validate(&policy(s)).expect_err("invalid");
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            ["spec.primary", "spec.secondaries", "spec.failbackAfter"]
+        );
+    }
+}

@@ -1,0 +1,127 @@
+//! Step 8 of the pipeline: writes what the status step built (only when it differs from what the
+//! policy has; in the background, [`status`]), then tells the world: an Event per transition or
+//! conflict, and the per-policy metrics.
+
+pub mod statuses;
+
+use kube::{
+    Resource, ResourceExt,
+    runtime::events::{Event, EventType},
+};
+use tracing::{info, warn};
+
+use crate::{
+    api::{FailoverPolicy, FailoverPolicyStatus, Phase},
+    pipeline::{
+        apply::Applied,
+        decide::plan::{Announcement, Transition},
+        status::Outcome,
+    },
+    route::RouteTarget,
+    runtime::{gate::WriteGate, metrics::PolicyLabels},
+};
+
+/// Events and metrics for what a reconcile did; `wrote` tells whether its status was new.
+pub fn report(
+    gate: &WriteGate,
+    policy: &FailoverPolicy,
+    target: &RouteTarget,
+    outcome: &Outcome,
+    status: &FailoverPolicyStatus,
+    wrote: bool,
+) {
+    let Outcome::Decided(decided) = outcome else {
+        return;
+    };
+    let labels = PolicyLabels {
+        namespace: policy.namespace().unwrap_or_default(),
+        policy: policy.name_any(),
+    };
+    match &decided.applied {
+        Applied::Conflict if wrote => {
+            let kind = target.kind().as_str();
+            publish(
+                gate,
+                policy,
+                EventType::Warning,
+                target.kind().conflict_reason(),
+                format!("{kind} {} is not owned by this policy", target.name),
+            );
+        }
+        Applied::Unchanged | Applied::Written | Applied::Suspended => {
+            if let (Some(announcement), true) = (&decided.plan.transition, wrote) {
+                record_transition(gate, policy, &labels, announcement);
+            }
+            let ready = status.backends.iter().filter(|b| b.ready).count();
+            gate.metrics
+                .set_policy_state(&labels, ready, status.phase.unwrap_or(Phase::Primary));
+            if let Some(last) = status.last_failover_time.max(status.last_failback_time) {
+                gate.metrics
+                    .set_last_transition(&labels, last.0.timestamp_millis() as f64 / 1000.0);
+            }
+        }
+        Applied::Conflict | Applied::Failed(_) | Applied::ApiMissing(_) => {}
+    }
+}
+
+fn record_transition(
+    gate: &WriteGate,
+    policy: &FailoverPolicy,
+    labels: &PolicyLabels,
+    announcement: &Announcement,
+) {
+    let transition = announcement.transition;
+    match transition {
+        Transition::FailedOver => gate.metrics.failovers.get_or_create(labels).inc(),
+        Transition::FailedBack => gate.metrics.failbacks.get_or_create(labels).inc(),
+        Transition::NoReadyBackend
+        | Transition::Recovered
+        | Transition::PinnedBackendNotReady
+        | Transition::FailbackStep => 0,
+    };
+    let event_type = if transition.is_warning() {
+        EventType::Warning
+    } else {
+        EventType::Normal
+    };
+    info!(transition = transition.reason(), note = %announcement.message, "traffic moved");
+    publish(
+        gate,
+        policy,
+        event_type,
+        transition.reason(),
+        announcement.message.clone(),
+    );
+}
+
+/// Sends an Event in the background: Events are best effort, never hold up the next reconcile
+/// of this policy, and a lost Event never blocks routing.
+fn publish(
+    gate: &WriteGate,
+    policy: &FailoverPolicy,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(crate::message::line(&note)),
+        action: "Route".to_string(),
+        secondary: None,
+    };
+    let (recorder, metrics, reference) = (
+        gate.recorder.clone(),
+        gate.metrics.clone(),
+        policy.object_ref(&()),
+    );
+    let reason = reason.to_string();
+    tokio::spawn(async move {
+        match recorder.publish(&event, &reference).await {
+            Ok(()) => metrics.write("event"),
+            Err(e) => {
+                warn!(error = %crate::message::describe(&e), reason, "could not record Event")
+            }
+        }
+    });
+}

@@ -1,0 +1,128 @@
+//! The status writer: what the status step built is queued, newest per policy, and written in
+//! the background, so the next reconcile of a policy never waits for its previous status write.
+//! Without it, a readiness change that follows another one closely (a flap, a failback right
+//! after a failover) waited for the previous reconcile's status write before its route was
+//! written (see docs/benchmarks.md for what this bought).
+//!
+//! - The route is written before its status is queued, so a status never reports a route that
+//!   is not in place.
+//! - While a status waits or is being written, the gather step reads it as the policy's previous
+//!   status ([`Statuses::pending`]): decisions never go back to an older one.
+//! - Only the newest status of a policy is written; one write per policy is in flight at a time.
+//! - A failed write is retried with backoff (200 ms doubling to 10 s); a policy that is gone or
+//!   a namespace being deleted drops it; a replica that lost leadership drops everything queued
+//!   (the new leader decides again).
+//! - On shutdown, what is queued is written within the shutdown grace period.
+
+use std::{sync::Arc, time::Duration};
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use futures::StreamExt;
+use kube::{
+    Api, Resource,
+    api::{Patch, PatchParams},
+};
+use serde_json::json;
+use tracing::{debug, warn};
+
+use crate::{
+    api::{FailoverPolicy, FailoverPolicyStatus},
+    message::describe,
+    route::FIELD_MANAGER,
+    runtime::{
+        gate::{NotLeader, WriteGate},
+        written::Queue,
+    },
+};
+
+/// Why writing a status failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// This replica lost leadership before writing.
+    #[error(transparent)]
+    NotLeader(#[from] NotLeader),
+    /// The API server refused or did not answer.
+    #[error("writing status failed: {}", describe(.0))]
+    Api(#[source] kube::Error),
+}
+
+/// Writes queued statuses, `concurrency` policies at a time, for as long as the controller runs.
+pub async fn run(gate: Arc<WriteGate>, queue: Queue, concurrency: usize) {
+    queue
+        .for_each_concurrent(concurrency, |key| write_newest(&gate, key))
+        .await;
+}
+
+/// Writes the newest status of one policy until it is written, superseded by none, or dropped.
+async fn write_newest(gate: &WriteGate, key: String) {
+    let mut delays = retry_delays().build();
+    while let Some((namespace, name, status, version)) = gate.statuses.newest(&key) {
+        match apply(gate, &namespace, &name, &status).await {
+            Ok(resource_version) => {
+                // Remembered before it leaves the queue: a reconcile never sees an older one.
+                gate.recent_status
+                    .record(key.clone(), resource_version.as_deref(), status);
+                if gate.statuses.done(&key, Some(version)) {
+                    return;
+                }
+            }
+            Err(e) if gone(&e) => {
+                debug!(%namespace, policy = %name, error = %e, "status not written: the policy is gone");
+                gate.statuses.done(&key, None);
+                return;
+            }
+            Err(e) => {
+                let delay = delays.next().unwrap_or(Duration::from_secs(10));
+                gate.metrics.error("status_write");
+                warn!(%namespace, policy = %name, error = %e, retry_in_ms = delay.as_millis() as u64, "status write failed");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+/// Retry delays of a failing status write: 200 ms doubling to 10 s.
+fn retry_delays() -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(10))
+        .with_factor(2.0)
+        .without_max_times()
+}
+
+/// A write that can never succeed: not the leader, the policy deleted, its namespace going away.
+fn gone(error: &StatusError) -> bool {
+    match error {
+        StatusError::NotLeader(_) => true,
+        StatusError::Api(kube::Error::Api(e)) => {
+            e.code == 404 || (e.code == 403 && e.message.contains("being terminated"))
+        }
+        StatusError::Api(_) => false,
+    }
+}
+
+/// One server-side apply of the status; returns the policy's new resourceVersion.
+async fn apply(
+    gate: &WriteGate,
+    namespace: &str,
+    name: &str,
+    status: &FailoverPolicyStatus,
+) -> Result<Option<String>, StatusError> {
+    let api: Api<FailoverPolicy> = Api::namespaced(gate.client.clone(), namespace);
+    let body = json!({
+        "apiVersion": FailoverPolicy::api_version(&()),
+        "kind": FailoverPolicy::kind(&()),
+        "status": status,
+    });
+    gate.ensure_leader()?;
+    let written = api
+        .patch_status(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(StatusError::Api)?;
+    gate.metrics.write("status");
+    Ok(written.meta().resource_version.clone())
+}

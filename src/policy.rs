@@ -1,0 +1,161 @@
+//! A policy in the form the pipeline uses: every value of its spec parsed once, by the validate
+//! step. The sources that need part of it (the health pollers) and every later step read these
+//! types; only [`crate::pipeline::validate`] builds them.
+
+use std::{fmt, time::Duration};
+
+use crate::{
+    api::{NoData, Strategy, WhenNoneReady},
+    observation::RemoteService,
+    route::RouteTarget,
+};
+
+/// One problem with a policy, named by its field path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecProblem {
+    /// Path of the offending field, e.g. `spec.secondaries[1].service`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl fmt::Display for SpecProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// A backend of a valid policy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Backend {
+    /// Its Service, in the policy's namespace.
+    pub service: String,
+    /// Its weight under `Weighted` (1 when unset).
+    pub weight: i32,
+    /// Where its readiness is read from: its own Service, or one in another cluster.
+    pub remote: Option<RemoteService>,
+}
+
+/// A hold (`failoverAfter` or `failbackAfter`): as parsed, and as written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hold {
+    /// The duration.
+    pub after: Duration,
+    /// The text the user wrote, for messages.
+    pub written: String,
+}
+
+/// When a backend counts as ready.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ReadinessRule {
+    /// Ready endpoints needed (at least 1).
+    pub min_ready_endpoints: i32,
+    /// Share of endpoints that must be ready (0 when unset).
+    pub min_ready_ratio: f64,
+}
+
+/// A policy that passed validation, every value parsed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidPolicy {
+    /// Namespace of the policy.
+    pub namespace: String,
+    /// Name of the policy.
+    pub name: String,
+    /// The apex Service.
+    pub service: String,
+    /// The backends in priority order: the primary first, then the secondaries.
+    pub backends: Vec<Backend>,
+    /// How the secondaries share traffic.
+    pub strategy: Strategy,
+    /// With `Proportional`: the overprovisioning factor.
+    pub overprovisioning_factor: f64,
+    /// What happens when no backend is ready.
+    pub when_none_ready: WhenNoneReady,
+    /// The route is frozen.
+    pub suspend: bool,
+    /// Index (into `backends`) of the pinned backend.
+    pub pin: Option<usize>,
+    /// When a backend is ready.
+    pub readiness: ReadinessRule,
+    /// `failoverAfter`.
+    pub failover_after: Hold,
+    /// `failbackAfter`.
+    pub failback_after: Hold,
+    /// The route this policy owns.
+    pub route: RouteTarget,
+    /// A gradual failback, when set.
+    pub ramp: Option<Ramp>,
+    /// Health beyond readiness, when set.
+    pub health: Option<Health>,
+}
+
+/// A metric that must stay within a threshold for a backend to count as ready.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Health {
+    /// Prometheus' address, when the policy sets one.
+    pub address: Option<String>,
+    /// The query, with `{{service}}` and `{{namespace}}` to fill in.
+    pub query: String,
+    /// The threshold.
+    pub bound: Bound,
+    /// How often the queries run.
+    pub interval: Hold,
+    /// What no data means.
+    pub no_data: NoData,
+}
+
+/// A health threshold.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Bound {
+    /// Healthy while the value is at most this.
+    Max(f64),
+    /// Healthy while the value is at least this.
+    Min(f64),
+}
+
+impl Health {
+    /// The query for one backend.
+    pub fn query_for(&self, namespace: &str, service: &str) -> String {
+        self.query
+            .replace("{{service}}", service)
+            .replace("{{namespace}}", namespace)
+    }
+
+    /// Whether a value (`None`: no data) is healthy.
+    pub fn healthy(&self, value: Option<f64>) -> bool {
+        match (value, self.bound) {
+            (None, _) => self.no_data == NoData::Healthy,
+            (Some(v), Bound::Max(max)) => v <= max,
+            (Some(v), Bound::Min(min)) => v >= min,
+        }
+    }
+
+    /// The threshold in words, e.g. `at most 0.05`.
+    pub fn threshold(&self) -> String {
+        match self.bound {
+            Bound::Max(max) => format!("at most {max}"),
+            Bound::Min(min) => format!("at least {min}"),
+        }
+    }
+}
+
+/// A gradual failback: the primary's share at each step, and how long each lasts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ramp {
+    /// The primary's share at each step, in percent, increasing, the last 100.
+    pub steps: Vec<i32>,
+    /// How long each step lasts.
+    pub every: Hold,
+}
+
+impl ValidPolicy {
+    /// The primary's Service name.
+    pub fn primary(&self) -> &str {
+        self.backends.first().map_or("", |b| b.service.as_str())
+    }
+
+    /// The backends' Service names, primary first.
+    pub fn backend_names(&self) -> impl Iterator<Item = &str> {
+        self.backends.iter().map(|b| b.service.as_str())
+    }
+}

@@ -1,0 +1,402 @@
+//! Prometheus metrics. Labels stay bounded: per-policy series carry only the policy's namespace
+//! and name, and are removed when the policy goes away; nothing is labelled per endpoint.
+
+use chrono::{DateTime, Utc};
+use std::{
+    collections::HashMap,
+    sync::atomic::{AtomicI64, AtomicU64},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+
+use parking_lot::Mutex;
+
+use crate::api::Phase;
+
+/// Every watch, as `watch_restarts` labels it.
+pub const WATCH_KINDS: [&str; 5] = [
+    "endpointslice",
+    "service",
+    "failoverpolicy",
+    "trafficsplit",
+    "httproute",
+];
+/// Every kind of API write, as `api_writes` labels it.
+pub const WRITE_KINDS: [&str; 5] = ["trafficsplit", "httproute", "status", "event", "lease"];
+
+/// Every CRD the controller may need, as `missing_api` labels it.
+pub const CRDS: [&str; 3] = [
+    "failoverpolicies.failover.dev",
+    "trafficsplits.split.smi-spec.io",
+    "httproutes.gateway.networking.k8s.io",
+];
+
+/// Labels of per-policy series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    /// Namespace of the policy.
+    pub namespace: String,
+    /// Name of the policy.
+    pub policy: String,
+}
+
+/// Labels of a series counted by kind (of error, of write, of watch).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// The kind.
+    pub kind: String,
+}
+
+/// Every metric the controller exports.
+pub struct Metrics {
+    registry: Registry,
+    /// Reconciles run.
+    pub reconciles: Counter,
+    /// Duration of each reconcile.
+    pub reconcile_duration: Histogram,
+    /// Failed reconciles, by error kind.
+    pub reconcile_errors: Family<KindLabels, Counter>,
+    /// Traffic leaving the primary (or moving between secondaries), per policy.
+    pub failovers: Family<PolicyLabels, Counter>,
+    /// Traffic returning to the primary, per policy.
+    pub failbacks: Family<PolicyLabels, Counter>,
+    /// Ready backends per policy.
+    pub ready_backends: Family<PolicyLabels, Gauge>,
+    /// Phase per policy: 0 Primary, 1 FailedOver, 2 NoReadyBackend.
+    pub phase: Family<PolicyLabels, Gauge>,
+    /// Seconds since each policy's last failover or failback, computed at scrape time.
+    pub since_last_transition: Family<PolicyLabels, Gauge<f64, AtomicU64>>,
+    transition_times: Mutex<HashMap<PolicyLabels, f64>>,
+    /// API writes made, by kind (`trafficsplit`, `status`, `event`, `lease`).
+    pub api_writes: Family<KindLabels, Counter>,
+    /// Watch streams restarted after an error, by watched kind.
+    pub watch_restarts: Family<KindLabels, Counter>,
+    /// 1 while this replica holds the leader lease.
+    pub leader: Gauge<i64, AtomicI64>,
+    /// 1 while a CRD the controller needs is not installed, by CRD name.
+    pub missing_api: Family<CrdLabels, Gauge>,
+    /// 1 while a remote cluster's readiness counts (it answers and has been read).
+    pub cluster_reachable: Family<ClusterLabels, Gauge>,
+    /// Seconds since a remote cluster last answered, computed at scrape time.
+    pub cluster_data_age: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+    /// Watches of a remote cluster restarted after an error.
+    pub cluster_watch_restarts: Family<ClusterLabels, Counter>,
+    cluster_seen: Mutex<HashMap<String, f64>>,
+}
+
+/// Labels of a series about one remote cluster.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabels {
+    /// The cluster, as its Secret names it.
+    pub cluster: String,
+}
+
+/// Labels of a series about one CRD.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CrdLabels {
+    /// The CRD's name, e.g. `trafficsplits.split.smi-spec.io`.
+    pub crd: String,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric under the `failover_` prefix.
+    pub fn new() -> Self {
+        let mut m = Self {
+            reconciles: Counter::default(),
+            reconcile_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            reconcile_errors: Family::default(),
+            failovers: Family::default(),
+            failbacks: Family::default(),
+            ready_backends: Family::default(),
+            phase: Family::default(),
+            since_last_transition: Family::default(),
+            transition_times: Mutex::new(HashMap::new()),
+            api_writes: Family::default(),
+            watch_restarts: Family::default(),
+            leader: Gauge::default(),
+            missing_api: Family::default(),
+            cluster_reachable: Family::default(),
+            cluster_data_age: Family::default(),
+            cluster_watch_restarts: Family::default(),
+            cluster_seen: Mutex::new(HashMap::new()),
+            registry: Registry::with_prefix("failover"),
+        };
+        m.register_all();
+        m.register_gauges();
+        // Known bounded series start at zero, so rates and alerts work before the first event.
+        for kind in WATCH_KINDS {
+            m.watch_restart_counter(kind);
+        }
+        for crd in CRDS {
+            m.set_missing_api(crd, false);
+        }
+        for kind in WRITE_KINDS {
+            let _ = m.api_writes.get_or_create_owned(&KindLabels {
+                kind: kind.to_string(),
+            });
+        }
+        m
+    }
+
+    fn register_all(&mut self) {
+        let r = &mut self.registry;
+        r.register("reconciles", "Reconciles run", self.reconciles.clone());
+        r.register(
+            "reconcile_duration_seconds",
+            "Duration of each reconcile",
+            self.reconcile_duration.clone(),
+        );
+        let by_kind = [
+            (
+                "reconcile_errors",
+                "Failed reconciles by error kind",
+                &self.reconcile_errors,
+            ),
+            ("api_writes", "API writes made, by kind", &self.api_writes),
+            (
+                "watch_restarts",
+                "Watch streams restarted after an error, by kind",
+                &self.watch_restarts,
+            ),
+        ];
+        for (name, help, family) in by_kind {
+            r.register(name, help, family.clone());
+        }
+        let per_policy_counters = [
+            (
+                "failovers",
+                "Times traffic left the primary or moved between secondaries, per policy",
+                &self.failovers,
+            ),
+            (
+                "failbacks",
+                "Times traffic returned to the primary, per policy",
+                &self.failbacks,
+            ),
+        ];
+        for (name, help, family) in per_policy_counters {
+            r.register(name, help, family.clone());
+        }
+    }
+
+    fn register_gauges(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "ready_backends",
+            "Ready backends per policy",
+            self.ready_backends.clone(),
+        );
+        r.register(
+            "policy_phase",
+            "Phase per policy: 0 Primary, 1 FailedOver, 2 NoReadyBackend",
+            self.phase.clone(),
+        );
+        r.register(
+            "seconds_since_last_transition",
+            "Seconds since each policy's last failover or failback",
+            self.since_last_transition.clone(),
+        );
+        r.register(
+            "leader",
+            "1 while this replica holds the leader lease",
+            self.leader.clone(),
+        );
+        r.register(
+            "missing_api",
+            "1 while a CRD the controller needs is not installed",
+            self.missing_api.clone(),
+        );
+        r.register(
+            "cluster_reachable",
+            "1 while a remote cluster answers and its readiness has been read",
+            self.cluster_reachable.clone(),
+        );
+        r.register(
+            "cluster_data_age_seconds",
+            "Seconds since a remote cluster last answered",
+            self.cluster_data_age.clone(),
+        );
+        r.register(
+            "cluster_watch_restarts",
+            "Watches of a remote cluster restarted after an error",
+            self.cluster_watch_restarts.clone(),
+        );
+    }
+
+    fn watch_restart_counter(&self, kind: &str) -> Counter {
+        self.watch_restarts.get_or_create_owned(&KindLabels {
+            kind: kind.to_string(),
+        })
+    }
+
+    /// Starts the error series of every error kind at zero.
+    pub fn register_error_kinds(&self, kinds: &[&str]) {
+        for kind in kinds {
+            let _ = self.reconcile_errors.get_or_create_owned(&KindLabels {
+                kind: kind.to_string(),
+            });
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        for (labels, at) in self.transition_times.lock().iter() {
+            self.since_last_transition
+                .get_or_create(labels)
+                .set((now - at).max(0.0));
+        }
+        for (cluster, at) in self.cluster_seen.lock().iter() {
+            let labels = ClusterLabels {
+                cluster: cluster.clone(),
+            };
+            self.cluster_data_age
+                .get_or_create(&labels)
+                .set((now - at).max(0.0));
+        }
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Records whether a CRD the controller needs is missing.
+    pub fn set_missing_api(&self, crd: &str, missing: bool) {
+        self.missing_api
+            .get_or_create(&CrdLabels {
+                crd: crd.to_string(),
+            })
+            .set(i64::from(missing));
+    }
+
+    /// Records a remote cluster's liveness: whether its readiness counts now, and when it last
+    /// answered.
+    pub fn set_cluster_state(&self, cluster: &str, counts: bool, last_seen: Option<DateTime<Utc>>) {
+        let labels = ClusterLabels {
+            cluster: cluster.to_string(),
+        };
+        self.cluster_reachable
+            .get_or_create(&labels)
+            .set(i64::from(counts));
+        let _ = self.cluster_watch_restarts.get_or_create_owned(&labels);
+        if let Some(at) = last_seen {
+            self.cluster_seen
+                .lock()
+                .insert(cluster.to_string(), at.timestamp_millis() as f64 / 1000.0);
+        }
+    }
+
+    /// A declared cluster whose Secret cannot be used: not reachable, no data.
+    pub fn cluster_unusable(&self, cluster: &str) {
+        let labels = ClusterLabels {
+            cluster: cluster.to_string(),
+        };
+        self.cluster_seen.lock().remove(cluster);
+        self.cluster_data_age.remove(&labels);
+        self.cluster_reachable.get_or_create(&labels).set(0);
+        let _ = self.cluster_watch_restarts.get_or_create_owned(&labels);
+    }
+
+    /// Counts one watch restart of a remote cluster.
+    pub fn cluster_watch_restart(&self, cluster: &str) {
+        self.cluster_watch_restarts
+            .get_or_create(&ClusterLabels {
+                cluster: cluster.to_string(),
+            })
+            .inc();
+    }
+
+    /// Forgets every series of a cluster no longer declared.
+    pub fn forget_cluster(&self, cluster: &str) {
+        let labels = ClusterLabels {
+            cluster: cluster.to_string(),
+        };
+        self.cluster_seen.lock().remove(cluster);
+        self.cluster_reachable.remove(&labels);
+        self.cluster_data_age.remove(&labels);
+        self.cluster_watch_restarts.remove(&labels);
+    }
+
+    /// Counts one API write of a kind.
+    pub fn write(&self, kind: &str) {
+        self.api_writes
+            .get_or_create(&KindLabels {
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one reconcile error of a kind.
+    pub fn error(&self, kind: &str) {
+        self.reconcile_errors
+            .get_or_create(&KindLabels {
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one watch restart of a kind.
+    pub fn watch_restart(&self, kind: &str) {
+        self.watch_restarts
+            .get_or_create(&KindLabels {
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    /// Records a reconcile's duration.
+    pub fn observe_reconcile(&self, took: Duration) {
+        self.reconciles.inc();
+        self.reconcile_duration.observe(took.as_secs_f64());
+    }
+
+    /// Records a policy's current state.
+    pub fn set_policy_state(&self, labels: &PolicyLabels, ready_backends: usize, phase: Phase) {
+        let _ = self.failovers.get_or_create_owned(labels);
+        let _ = self.failbacks.get_or_create_owned(labels);
+        self.ready_backends
+            .get_or_create(labels)
+            .set(i64::try_from(ready_backends).unwrap_or(i64::MAX));
+        self.phase.get_or_create(labels).set(match phase {
+            Phase::Primary => 0,
+            Phase::FailedOver => 1,
+            Phase::NoReadyBackend => 2,
+        });
+    }
+
+    /// Records when a policy's traffic last moved (Unix seconds).
+    pub fn set_last_transition(&self, labels: &PolicyLabels, unix_seconds: f64) {
+        self.transition_times
+            .lock()
+            .insert(labels.clone(), unix_seconds);
+    }
+
+    /// Forgets every series of a deleted policy.
+    pub fn forget_policy(&self, labels: &PolicyLabels) {
+        self.transition_times.lock().remove(labels);
+        self.since_last_transition.remove(labels);
+        self.failovers.remove(labels);
+        self.failbacks.remove(labels);
+        self.ready_backends.remove(labels);
+        self.phase.remove(labels);
+    }
+}

@@ -1,0 +1,315 @@
+//! Health beyond readiness: each backend of a policy with `health.prometheus` gets its query run
+//! against Prometheus every `interval` (one poller per policy: queries are batched per interval,
+//! never one per event), and the reading kept here for the gather step. A reading that changes
+//! the verdict (healthy or not, or the query failing or recovering) wakes the policy; a failing
+//! query keeps the last value (fail static).
+//!
+//! Fail static survives a restart or a change of leader: a poller that starts with no reading
+//! of its own takes the last one the policy's status recorded, so a primary failed over for its
+//! error rate stays failed over while Prometheus is down. A query that has never answered (no
+//! address, or Prometheus down since the start) gives no verdict: routing follows readiness
+//! alone, and the `HealthQueryFailed` condition says why.
+
+pub mod prometheus;
+
+use std::{collections::HashMap, sync::Arc};
+
+use chrono::Utc;
+use parking_lot::{Mutex, RwLock};
+use tokio::task::AbortHandle;
+use tracing::warn;
+
+use self::prometheus::Prometheus;
+use crate::{
+    api::FailoverPolicy,
+    observation::{PolicyKey, Reading, Sample},
+    policy::{self, ValidPolicy},
+    runtime::metrics::Metrics,
+};
+
+/// The last answer recorded in a policy's status for this backend, to carry the verdict over a
+/// restart.
+fn recorded_reading(policy: &FailoverPolicy, service: &str) -> Option<Reading> {
+    let recorded = policy
+        .status
+        .as_ref()?
+        .backends
+        .iter()
+        .find(|b| b.service == service)?
+        .health
+        .as_ref()?;
+    Some(Reading {
+        sample: Some(Sample {
+            value: recorded.value,
+            read_at: recorded.read_at.0,
+        }),
+        failing: None,
+    })
+}
+
+/// Why a health query cannot run at all.
+const NO_PROMETHEUS: &str = "no Prometheus to ask: set spec.health.prometheus.address or the controller's --prometheus-address";
+
+/// What one policy's poller runs.
+#[derive(Clone, Debug, PartialEq)]
+struct Plan {
+    health: policy::Health,
+    address: String,
+    namespace: String,
+    services: Vec<String>,
+}
+
+/// Every reading, and the pollers that make them.
+#[derive(Clone)]
+pub struct Health {
+    readings: Arc<RwLock<HashMap<(PolicyKey, String), Reading>>>,
+    pollers: Arc<Mutex<HashMap<PolicyKey, (Plan, AbortHandle)>>>,
+    default_address: Option<String>,
+    prometheus: Prometheus,
+    metrics: Arc<Metrics>,
+    wake: Arc<dyn Fn(PolicyKey) + Send + Sync>,
+}
+
+impl Health {
+    /// No poller yet; `default_address` serves policies that name no Prometheus.
+    pub fn new(
+        default_address: Option<String>,
+        metrics: Arc<Metrics>,
+        wake: Arc<dyn Fn(PolicyKey) + Send + Sync>,
+    ) -> Self {
+        Self {
+            readings: Arc::default(),
+            pollers: Arc::default(),
+            default_address,
+            prometheus: Prometheus::default(),
+            metrics,
+            wake,
+        }
+    }
+
+    /// The reading of a backend of a policy, once its query has run.
+    pub fn reading(&self, policy: &PolicyKey, service: &str) -> Option<Reading> {
+        self.readings
+            .read()
+            .get(&(policy.clone(), service.to_string()))
+            .cloned()
+    }
+
+    /// Keeps a policy's poller in step with its spec: `valid` is the policy as the validate step
+    /// made it (`None`: the policy is gone, or invalid).
+    pub fn follow(
+        &self,
+        key: PolicyKey,
+        policy: Option<&FailoverPolicy>,
+        valid: Option<&ValidPolicy>,
+    ) {
+        let mut unaddressed = Vec::new();
+        let plan = valid.and_then(|v| {
+            let health = v.health.clone()?;
+            let Some(address) = health.address.clone().or(self.default_address.clone()) else {
+                unaddressed = v.backends.clone();
+                return None;
+            };
+            Some(Plan {
+                services: v.backends.iter().map(|b| b.service.clone()).collect(),
+                namespace: v.namespace.clone(),
+                address,
+                health,
+            })
+        });
+        let mut pollers = self.pollers.lock();
+        match (plan, pollers.get(&key)) {
+            (Some(plan), Some((running, _))) if *running == plan => {}
+            (Some(plan), _) => {
+                if let Some(policy) = policy {
+                    self.seed(&key, policy, &plan.services);
+                }
+                let task = tokio::spawn(poll(self.clone(), key.clone(), plan.clone()));
+                if let Some((_, old)) = pollers.insert(key, (plan, task.abort_handle())) {
+                    old.abort();
+                }
+            }
+            (None, _) => {
+                if let Some((_, old)) = pollers.remove(&key) {
+                    old.abort();
+                }
+                if unaddressed.is_empty() {
+                    self.readings.write().retain(|(p, _), _| *p != key);
+                } else {
+                    self.no_prometheus(&key, &unaddressed);
+                }
+            }
+        }
+    }
+
+    /// Takes the last answers the policy's status recorded for backends with no reading yet.
+    fn seed(&self, key: &PolicyKey, policy: &FailoverPolicy, services: &[String]) {
+        let mut readings = self.readings.write();
+        for service in services {
+            let slot = (key.clone(), service.clone());
+            if !readings.contains_key(&slot)
+                && let Some(recorded) = recorded_reading(policy, service)
+            {
+                readings.insert(slot, recorded);
+            }
+        }
+    }
+
+    /// Marks every backend's query as failing when there is no Prometheus to ask, so the policy's
+    /// `HealthQueryFailed` condition says so instead of the check being silently skipped. With no
+    /// answer ever, there is no verdict: routing follows readiness alone.
+    fn no_prometheus(&self, key: &PolicyKey, backends: &[policy::Backend]) {
+        let mut readings = self.readings.write();
+        readings.retain(|(p, _), r| *p != *key || r.failing.as_deref() == Some(NO_PROMETHEUS));
+        for b in backends {
+            readings
+                .entry((key.clone(), b.service.clone()))
+                .or_insert_with(|| Reading {
+                    sample: None,
+                    failing: Some(NO_PROMETHEUS.to_string()),
+                });
+        }
+    }
+
+    /// Records a query's outcome; returns whether the verdict changed.
+    fn record(
+        &self,
+        key: &PolicyKey,
+        service: &str,
+        plan: &Plan,
+        outcome: Result<Option<f64>, String>,
+    ) -> bool {
+        let mut readings = self.readings.write();
+        let slot = (key.clone(), service.to_string());
+        let before = readings.get(&slot).cloned();
+        let after = match outcome {
+            Ok(value) => Reading {
+                sample: Some(Sample {
+                    value,
+                    read_at: Utc::now(),
+                }),
+                failing: None,
+            },
+            Err(error) => Reading {
+                sample: before.as_ref().and_then(|last| last.sample.clone()),
+                failing: Some(error),
+            },
+        };
+        let verdict = |r: &Reading| {
+            let healthy = r.sample.as_ref().map(|s| plan.health.healthy(s.value));
+            (healthy, r.failing.is_some())
+        };
+        let changed = before.as_ref().map(verdict) != Some(verdict(&after));
+        readings.insert(slot, after);
+        changed
+    }
+}
+
+/// Runs a policy's queries every interval, for ever (until its plan changes). While every query
+/// fails, the pause doubles, up to eight intervals, so a Prometheus that is down is not hammered.
+async fn poll(health: Health, key: PolicyKey, plan: Plan) {
+    let mut failed_rounds = 0u32;
+    loop {
+        let mut changed = false;
+        let mut failures = 0;
+        for service in &plan.services {
+            let query = plan.health.query_for(&plan.namespace, service);
+            let outcome = health.prometheus.query(&plan.address, &query).await;
+            if let Err(e) = &outcome {
+                failures += 1;
+                health.metrics.error("health_query");
+                warn!(namespace = %key.namespace, policy = %key.name, service, error = %e, "health query failed; keeping the last verdict");
+            }
+            changed |= health.record(&key, service, &plan, outcome);
+        }
+        if changed {
+            (health.wake)(key.clone());
+        }
+        failed_rounds = if failures == plan.services.len() {
+            (failed_rounds + 1).min(3)
+        } else {
+            0
+        };
+        tokio::time::sleep(plan.health.interval.after * (1 << failed_rounds)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(status: serde_json::Value) -> FailoverPolicy {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "failover.dev/v1alpha1",
+            "kind": "FailoverPolicy",
+            "metadata": { "name": "web", "namespace": "prod" },
+            "spec": {
+                "service": "web",
+                "primary": "web-primary",
+                "secondaries": [{ "service": "web-east" }],
+                "health": { "prometheus": {
+                    "address": "http://127.0.0.1:9",
+                    "query": "errors{service=\"{{service}}\"}",
+                    "max": 0.05,
+                } },
+            },
+            "status": status,
+        }))
+        .expect("policy")
+    }
+
+    fn store() -> Health {
+        Health::new(None, Arc::new(Metrics::new()), Arc::new(|_| {}))
+    }
+
+    fn plan(p: &FailoverPolicy) -> Plan {
+        let v = crate::pipeline::validate::validate(p).expect("valid");
+        Plan {
+            services: v.backends.iter().map(|b| b.service.clone()).collect(),
+            namespace: v.namespace.clone(),
+            address: "http://127.0.0.1:9".into(),
+            health: v.health.expect("health"),
+        }
+    }
+
+    fn key() -> PolicyKey {
+        PolicyKey {
+            namespace: "prod".into(),
+            name: "web".into(),
+        }
+    }
+
+    #[test]
+    fn a_new_poller_keeps_the_verdict_the_status_recorded_while_prometheus_is_down() {
+        let p = policy(serde_json::json!({ "backends": [{
+            "service": "web-primary", "role": "Primary", "ready": false,
+            "readyEndpoints": 3, "totalEndpoints": 3, "weight": 0,
+            "health": { "value": 0.4, "threshold": "at most 0.05", "healthy": false,
+                        "readAt": "2026-11-24T10:00:00.000Z" },
+        }] }));
+        let health = store();
+        health.seed(&key(), &p, &["web-primary".into(), "web-east".into()]);
+        let changed = health.record(&key(), "web-primary", &plan(&p), Err("refused".into()));
+        assert!(changed, "the failure itself is news (HealthQueryFailed)");
+        let reading = health.reading(&key(), "web-primary").expect("reading");
+        assert_eq!(reading.sample.and_then(|s| s.value), Some(0.4));
+        assert_eq!(reading.failing.as_deref(), Some("refused"));
+        assert_eq!(health.reading(&key(), "web-east"), None, "nothing recorded");
+    }
+
+    #[test]
+    fn a_query_that_never_answered_has_no_sample_and_an_answer_replaces_it() {
+        let p = policy(serde_json::Value::Null);
+        let (health, plan) = (store(), plan(&p));
+        health.record(&key(), "web-east", &plan, Err("refused".into()));
+        let reading = health.reading(&key(), "web-east").expect("reading");
+        assert_eq!((reading.sample, reading.failing.is_some()), (None, true));
+        assert!(health.record(&key(), "web-east", &plan, Ok(Some(0.01))));
+        let reading = health.reading(&key(), "web-east").expect("reading");
+        assert_eq!(reading.sample.and_then(|s| s.value), Some(0.01));
+        assert!(
+            !health.record(&key(), "web-east", &plan, Ok(Some(0.02))),
+            "same verdict, no wake-up"
+        );
+    }
+}

@@ -1,0 +1,212 @@
+//! Which of the APIs the controller needs the cluster does not serve, as the watches find out
+//! (a list answered with 404): the FailoverPolicy CRD always, the TrafficSplit CRD and the
+//! Gateway API's HTTPRoute CRD when a policy outputs one.
+//!
+//! Each missing API is named with how to install it: in one log line when it is found missing
+//! (an ERROR for the FailoverPolicy CRD, without which nothing works; a WARN for a route API a
+//! policy needs), repeated at most once a minute while it stays missing; in `/readyz`; in the
+//! `failover_missing_api` metric; and, for a route API, in the `Ready` condition of every policy
+//! that needs it. Watches keep retrying, so an API installed later is picked up without a
+//! restart.
+
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+use crate::{route::RouteKind, runtime::metrics::Metrics};
+
+/// How often a missing API is named again in the log while it stays missing.
+const LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// An API the controller needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NeededApi {
+    /// The FailoverPolicy CRD.
+    FailoverPolicy,
+    /// The SMI TrafficSplit CRD.
+    TrafficSplit,
+    /// The Gateway API HTTPRoute CRD.
+    HttpRoute,
+}
+
+impl NeededApi {
+    /// The API whose watch has this kind name.
+    pub fn of_watch(kind: &str) -> Option<Self> {
+        match kind {
+            "failoverpolicy" => Some(NeededApi::FailoverPolicy),
+            "trafficsplit" => Some(NeededApi::TrafficSplit),
+            "httproute" => Some(NeededApi::HttpRoute),
+            _ => None,
+        }
+    }
+
+    /// The API a route kind is written through.
+    pub fn of_route(kind: RouteKind) -> Self {
+        match kind {
+            RouteKind::TrafficSplit => NeededApi::TrafficSplit,
+            RouteKind::HttpRoute => NeededApi::HttpRoute,
+        }
+    }
+
+    /// The CRD's name.
+    pub fn crd(self) -> &'static str {
+        match self {
+            NeededApi::FailoverPolicy => "failoverpolicies.failover.dev",
+            NeededApi::TrafficSplit => "trafficsplits.split.smi-spec.io",
+            NeededApi::HttpRoute => "httproutes.gateway.networking.k8s.io",
+        }
+    }
+
+    /// How to install it.
+    pub fn install(self) -> &'static str {
+        match self {
+            NeededApi::FailoverPolicy => {
+                "install the chart (it ships the CRD) or run: cargo run --bin crd-gen | kubectl apply -f -"
+            }
+            NeededApi::TrafficSplit => {
+                "install a mesh's SMI extension, or the chart with --set trafficSplitCRD.install=true, or run: cargo run --bin crd-gen -- --with-traffic-split | kubectl apply -f -"
+            }
+            NeededApi::HttpRoute => {
+                "install the Gateway API's standard CRDs (v1), e.g. kubectl apply -f https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.6.3/standard-install.yaml"
+            }
+        }
+    }
+
+    /// One sentence: what is missing and how to install it.
+    pub fn missing_message(self) -> String {
+        format!(
+            "the CRD {} is not installed; {}",
+            self.crd(),
+            self.install()
+        )
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    missing: bool,
+    logged: Option<Instant>,
+}
+
+/// What the watches found missing.
+#[derive(Clone)]
+pub struct Apis {
+    states: Arc<Mutex<HashMap<NeededApi, State>>>,
+    metrics: Arc<Metrics>,
+    returned: Arc<watch::Sender<u64>>,
+}
+
+impl Apis {
+    /// No API known to be missing yet.
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Self {
+            states: Arc::default(),
+            metrics,
+            returned: Arc::new(watch::Sender::new(0)),
+        }
+    }
+
+    /// A watch found its API missing.
+    pub fn missing(&self, api: NeededApi) {
+        let first = {
+            let mut states = self.states.lock();
+            let state = states.entry(api).or_default();
+            !std::mem::replace(&mut state.missing, true)
+        };
+        self.metrics.set_missing_api(api.crd(), true);
+        match api {
+            NeededApi::FailoverPolicy => self.log(api, |m| error!("{m}")),
+            _ if first => info!(
+                crd = api.crd(),
+                "the CRD {} is not installed; policies that need it will say so",
+                api.crd()
+            ),
+            _ => {}
+        }
+    }
+
+    /// A watch listed its API: it is served.
+    pub fn present(&self, api: NeededApi) {
+        let was_missing = {
+            let mut states = self.states.lock();
+            states.remove(&api).is_some_and(|s| s.missing)
+        };
+        if was_missing {
+            self.metrics.set_missing_api(api.crd(), false);
+            info!(crd = api.crd(), "the CRD {} is installed now", api.crd());
+            self.returned.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Whether the API is known to be missing.
+    pub fn is_missing(&self, api: NeededApi) -> bool {
+        self.states.lock().get(&api).is_some_and(|s| s.missing)
+    }
+
+    /// A policy needs this API and it is missing: say so, at a bounded rate.
+    pub fn needed(&self, api: NeededApi) {
+        self.log(api, |m| warn!("{m}"));
+    }
+
+    /// The missing APIs among these, each as one sentence.
+    pub fn missing_among(&self, apis: &[NeededApi]) -> Vec<String> {
+        apis.iter()
+            .filter(|a| self.is_missing(**a))
+            .map(|a| a.missing_message())
+            .collect()
+    }
+
+    /// Ticks each time a missing API turns up, so the policies that waited for it are queued.
+    pub fn returned(&self) -> watch::Receiver<u64> {
+        self.returned.subscribe()
+    }
+
+    fn log(&self, api: NeededApi, emit: impl FnOnce(&str)) {
+        let due = {
+            let mut states = self.states.lock();
+            let state = states.entry(api).or_default();
+            let due = state.logged.is_none_or(|t| t.elapsed() >= LOG_EVERY);
+            if due {
+                state.logged = Some(Instant::now());
+            }
+            due
+        };
+        if due {
+            emit(&api.missing_message());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_api_is_named_at_most_once_a_minute_and_forgotten_once_served() {
+        let apis = Apis::new(Arc::new(Metrics::new()));
+        apis.missing(NeededApi::TrafficSplit);
+        let mut said = Vec::new();
+        for _ in 0..3 {
+            apis.log(NeededApi::TrafficSplit, |m| said.push(m.to_string()));
+        }
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].starts_with("the CRD trafficsplits.split.smi-spec.io is not installed"));
+        assert_eq!(
+            apis.missing_among(&[NeededApi::TrafficSplit, NeededApi::HttpRoute]),
+            said
+        );
+        let returned = apis.returned();
+        apis.present(NeededApi::TrafficSplit);
+        assert!(!apis.is_missing(NeededApi::TrafficSplit));
+        assert!(
+            returned.has_changed().unwrap_or(false),
+            "waiting policies are queued"
+        );
+    }
+}

@@ -1,0 +1,326 @@
+//! Indexes from the objects a policy references to the policies that reference them, kept
+//! current from the policy watch, so an EndpointSlice, Service or TrafficSplit event wakes only
+//! the policies it concerns instead of a scan of every policy.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use kube::{ResourceExt, runtime::watcher};
+
+use crate::{
+    api::FailoverPolicy,
+    observation::{PolicyKey, RemoteService, ServiceKey},
+    route::{RouteKey, RouteKind, RouteTarget},
+};
+
+/// What one policy references: its Services (sorted, distinct) and its route's name. Boxed
+/// strings and vectors keep the index small: most entries hold one or two names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct References {
+    services: Vec<Box<str>>,
+    route: (RouteKind, Box<str>),
+    remote: Vec<RemoteService>,
+}
+
+impl References {
+    fn of(policy: &FailoverPolicy) -> Self {
+        let spec = &policy.spec;
+        let mut services: Vec<Box<str>> = std::iter::once(&spec.service)
+            .chain(std::iter::once(&spec.primary))
+            .chain(spec.secondaries.iter().map(|s| &s.service))
+            .map(|s| Box::from(s.as_str()))
+            .collect();
+        services.sort();
+        services.dedup();
+        let target = RouteTarget::of(policy);
+        let namespace = policy.metadata.namespace.clone().unwrap_or_default();
+        let remote = spec
+            .remote_backends()
+            .map(|(service, from)| RemoteService::of(from, &namespace, service))
+            .collect();
+        Self {
+            services,
+            route: (target.kind(), target.name.into()),
+            remote,
+        }
+    }
+}
+
+/// Names of the policies that reference one object (usually one or two).
+type Names = Vec<Box<str>>;
+
+/// Service → policies and generated route (TrafficSplit or HTTPRoute) name → policies, within
+/// each namespace.
+#[derive(Debug, Default)]
+pub struct PolicyIndex {
+    by_service: HashMap<ServiceKey, Names>,
+    by_route: HashMap<RouteKey, Names>,
+    references: HashMap<PolicyKey, References>,
+    relist: Option<HashMap<PolicyKey, References>>,
+    /// Policies per output kind.
+    kinds: HashMap<RouteKind, usize>,
+    /// Remote Service → the policies reading their readiness from it.
+    by_remote: HashMap<RemoteService, Vec<PolicyKey>>,
+}
+
+impl PolicyIndex {
+    /// The policies that reference a Service (as apex or backend).
+    pub fn policies_for_service(&self, service: &ServiceKey) -> Vec<PolicyKey> {
+        Self::lookup(&self.by_service, service, &service.namespace)
+    }
+
+    /// The policies whose generated route has this kind, namespace and name.
+    pub fn policies_for_route(&self, route: &RouteKey) -> Vec<PolicyKey> {
+        Self::lookup(&self.by_route, route, &route.namespace)
+    }
+
+    /// The policies reading readiness from this remote Service.
+    pub fn policies_for_remote(&self, remote: &RemoteService) -> Vec<PolicyKey> {
+        self.by_remote.get(remote).cloned().unwrap_or_default()
+    }
+
+    /// The policies reading readiness from any Service of this cluster.
+    pub fn policies_for_cluster(&self, cluster: &str) -> Vec<PolicyKey> {
+        let mut policies: Vec<PolicyKey> = self
+            .by_remote
+            .iter()
+            .filter(|(r, _)| r.cluster == cluster)
+            .flat_map(|(_, p)| p.iter().cloned())
+            .collect();
+        policies.sort();
+        policies.dedup();
+        policies
+    }
+
+    /// The remote namespaces policies read from, per cluster.
+    pub fn remote_namespaces(&self) -> BTreeMap<String, BTreeSet<String>> {
+        let mut wanted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for remote in self.by_remote.keys() {
+            wanted
+                .entry(remote.cluster.clone())
+                .or_default()
+                .insert(remote.namespace.clone());
+        }
+        wanted
+    }
+
+    /// Whether any policy outputs a route of this kind.
+    pub fn uses(&self, kind: RouteKind) -> bool {
+        self.kinds.get(&kind).is_some_and(|n| *n > 0)
+    }
+
+    /// Number of policies indexed.
+    pub fn len(&self) -> usize {
+        self.references.len()
+    }
+
+    /// No policy is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.references.is_empty()
+    }
+
+    fn lookup<K: Eq + std::hash::Hash>(
+        map: &HashMap<K, Names>,
+        key: &K,
+        namespace: &str,
+    ) -> Vec<PolicyKey> {
+        map.get(key)
+            .map(|names| names.iter().map(|n| PolicyKey::new(namespace, n)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Applies one policy watch event.
+    pub fn apply_event(&mut self, event: &watcher::Event<FailoverPolicy>) {
+        match event {
+            watcher::Event::Apply(p) => self.upsert(p),
+            watcher::Event::Delete(p) => {
+                if let Some(key) = key_of(p) {
+                    self.remove(&key);
+                }
+            }
+            watcher::Event::Init => self.relist = Some(HashMap::new()),
+            watcher::Event::InitApply(p) => match self.relist.as_mut() {
+                Some(buffer) => {
+                    if let Some(key) = key_of(p) {
+                        buffer.insert(key, References::of(p));
+                    }
+                }
+                None => self.upsert(p),
+            },
+            watcher::Event::InitDone => {
+                let listed = self.relist.take().unwrap_or_default();
+                let stale: Vec<PolicyKey> = self
+                    .references
+                    .keys()
+                    .filter(|k| !listed.contains_key(*k))
+                    .cloned()
+                    .collect();
+                for key in stale {
+                    self.remove(&key);
+                }
+                for (key, refs) in listed {
+                    self.set(key, refs);
+                }
+            }
+        }
+    }
+
+    fn upsert(&mut self, policy: &FailoverPolicy) {
+        if let Some(key) = key_of(policy) {
+            self.set(key, References::of(policy));
+        }
+    }
+
+    fn set(&mut self, key: PolicyKey, refs: References) {
+        if self.references.get(&key) == Some(&refs) {
+            return;
+        }
+        self.remove(&key);
+        for svc in &refs.services {
+            link(
+                &mut self.by_service,
+                ServiceKey::new(&key.namespace, svc),
+                &key.name,
+            );
+        }
+        link(&mut self.by_route, route_key(&key, &refs), &key.name);
+        *self.kinds.entry(refs.route.0).or_default() += 1;
+        for remote in &refs.remote {
+            let policies = self.by_remote.entry(remote.clone()).or_default();
+            if !policies.contains(&key) {
+                policies.push(key.clone());
+            }
+        }
+        self.references.insert(key, refs);
+    }
+
+    fn remove(&mut self, key: &PolicyKey) {
+        let Some(refs) = self.references.remove(key) else {
+            return;
+        };
+        for svc in &refs.services {
+            unlink(
+                &mut self.by_service,
+                ServiceKey::new(&key.namespace, svc),
+                &key.name,
+            );
+        }
+        unlink(&mut self.by_route, route_key(key, &refs), &key.name);
+        if let Some(n) = self.kinds.get_mut(&refs.route.0) {
+            *n = n.saturating_sub(1);
+        }
+        for remote in &refs.remote {
+            if let Some(policies) = self.by_remote.get_mut(remote) {
+                policies.retain(|p| p != key);
+                if policies.is_empty() {
+                    self.by_remote.remove(remote);
+                }
+            }
+        }
+    }
+}
+
+fn route_key(policy: &PolicyKey, refs: &References) -> RouteKey {
+    RouteKey {
+        kind: refs.route.0,
+        namespace: policy.namespace.clone(),
+        name: refs.route.1.to_string(),
+    }
+}
+
+fn link<K: Eq + std::hash::Hash>(map: &mut HashMap<K, Names>, target: K, policy: &str) {
+    let names = map.entry(target).or_default();
+    if !names.iter().any(|n| **n == *policy) {
+        names.push(policy.into());
+    }
+}
+
+fn unlink<K: Eq + std::hash::Hash>(map: &mut HashMap<K, Names>, target: K, policy: &str) {
+    if let Some(names) = map.get_mut(&target) {
+        names.retain(|n| **n != *policy);
+        if names.is_empty() {
+            map.remove(&target);
+        }
+    }
+}
+
+fn key_of(policy: &FailoverPolicy) -> Option<PolicyKey> {
+    Some(PolicyKey::new(
+        policy.namespace().as_deref()?,
+        &policy.name_any(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{FailoverPolicySpec, SecondaryBackend};
+
+    fn policy(name: &str, primary: &str, secondaries: &[&str]) -> FailoverPolicy {
+        let mut p = FailoverPolicy::new(
+            name,
+            FailoverPolicySpec {
+                service: "apex".into(),
+                primary: primary.into(),
+                secondaries: secondaries
+                    .iter()
+                    .map(|s| SecondaryBackend::new(*s))
+                    .collect(),
+                ..Default::default()
+            },
+        );
+        p.metadata.namespace = Some("ns".into());
+        p
+    }
+
+    #[test]
+    fn finds_policies_by_backend_service_and_forgets_removed_references() {
+        let mut index = PolicyIndex::default();
+        index.apply_event(&watcher::Event::Apply(policy("p1", "a", &["b"])));
+        index.apply_event(&watcher::Event::Apply(policy("p2", "a", &["c"])));
+        let svc = |n: &str| ServiceKey::new("ns", n);
+        assert_eq!(index.policies_for_service(&svc("a")).len(), 2);
+        assert_eq!(
+            index.policies_for_service(&svc("b")),
+            vec![PolicyKey::new("ns", "p1")]
+        );
+        // p1 stops referencing b.
+        index.apply_event(&watcher::Event::Apply(policy("p1", "a", &["d"])));
+        assert!(index.policies_for_service(&svc("b")).is_empty());
+        index.apply_event(&watcher::Event::Delete(policy("p2", "a", &["c"])));
+        assert_eq!(
+            index.policies_for_service(&svc("a")),
+            vec![PolicyKey::new("ns", "p1")]
+        );
+        assert!(
+            index
+                .policies_for_service(&ServiceKey::new("other", "a"))
+                .is_empty()
+        );
+        let route = RouteKey {
+            kind: RouteKind::TrafficSplit,
+            namespace: "ns".into(),
+            name: "p1".into(),
+        };
+        assert_eq!(
+            index.policies_for_route(&route),
+            vec![PolicyKey::new("ns", "p1")]
+        );
+        assert!(index.uses(RouteKind::TrafficSplit));
+        assert!(!index.uses(RouteKind::HttpRoute));
+    }
+
+    #[test]
+    fn relist_drops_policies_that_disappeared() {
+        let mut index = PolicyIndex::default();
+        index.apply_event(&watcher::Event::Apply(policy("p1", "a", &["b"])));
+        index.apply_event(&watcher::Event::Init);
+        index.apply_event(&watcher::Event::InitApply(policy("p2", "x", &["y"])));
+        index.apply_event(&watcher::Event::InitDone);
+        assert!(
+            index
+                .policies_for_service(&ServiceKey::new("ns", "a"))
+                .is_empty()
+        );
+        assert_eq!(index.len(), 1);
+    }
+}

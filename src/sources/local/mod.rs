@@ -1,0 +1,17 @@
+//! Step 2 of the pipeline: what the watches saw, kept as small facts. Nothing is decided
+//! here.
+//!
+//! - [`readiness`]: ready and total endpoints per Service, from EndpointSlices, and whether each
+//!   Service exists;
+//! - [`routes`]: what each generated route in the cluster says ([`crate::route::RouteView`]);
+//! - [`index`]: which policies reference a Service or a route, so an event wakes only those;
+//! - [`synced`]: which watches have delivered their first complete list;
+//! - [`apis`]: which CRDs the controller needs are not installed;
+//! - [`feeds`]: the watches of this cluster that fill the readiness counts and route views.
+
+pub mod apis;
+pub mod feeds;
+pub mod index;
+pub mod readiness;
+pub mod routes;
+pub mod synced;

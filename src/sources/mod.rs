@@ -1,0 +1,61 @@
+//! What feeds the decision, each source keeping small facts and waking the policies a change
+//! concerns: the list-and-watch helper every watch goes through ([`watch`]), the local caches and
+//! the index fed by this cluster's watches ([`local`]), readiness read from other clusters
+//! ([`remote`]), Prometheus health queries ([`health`]), and the wake-ups ([`wake`]).
+//! [`Caches`] is what the gather step reads.
+
+pub mod health;
+pub mod local;
+pub mod remote;
+pub mod wake;
+pub mod watch;
+
+use std::{sync::Arc, time::Duration};
+
+use parking_lot::RwLock;
+
+use self::{
+    health::Health,
+    local::{readiness::ReadinessStore, routes::RouteStore, synced::Synced},
+    remote::Clusters,
+};
+
+/// Watch kinds a decision needs listed before it can trust the caches.
+pub const DECISION_INPUTS: [&str; 2] = ["endpointslice", "service"];
+/// How long a reconcile waits for those caches before it gives up and retries.
+const SYNC_WAIT: Duration = Duration::from_secs(10);
+
+/// The caches the pipeline reads.
+#[derive(Clone)]
+pub struct Caches {
+    /// Backend readiness, from the EndpointSlice and Service watches.
+    pub readiness: Arc<RwLock<ReadinessStore>>,
+    /// Generated routes, from their watches.
+    pub routes: Arc<RwLock<RouteStore>>,
+    /// Which watches have listed.
+    pub synced: Synced,
+    /// Readiness read from other clusters, and their liveness.
+    pub remote: Clusters,
+    /// The readings of health queries.
+    pub health: Health,
+}
+
+impl Caches {
+    /// Empty caches; remote readiness comes from these clusters, health readings from `health`.
+    pub fn new(remote: Clusters, health: Health) -> Self {
+        Self {
+            readiness: Arc::default(),
+            routes: Arc::default(),
+            synced: Synced::default(),
+            remote,
+            health,
+        }
+    }
+}
+
+impl Caches {
+    /// Waits until the readiness caches have listed; `false` after [`SYNC_WAIT`].
+    pub async fn wait_for_inputs(&self) -> bool {
+        self.synced.wait_for(&DECISION_INPUTS, SYNC_WAIT).await
+    }
+}

@@ -1,0 +1,211 @@
+//! Remote clusters: readiness read from the cluster that runs a backend, and clusters that go
+//! silent noticed.
+//!
+//! - [`secrets`]: clusters are declared by Secrets labelled `failover.dev/cluster: <name>` in the
+//!   controller's namespace, holding a kubeconfig (`kubeconfig`) and, optionally, the annotation
+//!   `failover.dev/stale-after` (default 30s). One client per cluster, created, rotated and
+//!   dropped as those Secrets change. The Secrets are watched only once a policy reads from a
+//!   remote cluster.
+//! - [`cluster`]: a cluster at run time: watches of exactly the namespaces policies read from
+//!   (EndpointSlices and Services), a periodic probe, the counts.
+//! - [`health`]: its liveness, and what that means for the readiness read from it.
+//!
+//! [`Clusters::observe`] is what the gather step reads for a backend with `readinessFrom`.
+
+pub mod cluster;
+pub mod health;
+pub mod secrets;
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use kube::Client;
+use parking_lot::RwLock;
+
+use self::cluster::{Cluster, Wake};
+use crate::{
+    observation::{BackendObservation, RemoteService},
+    runtime::metrics::Metrics,
+};
+
+/// The label that declares a cluster Secret, and names the cluster.
+pub const CLUSTER_LABEL: &str = "failover.dev/cluster";
+/// The Secret annotation that sets how long a cluster may be silent before its backends count as
+/// not ready.
+pub const STALE_AFTER_ANNOTATION: &str = "failover.dev/stale-after";
+/// `staleAfter` when the Secret does not set it.
+pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(30);
+
+/// A declared cluster: running, or its Secret unusable (and why).
+enum Entry {
+    Running {
+        cluster: Cluster,
+        secret_version: String,
+    },
+    Broken {
+        error: String,
+    },
+}
+
+/// Every declared remote cluster, by name.
+#[derive(Clone)]
+pub struct Clusters {
+    entries: Arc<RwLock<HashMap<String, Entry>>>,
+    /// The namespaces policies read from, per cluster.
+    wanted: Arc<RwLock<BTreeMap<String, BTreeSet<String>>>>,
+    /// Where the cluster Secrets are.
+    pub secret_namespace: String,
+    metrics: Arc<Metrics>,
+    wake: Wake,
+    secrets_started: Arc<std::sync::Once>,
+    /// The cluster Secrets have been listed once (or waited for `DEFAULT_STALE_AFTER`): until
+    /// then a cluster not declared yet may be declared by a Secret not read yet.
+    secrets_read: Arc<AtomicBool>,
+}
+
+impl Clusters {
+    /// No cluster yet; Secrets are read from `secret_namespace`.
+    pub fn new(secret_namespace: String, metrics: Arc<Metrics>, wake: Wake) -> Self {
+        Self {
+            entries: Arc::default(),
+            wanted: Arc::default(),
+            secret_namespace,
+            metrics,
+            wake,
+            secrets_started: Arc::new(std::sync::Once::new()),
+            secrets_read: Arc::default(),
+        }
+    }
+
+    /// The cluster Secrets have been listed (or waited for long enough): a cluster with no Secret
+    /// is now not declared, and the policies reading from the clusters hear about it.
+    pub fn secrets_read(&self) {
+        if self.secrets_read.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let wanted: Vec<String> = self.wanted.read().keys().cloned().collect();
+        for cluster in wanted {
+            (self.wake)(cluster::RemoteChange::Cluster(cluster));
+        }
+    }
+
+    /// What is known of a remote Service: its counts, or why they cannot be trusted.
+    pub fn observe(&self, remote: &RemoteService) -> BackendObservation {
+        let entries = self.entries.read();
+        let unavailable = |why: String| BackendObservation {
+            unavailable: Some(why),
+            ..Default::default()
+        };
+        match entries.get(&remote.cluster) {
+            None if !self.secrets_read.load(Ordering::Acquire) => BackendObservation {
+                awaiting: true,
+                ..unavailable("the cluster Secrets have not been read yet".to_string())
+            },
+            None => unavailable(format!(
+                "cluster {} is not declared: no Secret labelled {CLUSTER_LABEL}={} in namespace {}",
+                remote.cluster, remote.cluster, self.secret_namespace
+            )),
+            Some(Entry::Broken { error }) => {
+                unavailable(format!("cluster {}: {error}", remote.cluster))
+            }
+            Some(Entry::Running { cluster, .. }) => {
+                let shared = &cluster.shared;
+                let health = shared.health.lock();
+                match health.unavailable(&remote.cluster) {
+                    Some(why) => BackendObservation {
+                        as_of: health.as_of(),
+                        awaiting: health.awaiting(),
+                        ..unavailable(why)
+                    },
+                    None => shared
+                        .readiness
+                        .read()
+                        .observe(&remote.namespace, &remote.service),
+                }
+            }
+        }
+    }
+
+    /// The namespaces policies read from now, per cluster: each cluster watches exactly those.
+    /// The first time any is wanted, the cluster Secrets start being watched (`start_secrets`).
+    pub fn want(&self, wanted: BTreeMap<String, BTreeSet<String>>, start_secrets: impl FnOnce()) {
+        if wanted.is_empty() && self.wanted.read().is_empty() {
+            return;
+        }
+        if *self.wanted.read() == wanted {
+            return;
+        }
+        *self.wanted.write() = wanted;
+        self.secrets_started.call_once(start_secrets);
+        for (name, entry) in self.entries.read().iter() {
+            if let Entry::Running { cluster, .. } = entry {
+                cluster.watch(&self.namespaces_of(name));
+            }
+        }
+    }
+
+    fn namespaces_of(&self, cluster: &str) -> Vec<String> {
+        self.wanted
+            .read()
+            .get(cluster)
+            .map(|ns| ns.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Declares (or re-declares, after a change of its Secret) a cluster with this client.
+    pub fn run(&self, name: &str, client: Client, stale_after: Duration, secret_version: &str) {
+        let carried = match self.entries.read().get(name) {
+            Some(Entry::Running {
+                secret_version: v, ..
+            }) if v == secret_version => return,
+            Some(Entry::Running { cluster, .. }) => Some(cluster.carry()),
+            _ => None,
+        };
+        let cluster = Cluster::start(
+            name,
+            client,
+            stale_after,
+            carried,
+            self.metrics.clone(),
+            self.wake.clone(),
+        );
+        cluster.watch(&self.namespaces_of(name));
+        self.entries.write().insert(
+            name.to_string(),
+            Entry::Running {
+                cluster,
+                secret_version: secret_version.to_string(),
+            },
+        );
+        (self.wake)(cluster::RemoteChange::Cluster(name.to_string()));
+    }
+
+    /// A cluster's Secret cannot be used: the cluster stays declared (its reachability metric at
+    /// 0, so an alert fires) and its backends say why.
+    pub fn broken(&self, name: &str, error: String) {
+        self.entries
+            .write()
+            .insert(name.to_string(), Entry::Broken { error });
+        self.metrics.cluster_unusable(name);
+        (self.wake)(cluster::RemoteChange::Cluster(name.to_string()));
+    }
+
+    /// A cluster's Secret is gone.
+    pub fn remove(&self, name: &str) {
+        if self.entries.write().remove(name).is_some() {
+            self.metrics.forget_cluster(name);
+            (self.wake)(cluster::RemoteChange::Cluster(name.to_string()));
+        }
+    }
+
+    /// The names of the declared clusters.
+    pub fn names(&self) -> Vec<String> {
+        self.entries.read().keys().cloned().collect()
+    }
+}

@@ -1,0 +1,127 @@
+//! The cluster Secrets: each Secret labelled `failover.dev/cluster: <name>` in the controller's
+//! namespace declares a cluster with the kubeconfig under its `kubeconfig` key (the same shape as
+//! other multi-cluster tools' cluster secrets), and optionally `failover.dev/stale-after`.
+
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, Client, ResourceExt,
+    config::{KubeConfigOptions, Kubeconfig},
+    runtime::watcher,
+};
+use tracing::{info, warn};
+
+use super::{CLUSTER_LABEL, Clusters, DEFAULT_STALE_AFTER, STALE_AFTER_ANNOTATION};
+use crate::{
+    api::rules::parse_duration,
+    runtime::metrics::Metrics,
+    sources::watch::{Report, describe, events},
+};
+
+/// The Secret watch counts its errors and logs them; it holds up nothing else.
+struct SecretsReport {
+    metrics: Arc<Metrics>,
+}
+
+impl Report for SecretsReport {
+    fn listed(&self, _kind: &'static str) {}
+
+    fn failed(&self, kind: &'static str, error: &watcher::Error) {
+        self.metrics.watch_restart(kind);
+        warn!(kind, error = %describe(error), "watch of the cluster Secrets failed; retrying");
+    }
+}
+
+/// Keeps `clusters` in step with the cluster Secrets of its namespace, for ever.
+pub async fn feed(client: Client, clusters: Clusters, metrics: Arc<Metrics>) {
+    let api: Api<Secret> = Api::namespaced(client, &clusters.secret_namespace);
+    // A Secret list that never completes (no permission, say) holds nothing up for longer than
+    // the default staleAfter.
+    tokio::spawn({
+        let clusters = clusters.clone();
+        async move {
+            tokio::time::sleep(DEFAULT_STALE_AFTER).await;
+            clusters.secrets_read();
+        }
+    });
+    let report: Arc<dyn Report> = Arc::new(SecretsReport { metrics });
+    let mut listed: Option<BTreeSet<String>> = None;
+    let mut stream = std::pin::pin!(events(
+        api,
+        "secret",
+        watcher::Config::default().labels(CLUSTER_LABEL),
+        report
+    ));
+    while let Some(event) = stream.next().await {
+        match event {
+            watcher::Event::Apply(secret) => {
+                declare(&clusters, &secret).await;
+            }
+            watcher::Event::InitApply(secret) => {
+                if let Some(name) = declare(&clusters, &secret).await {
+                    listed.get_or_insert_default().insert(name);
+                }
+            }
+            watcher::Event::Delete(secret) => {
+                if let Some(name) = cluster_name(&secret) {
+                    info!(cluster = %name, "cluster Secret deleted");
+                    clusters.remove(&name);
+                }
+            }
+            watcher::Event::Init => listed = Some(BTreeSet::new()),
+            watcher::Event::InitDone => {
+                let seen = listed.take().unwrap_or_default();
+                for name in clusters.names().into_iter().filter(|n| !seen.contains(n)) {
+                    clusters.remove(&name);
+                }
+                clusters.secrets_read();
+            }
+        }
+    }
+}
+
+fn cluster_name(secret: &Secret) -> Option<String> {
+    secret.labels().get(CLUSTER_LABEL).cloned()
+}
+
+/// Declares the cluster of one Secret; returns its name.
+async fn declare(clusters: &Clusters, secret: &Secret) -> Option<String> {
+    let name = cluster_name(secret)?;
+    let version = secret.resource_version().unwrap_or_default();
+    match client_of(secret).await {
+        Ok((client, stale_after)) => {
+            info!(cluster = %name, secret = %secret.name_any(), stale_after_ms = stale_after.as_millis() as u64, "cluster declared");
+            clusters.run(&name, client, stale_after, &version);
+        }
+        Err(why) => {
+            let error = format!("its Secret {} cannot be used: {why}", secret.name_any());
+            warn!(cluster = %name, "{error}");
+            clusters.broken(&name, error);
+        }
+    }
+    Some(name)
+}
+
+/// The client and `staleAfter` a Secret declares.
+async fn client_of(secret: &Secret) -> Result<(Client, Duration), String> {
+    let stale_after = match secret.annotations().get(STALE_AFTER_ANNOTATION) {
+        Some(text) => parse_duration(text).map_err(|e| format!("{STALE_AFTER_ANNOTATION}: {e}"))?,
+        None => DEFAULT_STALE_AFTER,
+    };
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("kubeconfig"))
+        .ok_or("it has no kubeconfig key")?;
+    let text = std::str::from_utf8(&bytes.0).map_err(|_| "its kubeconfig is not text")?;
+    let kubeconfig =
+        Kubeconfig::from_yaml(text).map_err(|e| format!("its kubeconfig does not parse: {e}"))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| format!("its kubeconfig is not usable: {e}"))?;
+    let client =
+        Client::try_from(config).map_err(|e| format!("no client from its kubeconfig: {e}"))?;
+    Ok((client, stale_after))
+}

@@ -1,0 +1,627 @@
+//! The architecture, held to the code: data flows one way through the floors that `src/lib.rs`
+//! declares once ([`failover::LAYERS`]). Each module of `src/` (the library; the binaries are
+//! crates of their own) imports only from its own floor or a lower one, no two modules import
+//! each other (directly or round a circle), every module is on a floor, and the table in
+//! `lib.rs`'s documentation lists the floors as `LAYERS` does.
+//!
+//! Imports are read from the source text: `use` declarations and paths written in code
+//! (`crate::…`, `super::…`, `self::…`, and a child module's name), resolved to the file that
+//! defines the module they reach. Comments, strings and `#[cfg(test)]` items are left out;
+//! re-exports (`pub use`) and module declarations are structure, not imports.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+};
+
+use failover::LAYERS;
+
+/// A module of the library: its path below `crate` (empty for the root) and its file.
+#[derive(Debug, Clone)]
+struct Module {
+    path: Vec<String>,
+    file: PathBuf,
+}
+
+/// One import: the line it is on and the path as written.
+#[derive(Debug, Clone)]
+struct Import {
+    line: usize,
+    written: String,
+    target: usize,
+}
+
+fn src() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Every module file of the library (not `main.rs`, not `bin/`, not test-only files).
+fn modules() -> Vec<Module> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("src/").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let root = src();
+    let mut files = Vec::new();
+    walk(&root, &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .filter_map(|file| {
+            let relative = file.strip_prefix(&root).ok()?.to_string_lossy().to_string();
+            if relative == "main.rs"
+                || relative.starts_with("bin/")
+                || relative.ends_with("_tests.rs")
+            {
+                return None;
+            }
+            let mut path: Vec<String> = relative
+                .trim_end_matches(".rs")
+                .split('/')
+                .map(str::to_string)
+                .collect();
+            if matches!(path.last().map(String::as_str), Some("mod" | "lib")) {
+                path.pop();
+            }
+            Some(Module { path, file })
+        })
+        .collect()
+}
+
+/// The source with comments, string and character literals blanked out (lines kept).
+fn code_only(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                out.push(' ');
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    out.push_str("  ");
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    out.push_str("  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    out.push(blank(chars[i]));
+                    i += 1;
+                }
+            }
+        } else if c == 'r' && (next == Some('"') || next == Some('#')) && !ident_before(&chars, i) {
+            let hashes = chars[i + 1..].iter().take_while(|c| **c == '#').count();
+            if chars.get(i + 1 + hashes) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            let end: String = std::iter::once('"')
+                .chain(std::iter::repeat_n('#', hashes))
+                .collect();
+            let start = i;
+            i += 2 + hashes;
+            while i < chars.len() && !chars[i..].iter().collect::<String>().starts_with(&end) {
+                i += 1;
+            }
+            i = (i + end.len()).min(chars.len());
+            out.extend(chars[start..i].iter().map(|c| blank(*c)));
+        } else if c == '"' {
+            out.push(' ');
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                let skip = if chars[i] == '\\' { 2 } else { 1 };
+                for k in 0..skip {
+                    if let Some(c) = chars.get(i + k) {
+                        out.push(blank(*c));
+                    }
+                }
+                i += skip;
+            }
+            out.push(' ');
+            i += 1;
+        } else if c == '\'' && (chars.get(i + 2) == Some(&'\'') || next == Some('\\')) {
+            // A character literal ('x' or '\n'); a lifetime has no closing quote.
+            let len = if next == Some('\\') {
+                chars[i + 2..]
+                    .iter()
+                    .position(|c| *c == '\'')
+                    .map_or(1, |p| p + 3)
+            } else {
+                3
+            };
+            out.extend(std::iter::repeat_n(' ', len));
+            i += len;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn ident_before(chars: &[char], i: usize) -> bool {
+    i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_')
+}
+
+/// The code with every `#[cfg(test)]` item blanked out.
+fn without_tests(code: &str) -> String {
+    let mut out: Vec<char> = code.chars().collect();
+    let text: String = out.iter().collect();
+    let mut from = 0;
+    while let Some(at) = text[from..].find("#[cfg(test)]").map(|p| p + from) {
+        let chars: Vec<(usize, char)> = text.char_indices().collect();
+        let start = chars.iter().position(|(b, _)| *b == at).unwrap_or(0);
+        let mut i = start;
+        let mut depth = 0;
+        let mut end = chars.len();
+        while i < chars.len() {
+            match chars[i].1 {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = i + 1;
+                        break;
+                    }
+                }
+                ';' if depth == 0 => {
+                    end = i + 1;
+                    break;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        for c in out.iter_mut().take(end).skip(start) {
+            if *c != '\n' {
+                *c = ' ';
+            }
+        }
+        from = chars.get(end).map_or(text.len(), |(b, _)| *b);
+    }
+    out.into_iter().collect()
+}
+
+/// The full paths a `use` tree names (`a::{b, c::{self, d}}` → `a::b`, `a::c`, `a::c::d`).
+fn expand(prefix: &str, tree: &str) -> Vec<String> {
+    let tree = tree.trim();
+    if let (Some(open), true) = (tree.find('{'), tree.ends_with('}')) {
+        let head = tree[..open].trim().trim_end_matches("::");
+        let base = join(prefix, head);
+        let mut parts = Vec::new();
+        let (mut depth, mut current) = (0, String::new());
+        for c in tree[open + 1..tree.len() - 1].chars() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    parts.push(std::mem::take(&mut current));
+                    continue;
+                }
+                _ => {}
+            }
+            current.push(c);
+        }
+        parts.push(current);
+        return parts
+            .iter()
+            .filter(|p| !p.trim().is_empty())
+            .flat_map(|p| expand(&base, p))
+            .collect();
+    }
+    let name = tree.split(" as ").next().unwrap_or(tree).trim();
+    if name == "self" {
+        vec![prefix.to_string()]
+    } else {
+        vec![join(prefix, name)]
+    }
+}
+
+fn join(prefix: &str, rest: &str) -> String {
+    match (prefix.is_empty(), rest.is_empty()) {
+        (true, _) => rest.to_string(),
+        (_, true) => prefix.to_string(),
+        _ => format!("{prefix}::{rest}"),
+    }
+}
+
+/// The module a written path reaches from `from`, if it is one of the library's.
+fn resolve(written: &str, from: &Module, index: &BTreeMap<Vec<String>, usize>) -> Option<usize> {
+    let segments: Vec<&str> = written.split("::").map(str::trim).collect();
+    let (mut path, rest): (Vec<String>, &[&str]) = match segments.first().copied()? {
+        "crate" => (Vec::new(), &segments[1..]),
+        "self" => (from.path.clone(), &segments[1..]),
+        "super" => {
+            let mut path = from.path.clone();
+            let mut rest = &segments[..];
+            while rest.first() == Some(&"super") {
+                path.pop();
+                rest = &rest[1..];
+            }
+            (path, rest)
+        }
+        child => {
+            let mut path = from.path.clone();
+            path.push(child.to_string());
+            index.get(&path)?;
+            path.pop();
+            (path, &segments[..])
+        }
+    };
+    for segment in rest {
+        path.push((*segment).to_string());
+        if !index.contains_key(&path) {
+            path.pop();
+            break;
+        }
+    }
+    index.get(&path).copied()
+}
+
+/// Every import of one module, in the order written.
+fn imports(module: &Module, index: &BTreeMap<Vec<String>, usize>) -> Vec<Import> {
+    let text = std::fs::read_to_string(&module.file).expect("module file");
+    let code = without_tests(&code_only(&text));
+    let line_of = |offset: usize| code[..offset].matches('\n').count() + 1;
+    let mut found = Vec::new();
+    let mut add = |offset: usize, written: String| {
+        if let Some(target) = resolve(&written, module, index) {
+            found.push(Import {
+                line: line_of(offset),
+                written,
+                target,
+            });
+        }
+    };
+    let mut uses = Vec::new();
+    let mut at = 0;
+    while let Some(start) = find_word(&code[at..], "use").map(|p| p + at) {
+        let end = code[start..].find(';').map_or(code.len(), |p| start + p);
+        let before = code[..start].trim_end();
+        let reexport = before.ends_with("pub") || before.ends_with(')') && before.contains("pub(");
+        if !reexport {
+            for path in expand("", &code[start + 3..end]) {
+                add(start, path);
+            }
+        }
+        uses.push(start..end);
+        at = end;
+    }
+    // Paths in code, outside `use` declarations.
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let starts_word = i == 0
+            || !(bytes[i - 1].is_ascii_alphanumeric()
+                || bytes[i - 1] == b'_'
+                || bytes[i - 1] == b':');
+        if starts_word && (bytes[i].is_ascii_alphabetic() || bytes[i] == b'_') {
+            let end = (i..bytes.len())
+                .find(|&j| {
+                    !(bytes[j].is_ascii_alphanumeric() || bytes[j] == b'_' || bytes[j] == b':')
+                })
+                .unwrap_or(bytes.len());
+            let path = &code[i..end];
+            if path.contains("::") && !uses.iter().any(|u| u.contains(&i)) {
+                add(i, path.trim_end_matches(':').to_string());
+            }
+            i = end;
+        } else {
+            i += 1;
+        }
+    }
+    found
+}
+
+fn find_word(text: &str, word: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let mut from = 0;
+    while let Some(p) = text[from..].find(word).map(|p| p + from) {
+        let before = p == 0 || !(bytes[p - 1].is_ascii_alphanumeric() || bytes[p - 1] == b'_');
+        let after = bytes
+            .get(p + word.len())
+            .is_none_or(|b| b.is_ascii_whitespace());
+        if before && after {
+            return Some(p);
+        }
+        from = p + word.len();
+    }
+    None
+}
+
+/// The floor of a module: the floor whose module path is the longest prefix of its path.
+fn floor(path: &[String]) -> Option<usize> {
+    let name = path.join("::");
+    LAYERS
+        .iter()
+        .enumerate()
+        .flat_map(|(floor, layer)| layer.modules.iter().map(move |m| (floor, *m)))
+        .filter(|(_, m)| name == *m || name.starts_with(&format!("{m}::")))
+        .max_by_key(|(_, m)| m.len())
+        .map(|(floor, _)| floor)
+}
+
+struct Graph {
+    modules: Vec<Module>,
+    edges: Vec<Vec<Import>>,
+}
+
+fn graph() -> Graph {
+    let modules = modules();
+    let index: BTreeMap<Vec<String>, usize> = modules
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (m.path.clone(), i))
+        .collect();
+    let edges = modules
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            imports(m, &index)
+                .into_iter()
+                .filter(|import| import.target != i)
+                .collect()
+        })
+        .collect();
+    Graph { modules, edges }
+}
+
+fn name(module: &Module) -> String {
+    module
+        .file
+        .strip_prefix(src().parent().expect("repo"))
+        .unwrap_or(&module.file)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn every_module_is_on_a_floor_that_lib_rs_declares() {
+    let graph = graph();
+    let lost: Vec<String> = graph
+        .modules
+        .iter()
+        .filter(|m| !m.path.is_empty() && floor(&m.path).is_none())
+        .map(name)
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "modules on no floor of failover::LAYERS (src/lib.rs): {lost:?}"
+    );
+    for layer in LAYERS {
+        for module in layer.modules {
+            let path: Vec<String> = module.split("::").map(str::to_string).collect();
+            assert!(
+                graph.modules.iter().any(|m| m.path.starts_with(&path)),
+                "LAYERS names `{module}` (floor '{}'), which is no module of src/",
+                layer.name
+            );
+        }
+    }
+}
+
+#[test]
+fn no_module_imports_from_a_floor_above_its_own() {
+    let graph = graph();
+    let mut wrong = Vec::new();
+    for (from, imports) in graph.edges.iter().enumerate() {
+        let module = &graph.modules[from];
+        let Some(own) = floor(&module.path) else {
+            continue;
+        };
+        for import in imports {
+            let target = &graph.modules[import.target];
+            if let Some(theirs) = floor(&target.path).filter(|theirs| *theirs > own) {
+                wrong.push(format!(
+                    "{}:{} imports `{}` ({}, floor '{}') from floor '{}' below it",
+                    name(module),
+                    import.line,
+                    import.written,
+                    name(target),
+                    LAYERS[theirs].name,
+                    LAYERS[own].name
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports that run back up the pipeline (move the shared part down, see src/lib.rs):\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn no_two_modules_import_each_other_directly_or_round_a_circle() {
+    let graph = graph();
+    let n = graph.modules.len();
+    let reach = |from: usize| -> BTreeSet<usize> {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from];
+        while let Some(m) = stack.pop() {
+            for import in &graph.edges[m] {
+                if seen.insert(import.target) {
+                    stack.push(import.target);
+                }
+            }
+        }
+        seen
+    };
+    let reaches: Vec<BTreeSet<usize>> = (0..n).map(reach).collect();
+    let mut circles = Vec::new();
+    for (from, imports) in graph.edges.iter().enumerate() {
+        for import in imports {
+            if reaches[import.target].contains(&from) {
+                circles.push(format!(
+                    "{}:{} imports `{}` ({}), which imports {} back{}",
+                    name(&graph.modules[from]),
+                    import.line,
+                    import.written,
+                    name(&graph.modules[import.target]),
+                    name(&graph.modules[from]),
+                    if graph.edges[import.target].iter().any(|i| i.target == from) {
+                        ""
+                    } else {
+                        " round a circle"
+                    }
+                ));
+            }
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "modules that import each other:\n{}",
+        circles.join("\n")
+    );
+}
+
+#[test]
+fn the_table_in_lib_rs_lists_the_floors_in_order() {
+    let lib = std::fs::read_to_string(src().join("lib.rs")).expect("lib.rs");
+    let rows: Vec<String> = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! | "))
+        .filter_map(|row| row.split(" | ").next())
+        .map(|floor| floor.trim().to_string())
+        .filter(|floor| floor != "floor" && !floor.starts_with("---"))
+        .collect();
+    let declared: Vec<&str> = LAYERS.iter().map(|l| l.name).collect();
+    assert_eq!(
+        rows, declared,
+        "src/lib.rs: the table's floors and LAYERS differ"
+    );
+    for layer in LAYERS {
+        let row = lib
+            .lines()
+            .find(|l| l.starts_with(&format!("//! | {} |", layer.name)))
+            .unwrap_or_default();
+        for module in layer.modules.iter().filter(|m| **m != "pipeline") {
+            assert!(
+                row.contains(&format!("[`{module}`]")),
+                "src/lib.rs: the row of floor '{}' does not name [`{module}`]",
+                layer.name
+            );
+        }
+    }
+}
+
+#[test]
+fn the_import_reader_understands_what_the_code_writes() {
+    let code =
+        code_only("use crate::a; // crate::b\nlet s = \"crate::c\"; let c = 'x'; fn f<'a>() {}\n");
+    assert!(code.contains("crate::a") && !code.contains("crate::b") && !code.contains("crate::c"));
+    assert_eq!(
+        expand("", "crate::{a::{self, B}, c::D as E}"),
+        ["crate::a", "crate::a::B", "crate::c::D"]
+    );
+    let tests =
+        without_tests("use crate::a;\n#[cfg(test)]\nmod tests { use crate::b; }\nuse crate::c;\n");
+    assert!(
+        tests.contains("crate::a") && !tests.contains("crate::b") && tests.contains("crate::c")
+    );
+}
+
+/// The names `tests/support/` defines (functions, constants, statics, types), with their file.
+fn helper_names() -> Vec<(String, String)> {
+    let support = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&support)
+        .expect("tests/support")
+        .flatten()
+    {
+        let text = std::fs::read_to_string(entry.path()).expect("helper file");
+        let file = format!("tests/support/{}", entry.file_name().to_string_lossy());
+        for line in text.lines() {
+            let words: Vec<&str> = line
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .filter(|w| !w.is_empty())
+                .collect();
+            let kind = words
+                .iter()
+                .position(|w| matches!(*w, "fn" | "const" | "static" | "struct" | "enum" | "type"));
+            let at_item = line.trim_start().starts_with("pub ")
+                || line.trim_start().starts_with("fn ")
+                || line.trim_start().starts_with("async fn ");
+            if let (Some(k), true) = (kind, at_item)
+                && let Some(name) = words.get(k + 1)
+            {
+                names.push((name.to_string(), file.clone()));
+            }
+        }
+    }
+    names
+}
+
+/// The test files, their helpers and the benchmark (which shares them), without comments
+/// (format strings kept: `{NAME}` is a use).
+fn test_sources() -> Vec<String> {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut texts = Vec::new();
+    for dir in [
+        repo.join("tests"),
+        repo.join("tests/support"),
+        repo.join("examples/benchmark"),
+    ] {
+        for entry in std::fs::read_dir(dir).expect("tests").flatten() {
+            if entry.path().extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(entry.path()).expect("test file");
+                let code: Vec<&str> = text
+                    .lines()
+                    .map(|l| l.split("//").next().unwrap_or_default())
+                    .collect();
+                texts.push(code.join("\n"));
+            }
+        }
+    }
+    texts
+}
+
+/// How often a name is written in `sources`, its definition left out.
+fn uses_of(name: &str, sources: &[String]) -> usize {
+    let is_word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+    sources
+        .iter()
+        .map(|text| {
+            text.match_indices(name)
+                .filter(|(at, _)| {
+                    !is_word(text[..*at].chars().next_back())
+                        && !is_word(text[at + name.len()..].chars().next())
+                })
+                .count()
+        })
+        .sum::<usize>()
+        .saturating_sub(1)
+}
+
+#[test]
+fn every_test_helper_is_used_by_a_test() {
+    let sources = test_sources();
+    let unused: Vec<String> = helper_names()
+        .into_iter()
+        .filter(|(name, _)| uses_of(name, &sources) == 0)
+        .map(|(name, file)| format!("{file}: {name}"))
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "helpers in tests/support/ that no test or benchmark uses (remove them): {unused:?}"
+    );
+}

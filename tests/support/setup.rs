@@ -1,0 +1,60 @@
+//! The one way tests set up the usual scene, and the one vocabulary for where its traffic goes:
+//! the backends `web` (the primary), `web-east` and `web-west`, each with one ready endpoint; a
+//! controller for the test's namespace, run as in production; a policy applied with real kubectl.
+
+use std::time::Duration;
+
+use super::{ControllerProcess, PolicyBuilder, TestEnv};
+
+/// The usual policy's backends, primary first.
+pub const WEB_BACKENDS: [&str; 3] = ["web", "web-east", "web-west"];
+
+/// The weights of a route of the usual policy, as (service, weight).
+pub type Weights = [(&'static str, i64); 3];
+/// All traffic on the primary `web`.
+pub const ON_WEB: Weights = [("web", 1), ("web-east", 0), ("web-west", 0)];
+/// All traffic on the first secondary, `web-east`.
+pub const ON_EAST: Weights = [("web", 0), ("web-east", 1), ("web-west", 0)];
+/// All traffic on the second secondary, `web-west`.
+pub const ON_WEST: Weights = [("web", 0), ("web-east", 0), ("web-west", 1)];
+
+impl TestEnv {
+    /// The usual backends, all ready, and a controller for this namespace (with `extra`
+    /// arguments).
+    pub async fn with_controller(&self, extra: &[&str]) -> ControllerProcess {
+        self.ready_backends(&WEB_BACKENDS).await;
+        ControllerProcess::start(self, extra)
+    }
+
+    /// The usual backends, a controller, and `policy` applied; waits until its route sends all
+    /// traffic to the primary `web` (the route named `web`, the usual policy's).
+    pub async fn routing_to_web(
+        &self,
+        policy: &PolicyBuilder,
+        wait: Duration,
+    ) -> ControllerProcess {
+        let controller = self.with_controller(&[]).await;
+        self.apply(policy);
+        self.wait_weights("web", &ON_WEB, wait).await;
+        controller
+    }
+}
+
+/// A fresh namespace with the usual backends, a controller, and `policy` applied (not waited
+/// for); `None` when cluster tests are skipped.
+pub async fn started(test: &str, policy: PolicyBuilder) -> Option<(TestEnv, ControllerProcess)> {
+    let env = TestEnv::new(test).await?;
+    let controller = env.with_controller(&[]).await;
+    env.apply(&policy);
+    Some((env, controller))
+}
+
+/// As [`started`], and routing all traffic to the primary `web`.
+pub async fn routing_to_web(
+    test: &str,
+    policy: PolicyBuilder,
+) -> Option<(TestEnv, ControllerProcess)> {
+    let env = TestEnv::new(test).await?;
+    let controller = env.routing_to_web(&policy, super::WAIT).await;
+    Some((env, controller))
+}
