@@ -2,11 +2,28 @@
 # Runs the benchmark: failover latency, API writes, cold start, restart, recovery after an API
 # server or etcd restart, CPU and memory at 100, 1,000 and 10,000 policies, each against a floor
 # measured in the same run, on a local control plane it starts itself. Prints the tables and every
-# target with its verdict, and writes target/bench/results.json. Extra arguments go to the
-# benchmark program, e.g.
+# target with its verdict, and exits 1 when a target is missed or could not be measured
+# (--report-only exits 0). Extra arguments go to the benchmark program, e.g.
 #   hack/bench.sh --scales 100,1000 --flips 200 --churn 50 --quiet-seconds 60 --restarts 0
+#
+# Every run is kept: its whole output (stdout and stderr) and its JSON go to
+# docs/bench-runs/<UTC date>-<commit>[-<label>].{log,json}; BENCH_LABEL=<label> names a run.
+# docs/benchmarks.md cites runs by these files.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 hack/build-control-plane.sh >/dev/null
 cargo build --release --locked --bin failover-controller --example benchmark
-exec target/release/examples/benchmark "$@"
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD 2>/dev/null || commit="$commit-dirty"
+run="docs/bench-runs/$(date -u +%Y%m%d-%H%M)-$commit${BENCH_LABEL:+-$BENCH_LABEL}"
+mkdir -p docs/bench-runs
+out=()
+[[ " $* " == *" --out "* ]] || out=(--out "$run.json")
+{
+  echo "# hack/bench.sh $*"
+  echo "# commit $commit, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, $(awk '/MemTotal/ {print $2 " kB"}' /proc/meminfo)"
+} > "$run.log"
+status=0
+target/release/examples/benchmark "${out[@]}" "$@" 2>&1 | tee -a "$run.log" || status=${PIPESTATUS[0]}
+echo "bench: this run's output is in $run.log${out[*]:+ and $run.json}" >&2
+exit "$status"

@@ -166,8 +166,8 @@ async fn a_name_too_long_for_its_label_is_refused_at_apply_naming_the_field() {
 }
 
 /// Waits until the controller logs, at WARN or ERROR, that the CRD `crd` is missing and how to
-/// install it; returns how long it took.
-async fn logged(controller: &ControllerProcess, crd: &str, within: Duration) -> Duration {
+/// install it; returns how long it took (for the record: how fast is the benchmark's business).
+async fn logged(controller: &ControllerProcess, crd: &str) -> Duration {
     let started = Instant::now();
     let text = format!("the CRD {crd} is not installed; install");
     let named = || {
@@ -176,10 +176,10 @@ async fn logged(controller: &ControllerProcess, crd: &str, within: Duration) -> 
             .lines()
             .any(|l| l.contains(&text) && (l.contains("WARN") || l.contains("ERROR")))
     };
-    let ok = wait_until(within, || async { named() }).await;
+    let ok = wait_until(WAIT, || async { named() }).await;
     assert!(
         ok,
-        "no WARN/ERROR line naming {crd} and how to install it within {within:?}:\n{}",
+        "no WARN/ERROR line naming {crd} and how to install it:\n{}",
         controller.logs()
     );
     started.elapsed()
@@ -191,12 +191,7 @@ async fn each_missing_crd_is_named_and_picked_up_once_installed() {
         return;
     };
     let first = ControllerProcess::start(&env, &[]);
-    let took = logged(
-        &first,
-        "failoverpolicies.failover.dev",
-        Duration::from_secs(5),
-    )
-    .await;
+    let took = logged(&first, "failoverpolicies.failover.dev").await;
     let (code, body) = first.admin_get("/readyz").await;
     assert_eq!(code, 503);
     assert!(
@@ -215,10 +210,11 @@ async fn each_missing_crd_is_named_and_picked_up_once_installed() {
     drop(first);
 
     apply_crd(&env.client, &failover_policy_crd()).await;
-    wait_until(WAIT, || async {
+    let served = wait_until(WAIT, || async {
         env.kubectl(&["get", "failoverpolicies"]).status.success()
     })
     .await;
+    assert!(served, "the FailoverPolicy CRD is never served");
     env.ready_backends(&WEB_BACKENDS).await;
     env.apply(&PolicyBuilder::web());
     env.apply(&PolicyBuilder::named("hr", "web", &["web-east"]).spec(|s| {
@@ -234,7 +230,7 @@ async fn each_missing_crd_is_named_and_picked_up_once_installed() {
         "trafficsplits.split.smi-spec.io",
         "httproutes.gateway.networking.k8s.io",
     ] {
-        let took = logged(&controller, crd, Duration::from_secs(5)).await;
+        let took = logged(&controller, crd).await;
         eprintln!("missing {crd} named after {took:?}");
     }
     let (code, body) = controller.admin_get("/readyz").await;

@@ -11,7 +11,7 @@ use failover::api::{FailoverPolicy, Phase};
 use kube::api::PostParams;
 use support::{
     ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WEB_BACKENDS,
-    condition_reason, metric, metric_sum, phase, wait_until,
+    condition_reason, metric, metric_sum, phase, wait_until, weights,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -52,16 +52,27 @@ async fn wait_api(env: &TestEnv) {
     assert!(ok, "the API server did not come back");
 }
 
-/// A primary goes unready and a control-plane component stops at once (before or during the
-/// controller's reaction) for five seconds, then restarts: the failover completes, and a change
-/// made afterwards is applied too (the watches reconnected).
+/// A primary goes unready while the controller is frozen, a control-plane component stops
+/// before the controller has written anything, and only then does the controller run again: its
+/// failover meets the outage (the route is checked to be still on the primary when the fault
+/// begins). The component restarts after five seconds; the failover completes, and a change made
+/// afterwards is applied too (the watches reconnected).
 async fn outage_loses_no_transition(test: &str, component: &str) {
     let Some(env) = TestEnv::dedicated(test).await else {
         return;
     };
     let controller = env.routing_to_web(&PolicyBuilder::web(), WAIT).await;
+    controller.pause();
     env.set_endpoints("web", 0, 1).await;
+    // The change reaches the frozen controller's watch (or its relist after the outage).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        env.split_weights("web").await,
+        Some(weights(&ON_WEB)),
+        "the route must still be on the primary when the fault begins"
+    );
     component_action(&env, "stop-component", component);
+    controller.resume();
     tokio::time::sleep(Duration::from_secs(5)).await;
     component_action(&env, "start-component", component);
     let back = Instant::now();
@@ -100,16 +111,24 @@ async fn controller_killed_before_its_write_converges_after_restart() {
         return;
     };
     let mut controller = env.routing_to_web(&PolicyBuilder::web(), WAIT).await;
+    controller.pause();
     env.set_endpoints("web", 0, 1).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        env.split_weights("web").await,
+        Some(weights(&ON_WEB)),
+        "the frozen controller must not have written the failover yet"
+    );
     controller.signal("KILL");
-    // Whatever it managed to write, the restarted controller converges from what it finds.
+    // It died with the change seen and nothing written: the restarted controller converges
+    // from what it finds.
     env.set_endpoints("web-east", 0, 1).await;
     let restarted = Instant::now();
     let _controller = ControllerProcess::start(&env, &[]);
     env.wait_weights("web", &ON_WEST, WAIT).await;
     let p = env
         .wait_policy("web", WAIT, "FailedOver to web-west", |p| {
-            // The killed controller may have recorded FailedOver to web-east already.
+            // The killed controller recorded nothing of its failover to web-east.
             phase(p) == Some(Phase::FailedOver)
                 && p.status
                     .as_ref()

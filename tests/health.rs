@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use failover::api::conditions::{HEALTH_QUERY_FAILED, health};
 use failover::api::{FailoverPolicy, HealthSpec, NoData, PrometheusHealth};
 use support::{
-    Exporter, ON_EAST, ON_WEB, PolicyBuilder, PrometheusServer, TestEnv, WAIT, condition,
+    Exporter, ON_EAST, ON_WEB, PolicyBuilder, PrometheusServer, TestEnv, WAIT, condition, weights,
 };
 
 fn query_failed(p: &FailoverPolicy) -> bool {
@@ -60,31 +60,36 @@ async fn an_error_ratio_over_the_threshold_fails_over_and_prometheus_down_keeps_
         .await;
     let r = reading(&p).expect("reading");
     assert_eq!((r.value, r.healthy), (Some(0.9), false));
-    let good = Instant::now();
-    exporter.set(&[("web", 0.01), ("web-east", 0.0), ("web-west", 0.0)]);
-    env.wait_weights("web", &ON_WEB, WAIT).await;
-    eprintln!(
-        "error ratio over the threshold → failover {failover:.1?}; back under → failback {:.1?} (scrape and query every 1 s)",
-        good.elapsed()
-    );
 
-    // Prometheus stopped: the last verdict stands, the condition says why.
+    // Prometheus stopped while the last verdict is "unhealthy": it stands, although the primary
+    // recovered meanwhile (which no query can see). A controller that took a failed query for
+    // "no data" (healthy, by this policy's noData) would fail back now.
     prometheus.stop();
-    exporter.set(&[("web", 0.9), ("web-east", 0.0), ("web-west", 0.0)]);
+    exporter.set(&[("web", 0.01), ("web-east", 0.0), ("web-west", 0.0)]);
     env.wait_policy("web", WAIT, health::HEALTH_QUERY_FAILED, query_failed)
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let weights: Vec<(String, i64)> = ON_WEB.iter().map(|(s, w)| (s.to_string(), *w)).collect();
     assert_eq!(
         env.split_weights("web").await,
-        Some(weights),
-        "fail static while Prometheus is down"
+        Some(weights(&ON_EAST)),
+        "fail static while Prometheus is down: the unhealthy verdict stands"
     );
-    // Back: the bad ratio it now sees moves traffic, and the condition clears.
+    let p = env.policy("web").await.expect("policy");
+    assert_eq!(
+        reading(&p).map(|r| (r.value, r.healthy)),
+        Some((Some(0.9), false)),
+        "the status keeps the last reading"
+    );
+    // Back: the good ratio it now sees brings traffic back, and the condition clears.
+    let good = Instant::now();
     prometheus.resume().await;
-    env.wait_weights("web", &ON_EAST, WAIT).await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
     env.wait_policy("web", WAIT, "queries answer again", |p| !query_failed(p))
         .await;
+    eprintln!(
+        "error ratio over the threshold → failover {failover:.1?}; Prometheus back with the ratio under → failback {:.1?} (scrape and query every 1 s)",
+        good.elapsed()
+    );
     env.cleanup().await;
 }
 

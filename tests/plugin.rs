@@ -9,6 +9,7 @@ use failover::api::FailoverPolicy;
 use failover::api::conditions::{READY, SUSPENDED, ready, suspended};
 use support::{
     ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT, condition_reason,
+    weights,
 };
 
 /// `kubectl failover ARGS` in the test namespace, the plugin found on the PATH.
@@ -148,14 +149,19 @@ async fn explain_decision_names_the_rule_and_when_a_hold_falls_due() {
     env.cleanup().await;
 }
 
-fn managers(p: &FailoverPolicy) -> Vec<String> {
-    p.metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter_map(|m| m.manager.clone())
-        .collect()
+/// Whether `manager` owns `spec.<field>` of the policy (its `managedFields`).
+fn owns(p: &FailoverPolicy, manager: &str, field: &str) -> bool {
+    p.metadata.managed_fields.iter().flatten().any(|m| {
+        m.manager.as_deref() == Some(manager)
+            && m.fields_v1.as_ref().is_some_and(|f| {
+                f.0.get("f:spec")
+                    .is_some_and(|spec| spec.get(format!("f:{field}")).is_some())
+            })
+    })
 }
+
+const PIN: &str = "kubectl-failover-pin";
+const SUSPEND: &str = "kubectl-failover-suspend";
 
 #[tokio::test]
 async fn pin_unpin_suspend_and_resume_change_the_policy_under_their_own_field_managers() {
@@ -167,30 +173,40 @@ async fn pin_unpin_suspend_and_resume_change_the_policy_under_their_own_field_ma
     env.wait_weights("web", &ON_WEST, WAIT).await;
     let p = env.policy("web").await.expect("policy");
     assert_eq!(p.spec.pin.as_deref(), Some("web-west"));
-    assert!(
-        managers(&p).contains(&"kubectl-failover-pin".to_string()),
-        "{:?}",
-        managers(&p)
-    );
+    assert!(owns(&p, PIN, "pin"), "pin sets spec.pin under {PIN}");
     let refused = failover(&env, &["pin", "web", "nope"]);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("nope is not a backend of web"));
 
     ok(failover(&env, &["unpin", "web"]));
     env.wait_weights("web", &ON_EAST, WAIT).await;
-    assert_eq!(env.policy("web").await.expect("policy").spec.pin, None);
+    let p = env.policy("web").await.expect("policy");
+    assert_eq!(p.spec.pin, None);
+    assert!(!owns(&p, PIN, "pin"), "unpin gives up {PIN}'s spec.pin");
 
     ok(failover(&env, &["suspend", "web"]));
-    env.wait_policy("web", WAIT, suspended::SUSPENDED, |p| p.spec.suspend)
+    let p = env
+        .wait_policy("web", WAIT, suspended::SUSPENDED, |p| {
+            p.spec.suspend && condition_reason(p, SUSPENDED).is_some()
+        })
         .await;
+    assert!(
+        owns(&p, SUSPEND, "suspend"),
+        "suspend sets spec.suspend under {SUSPEND}"
+    );
+    // The primary is ready again; once the controller has seen it (the status says so), the
+    // route is still where it was frozen.
     env.set_endpoints("web", 1, 0).await;
-    env.wait_policy("web", WAIT, "Suspended condition", |p| {
-        condition_reason(p, SUSPENDED).is_some()
+    env.wait_policy("web", WAIT, "the primary seen ready", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.backends.first())
+            .is_some_and(|b| b.ready && b.ready_endpoints == 1)
     })
     .await;
     assert_eq!(
-        env.split_weights("web").await.expect("split")[1].1,
-        1,
+        env.split_weights("web").await,
+        Some(weights(&ON_EAST)),
         "the route stays frozen while suspended"
     );
     // The controls are independent: pinning and unpinning a suspended policy leaves it suspended.
@@ -198,8 +214,14 @@ async fn pin_unpin_suspend_and_resume_change_the_policy_under_their_own_field_ma
     ok(failover(&env, &["unpin", "web"]));
     let p = env.policy("web").await.expect("policy");
     assert!(p.spec.suspend && p.spec.pin.is_none(), "{:?}", p.spec);
+    assert!(owns(&p, SUSPEND, "suspend") && !owns(&p, PIN, "pin"));
     ok(failover(&env, &["resume", "web"]));
     env.wait_weights("web", &ON_WEB, WAIT).await;
-    assert!(!env.policy("web").await.expect("policy").spec.suspend);
+    let p = env.policy("web").await.expect("policy");
+    assert!(!p.spec.suspend);
+    assert!(
+        !owns(&p, SUSPEND, "suspend"),
+        "resume gives up {SUSPEND}'s spec.suspend"
+    );
     env.cleanup().await;
 }

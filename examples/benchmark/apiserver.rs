@@ -23,6 +23,14 @@ impl Slow {
             over_50ms: self.over_50ms - before.over_50ms,
         }
     }
+
+    fn plus(self, other: Self) -> Self {
+        Self {
+            requests: self.requests + other.requests,
+            over_25ms: self.over_25ms + other.over_25ms,
+            over_50ms: self.over_50ms + other.over_50ms,
+        }
+    }
 }
 
 /// The control plane's components, in the order their CPU time is kept.
@@ -95,6 +103,23 @@ impl ControlPlaneLoad {
                 })
                 .filter(|(_, v)| *v > 0.0)
                 .collect(),
+        }
+    }
+
+    /// The sum of two spans' counts (the heap as at the later one).
+    pub fn plus(self, other: Self) -> Self {
+        let mut requests = self.requests;
+        for (k, v) in other.requests {
+            *requests.entry(k).or_default() += v;
+        }
+        Self {
+            applies: self.applies.plus(other.applies),
+            etcd_updates: self.etcd_updates.plus(other.etcd_updates),
+            etcd_compacted_keys: self.etcd_compacted_keys + other.etcd_compacted_keys,
+            cpu_s: [0, 1, 2].map(|i| self.cpu_s[i] + other.cpu_s[i]),
+            apiserver_gc_cycles: self.apiserver_gc_cycles + other.apiserver_gc_cycles,
+            apiserver_heap_mib: other.apiserver_heap_mib,
+            requests,
         }
     }
 

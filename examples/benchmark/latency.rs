@@ -1,6 +1,10 @@
-//! Failover latency: readiness flips through the controller, and the same flips through the
-//! relay (the floor), timed from the acknowledgement of the EndpointSlice write to the moment the
-//! independent watch sees the TrafficSplit change.
+//! Failover latency: readiness flips through the controller, through a relay that makes one
+//! write per change (the floor), and through a relay that makes the controller's three writes
+//! per change, each timed from the acknowledgement of the EndpointSlice write to the moment the
+//! independent watch sees the TrafficSplit change. The three run in turns, a block of changes
+//! each, ten blocks, so they share the same load window (the API server's garbage collections,
+//! the churn) instead of following each other. A change not seen within 30 s is counted as lost
+//! and the run goes on.
 
 use std::{collections::HashMap, time::Duration};
 
@@ -18,6 +22,11 @@ use crate::{
     watches::{SplitWatch, StatusTarget, start_relay},
 };
 
+/// How many turns the three sources of changes take.
+const BLOCKS: usize = 10;
+/// How long a change may take before it counts as lost.
+const LOST_AFTER: Duration = Duration::from_secs(30);
+
 /// The latency of one churn rate: ours, the floor's, and our writes per change.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Latency {
@@ -27,10 +36,12 @@ pub struct Latency {
     /// The relay writing what the controller writes per change (the route, then a policy's
     /// status applied and one Event created, in the background).
     pub floor_same_writes: Percentiles,
+    /// Changes not seen within 30 s: the controller's, the floor's, the same-writes floor's.
+    pub lost: [usize; 3],
     /// What the control plane did over the controller's changes, over the relay's, and over the
     /// relay's making the same writes.
     pub control_plane: [ControlPlaneLoad; 3],
-    /// The controller's CPU time over the changes (and the churn meanwhile), per change.
+    /// The controller's CPU time over its changes (and the churn meanwhile), per change.
     pub cpu_ms_per_change: f64,
     pub writes_per_change: HashMap<String, f64>,
 }
@@ -53,8 +64,32 @@ pub async fn settle(controller: &ControllerProcess) {
     }
 }
 
-/// `flips` random policies made not ready and ready again, through the controller; then the same
-/// number of changes through the relay.
+/// What one source of changes measured over its turns.
+#[derive(Default)]
+struct Phase {
+    samples: Vec<Duration>,
+    lost: usize,
+    load: Option<ControlPlaneLoad>,
+}
+
+impl Phase {
+    fn add_load(&mut self, load: ControlPlaneLoad) {
+        self.load = Some(match self.load.take() {
+            Some(sum) => sum.plus(load),
+            None => load,
+        });
+    }
+}
+
+/// The controller's counters over its own turns.
+#[derive(Default)]
+struct Counters {
+    writes: HashMap<String, f64>,
+    cpu_s: f64,
+}
+
+/// `flips` random policies made not ready and ready again through the controller, and as many
+/// changes through each relay, in turns.
 pub async fn measure(
     env: &TestEnv,
     controller: &ControllerProcess,
@@ -63,132 +98,178 @@ pub async fn measure(
     o: &Options,
     churn_per_second: u64,
 ) -> Latency {
-    let before = writes(controller).await;
-    let cpu_before = crate::startup::usage(controller.pid()).0;
-    let server_before = ControlPlaneLoad::now(env).await;
-    let samples = controller_changes(env, watch, n, o).await;
-    // Let the status writes and Events of the last flip land.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let after = writes(controller).await;
-    let server = ControlPlaneLoad::now(env).await.since(server_before);
-    eprintln!("[{n}] over the controller's changes, {}", server.describe());
-    let changes = (2 * o.flips) as f64;
-    let cpu_ms_per_change =
-        (crate::startup::usage(controller.pid()).0 - cpu_before) * 1000.0 / changes;
+    let relays = Relays::start(env, watch).await;
+    let slices: Api<EndpointSlice> = env.api();
+    let gap = Duration::from_millis(o.gap_ms);
+    let (mut ours, mut relay, mut same) = (Phase::default(), Phase::default(), Phase::default());
+    let mut counters = Counters::default();
+    let mut slowest = Slowest::default();
+    let mut picks = Picks::new();
+    for block in 0..BLOCKS {
+        let flips = o.flips / BLOCKS + usize::from(block < o.flips % BLOCKS);
+        let (writes_before, cpu_before) = (writes(controller).await, cpu(controller));
+        let load = ControlPlaneLoad::now(env).await;
+        for _ in 0..flips {
+            let name = format!("p{}", picks.next(n));
+            for (ready, expected) in [(false, [0i64, 1, 0]), (true, [1i64, 0, 0])] {
+                let change = timed(&slices, watch, &name, ready, &expected).await;
+                record(&mut ours, change, &name, &mut slowest);
+                pause(gap).await;
+            }
+        }
+        // Let the status writes and Events of the block's last flip land.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        ours.add_load(ControlPlaneLoad::now(env).await.since(load));
+        counters.add(
+            &writes_before,
+            &writes(controller).await,
+            cpu(controller) - cpu_before,
+        );
+        for (phase, name) in [(&mut relay, Relays::ONE), (&mut same, Relays::SAME)] {
+            let load = ControlPlaneLoad::now(env).await;
+            for _ in 0..flips {
+                for (ready, expected) in [(false, [0i64, 1]), (true, [1i64, 0])] {
+                    let change = timed(&slices, watch, name, ready, &expected).await;
+                    record(phase, change, name, &mut Slowest::default());
+                    pause(gap).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            phase.add_load(ControlPlaneLoad::now(env).await.since(load));
+        }
+    }
+    relays.stop().await;
+    slowest.print(n);
+    report(
+        n,
+        churn_per_second,
+        (2 * o.flips) as f64,
+        [ours, relay, same],
+        counters,
+    )
+}
+
+/// The figures of the three phases.
+fn report(
+    n: usize,
+    churn_per_second: u64,
+    changes: f64,
+    [ours, relay, same]: [Phase; 3],
+    counters: Counters,
+) -> Latency {
+    let lost = [ours.lost, relay.lost, same.lost];
+    let loads = [ours.load, relay.load, same.load].map(Option::unwrap_or_default);
+    for (load, whose) in loads.iter().zip([
+        "the controller's changes",
+        "the relay's changes",
+        "the changes of the relay making the same writes",
+    ]) {
+        eprintln!("[{n}] over {whose}, {}", load.describe());
+    }
+    let cpu_ms_per_change = counters.cpu_s * 1000.0 / changes;
     eprintln!(
-        "[{n}] the controller's CPU time per change: {cpu_ms_per_change:.2} ms (churn {churn_per_second}/s included)"
-    );
-    let writes_per_change = after
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.clone(),
-                (v - before.get(k).copied().unwrap_or(0.0)) / changes,
-            )
-        })
-        .collect();
-    let (one_write, floor_server) = floor(env, watch, o, false).await;
-    let (floor_same_writes, same_server) = floor(env, watch, o, true).await;
-    eprintln!(
-        "[{n}] over the relay's changes, {}",
-        floor_server.describe()
-    );
-    eprintln!(
-        "[{n}] over the changes of the relay making the same writes, {}",
-        same_server.describe()
+        "[{n}] the controller's CPU time per change: {cpu_ms_per_change:.2} ms (churn {churn_per_second}/s included); lost changes: {lost:?}"
     );
     Latency {
         churn_per_second,
-        controller: percentiles(samples),
-        floor: one_write,
-        floor_same_writes,
-        control_plane: [server, floor_server, same_server],
+        controller: percentiles(ours.samples),
+        floor: percentiles(relay.samples),
+        floor_same_writes: percentiles(same.samples),
+        lost,
+        control_plane: loads,
         cpu_ms_per_change,
-        writes_per_change,
+        writes_per_change: counters
+            .writes
+            .into_iter()
+            .map(|(k, v)| (k, v / changes))
+            .collect(),
     }
 }
 
-/// `flips` random policies made not ready and ready again, each change timed from the write's
-/// acknowledgement to the route change; the slowest are printed with the time of their write.
-async fn controller_changes(
-    env: &TestEnv,
-    watch: &SplitWatch,
-    n: usize,
-    o: &Options,
-) -> Vec<Duration> {
-    let slices: Api<EndpointSlice> = env.api();
-    let mut samples = Vec::new();
-    let mut slowest = Slowest::default();
-    let mut picks = Picks::new();
-    for _ in 0..o.flips {
-        let name = format!("p{}", picks.next(n));
-        for (ready, expected) in [(false, [0i64, 1, 0]), (true, [1i64, 0, 0])] {
-            let acked = set_ready(&slices, &name, ready).await;
-            let acked_at = chrono::Utc::now();
-            let seen = watch
-                .wait_for(&name, &expected, Duration::from_secs(30))
-                .await
-                .expect("TrafficSplit change");
-            let took = seen.saturating_duration_since(acked);
-            slowest.offer(took, acked_at, &name);
-            samples.push(took);
-            pause(Duration::from_millis(o.gap_ms)).await;
+impl Counters {
+    fn add(&mut self, before: &HashMap<String, f64>, after: &HashMap<String, f64>, cpu_s: f64) {
+        for (k, v) in after {
+            *self.writes.entry(k.clone()).or_default() += v - before.get(k).copied().unwrap_or(0.0);
         }
+        self.cpu_s += cpu_s;
     }
-    slowest.print(n);
-    samples
 }
 
-/// The same number of changes through the relay, on the same control plane, with the controller
-/// and the churn still running; with `extra_writes`, the relay also writes what the controller
-/// writes after each route.
-async fn floor(
-    env: &TestEnv,
+fn cpu(controller: &ControllerProcess) -> f64 {
+    crate::startup::usage(controller.pid()).0
+}
+
+/// One change: written, then waited for; `None` when it was not seen within [`LOST_AFTER`].
+async fn timed(
+    slices: &Api<EndpointSlice>,
     watch: &SplitWatch,
-    o: &Options,
-    extra_writes: bool,
-) -> (Percentiles, ControlPlaneLoad) {
-    let (flips, gap) = (o.flips, Duration::from_millis(o.gap_ms));
-    let splits: Api<TrafficSplit> = env.api();
-    let slices: Api<EndpointSlice> = env.api();
-    let relay_split: TrafficSplit = serde_json::from_value(json!({"apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit",
-        "metadata": {"name": "relay"}, "spec": {"service": "relay", "backends": [{"service": "relay", "weight": 1}, {"service": "relay-b", "weight": 0}]}})).expect("ts");
-    let _ = splits.create(&PostParams::default(), &relay_split).await;
-    set_ready(&slices, "relay", true).await;
-    let target = if extra_writes {
-        Some(status_target(env).await)
-    } else {
-        None
-    };
-    let relay = start_relay(
-        env.client.clone(),
-        &env.ns,
-        target.as_ref().map(|(_, t)| t.clone()),
-    );
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let _ = watch
-        .wait_for("relay", &[1, 0], Duration::from_secs(10))
-        .await;
-    let server_before = ControlPlaneLoad::now(env).await;
-    let mut samples = Vec::new();
-    for _ in 0..flips {
-        for (ready, expected) in [(false, [0i64, 1]), (true, [1i64, 0])] {
-            let acked = set_ready(&slices, "relay", ready).await;
-            let seen = watch
-                .wait_for("relay", &expected, Duration::from_secs(30))
-                .await
-                .expect("relay change");
-            samples.push(seen.saturating_duration_since(acked));
-            pause(gap).await;
+    name: &str,
+    ready: bool,
+    expected: &[i64],
+) -> Option<(Duration, chrono::DateTime<chrono::Utc>)> {
+    let acked = set_ready(slices, name, ready).await;
+    let acked_at = chrono::Utc::now();
+    let seen = watch.wait_for(name, expected, LOST_AFTER).await?;
+    Some((seen.saturating_duration_since(acked), acked_at))
+}
+
+fn record(
+    phase: &mut Phase,
+    change: Option<(Duration, chrono::DateTime<chrono::Utc>)>,
+    name: &str,
+    slowest: &mut Slowest,
+) {
+    match change {
+        Some((took, at)) => {
+            slowest.offer(took, at, name);
+            phase.samples.push(took);
+        }
+        None => {
+            phase.lost += 1;
+            eprintln!("lost change: {name} not seen within {LOST_AFTER:?}");
         }
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let server = ControlPlaneLoad::now(env).await.since(server_before);
-    relay.abort();
-    if let Some((owner, _)) = target {
-        owner.cleanup().await;
+}
+
+/// The two relays: one makes one write per change, the other the controller's three.
+struct Relays {
+    tasks: [tokio::task::JoinHandle<()>; 2],
+    status_owner: TestEnv,
+}
+
+impl Relays {
+    const ONE: &'static str = "relay";
+    const SAME: &'static str = "relay-same";
+
+    async fn start(env: &TestEnv, watch: &SplitWatch) -> Self {
+        let splits: Api<TrafficSplit> = env.api();
+        let slices: Api<EndpointSlice> = env.api();
+        for name in [Self::ONE, Self::SAME] {
+            let split: TrafficSplit = serde_json::from_value(json!({"apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit",
+                "metadata": {"name": name}, "spec": {"service": name, "backends": [{"service": name, "weight": 1}, {"service": format!("{name}-b"), "weight": 0}]}})).expect("ts");
+            let _ = splits.create(&PostParams::default(), &split).await;
+            set_ready(&slices, name, true).await;
+        }
+        let (status_owner, target) = status_target(env).await;
+        let tasks = [
+            start_relay(env.client.clone(), &env.ns, Self::ONE, None),
+            start_relay(env.client.clone(), &env.ns, Self::SAME, Some(target)),
+        ];
+        for name in [Self::ONE, Self::SAME] {
+            let _ = watch.wait_for(name, &[1, 0], Duration::from_secs(10)).await;
+        }
+        Self {
+            tasks,
+            status_owner,
+        }
     }
-    (percentiles(samples), server)
+
+    async fn stop(self) {
+        for task in self.tasks {
+            task.abort();
+        }
+        self.status_owner.cleanup().await;
+    }
 }
 
 /// A copy of policy `p0` (its spec, and the status the controller wrote) in a namespace of its

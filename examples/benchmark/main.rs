@@ -94,6 +94,13 @@ pub struct Options {
     /// it; its log is written to the system's temporary directory).
     #[arg(long, default_value = "warn")]
     controller_log: String,
+    /// The controller binary to measure (default: this checkout's release build), e.g. an
+    /// earlier build to compare with.
+    #[arg(long)]
+    controller_binary: Option<std::path::PathBuf>,
+    /// Exit 0 even when a target is missed or not measured (the default exits 1 then).
+    #[arg(long)]
+    report_only: bool,
     /// Where the results are written as JSON.
     #[arg(long, default_value = "target/bench/results.json")]
     out: std::path::PathBuf,
@@ -172,11 +179,14 @@ fn machine() -> String {
 #[tokio::main]
 async fn main() {
     let o = options();
+    let binary = o
+        .controller_binary
+        .clone()
+        .unwrap_or_else(|| repo_root().join("target/release/failover-controller"));
     assert!(
-        repo_root()
-            .join("target/release/failover-controller")
-            .exists(),
-        "build the release controller first: cargo build --release --bin failover-controller (hack/bench.sh does)"
+        binary.exists(),
+        "{} is missing: build the release controller first, cargo build --release --bin failover-controller (hack/bench.sh does)",
+        binary.display()
     );
     let started = Instant::now();
     let idle_rss = startup::idle_rss(&o).await;
@@ -198,7 +208,7 @@ async fn main() {
     report::print_latency(&results);
     report::print_process(&results, idle_rss);
     report::print_recovery(&recovery);
-    report::print_targets(&results, &recovery);
+    let failed = report::print_targets(&results, &recovery);
     if let Some(dir) = o.out.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
@@ -209,4 +219,7 @@ async fn main() {
     )
     .expect("writing results");
     println!("results written to {}", o.out.display());
+    if failed > 0 && !o.report_only {
+        std::process::exit(1);
+    }
 }

@@ -47,6 +47,9 @@ pub struct Recovery {
     pub route_written: Percentiles,
     /// How long the component took to serve again (`/readyz` ok) after its start.
     pub back_in: Percentiles,
+    /// Restarts that could not be measured (the component did not stop or start, the API server
+    /// did not come back, the change was never applied), each said in the log.
+    pub failed: usize,
 }
 
 /// One restart's figures.
@@ -114,8 +117,8 @@ async fn watch_slice(
     }))
 }
 
-/// Waits until the API server's `/readyz` answers ok.
-async fn api_ready(env: &TestEnv) {
+/// Waits until the API server's `/readyz` answers ok; false when it does not within 180 s.
+async fn api_ready(env: &TestEnv) -> bool {
     let started = Instant::now();
     loop {
         let request = http::Request::get("/readyz")
@@ -127,12 +130,11 @@ async fn api_ready(env: &TestEnv) {
             .await
             .is_ok_and(|t| t.trim() == "ok")
         {
-            return;
+            return true;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(180),
-            "the API server never came back"
-        );
+        if started.elapsed() > Duration::from_secs(180) {
+            return false;
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -143,13 +145,31 @@ async fn weights(api: &Api<TrafficSplit>, name: &str) -> Option<Vec<i64>> {
     Some(ts.spec.backends.iter().map(|b| b.weight).collect())
 }
 
-/// One restart of `component`, then one timed readiness change of policy `name`.
-async fn one(env: &TestEnv, component: &str, name: &str, ready: bool, n: usize) -> Sample {
+/// One restart of `component`, then one timed readiness change of policy `name`; why it could
+/// not be measured, when it could not.
+async fn one(
+    env: &TestEnv,
+    component: &str,
+    name: &str,
+    ready: bool,
+    n: usize,
+) -> Result<Sample, String> {
     let dir = env.cp.dir.to_string_lossy().to_string();
-    env.cp.script(&["stop-component", &dir, component]);
-    env.cp.script(&["start-component", &dir, component]);
+    for action in ["stop-component", "start-component"] {
+        let out = env.cp.script(&[action, &dir, component]);
+        if !out.status.success() {
+            return Err(format!(
+                "{action} {component} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
     let started = Instant::now();
-    api_ready(env).await;
+    if !api_ready(env).await {
+        return Err(format!(
+            "the API server did not serve again within 180 s after {component} restarted"
+        ));
+    }
     let back_in = started.elapsed();
     let slices: Api<EndpointSlice> = env.api();
     let routes: Api<TrafficSplit> = env.api();
@@ -166,14 +186,13 @@ async fn one(env: &TestEnv, component: &str, name: &str, ready: bool, n: usize) 
         None
     };
     let (acked, route_written) = tokio::join!(change, write_probe(&routes, n));
-    let acked = acked.expect("the readiness change was written");
+    let acked = acked.ok_or("the readiness change could not be written within 100 s")?;
     let written_at = chrono::Utc::now() - acked.elapsed();
     let expected = if ready { vec![1, 0, 0] } else { vec![0, 1, 0] };
     while weights(&routes, name).await.as_ref() != Some(&expected) {
-        assert!(
-            acked.elapsed() < Duration::from_secs(120),
-            "{name} never changed"
-        );
+        if acked.elapsed() > Duration::from_secs(120) {
+            return Err(format!("{name}'s route never changed (lost change)"));
+        }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let change = acked.elapsed();
@@ -186,13 +205,13 @@ async fn one(env: &TestEnv, component: &str, name: &str, ready: bool, n: usize) 
             .map(|seen| seen.saturating_duration_since(acked)),
         None => None,
     };
-    Sample {
+    Ok(Sample {
         written_at,
         change,
         delivered,
         route_written,
         back_in,
-    }
+    })
 }
 
 /// `o.restarts` restarts of kube-apiserver, then of etcd, under a controller of
@@ -217,10 +236,19 @@ pub async fn run(o: &Options) -> Vec<Recovery> {
     for component in &o.recovery_components {
         let (mut changes, mut delivered, mut written, mut backs) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut failed = 0;
         for restart in 0..o.restarts {
             let i = picks.next(n);
             let ready = down.contains(&i);
-            let sample = one(&env, component, &format!("p{i}"), ready, restart).await;
+            let sample = match one(&env, component, &format!("p{i}"), ready, restart).await {
+                Ok(sample) => sample,
+                Err(why) => {
+                    failed += 1;
+                    eprintln!("[recovery {n}] {component} restart {restart} not measured: {why}");
+                    api_ready(&env).await;
+                    continue;
+                }
+            };
             if ready {
                 down.remove(&i)
             } else {
@@ -246,6 +274,7 @@ pub async fn run(o: &Options) -> Vec<Recovery> {
             delivered: percentiles(delivered),
             route_written: percentiles(written),
             back_in: percentiles(backs),
+            failed,
         });
     }
     drop(controller);

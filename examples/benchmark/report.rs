@@ -143,19 +143,37 @@ pub fn print_recovery(recovery: &[Recovery]) {
     }
 }
 
-/// One target: what it asks, what was measured, whether it is met.
+/// One target: what it asks, what was measured, whether it is met (`None`: not measured, for
+/// want of samples; that is no pass).
 pub struct Verdict {
     pub target: String,
     pub measured: String,
-    pub met: bool,
+    pub met: Option<bool>,
 }
 
 fn verdict(target: impl Into<String>, measured: impl Into<String>, met: bool) -> Verdict {
     Verdict {
         target: target.into(),
         measured: measured.into(),
-        met,
+        met: Some(met),
     }
+}
+
+/// A target that needs samples: judged only when every set it compares has some.
+fn measured_verdict(
+    target: impl Into<String>,
+    sets: &[&Percentiles],
+    measured: impl FnOnce() -> String,
+    met: impl FnOnce() -> bool,
+) -> Verdict {
+    if sets.iter().any(|p| p.samples == 0) {
+        return Verdict {
+            target: target.into(),
+            measured: "no samples".into(),
+            met: None,
+        };
+    }
+    verdict(target, measured(), met())
 }
 
 fn latency_verdicts(results: &[ScaleResult]) -> Vec<Verdict> {
@@ -167,35 +185,56 @@ fn latency_verdicts(results: &[ScaleResult]) -> Vec<Verdict> {
             let p50 = ratio(c.p50_ms, f.p50_ms);
             let p99 = ratio(c.p99_ms, f.p99_ms);
             let max = ratio(c.max_ms, f.max_ms);
-            v.push(verdict(
+            let sets = [c, f, same];
+            v.push(measured_verdict(
                 format!("p50 ≤ 1.2x floor ({at})"),
-                format!(
-                    "{p50:.2}x ({:.1} / {:.1} ms; {:.2}x a relay making the same writes)",
-                    c.p50_ms,
-                    f.p50_ms,
-                    ratio(c.p50_ms, same.p50_ms)
-                ),
-                p50 <= 1.2,
+                &sets,
+                || {
+                    format!(
+                        "{p50:.2}x ({:.1} / {:.1} ms; {:.2}x a relay making the same writes)",
+                        c.p50_ms,
+                        f.p50_ms,
+                        ratio(c.p50_ms, same.p50_ms)
+                    )
+                },
+                || p50 <= 1.2,
             ));
-            v.push(verdict(
+            v.push(measured_verdict(
                 format!("p99 ≤ 1.5x floor ({at})"),
-                format!(
-                    "{p99:.2}x ({:.1} / {:.1} ms; {:.2}x a relay making the same writes)",
-                    c.p99_ms,
-                    f.p99_ms,
-                    ratio(c.p99_ms, same.p99_ms)
-                ),
-                p99 <= 1.5,
+                &sets,
+                || {
+                    format!(
+                        "{p99:.2}x ({:.1} / {:.1} ms; {:.2}x a relay making the same writes)",
+                        c.p99_ms,
+                        f.p99_ms,
+                        ratio(c.p99_ms, same.p99_ms)
+                    )
+                },
+                || p99 <= 1.5,
+            ));
+            v.push(measured_verdict(
+                format!("max ≤ 3x floor's max ({at})"),
+                &sets,
+                || {
+                    format!(
+                        "{max:.2}x ({:.1} / {:.1} ms; {:.2}x a relay making the same writes)",
+                        c.max_ms,
+                        f.max_ms,
+                        ratio(c.max_ms, same.max_ms)
+                    )
+                },
+                || max <= 3.0,
             ));
             v.push(verdict(
-                format!("max ≤ 3x floor's max ({at})"),
+                format!("0 lost changes ({at})"),
                 format!(
-                    "{max:.2}x ({:.1} / {:.1} ms; {:.2}x a relay making the same writes)",
-                    c.max_ms,
-                    f.max_ms,
-                    ratio(c.max_ms, same.max_ms)
+                    "{} of {} (the floors lost {} and {})",
+                    l.lost[0],
+                    c.samples + l.lost[0],
+                    l.lost[1],
+                    l.lost[2]
                 ),
-                max <= 3.0,
+                l.lost == [0, 0, 0],
             ));
             let route = l
                 .writes_per_change
@@ -269,14 +308,24 @@ fn process_verdicts(results: &[ScaleResult]) -> Vec<Verdict> {
 fn recovery_verdicts(recovery: &[Recovery]) -> Vec<Verdict> {
     recovery
         .iter()
-        .map(|r| {
+        .flat_map(|r| {
             let p99 = r.first_change.p99_ms;
-            verdict(
+            let every = verdict(
+                format!("{} restart: every restart measured", r.component),
+                format!(
+                    "{} of {} not measured",
+                    r.failed,
+                    r.failed + r.first_change.samples
+                ),
+                r.failed == 0,
+            );
+            let change = measured_verdict(
                 format!(
                     "{} restart: first change applied ≤ 1 s (p99 of {})",
                     r.component, r.first_change.samples
                 ),
-                format!(
+                &[&r.first_change],
+                || format!(
                     "p99 {p99:.0} ms, max {:.0} ms (the API server delivered it to a new watch: p99 {:.0} ms, max {:.0} ms; it acknowledged a bare client's TrafficSplit write: p99 {:.0} ms, max {:.0} ms)",
                     r.first_change.max_ms,
                     r.delivered.p99_ms,
@@ -284,13 +333,15 @@ fn recovery_verdicts(recovery: &[Recovery]) -> Vec<Verdict> {
                     r.route_written.p99_ms,
                     r.route_written.max_ms
                 ),
-                p99 <= 1000.0,
-            )
+                || p99 <= 1000.0,
+            );
+            [change, every]
         })
         .collect()
 }
 
-/// Prints every target with its measured value and verdict; returns how many were missed.
+/// Prints every target with its measured value and verdict; returns how many were missed or
+/// not measured.
 pub fn print_targets(results: &[ScaleResult], recovery: &[Recovery]) -> usize {
     let mut all = latency_verdicts(results);
     all.extend(process_verdicts(results));
@@ -303,10 +354,19 @@ pub fn print_targets(results: &[ScaleResult], recovery: &[Recovery]) -> usize {
             "| {} | {} | {} |",
             v.target,
             v.measured,
-            if v.met { "met" } else { "MISSED" }
+            match v.met {
+                Some(true) => "met",
+                Some(false) => "MISSED",
+                None => "NOT MEASURED",
+            }
         );
     }
-    let missed = all.iter().filter(|v| !v.met).count();
-    println!("\n{} of {} targets met.", all.len() - missed, all.len());
-    missed
+    let missed = all.iter().filter(|v| v.met == Some(false)).count();
+    let unmeasured = all.iter().filter(|v| v.met.is_none()).count();
+    println!(
+        "\n{} of {} targets met, {missed} missed, {unmeasured} not measured.",
+        all.len() - missed - unmeasured,
+        all.len()
+    );
+    missed + unmeasured
 }

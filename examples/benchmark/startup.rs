@@ -25,9 +25,12 @@ use crate::{
     watches::{SplitWatch, StatusWatch},
 };
 
-/// The release controller for `env`'s namespace.
+/// The release controller (or `--controller-binary`) for `env`'s namespace.
 pub fn start_controller(env: &TestEnv, o: &Options) -> ControllerProcess {
-    let binary = repo_root().join("target/release/failover-controller");
+    let binary = o
+        .controller_binary
+        .clone()
+        .unwrap_or_else(|| repo_root().join("target/release/failover-controller"));
     let concurrency = o.concurrency.to_string();
     ControllerProcess::start_binary(
         &binary,

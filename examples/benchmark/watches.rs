@@ -190,14 +190,20 @@ pub struct StatusTarget {
     pub status: serde_json::Value,
 }
 
-/// The floor: one watch on one EndpointSlice; each change is one server-side apply of one
-/// TrafficSplit. The least any controller can do, on the same control plane.
-pub fn start_relay(client: Client, ns: &str, extra: Option<StatusTarget>) -> JoinHandle<()> {
+/// The floor: one watch on one EndpointSlice (`<name>-bench`); each change is one server-side
+/// apply of one TrafficSplit (`<name>`). The least any controller can do, on the same control
+/// plane. With `extra`, each change also makes the controller's two other writes.
+pub fn start_relay(
+    client: Client,
+    ns: &str,
+    name: &'static str,
+    extra: Option<StatusTarget>,
+) -> JoinHandle<()> {
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
     let splits: Api<TrafficSplit> = Api::namespaced(client.clone(), ns);
     let events: Api<Event> = Api::namespaced(client, ns);
     tokio::spawn(async move {
-        let cfg = watcher::Config::default().fields("metadata.name=relay-bench");
+        let cfg = watcher::Config::default().fields(&format!("metadata.name={name}-bench"));
         let mut s = watcher(slices, cfg).applied_objects().boxed();
         let mut changes = 0u64;
         while let Ok(Some(es)) = s.try_next().await {
@@ -205,11 +211,11 @@ pub fn start_relay(client: Client, ns: &str, extra: Option<StatusTarget>) -> Joi
                 .endpoints
                 .iter()
                 .any(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true));
-            let patch = json!({"apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit", "metadata": {"name": "relay"},
-                "spec": {"service": "relay", "backends": [{"service": "relay", "weight": i64::from(ready)}, {"service": "relay-b", "weight": i64::from(!ready)}]}});
+            let patch = json!({"apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit", "metadata": {"name": name},
+                "spec": {"service": name, "backends": [{"service": name, "weight": i64::from(ready)}, {"service": format!("{name}-b"), "weight": i64::from(!ready)}]}});
             let _ = splits
                 .patch(
-                    "relay",
+                    name,
                     &PatchParams::apply("relay").force(),
                     &Patch::Apply(&patch),
                 )

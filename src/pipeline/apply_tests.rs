@@ -113,10 +113,11 @@ async fn a_missing_route_is_created_and_remembered() {
 
 #[tokio::test]
 async fn a_route_owned_by_someone_else_is_a_conflict_and_untouched() {
-    let (gate, _api) = gate();
+    let (gate, api) = gate();
     let foreign = view("someone-else", "3", &[1, 0]);
     let applied = apply(&gate, &desired(&[1, 0]), Some(foreign), false).await;
     assert!(matches!(applied, Applied::Conflict), "{applied:?}");
+    assert_no_request(api).await;
 }
 
 #[tokio::test]
@@ -203,9 +204,18 @@ async fn a_route_that_differs_is_applied_once_then_left_alone() {
     );
 }
 
+/// Fails when the step sent any request at all.
+async fn assert_no_request(mut api: Api) {
+    let waited =
+        tokio::time::timeout(std::time::Duration::from_millis(200), api.next_request()).await;
+    if let Ok(Some((request, _))) = waited {
+        panic!("the step sent {} {}", request.method(), request.uri());
+    }
+}
+
 #[tokio::test]
 async fn a_suspended_policy_writes_nothing() {
-    let (gate, _api) = gate();
+    let (gate, api) = gate();
     let applied = apply(
         &gate,
         &desired(&[0, 1]),
@@ -214,15 +224,17 @@ async fn a_suspended_policy_writes_nothing() {
     )
     .await;
     assert!(matches!(applied, Applied::Suspended), "{applied:?}");
+    assert_no_request(api).await;
 }
 
 #[tokio::test]
 async fn a_standby_writes_nothing() {
-    let (mut gate, _api) = gate();
+    let (mut gate, api) = gate();
     gate.leadership = Leadership::pending();
     let applied = apply(&gate, &desired(&[0, 1]), None, false).await;
     assert!(
         matches!(applied, Applied::Failed(ApplyError::NotLeader(_))),
         "{applied:?}"
     );
+    assert_no_request(api).await;
 }

@@ -114,6 +114,25 @@ impl ControllerProcess {
         self.child.id()
     }
 
+    /// Freezes the process (SIGSTOP): it reads and writes nothing until [`Self::resume`], so a
+    /// test can change the cluster and start a fault before the controller has reacted.
+    pub fn pause(&self) {
+        self.send("STOP");
+    }
+
+    /// Lets a frozen process run again (SIGCONT).
+    pub fn resume(&self) {
+        self.send("CONT");
+    }
+
+    fn send(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
     /// Sends a signal (e.g. "TERM", "KILL") and waits for the process to exit.
     pub fn signal(&mut self, signal: &str) {
         let _ = Command::new("kill")

@@ -18,6 +18,11 @@ pub const ON_EAST: Weights = [("web", 0), ("web-east", 1), ("web-west", 0)];
 /// All traffic on the second secondary, `web-west`.
 pub const ON_WEST: Weights = [("web", 0), ("web-east", 0), ("web-west", 1)];
 
+/// Weights as a route reader returns them.
+pub fn weights(expected: &Weights) -> Vec<(String, i64)> {
+    expected.iter().map(|(s, w)| (s.to_string(), *w)).collect()
+}
+
 impl TestEnv {
     /// The usual backends, all ready, and a controller for this namespace (with `extra`
     /// arguments).

@@ -101,3 +101,7 @@ fn truncate_to_millis(t: DateTime<Utc>) -> DateTime<Utc> {
 #[cfg(test)]
 #[path = "decide_tests.rs"]
 pub(crate) mod tests;
+
+#[cfg(test)]
+#[path = "properties_tests.rs"]
+mod properties;

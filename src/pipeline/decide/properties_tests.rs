@@ -1,0 +1,464 @@
+//! Properties of the decision over every field of the spec: a generator draws the strategy (all
+//! four), the number of secondaries and their weights, `minReadyEndpoints` and `minReadyRatio`,
+//! the holds, the overprovisioning factor, `pin`, `suspend`, `whenNoneReady`, a failback ramp
+//! and a health query; then a history of observations (endpoint counts, health readings that
+//! answer, fail or never answered) fed through the decision, each status fed back as the previous
+//! one.
+//!
+//! A property that holds only under a condition (a pin, a hold, nothing ready…) could hold
+//! vacuously if the generator never met that condition, so the run counts how often each one was
+//! exercised and fails when one was never met.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Mutex, atomic::AtomicU64},
+};
+
+use proptest::{
+    prelude::{Just, any, prop_oneof},
+    prop_assert, prop_assert_eq,
+    strategy::Strategy as _,
+    test_runner::{Config, TestCaseError, TestRunner},
+};
+
+use super::tests::{Decision, decide, spec, t};
+use crate::{
+    api::{
+        FailbackSpec, FailoverPolicySpec, FailoverPolicyStatus, HealthSpec, NoData,
+        PrometheusHealth, RampSpec, Strategy, WhenNoneReady,
+        conditions::{READY, ready},
+    },
+    observation::{BackendObservation, Reading, Sample},
+    pipeline::decide::strategy::PROPORTIONAL_TOTAL,
+};
+
+/// How many histories a run draws.
+const CASES: u32 = 1500;
+
+fn arb_strategy() -> impl proptest::strategy::Strategy<Value = Strategy> {
+    prop_oneof![
+        Just(Strategy::Ordered),
+        Just(Strategy::Equal),
+        Just(Strategy::Weighted),
+        Just(Strategy::Proportional)
+    ]
+}
+
+fn arb_health() -> impl proptest::strategy::Strategy<Value = Option<HealthSpec>> {
+    proptest::option::weighted(
+        0.3,
+        prop_oneof![Just(NoData::Healthy), Just(NoData::Unhealthy)].prop_map(|no_data| {
+            HealthSpec {
+                prometheus: Some(PrometheusHealth {
+                    address: Some("http://prometheus:9090".into()),
+                    query: "errors{service=\"{{service}}\"}".into(),
+                    max: Some(0.5),
+                    min: None,
+                    interval: "10s".into(),
+                    no_data,
+                }),
+            }
+        }),
+    )
+}
+
+/// Everything of a spec the decision reads, drawn independently, then made valid (the rules
+/// that tie fields together: weights only with `Weighted`, holds, factor and ramps only as
+/// their strategy allows).
+fn arb_spec() -> impl proptest::strategy::Strategy<Value = FailoverPolicySpec> {
+    let shape = (
+        arb_strategy(),
+        proptest::collection::vec(proptest::option::of(1i32..=1000), 1..5),
+        1i32..4,
+        proptest::option::weighted(0.3, prop_oneof![Just(0.25), Just(0.5), Just(1.0)]),
+        prop_oneof![Just("0s"), Just("10s"), Just("1m")],
+        prop_oneof![Just("0s"), Just("10s"), Just("1m")],
+    );
+    let controls = (
+        proptest::option::weighted(0.3, 1.0f64..5.0),
+        proptest::option::weighted(0.2, 0usize..5),
+        proptest::bool::weighted(0.2),
+        prop_oneof![Just(WhenNoneReady::KeepLast), Just(WhenNoneReady::Primary)],
+        proptest::option::weighted(
+            0.3,
+            prop_oneof![Just(vec![10, 50, 100]), Just(vec![25, 100])],
+        ),
+        arb_health(),
+    );
+    (shape, controls).prop_map(|(shape, controls)| {
+        let (strategy, weights, min_ready, ratio, fo, fb) = shape;
+        let (factor, pin, suspend, when_none_ready, ramp, health) = controls;
+        let names: Vec<String> = (0..weights.len()).map(|i| format!("s{i}")).collect();
+        let secondaries: Vec<(&str, Option<i32>)> = names
+            .iter()
+            .zip(&weights)
+            .map(|(n, w)| (n.as_str(), w.filter(|_| strategy == Strategy::Weighted)))
+            .collect();
+        let mut s = spec(strategy, &secondaries);
+        s.readiness.min_ready_endpoints = min_ready;
+        s.readiness.min_ready_ratio = ratio;
+        s.pin = pin.map(|i| {
+            if i == 0 || i > names.len() {
+                s.primary.clone()
+            } else {
+                names[i - 1].clone()
+            }
+        });
+        s.suspend = suspend;
+        s.when_none_ready = when_none_ready;
+        s.health = health;
+        if strategy == Strategy::Proportional {
+            s.overprovisioning_factor = factor;
+        } else {
+            s.failover_after = fo.into();
+            s.failback_after = fb.into();
+            s.failback = ramp.map(|steps| FailbackSpec {
+                ramp: Some(RampSpec {
+                    steps,
+                    every: "10s".into(),
+                }),
+            });
+        }
+        s
+    })
+}
+
+/// A health reading: none yet, a value (healthy or not, or no data), or a failing query that
+/// keeps its last value or never answered.
+fn arb_reading() -> impl proptest::strategy::Strategy<Value = Option<Reading>> {
+    let sample = proptest::option::of(proptest::option::of(prop_oneof![Just(0.1), Just(0.9)]))
+        .prop_map(|value| {
+            value.map(|value| Sample {
+                value,
+                read_at: t(0),
+            })
+        });
+    proptest::option::weighted(
+        0.8,
+        (
+            sample,
+            proptest::option::weighted(0.3, Just("refused".to_string())),
+        )
+            .prop_map(|(sample, failing)| Reading { sample, failing }),
+    )
+}
+
+/// A backend's observation, mostly an existing Service with endpoints (so that holds and ramps
+/// run their course), sometimes none at all.
+fn arb_observation() -> impl proptest::strategy::Strategy<Value = BackendObservation> {
+    let slices = prop_oneof![1 => Just(0u32), 6 => 1u32..3];
+    let ready = prop_oneof![1 => Just(0i32), 3 => 1i32..5];
+    let extra = prop_oneof![2 => Just(0i32), 1 => 1i32..5];
+    (
+        proptest::bool::weighted(0.9),
+        slices,
+        ready,
+        extra,
+        arb_reading(),
+    )
+        .prop_map(
+            |(exists, slices, ready, extra, health)| BackendObservation {
+                service_exists: exists,
+                slices,
+                ready_endpoints: if slices == 0 { 0 } else { ready },
+                total_endpoints: if slices == 0 { 0 } else { ready + extra },
+                health,
+                ..Default::default()
+            },
+        )
+}
+
+/// A spec with a sequence of (seconds since the last step, observations) steps; a step may
+/// repeat the observations before it (`None`), as a cluster that does not change for a while.
+fn arb_history()
+-> impl proptest::strategy::Strategy<Value = (FailoverPolicySpec, Vec<(i64, Vec<BackendObservation>)>)>
+{
+    arb_spec().prop_flat_map(|s| {
+        let n = s.secondaries.len() + 1;
+        let step = (
+            0i64..90,
+            proptest::option::weighted(0.6, proptest::collection::vec(arb_observation(), n)),
+        );
+        let steps = proptest::collection::vec(step, 1..16).prop_map(move |steps| {
+            let mut last = vec![BackendObservation::counted(1, 1); n];
+            steps
+                .into_iter()
+                .map(|(gap, obs)| {
+                    if let Some(obs) = obs {
+                        last = obs;
+                    }
+                    (gap, last.clone())
+                })
+                .collect::<Vec<_>>()
+        });
+        (Just(s), steps)
+    })
+}
+
+/// How often each conditional property met its condition, by name.
+#[derive(Default)]
+struct Exercised(Mutex<BTreeMap<&'static str, u64>>);
+
+impl Exercised {
+    fn met(&self, condition: &'static str) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(condition)
+            .or_default() += 1;
+    }
+}
+
+fn reason(d: &Decision) -> Option<&str> {
+    d.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == READY)
+        .map(|c| c.reason.as_str())
+}
+
+/// The properties of one decision of a history.
+fn check(
+    s: &FailoverPolicySpec,
+    obs: &[BackendObservation],
+    previous: Option<&FailoverPolicyStatus>,
+    at: i64,
+    seen: &Exercised,
+) -> Result<Decision, TestCaseError> {
+    let d = decide(s, obs, previous, t(at));
+    let n = s.secondaries.len() + 1;
+    prop_assert_eq!(d.weights.len(), n);
+    prop_assert!(d.weights.iter().all(|w| *w >= 0));
+    // Never all zero, whatever is ready (fail static keeps the last weights).
+    prop_assert!(d.weights.iter().any(|w| *w > 0), "{:?}", d.weights);
+    let ready: Vec<bool> = d.status.backends.iter().map(|b| b.ready).collect();
+    let reason = reason(&d);
+    let pinned = matches!(
+        reason,
+        Some(ready::PINNED | ready::PINNED_BACKEND_NOT_READY)
+    );
+    let held = reason == Some(ready::FAILOVER_PENDING);
+    if pinned {
+        seen.met("pinned: all traffic on the pinned backend");
+        let pin = s.pin.as_deref().unwrap_or_default();
+        let index = std::iter::once(s.primary.as_str())
+            .chain(s.secondaries.iter().map(|b| b.service.as_str()))
+            .position(|b| b == pin)
+            .unwrap_or(usize::MAX);
+        for (i, w) in d.weights.iter().enumerate() {
+            prop_assert_eq!(*w > 0, i == index, "{:?} pinned to {}", d.weights, pin);
+        }
+        if reason == Some(ready::PINNED_BACKEND_NOT_READY) {
+            seen.met("pinned to a backend that is not ready");
+        }
+    } else if ready.iter().any(|r| *r) && !held {
+        seen.met("something ready, not held: traffic only to ready backends");
+        for (w, r) in d.weights.iter().zip(&ready) {
+            prop_assert!(
+                *w == 0 || *r,
+                "{:?} with ready {:?} ({reason:?})",
+                d.weights,
+                ready
+            );
+        }
+    }
+    if !pinned && !ready.iter().any(|r| *r) {
+        if s.when_none_ready == WhenNoneReady::Primary {
+            seen.met("nothing ready, whenNoneReady Primary: all on the primary");
+            prop_assert!(d.weights[0] > 0 && d.weights[1..].iter().all(|w| *w == 0));
+        } else {
+            seen.met("nothing ready, KeepLast: the previous weights stand");
+            if let Some(last) = previous.filter(|p| !p.backends.is_empty()) {
+                let kept: Vec<i32> = last.backends.iter().map(|b| b.weight).collect();
+                if kept.iter().any(|w| *w > 0) {
+                    prop_assert_eq!(&d.weights, &kept);
+                }
+            }
+        }
+    }
+    if held {
+        seen.met("failover held: still all on the primary");
+        prop_assert!(d.weights[0] > 0 && d.weights[1..].iter().all(|w| *w == 0));
+        prop_assert!(d.requeue_after.is_some());
+    }
+    if reason == Some(ready::FAILBACK_PENDING) {
+        seen.met("failback held: nothing on the primary");
+        prop_assert_eq!(d.weights[0], 0);
+        prop_assert!(d.requeue_after.is_some());
+    }
+    if reason == Some(ready::FAILBACK_RAMP) {
+        seen.met("failback ramp: the primary has a share and a next step");
+        prop_assert!(d.weights[0] > 0 && ready[0]);
+        prop_assert!(d.requeue_after.is_some());
+    }
+    if s.strategy == Strategy::Proportional && !pinned && reason != Some(ready::NO_READY_BACKEND) {
+        seen.met("proportional: weights add up to the total");
+        prop_assert_eq!(d.weights.iter().sum::<i32>(), PROPORTIONAL_TOTAL);
+    }
+    check_health(s, obs, &d, seen)?;
+    check_suspend(s, obs, previous, at, &d, seen)?;
+    check_stable(s, obs, at, &d, seen)?;
+    Ok(d)
+}
+
+/// A backend whose last health value is out of the threshold is not ready, whether its query
+/// answers now or fails (fail static); one that never answered is judged on readiness alone.
+fn check_health(
+    s: &FailoverPolicySpec,
+    obs: &[BackendObservation],
+    d: &Decision,
+    seen: &Exercised,
+) -> Result<(), TestCaseError> {
+    let Some(no_data) = s
+        .health
+        .as_ref()
+        .and_then(|h| h.prometheus.as_ref())
+        .map(|p| p.no_data)
+    else {
+        return Ok(());
+    };
+    for (o, b) in obs.iter().zip(&d.status.backends) {
+        let Some(sample) = o.health.as_ref().and_then(|r| r.sample.as_ref()) else {
+            continue;
+        };
+        let unhealthy = match sample.value {
+            Some(v) => v > 0.5,
+            None => no_data == NoData::Unhealthy,
+        };
+        if unhealthy {
+            if o.health.as_ref().is_some_and(|r| r.failing.is_some()) {
+                seen.met("health: a failing query keeps an unhealthy verdict");
+            } else {
+                seen.met("health: an unhealthy value makes a backend not ready");
+            }
+            prop_assert!(!b.ready, "{} is ready with {:?}", b.service, o.health);
+        }
+    }
+    Ok(())
+}
+
+/// Suspending changes no decision and announces nothing.
+fn check_suspend(
+    s: &FailoverPolicySpec,
+    obs: &[BackendObservation],
+    previous: Option<&FailoverPolicyStatus>,
+    at: i64,
+    d: &Decision,
+    seen: &Exercised,
+) -> Result<(), TestCaseError> {
+    if !s.suspend {
+        return Ok(());
+    }
+    seen.met("suspended: same decision, nothing announced");
+    let running = FailoverPolicySpec {
+        suspend: false,
+        ..s.clone()
+    };
+    let unsuspended = decide(&running, obs, previous, t(at));
+    prop_assert_eq!(&d.weights, &unsuspended.weights);
+    prop_assert_eq!(d.transition, None);
+    Ok(())
+}
+
+/// Deciding again at the same instant from the status just computed changes nothing; without a
+/// pending hold, neither does deciding later on the same input.
+fn check_stable(
+    s: &FailoverPolicySpec,
+    obs: &[BackendObservation],
+    at: i64,
+    d: &Decision,
+    seen: &Exercised,
+) -> Result<(), TestCaseError> {
+    let again = decide(s, obs, Some(&d.status), t(at));
+    prop_assert_eq!(&again.weights, &d.weights);
+    prop_assert_eq!(&again.status, &d.status);
+    prop_assert_eq!(again.transition, None);
+    if d.requeue_after.is_none() {
+        seen.met("no hold pending: a later decision on the same input changes nothing");
+        let later = decide(s, obs, Some(&d.status), t(at + 7));
+        prop_assert_eq!(&later.status, &d.status);
+    }
+    Ok(())
+}
+
+#[test]
+fn the_decision_keeps_its_properties_over_every_field_of_the_spec() {
+    let seen = Exercised::default();
+    let steps = AtomicU64::new(0);
+    let mut runner = TestRunner::new(Config {
+        cases: CASES,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&arb_history(), |(s, history)| {
+        let mut at = 0;
+        let mut previous: Option<FailoverPolicyStatus> = None;
+        for (gap, obs) in history {
+            at += gap;
+            let d = check(&s, &obs, previous.as_ref(), at, &seen)?;
+            steps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            previous = Some(d.status);
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let counts = seen.0.into_inner().unwrap_or_else(|e| e.into_inner());
+    eprintln!(
+        "{CASES} histories, {} decisions; each conditional property met:",
+        steps.into_inner()
+    );
+    for (condition, n) in &counts {
+        eprintln!("  {n:>6}  {condition}");
+    }
+    let expected = [
+        "pinned: all traffic on the pinned backend",
+        "pinned to a backend that is not ready",
+        "something ready, not held: traffic only to ready backends",
+        "nothing ready, whenNoneReady Primary: all on the primary",
+        "nothing ready, KeepLast: the previous weights stand",
+        "failover held: still all on the primary",
+        "failback held: nothing on the primary",
+        "failback ramp: the primary has a share and a next step",
+        "proportional: weights add up to the total",
+        "health: an unhealthy value makes a backend not ready",
+        "health: a failing query keeps an unhealthy verdict",
+        "suspended: same decision, nothing announced",
+        "no hold pending: a later decision on the same input changes nothing",
+    ];
+    let never: Vec<&str> = expected
+        .iter()
+        .filter(|c| counts.get(*c).copied().unwrap_or(0) < 10)
+        .copied()
+        .collect();
+    assert!(
+        never.is_empty(),
+        "conditional properties met fewer than 10 times (they could hold vacuously): {never:?}"
+    );
+}
+
+#[test]
+fn decide_never_panics_on_short_or_odd_input() {
+    let mut runner = TestRunner::new(Config {
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let input = (
+        arb_spec(),
+        proptest::collection::vec(arb_observation(), 0..3),
+        any::<i64>(),
+    );
+    let result = runner.run(&input, |(s, obs, junk)| {
+        let previous = FailoverPolicyStatus {
+            active_backends: vec!["unknown".into()],
+            ..Default::default()
+        };
+        let _ = decide(&s, &obs, Some(&previous), t(junk % 1_000_000));
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
