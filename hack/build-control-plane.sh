@@ -10,6 +10,8 @@
 # With --node, the binaries of a real node are built too: kubelet, kube-proxy and kube-scheduler
 # from the same module (for the real node; containerd, runc and the CNI plugins come from Debian's
 # packages).
+# With --proxy, the Traefik proxy too (github.com/traefik/traefik/v3), a Gateway API
+# implementation that carries real requests to the node's Pods.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,12 +29,14 @@ for option in "$@"; do
   case $option in
     --node) tools+=(kubelet kube-proxy kube-scheduler); kube_cmds+=(kubelet kube-proxy kube-scheduler) ;;
     --prometheus) tools+=(prometheus) ;;
+    --proxy) tools+=(traefik) ;;
   esac
 done
 
 all_present() {
   for t in "${tools[@]}"; do [[ -x "$bin/$t" ]] || return 1; done
   [[ "$(cat "$bin/.kube-score-version" 2>/dev/null)" == "$KUBE_SCORE_VERSION" ]] || return 1
+  [[ " ${tools[*]} " != *" traefik "* || "$(cat "$bin/.traefik-version" 2>/dev/null)" == "$TRAEFIK_VERSION" ]] || return 1
   [[ -s "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" ]]
 }
 if all_present; then
@@ -124,6 +128,29 @@ build_prometheus() {
   mv "$bin/prometheus.tmp" "$bin/prometheus"
 }
 
+# Traefik cannot be 'go install'ed either: its go.mod replaces and excludes modules. A wrapper
+# module requires it and repeats those lines, taken from the release's own go.mod. (v3.7 needs
+# modules the proxy refuses; v3.6's whole graph resolves.)
+build_traefik() {
+  local mod="$work/traefik" log="$work/traefik.log" upstream pkg=github.com/traefik/traefik/v3
+  rm -rf "$mod" && mkdir -p "$mod"
+  step "building traefik v$TRAEFIK_VERSION (a cold build takes several minutes)"
+  printf 'module localbuild/traefik\n\ngo 1.25.0\n\nrequire %s v%s\n' "$pkg" "$TRAEFIK_VERSION" > "$mod/go.mod"
+  upstream=$(cd "$mod" && go mod download -json "$pkg@v$TRAEFIK_VERSION" 2> "$log" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p') || fail "download traefik" "$log"
+  [[ -s "$upstream" ]] || fail "find traefik's go.mod" "$log"
+  {
+    echo
+    awk '/^replace \(/,/^\)/' "$upstream"
+    grep '^replace [^(]' "$upstream" || true
+    grep '^exclude ' "$upstream" || true
+    awk '/^exclude \(/,/^\)/' "$upstream"
+  } >> "$mod/go.mod"
+  (cd "$mod" && go build -mod=mod -ldflags "-s -w -X $pkg/pkg/version.Version=v$TRAEFIK_VERSION -X $pkg/pkg/version.Codename=$TRAEFIK_CODENAME" \
+    -o "$bin/traefik.tmp" "$pkg/cmd/traefik") >> "$log" 2>&1 || fail "build traefik" "$log"
+  mv "$bin/traefik.tmp" "$bin/traefik"
+  echo "$TRAEFIK_VERSION" > "$bin/.traefik-version"
+}
+
 # The Gateway API's standard-channel CRDs, as published in its Go module (config/crd/standard).
 fetch_gateway_api_crds() {
   local log="$work/gateway-api.log" dir out="$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml"
@@ -147,5 +174,6 @@ for cmd in "${kube_cmds[@]}"; do [[ -x "$bin/$cmd" ]] || missing_kube=1; done
 [[ -x "$bin/kube-score" && "$(cat "$bin/.kube-score-version" 2>/dev/null)" == "$KUBE_SCORE_VERSION" ]] || build_kube_score
 [[ -s "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" ]] || fetch_gateway_api_crds
 if [[ " ${tools[*]} " == *" prometheus "* && ! -x "$bin/prometheus" ]]; then build_prometheus; fi
+if [[ " ${tools[*]} " == *" traefik "* && "$(cat "$bin/.traefik-version" 2>/dev/null)" != "$TRAEFIK_VERSION" ]]; then build_traefik; fi
 step "done in $(( $(date +%s) - start ))s"
 echo "$bin"

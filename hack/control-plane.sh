@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # A local Kubernetes control plane on loopback: etcd, kube-apiserver and kube-controller-manager.
 #
-#   hack/control-plane.sh start [--owner-pid PID] [--node]   start one; prints `export KUBECONFIG=...` last;
-#                                                   --node adds a real node (hack/node.sh) and kube-scheduler
+#   hack/control-plane.sh start [--owner-pid PID] [--node] [--proxy]   start one; prints
+#                                                   `export KUBECONFIG=...` last; --node adds a real
+#                                                   node (hack/node.sh) and kube-scheduler, --proxy a
+#                                                   real proxy serving a Gateway (hack/proxy.sh)
 #   hack/control-plane.sh stop [DIR]                 stop it (DIR defaults to $KUBECONFIG's folder)
-#   hack/control-plane.sh stop-component DIR NAME [--kill]   stop etcd|kube-apiserver|kube-controller-manager
+#   hack/control-plane.sh stop-component DIR NAME [--kill]   stop etcd|kube-apiserver|kube-controller-manager|traefik|...
 #   hack/control-plane.sh start-component DIR NAME           start it again, same ports and data
 #   hack/control-plane.sh check-node                 says in one line why this machine cannot host a node
 #
@@ -16,9 +18,11 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 self="$here/$(basename "${BASH_SOURCE[0]}")"
-components=(etcd kube-apiserver kube-controller-manager containerd kubelet kube-proxy kube-scheduler)
+components=(etcd kube-apiserver kube-controller-manager containerd kubelet kube-proxy kube-scheduler traefik)
 # shellcheck source=node.sh
 source "$here/node.sh"
+# shellcheck source=proxy.sh
+source "$here/proxy.sh"
 
 log() { echo "control-plane: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -133,16 +137,17 @@ EOF
 }
 
 cmd_start() {
-  local owner="" node=""
+  local owner="" node="" proxy=""
   while (( $# )); do
     case $1 in
       --owner-pid) owner=$2; shift 2 ;;
       --node) node=1; shift ;;
+      --proxy) proxy=1; shift ;;
       *) die "unknown option '$1'" ;;
     esac
   done
   local bin started dir etcd_port peer_port api_port q
-  bin=$("$here/build-control-plane.sh" ${node:+--node} | tail -n 1) || die "building the control-plane binaries failed"
+  bin=$("$here/build-control-plane.sh" ${node:+--node} ${proxy:+--proxy} | tail -n 1) || die "building the control-plane binaries failed"
   started=$(date +%s.%N)
   dir=$(mktemp -d "${TMPDIR:-/tmp}/failover-cp.XXXXXX")
   mkdir -p "$dir/logs" "$dir/etcd-data"
@@ -186,6 +191,7 @@ cmd_start() {
     if [[ -n "$node" ]]; then cat "$dir/node.env"; fi
   } > "$dir/env"
   if [[ -n "$node" ]]; then node_configs "$dir" "$bin" "$api_port"; fi
+  if [[ -n "$proxy" ]]; then proxy_configs "$dir" "$bin"; fi
   if [[ -n "$owner" ]]; then
     # Stop this instance when its owner exits (or when the directory is removed by a stop),
     # also while it is still starting (a node's images can take minutes to build).
@@ -210,6 +216,9 @@ cmd_start() {
   if [[ -n "$node" ]] && ! node_start "$dir" "$bin"; then
     cmd_stop "$dir"; die "the node did not start"
   fi
+  if [[ -n "$proxy" ]] && ! proxy_start "$dir" "$bin"; then
+    cmd_stop "$dir"; die "the proxy did not start"
+  fi
   log "ready in $(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $started }")s at https://127.0.0.1:$api_port (directory $dir)"
   echo "export KUBECONFIG=$dir/admin.kubeconfig"
 }
@@ -222,6 +231,7 @@ cmd_stop() {
   fi
   [[ -f "$dir/env" ]] || die "$dir is not a local control plane directory"
   local c
+  stop_component "$dir" traefik
   node_cleanup "$dir"
   for c in kube-controller-manager kube-apiserver etcd; do stop_component "$dir" "$c"; done
   if [[ -f "$dir/watchdog.pid" ]] && [[ "$(cat "$dir/watchdog.pid")" != "$PPID" ]]; then
@@ -246,5 +256,5 @@ case ${1:-} in
     why=$(node_check)
     [[ -z "$why" ]] || die "this machine cannot host a node: $why"
     log "this machine can host a node" ;;
-  *) die "usage: $0 start [--owner-pid PID] [--node] | stop [DIR] | stop-component DIR NAME [--kill] | start-component DIR NAME | check-node" ;;
+  *) die "usage: $0 start [--owner-pid PID] [--node] [--proxy] | stop [DIR] | stop-component DIR NAME [--kill] | start-component DIR NAME | check-node" ;;
 esac

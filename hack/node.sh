@@ -211,8 +211,10 @@ node_guard_cleanup() {
 }
 
 # The images the node runs, built without a registry: the pause image (from the Kubernetes
-# module's build/pause/linux/pause.c) and the test backend (busybox httpd), as OCI archives cached
-# beside the binaries.
+# module's build/pause/linux/pause.c) and the test backend (busybox httpd with a CGI script that
+# answers with the backend's name, or 500 for a share of requests), as OCI archives cached beside
+# the binaries. The archive's name carries the backend's revision: a changed backend is rebuilt.
+NODE_BACKEND_ARCHIVE=backend-3.tar
 node_images() {
   local bin=$1 cache=$1/../images src
   mkdir -p "$cache"
@@ -220,7 +222,7 @@ node_images() {
     src=$(go env GOMODCACHE)/k8s.io/kubernetes@v$K8S_VERSION
     node_image "$cache" pause "$src/build/pause/linux/pause.c" || return 1
   fi
-  [[ -s "$cache/backend.tar" ]] || node_image "$cache" backend || return 1
+  [[ -s "$cache/$NODE_BACKEND_ARCHIVE" ]] || node_image "$cache" backend || return 1
   echo "$cache"
 }
 
@@ -234,14 +236,32 @@ node_image() {
       printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' > "$ctx/Containerfile" ;;
     backend)
       cp /bin/busybox "$ctx/busybox"
+      # GET /cgi-bin/name answers with the backend's name (/www/name), or with a 500 for the
+      # share of requests /www/fail-percent asks for; /ready is the readiness probe's file.
+      cat > "$ctx/name" <<'CGI'
+#!/bin/sh
+# Shell builtins only: one process per request.
+read -r name < /www/name
+fail=0
+[ -r /www/fail-percent ] && read -r fail < /www/fail-percent
+if [ $((RANDOM % 100)) -lt "${fail:-0}" ]; then
+  printf 'HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n%s failed\n' "$name"
+else
+  printf 'HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n%s\n' "$name"
+fi
+CGI
+      chmod 755 "$ctx/name"
       printf '%s\n' 'FROM scratch' 'COPY busybox /bin/busybox' \
         'RUN ["/bin/busybox", "--install", "-s", "/bin"]' \
-        'RUN ["/bin/busybox", "mkdir", "-p", "/www", "/tmp"]' \
+        'RUN ["/bin/busybox", "mkdir", "-p", "/www/cgi-bin", "/tmp"]' \
         'RUN ["/bin/busybox", "sh", "-c", "echo ok > /www/index.html"]' \
+        'COPY name /www/cgi-bin/name' \
         'ENTRYPOINT ["/bin/busybox", "httpd", "-f", "-p", "8080", "-h", "/www"]' > "$ctx/Containerfile" ;;
   esac
   node_buildah "$cache" bud --isolation chroot -t "localhost/$name:latest" "$ctx" >/dev/null || { rm -rf "$ctx"; return 1; }
-  node_buildah "$cache" push "localhost/$name:latest" "oci-archive:$cache/$name.tar:localhost/$name:latest" >/dev/null
+  local archive=$name.tar
+  [[ $name == backend ]] && archive=$NODE_BACKEND_ARCHIVE
+  node_buildah "$cache" push "localhost/$name:latest" "oci-archive:$cache/$archive:localhost/$name:latest" >/dev/null
   rm -rf "$ctx"
 }
 
@@ -269,7 +289,7 @@ node_start() {
     sleep 0.2
   done
   images=$(node_images "$bin") || { node_log "building the node's images failed"; return 1; }
-  node_import "$dir" "$images/pause.tar" && node_import "$dir" "$images/backend.tar" || return 1
+  node_import "$dir" "$images/pause.tar" && node_import "$dir" "$images/$NODE_BACKEND_ARCHIVE" || return 1
   echo "NODE_IMAGES=$images" >> "$dir/env"
   start_component "$dir" kube-scheduler
   start_component "$dir" kube-proxy

@@ -20,7 +20,7 @@ done
 rustup component add clippy rustfmt >/dev/null 2>&1 || true
 
 echo "== control-plane, node and Prometheus binaries"
-if [[ "${FAILOVER_SKIP_NODE_TESTS:-}" == 1 ]]; then hack/build-control-plane.sh --prometheus; else hack/build-control-plane.sh --node --prometheus; fi
+if [[ "${FAILOVER_SKIP_NODE_TESTS:-}" == 1 ]]; then hack/build-control-plane.sh --prometheus; else hack/build-control-plane.sh --node --prometheus --proxy; fi
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

@@ -5,32 +5,88 @@
 //! Errors are described by what they say first and by their causes, each cause by its first
 //! line ([`describe`], [`with_causes`]): a parser's caret drawing or a dump of the input it
 //! choked on never reaches a reader. Errors about a Secret's content name the Secret and the
-//! position, never the content (see the remote clusters' Secret reader).
+//! position, never the content (see the remote clusters' Secret reader). As a second line of
+//! defence, [`line`] hides what looks like a credential: the value after `token`, `password`,
+//! `secret`, `authorization` or a kubeconfig's `*-data` key, and any long run of base64 or JWT
+//! characters mixing capitals and digits (a DNS name never does).
 
 use std::fmt::Write as _;
 
 /// Longest message written; longer ones are cut at a word and end with `...`.
 pub const MAX_MESSAGE: usize = 200;
 
-/// `text` as one line: its first line only, runs of white space as one space, at most
-/// [`MAX_MESSAGE`] characters (cut at a word, ending with `...`).
+/// What stands in for a hidden credential.
+pub const REDACTED: &str = "[redacted]";
+
+/// `text` as one line: its first line only, runs of white space as one space, credentials
+/// hidden, at most [`MAX_MESSAGE`] characters (cut at a word, ending with `...`).
 pub fn line(text: &str) -> String {
     let first = text
-        .lines()
+        .split(['\n', '\r'])
         .map(str::trim)
         .find(|l| !l.is_empty())
         .unwrap_or("");
     let mut one = String::with_capacity(first.len().min(4 * MAX_MESSAGE));
+    let mut hide_next = false;
     for word in first.split_whitespace() {
         if !one.is_empty() {
             one.push(' ');
         }
-        one.push_str(word);
+        if hide_next || looks_like_a_credential(word) {
+            one.push_str(REDACTED);
+        } else {
+            one.push_str(word);
+        }
+        hide_next = names_a_credential(word);
         if one.len() > 4 * MAX_MESSAGE {
             break;
         }
     }
     bounded(one)
+}
+
+/// Keys whose value is a credential.
+const CREDENTIAL_KEYS: [&str; 6] = [
+    "token",
+    "password",
+    "secret",
+    "authorization",
+    "-data",
+    "apikey",
+];
+
+/// A word that introduces a credential (`token:`, `password=`, `client-key-data:`, `Bearer`),
+/// so that the word after it is hidden.
+fn names_a_credential(word: &str) -> bool {
+    let key = word
+        .trim_end_matches([':', '='])
+        .trim_matches(['"', '\'', '{', ','])
+        .to_ascii_lowercase();
+    let introduces = word.ends_with(':') || word.ends_with('=');
+    key == "bearer"
+        || key == "basic"
+        || (introduces && CREDENTIAL_KEYS.iter().any(|k| key.ends_with(k)))
+}
+
+/// A word that is a credential itself: `key=value` or `key:value` with a credential key, or a
+/// long run of base64 or JWT characters with capitals and digits (a DNS name has no capital).
+fn looks_like_a_credential(word: &str) -> bool {
+    if let Some((key, value)) = word.split_once(['=', ':'])
+        && !value.is_empty()
+        && CREDENTIAL_KEYS.iter().any(|k| {
+            key.trim_matches(['"', '\''])
+                .to_ascii_lowercase()
+                .ends_with(k)
+        })
+    {
+        return true;
+    }
+    let base64 = |c: char| c.is_ascii_alphanumeric() || "+/=._-".contains(c);
+    let token = word.trim_matches(|c: char| !base64(c));
+    token.len() >= 32
+        && token.chars().all(base64)
+        && token.chars().any(|c| c.is_ascii_uppercase())
+        && token.chars().any(|c| c.is_ascii_digit())
 }
 
 /// A one-line text cut to [`MAX_MESSAGE`] characters at a word boundary.
@@ -86,6 +142,60 @@ mod tests {
         assert!(cut.chars().count() <= MAX_MESSAGE, "{}", cut.len());
         assert!(cut.ends_with("word..."), "{cut}");
         assert_eq!(line("short"), "short");
+    }
+
+    #[test]
+    fn credentials_are_hidden() {
+        let jwt = "eyJhbGciOiJSUzI1NiIsImtpZCI6IjEyMyJ9.eyJzdWIiOiJhIn0.c2lnbmF0dXJlMTIz";
+        for text in [
+            format!("bad user: token: {jwt}"),
+            format!("Authorization: Bearer {jwt}"),
+            format!("password=hunter2 and {jwt}"),
+            "client-key-data: LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JSUV2".to_string(),
+        ] {
+            let said = line(&text);
+            assert!(said.contains(REDACTED), "{said}");
+            for secret in [
+                jwt,
+                "hunter2",
+                "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JSUV2",
+            ] {
+                assert!(!said.contains(secret), "{said}");
+            }
+        }
+        assert_eq!(
+            line("cluster east-production-eu-central-1-replica-0003 is not declared"),
+            "cluster east-production-eu-central-1-replica-0003 is not declared"
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever an error says, the message is one line of at most MAX_MESSAGE characters.
+        #[test]
+        fn any_text_becomes_one_bounded_line(text in "(?s).{0,2000}") {
+            let said = line(&text);
+            proptest::prop_assert!(said.chars().count() <= MAX_MESSAGE);
+            proptest::prop_assert!(!said.contains('\n') && !said.contains('\r'));
+        }
+
+        /// A token anywhere in a kubeconfig an error quotes never shows.
+        #[test]
+        fn a_quoted_kubeconfigs_token_never_shows(
+            token in "[A-Za-z0-9]{8}[A-Z][0-9][A-Za-z0-9]{30,60}",
+            noise in "[ -~]{0,300}",
+            cut in 0usize..3,
+        ) {
+            let kubeconfig = format!(
+                "apiVersion: v1\nusers:\n- name: reader\n  user:\n    token: {token}\n"
+            );
+            let text = match cut {
+                0 => format!("failed to parse kubeconfig: {noise} {kubeconfig}"),
+                1 => format!("invalid type: string \"{token}\", expected a map {noise}"),
+                _ => format!("{noise} token: {token}"),
+            };
+            let said = line(&text);
+            proptest::prop_assert!(!said.contains(&token), "{}", said);
+        }
     }
 
     #[test]

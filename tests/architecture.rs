@@ -580,6 +580,7 @@ fn test_sources() -> Vec<String> {
         repo.join("tests"),
         repo.join("tests/support"),
         repo.join("examples/benchmark"),
+        repo.join("examples/load"),
     ] {
         for entry in std::fs::read_dir(dir).expect("tests").flatten() {
             if entry.path().extension().is_some_and(|e| e == "rs") {

@@ -7,7 +7,9 @@ mod support;
 
 use std::{collections::BTreeMap, sync::Mutex, time::Duration};
 
-use failover::api::conditions::{DEGRADED, HEALTH_QUERY_FAILED, READY, degraded, health};
+use failover::api::conditions::{
+    ATTACHED, DEGRADED, HEALTH_QUERY_FAILED, READY, attached, degraded, health,
+};
 use failover::{
     api::{FailoverPolicy, Output},
     route::RouteTarget,
@@ -194,12 +196,23 @@ fn the_node_demo_moves_real_readiness_and_leaves_nothing_behind() {
     let run = ScriptRun::of("hack/demo.sh", &["--node"], DEMO_LIMIT);
     run.assert_success("hack/demo.sh --node");
     eprintln!("hack/demo.sh --node ran in {:.1?}", run.took);
-    for (prefix, weights) in [
-        ("every backend Pod is ready", [1, 0, 0]),
-        ("every primary Pod fails its readiness probe", [0, 1, 0]),
-        ("they pass it again", [1, 0, 0]),
+    for (prefix, weights, answering) in [
+        ("every backend Pod is ready", [1, 0, 0], "web"),
+        (
+            "every primary Pod fails its readiness probe",
+            [0, 1, 0],
+            "web-east",
+        ),
+        ("they pass it again", [1, 0, 0], "web"),
     ] {
         let step = run.step(prefix);
+        let requests = proxied(&step);
+        assert!(
+            requests.get(answering).is_some_and(|n| *n > 0)
+                && requests.iter().all(|(b, n)| b == answering || *n == 0),
+            "demo step '{}': the proxy's requests should all be answered by {answering}: {requests:?}",
+            step.title
+        );
         let shown: Vec<i64> = ["web", "web-east", "web-west"]
             .iter()
             .map(|backend| status_weight(&step, backend))
@@ -213,6 +226,30 @@ fn the_node_demo_moves_real_readiness_and_leaves_nothing_behind() {
         );
     }
     assert_left_nothing(&run);
+}
+
+/// The requests a step says went through the proxy, by backend (and `failed`).
+fn proxied(step: &Step) -> BTreeMap<String, i64> {
+    let line = step
+        .lines
+        .iter()
+        .find_map(|l| l.strip_prefix("requests through the proxy in 3 seconds: "))
+        .unwrap_or_else(|| {
+            panic!(
+                "demo step '{}' shows no traffic:\n{}",
+                step.title,
+                step.text()
+            )
+        });
+    line.split(" (of ")
+        .next()
+        .unwrap_or_default()
+        .split(", ")
+        .filter_map(|part| {
+            let (backend, n) = part.rsplit_once(' ')?;
+            Some((backend.to_string(), n.parse().ok()?))
+        })
+        .collect()
 }
 
 /// A backend's weight in a `kubectl failover status` table printed by a step.
@@ -256,7 +293,21 @@ fn assert_left_nothing(run: &ScriptRun) {
 /// The samples that need what a test cluster does not have (a remote cluster, a Prometheus),
 /// and the condition their comments say the policy shows without it, besides `Ready=True`:
 /// (policy, condition type, status, reason, part of its message).
-const WITHOUT_EXTERNALS: [(&str, &str, &str, &str, &str); 2] = [
+const WITHOUT_EXTERNALS: [(&str, &str, &str, &str, &str); 4] = [
+    (
+        "orders",
+        ATTACHED,
+        "False",
+        attached::NO_ANSWER,
+        "no controller has answered for Service",
+    ),
+    (
+        "shop",
+        ATTACHED,
+        "False",
+        attached::NO_ANSWER,
+        "no controller has answered for Gateway default/edge",
+    ),
     (
         "checkout",
         DEGRADED,

@@ -271,6 +271,16 @@ async fn foreign_traffic_split_is_never_touched() {
         .and_then(|s| s.conditions.iter().find(|c| c.type_ == READY))
         .expect(READY);
     assert_eq!(ready.status, "False");
+    assert!(
+        ready.message.contains("so traffic to web is not written"),
+        "the decision not written is in the condition: {}",
+        ready.message
+    );
+    let status = p.status.as_ref().expect("status");
+    assert!(
+        status.active_backends.is_empty() && status.phase.is_none(),
+        "no route of this policy is in place, and the status says so: {status:?}"
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = env
         .api::<TrafficSplit>()

@@ -76,8 +76,7 @@ fn cases() -> Vec<Case> {
             s.output = Output::HttpRoute;
             s.http_route = Some(HttpRouteSpec {
                 name: Some(subdomain()),
-                parent_port: None,
-                port: 8080,
+                ..HttpRouteSpec::on_port(8080)
             });
         }),
         primary: "hr-a".into(),
@@ -219,11 +218,7 @@ async fn each_missing_crd_is_named_and_picked_up_once_installed() {
     env.apply(&PolicyBuilder::web());
     env.apply(&PolicyBuilder::named("hr", "web", &["web-east"]).spec(|s| {
         s.output = Output::HttpRoute;
-        s.http_route = Some(HttpRouteSpec {
-            name: None,
-            parent_port: None,
-            port: 8080,
-        });
+        s.http_route = Some(HttpRouteSpec::on_port(8080));
     }));
     let controller = ControllerProcess::start(&env, &[]);
     for crd in [

@@ -14,7 +14,7 @@ use kube::{
 };
 use support::{
     ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS,
-    condition, route_backend_weights, started, wait_until,
+    condition, route_backend_weights, started, wait_until, weights,
 };
 
 #[tokio::test]
@@ -106,7 +106,7 @@ async fn when_none_ready_primary_sends_everything_to_the_primary() {
 }
 
 #[tokio::test]
-async fn suspend_freezes_the_split_while_status_shows_the_decision() {
+async fn suspend_freezes_the_split_and_the_status_shows_it_as_it_stands() {
     let Some((env, _c)) = started("suspend", PolicyBuilder::web()).await else {
         return;
     };
@@ -114,15 +114,45 @@ async fn suspend_freezes_the_split_while_status_shows_the_decision() {
     env.apply(&PolicyBuilder::web().spec(|s| s.suspend = true));
     env.set_endpoints("web", 0, 1).await;
     let p = env
-        .wait_policy("web", WAIT, "Suspended with the would-be decision", |p| {
-            p.status
-                .as_ref()
-                .is_some_and(|s| s.phase == Some(Phase::FailedOver))
-                && condition(p, SUSPENDED).is_some_and(|c| c.0 == "True")
-        })
+        .wait_policy(
+            "web",
+            WAIT,
+            "suspended with the primary seen not ready",
+            |p| {
+                condition(p, SUSPENDED).is_some_and(|c| c.0 == "True")
+                    && p.status
+                        .as_ref()
+                        .is_some_and(|s| s.backends.first().is_some_and(|b| !b.ready))
+            },
+        )
         .await;
-    assert!(condition(&p, SUSPENDED).is_some_and(|c| c.2.contains("would go to web-east")));
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let status = p.status.clone().expect("status");
+    assert_eq!(
+        status.phase,
+        Some(Phase::Primary),
+        "the route still sends to the primary"
+    );
+    assert_eq!(status.active_backends, ["web"]);
+    let shown: Vec<(String, i64)> = status
+        .backends
+        .iter()
+        .map(|b| (b.service.clone(), i64::from(b.weight)))
+        .collect();
+    assert_eq!(
+        shown,
+        weights(&ON_WEB),
+        "the status shows the route's weights"
+    );
+    let message = condition(&p, SUSPENDED).map(|c| c.2).unwrap_or_default();
+    assert!(
+        message.contains("stays at web=1 web-east=0 web-west=0")
+            && message.contains("would go to web-east"),
+        "{message}"
+    );
+    assert_eq!(
+        condition(&p, READY).map(|c| (c.0, c.1)),
+        Some(("False".into(), ready::SUSPENDED.into()))
+    );
     assert_eq!(
         env.split_weights("web").await.expect("split")[0],
         ("web".to_string(), 1),
@@ -185,9 +215,8 @@ fn http_route_policy(parent_port: Option<i32>) -> PolicyBuilder {
     PolicyBuilder::web().spec(|s| {
         s.output = Output::HttpRoute;
         s.http_route = Some(HttpRouteSpec {
-            name: None,
             parent_port,
-            port: 8080,
+            ..HttpRouteSpec::on_port(8080)
         });
     })
 }

@@ -124,3 +124,54 @@ async fn a_health_check_with_no_prometheus_to_ask_says_so_and_routes_on_readines
     );
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_prometheus_answering_html_or_ten_megabytes_is_reported_in_one_line() {
+    let Some(env) = TestEnv::new("health-odd-answers").await else {
+        return;
+    };
+    let not_prometheus = Exporter::start();
+    not_prometheus.serve("<html>\n<body>\n<h1>Sign in</h1>\n</body>\n</html>\n".into());
+    let _c = env.with_controller(&[]).await;
+    let address = format!("http://{}", not_prometheus.address);
+    env.apply(&PolicyBuilder::web().spec(move |s| {
+        s.health = Some(HealthSpec {
+            prometheus: Some(PrometheusHealth {
+                address: Some(address),
+                query: "backend_error_ratio{service=\"{{service}}\"}".into(),
+                max: Some(0.5),
+                min: None,
+                interval: "1s".into(),
+                no_data: NoData::Healthy,
+            }),
+        })
+    }));
+    env.wait_weights("web", &ON_WEB, WAIT).await;
+    let html = env
+        .wait_policy("web", WAIT, "the HTML answer reported", |p| {
+            condition(p, HEALTH_QUERY_FAILED)
+                .is_some_and(|c| c.0 == "True" && c.2.contains("without JSON"))
+        })
+        .await;
+    let said = condition(&html, HEALTH_QUERY_FAILED).expect("condition").2;
+    assert!(
+        !said.contains("<html>") && !said.contains("Sign in"),
+        "{said}"
+    );
+    // Ten megabytes: refused unread, the controller unharmed.
+    not_prometheus.serve(format!(
+        "{{\"status\":\"success\",\"data\":\"{}\"}}",
+        "x".repeat(10 << 20)
+    ));
+    let big = env
+        .wait_policy("web", WAIT, "the huge answer reported", |p| {
+            condition(p, HEALTH_QUERY_FAILED).is_some_and(|c| c.2.contains("more than 1 MiB"))
+        })
+        .await;
+    eprintln!(
+        "HTML: {said}\n10 MB: {}",
+        condition(&big, HEALTH_QUERY_FAILED).expect("condition").2
+    );
+    env.wait_weights("web", &ON_WEB, WAIT).await;
+    env.cleanup().await;
+}

@@ -3,35 +3,14 @@
 
 mod support;
 
-use std::{path::PathBuf, process::Output};
+use std::process::Output;
 
 use failover::api::FailoverPolicy;
 use failover::api::conditions::{READY, SUSPENDED, ready, suspended};
 use support::{
     ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT, condition_reason,
-    weights,
+    kubectl_failover as failover, weights,
 };
-
-/// `kubectl failover ARGS` in the test namespace, the plugin found on the PATH.
-fn failover(env: &TestEnv, args: &[&str]) -> Output {
-    let plugin = PathBuf::from(env!("CARGO_BIN_EXE_kubectl-failover"));
-    let dirs = [
-        plugin.parent().expect("plugin dir").to_path_buf(),
-        env.cp.bin_dir.clone(),
-    ];
-    let path = std::env::join_paths(dirs.iter().cloned().chain(std::env::split_paths(
-        &std::env::var_os("PATH").unwrap_or_default(),
-    )))
-    .expect("PATH");
-    let mut all = vec!["failover", "-n", env.ns.as_str()];
-    all.extend_from_slice(args);
-    std::process::Command::new(env.cp.bin("kubectl"))
-        .env("KUBECONFIG", &env.cp.kubeconfig)
-        .env("PATH", path)
-        .args(&all)
-        .output()
-        .expect("running kubectl failover")
-}
 
 /// The plugin's standard output; fails the test when it did not succeed.
 fn ok(out: Output) -> String {
@@ -223,5 +202,69 @@ async fn pin_unpin_suspend_and_resume_change_the_policy_under_their_own_field_ma
         !owns(&p, SUSPEND, "suspend"),
         "resume gives up {SUSPEND}'s spec.suspend"
     );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_suspended_policy_with_its_primary_down_shows_the_frozen_route_everywhere() {
+    let Some(env) = TestEnv::new("plugin-suspended").await else {
+        return;
+    };
+    let _c = env.with_controller(&[]).await;
+    env.apply(&PolicyBuilder::web());
+    env.wait_weights("web", &ON_WEB, WAIT).await;
+    ok(failover(&env, &["suspend", "web"]));
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_policy("web", WAIT, "suspended, the primary seen not ready", |p| {
+        condition_reason(p, SUSPENDED).is_some()
+            && p.status
+                .as_ref()
+                .and_then(|s| s.backends.first())
+                .is_some_and(|b| !b.ready)
+    })
+    .await;
+    assert_eq!(env.split_weights("web").await, Some(weights(&ON_WEB)));
+
+    // kubectl get: NAME PRIMARY ACTIVE PHASE READY AGE; Active is the frozen route's backend.
+    let listed = support::ok(&env.kubectl(&["get", "failoverpolicies"]), "kubectl get");
+    eprintln!("kubectl get failoverpolicies:\n{listed}");
+    let row: Vec<&str> = listed
+        .lines()
+        .find(|l| l.starts_with("web "))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row.get(2..5),
+        Some(&["web", "Primary", "2/3"][..]),
+        "{listed}"
+    );
+
+    // kubectl failover status: the primary keeps weight 1 although it is not ready.
+    let text = ok(failover(&env, &["status", "web"]));
+    eprintln!("kubectl failover status web:\n{text}");
+    let row = |service: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.contains("primary") || l.contains("secondary"))
+            .find(|l| l.split_whitespace().next() == Some(service))
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(row("web")[1..5], ["primary", "no", "0/1", "1"], "{text}");
+    assert_eq!(row("web-east")[4], "0", "{text}");
+    assert!(text.contains("phase Primary"), "{text}");
+
+    // explain-decision: suspended, where the route stays and where traffic would go.
+    let text = ok(failover(&env, &["explain-decision", "web"]));
+    eprintln!("kubectl failover explain-decision web:\n{text}");
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(text.contains("Rule: Suspended"), "{text}");
+    assert!(
+        text.contains("suspended: the TrafficSplit stays at web=1 web-east=0 web-west=0"),
+        "{text}"
+    );
+    assert!(text.contains("would go to web-east"), "{text}");
     env.cleanup().await;
 }

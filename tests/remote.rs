@@ -337,3 +337,94 @@ async fn a_deleted_cluster_secret_makes_its_backends_not_ready_with_a_clear_mess
     );
     env.cleanup().await;
 }
+
+/// The token of a kubeconfig (its `token:` line).
+fn token_of(kubeconfig: &str) -> String {
+    kubeconfig
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("token:"))
+        .map(|t| t.trim().to_string())
+        .expect("a token in the reader's kubeconfig")
+}
+
+/// Replaces one line of a kubeconfig (the first starting with `key:`) by `key: value`.
+fn with_line(kubeconfig: &str, key: &str, value: &str) -> String {
+    kubeconfig
+        .lines()
+        .map(|l| {
+            let indent = &l[..l.len() - l.trim_start().len()];
+            if l.trim_start().starts_with(&format!("{key}:")) {
+                format!("{indent}{key}: {value}")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn a_broken_cluster_secret_says_why_in_one_line_and_never_its_content() {
+    let Some(_) = support::shared() else { return };
+    let (east, west) = east_and_west().await;
+    let Some((env, _c)) = local("remote-broken", &east, &west, "2s").await else {
+        return;
+    };
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
+    let token = token_of(&east.kubeconfig);
+    let dead = {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        with_line(
+            &east.kubeconfig,
+            "server",
+            &format!("https://127.0.0.1:{port}"),
+        )
+    };
+    // Another cluster's CA: the local control plane's, which did not sign east's certificate.
+    let other_ca = support::kubectl(
+        env.cp,
+        &[
+            "config",
+            "view",
+            "--raw",
+            "-o",
+            "jsonpath={.clusters[0].cluster.certificate-authority-data}",
+        ],
+    );
+    let wrong_ca = with_line(
+        &east.kubeconfig,
+        "certificate-authority-data",
+        String::from_utf8_lossy(&other_ca.stdout).trim(),
+    );
+    let broken = [
+        (
+            "does not parse",
+            format!("this is: [not a kubeconfig\ntoken: {token}\n"),
+        ),
+        ("a dead server", dead),
+        ("a wrong CA", wrong_ca),
+    ];
+    for (what, kubeconfig) in broken {
+        env.declare_cluster("east", &kubeconfig, "2s").await;
+        env.wait_weights("web", &ON_WEST, WAIT).await;
+        let p = env
+            .wait_policy("web", WAIT, what, |p| {
+                backend_message(p, "web-east").starts_with("cluster east")
+            })
+            .await;
+        for (field, message) in support::status_messages(&p) {
+            assert!(
+                !message.contains(&token) && !message.contains("not a kubeconfig"),
+                "{what}: {field} quotes the Secret: {message}"
+            );
+        }
+        eprintln!("{what}: {}", backend_message(&p, "web-east"));
+        env.declare_cluster("east", &east.kubeconfig, "2s").await;
+        env.wait_weights("web", &ON_EAST, WAIT).await;
+    }
+    env.cleanup().await;
+}

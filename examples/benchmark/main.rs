@@ -33,6 +33,7 @@ mod probe;
 mod recovery;
 mod report;
 mod startup;
+mod traffic;
 mod watches;
 
 use std::time::{Duration, Instant};
@@ -94,6 +95,9 @@ pub struct Options {
     /// it; its log is written to the system's temporary directory).
     #[arg(long, default_value = "warn")]
     controller_log: String,
+    /// Failover rounds through a real proxy on a real node (0: skip the traffic section).
+    #[arg(long, default_value_t = 5)]
+    traffic_rounds: usize,
     /// The controller binary to measure (default: this checkout's release build), e.g. an
     /// earlier build to compare with.
     #[arg(long)]
@@ -200,6 +204,7 @@ async fn main() {
     } else {
         Vec::new()
     };
+    let traffic = traffic::run(&o).await;
     println!(
         "\nAll scales ({:.1} min, {}):",
         started.elapsed().as_secs_f64() / 60.0,
@@ -208,11 +213,12 @@ async fn main() {
     report::print_latency(&results);
     report::print_process(&results, idle_rss);
     report::print_recovery(&recovery);
-    let failed = report::print_targets(&results, &recovery);
+    report::print_traffic(&traffic);
+    let failed = report::print_targets(&results, &recovery, &traffic);
     if let Some(dir) = o.out.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    let json = json!({"machine": machine(), "flips": o.flips, "idle_rss_mib": idle_rss, "results": results, "recovery": recovery});
+    let json = json!({"machine": machine(), "flips": o.flips, "idle_rss_mib": idle_rss, "results": results, "recovery": recovery, "traffic": traffic});
     std::fs::write(
         &o.out,
         serde_json::to_string_pretty(&json).unwrap_or_default(),

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::{latency::Latency, recovery::Recovery, startup::Restart};
+use crate::{latency::Latency, recovery::Recovery, startup::Restart, traffic::Traffic};
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Percentiles {
@@ -141,6 +141,128 @@ pub fn print_recovery(recovery: &[Recovery]) {
             r.route_written.max_ms
         );
     }
+}
+
+/// One segment of a failover's timeline, from a round.
+type Segment = fn(&crate::traffic::Round) -> f64;
+
+pub fn print_traffic(t: &Traffic) {
+    if let Some(why) = &t.not_measured {
+        println!("\nTraffic through a real proxy: not measured ({why}).");
+        return;
+    }
+    println!(
+        "\nTraffic through a real proxy ({} requests/s), each failover in ms after the probe file was removed:\n",
+        t.rate
+    );
+    println!(
+        "| round | kubelet: not ready | EndpointSlice: not ready | route written | proxy applied (first answer from the secondary) | last answer from the primary | our segment | failed requests | failed after the proxy applied |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (i, r) in t.rounds.iter().enumerate() {
+        println!(
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} | {} | {} |",
+            i + 1,
+            r.kubelet_not_ready_ms,
+            r.slice_not_ready_ms,
+            r.route_written_ms,
+            r.proxy_applied_ms,
+            r.last_primary_ms,
+            r.ours_ms(),
+            r.failed,
+            r.failed_after_proxy
+        );
+    }
+    let median = |f: fn(&crate::traffic::Round) -> f64| {
+        let mut v: Vec<f64> = t.rounds.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let whole = median(crate::traffic::Round::whole_ms).max(1e-6);
+    println!(
+        "\nSegments, median over {} rounds (share of the whole {:.0} ms):\n",
+        t.rounds.len(),
+        whole
+    );
+    println!("| segment | ms | share |");
+    println!("|---|---:|---:|");
+    let segments: [(&str, Segment); 4] = [
+        ("probe fails → kubelet marks the Pod not ready", |r| {
+            r.kubelet_not_ready_ms
+        }),
+        ("→ the EndpointSlice says so", |r| {
+            r.slice_not_ready_ms - r.kubelet_not_ready_ms
+        }),
+        (
+            "→ the route is written (ours)",
+            crate::traffic::Round::ours_ms,
+        ),
+        ("→ the proxy applies it", |r| {
+            r.proxy_applied_ms - r.route_written_ms
+        }),
+    ];
+    for (name, f) in segments {
+        let m = median(f);
+        println!("| {name} | {m:.0} | {:.1}% |", m * 100.0 / whole);
+    }
+    println!(
+        "\nFailed requests: failback ramps {} of {}, pins and unpins {} of {}; rounds not completed: {}.",
+        t.ramp.0, t.ramp.1, t.planned.0, t.planned.1, t.failed_rounds
+    );
+}
+
+fn traffic_verdicts(t: &Traffic) -> Vec<Verdict> {
+    if let Some(why) = &t.not_measured {
+        return [
+            "traffic: our segment (EndpointSlice event → route written) p99 ≤ 50 ms and ≤ 5% of the whole",
+            "traffic: 0 failed requests on planned switches and ramps",
+            "traffic: unplanned failover loses no request after the proxy applied the route",
+        ]
+        .into_iter()
+        .map(|target| Verdict {
+            target: target.into(),
+            measured: why.clone(),
+            met: None,
+        })
+        .collect();
+    }
+    let whole_median = t.whole.p50_ms.max(1e-6);
+    let share = t.ours.p50_ms * 100.0 / whole_median;
+    let after: usize = t.rounds.iter().map(|r| r.failed_after_proxy).sum();
+    let total: usize = t.rounds.iter().map(|r| r.failed).sum();
+    vec![
+        measured_verdict(
+            format!(
+                "traffic: our segment (EndpointSlice event → route written) p99 ≤ 50 ms and ≤ 5% of the whole ({} rounds)",
+                t.rounds.len()
+            ),
+            &[&t.ours, &t.whole],
+            || {
+                format!(
+                    "p99 {:.1} ms, max {:.1} ms; {share:.2}% of the whole ({:.0} ms median)",
+                    t.ours.p99_ms, t.ours.max_ms, t.whole.p50_ms
+                )
+            },
+            || t.ours.p99_ms <= 50.0 && share <= 5.0,
+        ),
+        verdict(
+            "traffic: 0 failed requests on planned switches and ramps",
+            format!(
+                "pins and unpins {} of {}, ramps {} of {}",
+                t.planned.0, t.planned.1, t.ramp.0, t.ramp.1
+            ),
+            t.planned.0 == 0 && t.ramp.0 == 0 && t.planned.1 > 0 && t.ramp.1 > 0,
+        ),
+        verdict(
+            "traffic: unplanned failover loses no request after the proxy applied the route",
+            format!(
+                "{after} after, {total} in all over {} rounds ({} not completed)",
+                t.rounds.len(),
+                t.failed_rounds
+            ),
+            after == 0 && t.failed_rounds == 0 && !t.rounds.is_empty(),
+        ),
+    ]
 }
 
 /// One target: what it asks, what was measured, whether it is met (`None`: not measured, for
@@ -342,10 +464,11 @@ fn recovery_verdicts(recovery: &[Recovery]) -> Vec<Verdict> {
 
 /// Prints every target with its measured value and verdict; returns how many were missed or
 /// not measured.
-pub fn print_targets(results: &[ScaleResult], recovery: &[Recovery]) -> usize {
+pub fn print_targets(results: &[ScaleResult], recovery: &[Recovery], traffic: &Traffic) -> usize {
     let mut all = latency_verdicts(results);
     all.extend(process_verdicts(results));
     all.extend(recovery_verdicts(recovery));
+    all.extend(traffic_verdicts(traffic));
     println!("\nTargets:\n");
     println!("| target | measured | verdict |");
     println!("|---|---|---|");

@@ -14,6 +14,8 @@ pub const PINNED: &str = "Pinned";
 pub const HEALTH_QUERY_FAILED: &str = "HealthQueryFailed";
 /// Condition type: every cluster the policy reads readiness from answers.
 pub const CLUSTERS_REACHABLE: &str = "ClustersReachable";
+/// Condition type (output `HTTPRoute`): every parent of the route accepted it.
+pub const ATTACHED: &str = "Attached";
 
 /// Reasons of the `Ready` condition, and of the Events that announce where traffic went.
 pub mod ready {
@@ -35,6 +37,9 @@ pub mod ready {
     pub const PINNED_BACKEND_NOT_READY: &str = "PinnedBackendNotReady";
     /// No backend is ready; `whenNoneReady` chose the weights.
     pub const NO_READY_BACKEND: &str = "NoReadyBackend";
+    /// `spec.suspend` freezes the route; its status is `True` while the route it keeps sends
+    /// traffic to a ready backend.
+    pub const SUSPENDED: &str = "Suspended";
     /// The spec breaks a rule; nothing is decided.
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// A TrafficSplit of the route's name exists and is not the policy's.
@@ -89,6 +94,16 @@ pub mod clusters {
     pub const ALL_CLUSTERS_REACHABLE: &str = "AllClustersReachable";
     /// Some cluster does not answer, or is not declared.
     pub const CLUSTER_UNREACHABLE: &str = "ClusterUnreachable";
+}
+
+/// Reasons of the `Attached` condition.
+pub mod attached {
+    /// Every parent's controller accepted the route.
+    pub const ACCEPTED: &str = "Accepted";
+    /// A parent's controller refused the route.
+    pub const NOT_ACCEPTED: &str = "NotAccepted";
+    /// No controller has answered for some parent yet.
+    pub const NO_ANSWER: &str = "NoAnswer";
 }
 
 /// Reasons of the Events that announce a transition (besides `FailedOver` and

@@ -10,10 +10,12 @@
 
 pub mod conditions;
 mod health;
+mod http_route;
 pub mod rules;
 pub mod status;
 
 pub use health::*;
+pub use http_route::*;
 pub use status::*;
 
 use std::fmt;
@@ -123,6 +125,7 @@ pub const GROUP: &str = "failover.dev";
     validation = rules::NO_HOLDS_WITH_PROPORTIONAL.schema_rule(),
     validation = rules::PIN_NAMES_A_BACKEND.schema_rule(),
     validation = rules::HTTP_ROUTE_NEEDS_PORT.schema_rule(),
+    validation = rules::HTTP_ROUTE_NEEDS_A_PARENT.schema_rule(),
     validation = rules::HTTP_ROUTE_NAME_FIXED.schema_rule(),
     validation = rules::OUTPUT_FIXED.schema_rule(),
     validation = rules::NO_RAMP_WITH_PROPORTIONAL.schema_rule()
@@ -182,8 +185,9 @@ pub struct FailoverPolicySpec {
     #[garde(skip)]
     pub when_none_ready: WhenNoneReady,
 
-    /// Freezes the generated route as it is: the controller stops changing its weights, while the
-    /// status keeps showing what it would do (condition `Suspended`). Default false.
+    /// Freezes the generated route as it is: the controller stops changing its weights. The
+    /// status shows the route as it stands; the `Suspended` condition says where traffic would
+    /// go. Default false.
     #[serde(default, skip_serializing_if = "is_false")]
     #[garde(skip)]
     pub suspend: bool,
@@ -196,8 +200,8 @@ pub struct FailoverPolicySpec {
     pub pin: Option<String>,
 
     /// What the controller generates and owns: `TrafficSplit` (default, SMI) or `HTTPRoute`
-    /// (Gateway API `gateway.networking.k8s.io/v1`, attached to the apex Service as its parent,
-    /// the mesh pattern Linkerd 2.14+ reads). Cannot be changed later.
+    /// (Gateway API `gateway.networking.k8s.io/v1`, attached to Gateways, to the apex Service
+    /// as its parent, the mesh pattern Linkerd 2.14+ reads, or both). Cannot be changed later.
     #[serde(default)]
     #[garde(skip)]
     pub output: Output,
@@ -466,7 +470,8 @@ pub enum Output {
     /// An SMI TrafficSplit (`split.smi-spec.io`).
     #[default]
     TrafficSplit,
-    /// A Gateway API HTTPRoute (`gateway.networking.k8s.io/v1`) whose parent is the apex Service.
+    /// A Gateway API HTTPRoute (`gateway.networking.k8s.io/v1`) attached to Gateways or to the
+    /// apex Service.
     #[serde(rename = "HTTPRoute")]
     HttpRoute,
 }
@@ -479,30 +484,6 @@ impl Output {
             Output::HttpRoute => "HTTPRoute",
         }
     }
-}
-
-/// The generated HTTPRoute.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Validate)]
-#[serde(rename_all = "camelCase")]
-pub struct HttpRouteSpec {
-    /// Name of the HTTPRoute (default: the policy's name). It cannot be changed later. An
-    /// HTTPRoute of this name that the policy does not own is never touched.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = MAX_SUBDOMAIN), pattern(DNS1123_SUBDOMAIN))]
-    #[garde(inner(length(min = 1, max = MAX_SUBDOMAIN), custom(dns1123_subdomain)))]
-    pub name: Option<String>,
-
-    /// The port of the apex Service the route attaches to (parentRef port); default: every port.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 65535))]
-    #[garde(inner(range(min = 1, max = 65535)))]
-    pub parent_port: Option<i32>,
-
-    /// The port of the backend Services that traffic goes to (backendRef port, required by the
-    /// Gateway API for Service backends).
-    #[schemars(range(min = 1, max = 65535))]
-    #[garde(range(min = 1, max = 65535))]
-    pub port: i32,
 }
 
 /// The generated TrafficSplit.

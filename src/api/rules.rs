@@ -37,6 +37,18 @@ pub const DNS1123_SUBDOMAIN: &str =
 /// A Go-style duration (`time.ParseDuration`), non-negative: `0`, `90s`, `1m30s`, `1.5h`.
 pub const GO_DURATION: &str = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$";
 
+/// A hostname an HTTPRoute serves, as the Gateway API states it (a leading `*.` allowed).
+pub const HOSTNAME: &str =
+    r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// An HTTPRoute path prefix: absolute, of the characters a path may hold unescaped.
+pub const PATH_PREFIX: &str = r"^/[-A-Za-z0-9/._~!$&'()*+,;=:@%]*$";
+/// Most Gateways a policy's HTTPRoute attaches to.
+pub const MAX_GATEWAYS: usize = 16;
+/// Most hostnames a policy's HTTPRoute serves (the Gateway API's own bound).
+pub const MAX_HOSTNAMES: usize = 16;
+/// Longest path prefix (the Gateway API's own bound).
+pub const MAX_PATH: usize = 1024;
+
 /// A Prometheus address: plain HTTP to a host and port.
 pub const PROMETHEUS_ADDRESS: &str = r"^http://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~/\-]*)?$";
 
@@ -58,6 +70,8 @@ pub(crate) static DNS1123_RE: LazyLock<regex::Regex> =
 pub(crate) static PROMETHEUS_ADDRESS_RE: LazyLock<regex::Regex> =
     LazyLock::new(|| compiled(PROMETHEUS_ADDRESS));
 pub(crate) static GO_DURATION_RE: LazyLock<regex::Regex> = LazyLock::new(|| compiled(GO_DURATION));
+pub(crate) static HOSTNAME_RE: LazyLock<regex::Regex> = LazyLock::new(|| compiled(HOSTNAME));
+pub(crate) static PATH_PREFIX_RE: LazyLock<regex::Regex> = LazyLock::new(|| compiled(PATH_PREFIX));
 
 fn compiled(pattern: &str) -> regex::Regex {
     // The patterns are constants checked by unit tests; a failure here is a programming error
@@ -117,6 +131,40 @@ pub fn dns1123_subdomain(value: &str, _: &()) -> garde::Result {
         .is_match(value)
         .then_some(())
         .ok_or_else(|| garde::Error::new(DNS1123_MESSAGE))
+}
+
+/// `garde` rule: a hostname an HTTPRoute may serve.
+pub fn http_hostname(value: &str, _: &()) -> garde::Result {
+    HOSTNAME_RE
+        .is_match(value)
+        .then_some(())
+        .ok_or_else(|| garde::Error::new(HOSTNAME_MESSAGE))
+}
+
+/// `garde` rule: a path prefix the Gateway API accepts.
+pub fn http_path_prefix(value: &str, _: &()) -> garde::Result {
+    (PATH_PREFIX_RE.is_match(value)
+        && PATH_SEGMENTS_FORBIDDEN.iter().all(|f| !value.contains(f))
+        && !value.ends_with("/..")
+        && !value.ends_with("/."))
+    .then_some(())
+    .ok_or_else(|| garde::Error::new(PATH_PREFIX_MESSAGE))
+}
+
+/// What a path prefix must not contain (the Gateway API refuses them).
+const PATH_SEGMENTS_FORBIDDEN: [&str; 5] = ["//", "/./", "/../", "%2f", "%2F"];
+/// The message for a hostname that is not one.
+pub const HOSTNAME_MESSAGE: &str =
+    "must be a hostname: lowercase DNS labels separated by '.', optionally starting with '*.'";
+/// The message for a path prefix the Gateway API refuses.
+pub const PATH_PREFIX_MESSAGE: &str = "must be an absolute path of unescaped path characters without '//', '/./', '/../', '%2f' or a trailing '/.' or '/..'";
+
+/// The CEL rule on a path prefix: what the pattern cannot say.
+pub fn path_prefix_rule() -> kube::core::Rule {
+    kube::core::Rule::new(
+        "!self.contains('//') && !self.contains('/./') && !self.contains('/../') && !self.contains('%2f') && !self.contains('%2F') && !self.endsWith('/..') && !self.endsWith('/.')",
+    )
+    .message(PATH_PREFIX_MESSAGE)
 }
 
 /// A rule across fields: the CEL expression the API server evaluates, the message both it and
@@ -220,6 +268,26 @@ pub const HTTP_ROUTE_NEEDS_PORT: CrossFieldRule = CrossFieldRule {
     cel: "self.output != 'HTTPRoute' || has(self.httpRoute)",
     message: "httpRoute (with the backends' port) is required with output HTTPRoute",
     field: ".httpRoute",
+};
+/// An HTTPRoute attaches to something: the apex Service, or at least one Gateway.
+pub const HTTP_ROUTE_NEEDS_A_PARENT: CrossFieldRule = CrossFieldRule {
+    cel: "!has(self.httpRoute) || !has(self.httpRoute.serviceParent) || self.httpRoute.serviceParent || (has(self.httpRoute.gateways) && size(self.httpRoute.gateways) > 0)",
+    message: "httpRoute.serviceParent false needs at least one of httpRoute.gateways: the route would attach to nothing",
+    field: ".httpRoute.serviceParent",
+};
+/// The Gateways an HTTPRoute attaches to are distinct (a rule on the list).
+pub const DISTINCT_GATEWAYS: CrossFieldRule = CrossFieldRule {
+    cel: "self.all(g, self.exists_one(h, h == g))",
+    message: "httpRoute.gateways must be distinct",
+    field: ".httpRoute.gateways",
+};
+/// A Gateway named twice is named by listener each time (a rule on the list), as the Gateway
+/// API asks of `parentRefs`. (`namespace` is a reserved word of CEL: Kubernetes spells the field
+/// `__namespace__` in rules.)
+pub const SAME_GATEWAY_NEEDS_SECTION: CrossFieldRule = CrossFieldRule {
+    cel: "self.all(g, has(g.sectionName) || has(g.port) || self.exists_one(h, h.name == g.name && (has(h.__namespace__) ? h.__namespace__ : '') == (has(g.__namespace__) ? g.__namespace__ : '')))",
+    message: "a Gateway listed more than once in httpRoute.gateways needs sectionName or port each time",
+    field: ".httpRoute.gateways",
 };
 /// `httpRoute.name` never changes.
 pub const HTTP_ROUTE_NAME_FIXED: CrossFieldRule = CrossFieldRule {

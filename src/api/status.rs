@@ -124,11 +124,45 @@ pub struct FailoverPolicyStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_route: Option<String>,
 
+    /// Where the HTTPRoute attaches (output `HTTPRoute`), and whether each parent's controller
+    /// accepted it: a route written but not attached shows here (and in the `Attached`
+    /// condition).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub route_parents: Vec<RouteParentState>,
+
     /// Standard conditions: `Ready` (traffic is routed to a ready backend through the owned
     /// route) and `Degraded` (some backend, the primary above all, is not ready); `Suspended` and
     /// `Pinned` while `spec.suspend` or `spec.pin` is set.
     #[serde(default)]
     pub conditions: Vec<Condition>,
+}
+
+/// A parent of the generated HTTPRoute, and what its controller said of the route.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteParentState {
+    /// `Gateway` or `Service`.
+    pub kind: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The listener of a Gateway, when the policy names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+    /// The port, when the policy names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+    /// The parent's `Accepted` condition on the route: `True`, `False`, or absent while no
+    /// controller has answered for this parent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<String>,
+    /// Its reason, e.g. `Accepted` or `NotAllowedByListeners`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Its message, one line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// Readiness and weight of one backend.

@@ -221,7 +221,7 @@ async fn act(
     let applied = if ctx.apis.is_missing(api) {
         Applied::ApiMissing(api)
     } else {
-        apply::apply(&ctx.gate, &desired, inputs.route, valid.suspend).await
+        apply::apply(&ctx.gate, &desired, inputs.route.clone(), valid.suspend).await
     };
     let applied = match applied {
         Applied::Failed(ApplyError::NotLeader(e)) => return Err(Error::NotLeader(e)),
@@ -239,6 +239,7 @@ async fn act(
         policy: valid,
         plan,
         applied,
+        route: inputs.route,
     })
 }
 

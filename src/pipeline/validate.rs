@@ -154,6 +154,7 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
     ];
     let mut problems: Vec<SpecProblem> = checks
         .into_iter()
+        .chain(http_route_checks(spec))
         .filter(|(holds, _)| !holds)
         .map(|(_, rule)| problem(&rule.spec_field(), rule.message))
         .collect();
@@ -165,6 +166,35 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
         problems.push(problem(&rule.spec_field(), rule.message));
     }
     problems
+}
+
+/// The rules on `spec.httpRoute`'s parents, with whether each holds.
+fn http_route_checks(spec: &FailoverPolicySpec) -> Vec<(bool, &'static CrossFieldRule)> {
+    let Some(route) = &spec.http_route else {
+        return Vec::new();
+    };
+    let gateway = |g: &crate::api::GatewayParent| (g.name.clone(), g.namespace.clone());
+    let listener = |g: &crate::api::GatewayParent| (gateway(g), g.section_name.clone(), g.port);
+    let mut seen = BTreeSet::new();
+    let distinct = route.gateways.iter().all(|g| seen.insert(listener(g)));
+    let named_by_listener = route.gateways.iter().all(|g| {
+        g.section_name.is_some()
+            || g.port.is_some()
+            || route
+                .gateways
+                .iter()
+                .filter(|h| gateway(h) == gateway(g))
+                .count()
+                == 1
+    });
+    vec![
+        (
+            route.service_parent != Some(false) || !route.gateways.is_empty(),
+            &rules::HTTP_ROUTE_NEEDS_A_PARENT,
+        ),
+        (distinct, &rules::DISTINCT_GATEWAYS),
+        (named_by_listener, &rules::SAME_GATEWAY_NEEDS_SECTION),
+    ]
 }
 
 /// The Prometheus health check of `spec.health`, with its rules checked.

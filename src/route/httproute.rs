@@ -1,10 +1,15 @@
 //! The Gateway API `HTTPRoute` resource (`gateway.networking.k8s.io/v1`), typed as far as this
-//! controller reads and writes it: one parent (the apex Service, the mesh pattern Linkerd 2.14+
-//! and Istio read) and one rule whose weighted backend references are the policy's backends.
+//! controller reads and writes it: its parents (Gateways, the apex Service, or both), hostnames,
+//! one rule (an optional path prefix, the weighted Service backends), and the answers its
+//! parents' controllers write into `status.parents`.
 //!
 //! Why not the `gateway-api` crate: its current release (0.22) is built on kube 4 and
 //! k8s-openapi 0.28, so it would bring a second kube and k8s-openapi into the build; the few
-//! fields used here are typed below instead. Fields not listed are ignored when reading.
+//! fields used here are typed below instead. Any other field of a rule, match or backend is kept
+//! (`other`), so a route carrying one is not of the form this controller writes, and is
+//! rewritten.
+
+use std::collections::BTreeMap;
 
 use kube::{
     CustomResource,
@@ -13,13 +18,20 @@ use kube::{
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use super::rules::{RouteBackend, RouteRules};
+use super::rules::{ParentKind, RouteBackend, RouteParent, RouteRules};
 
 /// API group of the parent reference to a Service, as Linkerd documents it.
 const CORE_GROUP: &str = "core";
+/// API group of Gateways (and the default of a parent reference).
+const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+/// The condition a parent's controller sets when it attaches the route.
+pub const ACCEPTED: &str = "Accepted";
+/// The condition a parent's controller sets when every backend reference resolves.
+pub const RESOLVED_REFS: &str = "ResolvedRefs";
 
-/// An HTTPRoute, with the fields this controller sets.
+/// An HTTPRoute, with the fields this controller sets and reads.
 #[derive(CustomResource, JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "gateway.networking.k8s.io",
@@ -27,6 +39,7 @@ const CORE_GROUP: &str = "core";
     kind = "HTTPRoute",
     root = "HttpRoute",
     plural = "httproutes",
+    status = "HttpRouteStatus",
     namespaced,
     derive = "Default",
     derive = "PartialEq"
@@ -36,6 +49,9 @@ pub struct HttpRouteSpec {
     /// The objects the route attaches to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parent_refs: Vec<ParentReference>,
+    /// The hostnames it serves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hostnames: Vec<String>,
     /// The routing rules.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<HttpRouteRule>,
@@ -51,24 +67,61 @@ pub struct ParentReference {
     /// Kind of the parent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// Namespace of the parent (default: the route's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     /// Name of the parent.
     pub name: String,
+    /// A listener of a Gateway, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
     /// Port of the parent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<i32>,
 }
 
 /// One rule of the route.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct HttpRouteRule {
+    /// Which requests the rule takes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub matches: Vec<HttpRouteMatch>,
     /// The weighted backends.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backend_refs: Vec<BackendRef>,
+    /// Any other field (filters, timeouts, …): not of this controller's form.
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub other: BTreeMap<String, Value>,
+}
+
+/// Which requests a rule takes.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteMatch {
+    /// The path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathMatch>,
+    /// Any other field (headers, method, query parameters): not of this controller's form.
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub other: BTreeMap<String, Value>,
+}
+
+/// A path match.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PathMatch {
+    /// `PathPrefix` (the default), `Exact` or `RegularExpression`.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    /// The path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
 }
 
 /// A weighted backend of a rule.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct BackendRef {
     /// API group of the backend ("" for core).
@@ -85,6 +138,61 @@ pub struct BackendRef {
     /// Relative weight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<i32>,
+    /// Any other field (namespace, filters): not of this controller's form.
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub other: BTreeMap<String, Value>,
+}
+
+/// What the route's parents' controllers say of it.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteStatus {
+    /// One entry per parent a controller answers for.
+    #[serde(default)]
+    pub parents: Vec<RouteParentStatus>,
+}
+
+/// One parent's answer.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteParentStatus {
+    /// The parent answered for.
+    pub parent_ref: ParentReference,
+    /// The controller that answers.
+    #[serde(default)]
+    pub controller_name: String,
+    /// Its conditions (`Accepted`, `ResolvedRefs`).
+    #[serde(default)]
+    pub conditions: Vec<RouteCondition>,
+}
+
+/// A condition of a parent's answer.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouteCondition {
+    /// The condition's type.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// Why, in one word.
+    #[serde(default)]
+    pub reason: String,
+    /// Why, for people.
+    #[serde(default)]
+    pub message: String,
+}
+
+/// What a parent's controller said of the route: whether it attached it, whether its backends
+/// resolve.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParentAnswer {
+    /// The parent.
+    pub parent: RouteParent,
+    /// Its `Accepted` condition, if the controller set it.
+    pub accepted: Option<RouteCondition>,
+    /// Its `ResolvedRefs` condition, if the controller set it.
+    pub resolved_refs: Option<RouteCondition>,
 }
 
 /// The API resource of HTTPRoutes.
@@ -92,16 +200,59 @@ pub fn resource() -> ApiResource {
     ApiResource::erase::<HttpRoute>(&())
 }
 
+/// A parent as written: the group and kind always spelled out.
+fn reference(parent: &RouteParent) -> ParentReference {
+    let group = match parent.kind {
+        ParentKind::Service => CORE_GROUP,
+        ParentKind::Gateway => GATEWAY_GROUP,
+    };
+    ParentReference {
+        group: Some(group.into()),
+        kind: Some(parent.kind.as_str().into()),
+        namespace: parent.namespace.clone(),
+        name: parent.name.clone(),
+        section_name: parent.section_name.clone(),
+        port: parent.port,
+    }
+}
+
+/// A parent as read: what it names, or `None` for a kind this controller never writes.
+fn parent(reference: &ParentReference) -> Option<RouteParent> {
+    let group = reference.group.as_deref().unwrap_or(GATEWAY_GROUP);
+    let kind = match (group, reference.kind.as_deref().unwrap_or("Gateway")) {
+        (CORE_GROUP | "", "Service") => ParentKind::Service,
+        (GATEWAY_GROUP, "Gateway") => ParentKind::Gateway,
+        _ => return None,
+    };
+    Some(RouteParent {
+        kind,
+        namespace: reference.namespace.clone(),
+        name: reference.name.clone(),
+        section_name: reference.section_name.clone(),
+        port: reference.port,
+    })
+}
+
 /// The HTTPRoute that routes as `rules` say.
 pub fn object(meta: ObjectMeta, rules: &RouteRules) -> DynamicObject {
+    let matches = rules
+        .path_prefix
+        .as_ref()
+        .map(|prefix| {
+            vec![HttpRouteMatch {
+                path: Some(PathMatch {
+                    type_: Some("PathPrefix".into()),
+                    value: Some(prefix.clone()),
+                }),
+                other: BTreeMap::new(),
+            }]
+        })
+        .unwrap_or_default();
     let spec = HttpRouteSpec {
-        parent_refs: vec![ParentReference {
-            group: Some(CORE_GROUP.into()),
-            kind: Some("Service".into()),
-            name: rules.apex.clone(),
-            port: rules.apex_port,
-        }],
+        parent_refs: rules.parents.iter().map(reference).collect(),
+        hostnames: rules.hostnames.clone(),
         rules: vec![HttpRouteRule {
+            matches,
             backend_refs: rules
                 .backends
                 .iter()
@@ -111,8 +262,10 @@ pub fn object(meta: ObjectMeta, rules: &RouteRules) -> DynamicObject {
                     name: b.service.clone(),
                     port: b.port,
                     weight: Some(i32::try_from(b.weight).unwrap_or(i32::MAX)),
+                    other: BTreeMap::new(),
                 })
                 .collect(),
+            other: BTreeMap::new(),
         }],
     };
     let mut object = DynamicObject::new("", &resource());
@@ -121,25 +274,48 @@ pub fn object(meta: ObjectMeta, rules: &RouteRules) -> DynamicObject {
     object
 }
 
-/// What an HTTPRoute says, when it has the form this controller writes (one Service parent,
-/// one rule of Service backends); `None` otherwise, so any other form is rewritten.
+/// The path prefix a rule's matches amount to, when they are of the form written here: none, or
+/// one path prefix (`/`, the API server's default, reads as none). `Err` for any other form.
+fn path_prefix(matches: &[HttpRouteMatch]) -> Result<Option<String>, ()> {
+    match matches {
+        [] => Ok(None),
+        [m] if m.other.values().all(Value::is_null) => {
+            let path = m.path.clone().unwrap_or_default();
+            if path.type_.as_deref().is_some_and(|t| t != "PathPrefix") {
+                return Err(());
+            }
+            Ok(path.value.filter(|v| v != "/"))
+        }
+        _ => Err(()),
+    }
+}
+
+/// What an HTTPRoute says, when it has the form this controller writes (Service or Gateway
+/// parents, one rule of Service backends with at most a path prefix); `None` otherwise, so any
+/// other form is rewritten.
 pub fn rules(route: &HttpRoute) -> Option<RouteRules> {
-    let [parent] = route.spec.parent_refs.as_slice() else {
-        return None;
-    };
     let [rule] = route.spec.rules.as_slice() else {
         return None;
     };
-    let service_kind = |kind: &Option<String>| kind.as_deref().is_none_or(|k| k == "Service");
-    let parent_is_service =
-        parent.group.as_deref() == Some(CORE_GROUP) && parent.kind.as_deref() == Some("Service");
-    let backends_are_services = rule
-        .backend_refs
+    let parents = route
+        .spec
+        .parent_refs
         .iter()
-        .all(|b| b.group.as_deref().is_none_or(str::is_empty) && service_kind(&b.kind));
-    (parent_is_service && backends_are_services).then(|| RouteRules {
-        apex: parent.name.clone(),
-        apex_port: parent.port,
+        .map(parent)
+        .collect::<Option<Vec<_>>>()?;
+    let plain = |other: &BTreeMap<String, Value>| other.values().all(Value::is_null);
+    let service_kind = |kind: &Option<String>| kind.as_deref().is_none_or(|k| k == "Service");
+    let backends_are_services = rule.backend_refs.iter().all(|b| {
+        b.group.as_deref().is_none_or(str::is_empty) && service_kind(&b.kind) && plain(&b.other)
+    });
+    if !backends_are_services || !plain(&rule.other) {
+        return None;
+    }
+    Some(RouteRules {
+        apex: String::new(),
+        parents,
+        hostnames: route.spec.hostnames.clone(),
+        path_prefix: path_prefix(&rule.matches).ok()?,
         backends: rule
             .backend_refs
             .iter()
@@ -153,14 +329,53 @@ pub fn rules(route: &HttpRoute) -> Option<RouteRules> {
     })
 }
 
+/// What the route's parents' controllers said of it, one answer per parent (the last one written
+/// for a parent wins when several controllers answer).
+pub fn answers(route: &HttpRoute) -> Vec<ParentAnswer> {
+    let Some(status) = &route.status else {
+        return Vec::new();
+    };
+    let condition = |s: &RouteParentStatus, type_: &str| {
+        s.conditions.iter().find(|c| c.type_ == type_).cloned()
+    };
+    status
+        .parents
+        .iter()
+        .filter_map(|s| {
+            Some(ParentAnswer {
+                parent: parent(&s.parent_ref)?,
+                accepted: condition(s, ACCEPTED),
+                resolved_refs: condition(s, RESOLVED_REFS),
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn written() -> RouteRules {
         RouteRules {
-            apex: "web".into(),
-            apex_port: Some(80),
+            apex: String::new(),
+            parents: vec![
+                RouteParent {
+                    kind: ParentKind::Service,
+                    namespace: None,
+                    name: "web".into(),
+                    section_name: None,
+                    port: Some(80),
+                },
+                RouteParent {
+                    kind: ParentKind::Gateway,
+                    namespace: Some("infra".into()),
+                    name: "edge".into(),
+                    section_name: Some("http".into()),
+                    port: None,
+                },
+            ],
+            hostnames: vec!["shop.example.com".into()],
+            path_prefix: Some("/api".into()),
             backends: vec![RouteBackend {
                 service: "web-a".into(),
                 port: Some(8080),
@@ -169,24 +384,69 @@ mod tests {
         }
     }
 
+    fn read(spec: Value) -> HttpRoute {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {}, "spec": spec,
+        }))
+        .expect("route")
+    }
+
     #[test]
     fn a_written_route_reads_back_as_its_rules() {
         let object = object(ObjectMeta::default(), &written());
-        let route: HttpRoute = serde_json::from_value(serde_json::json!({
-            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-            "metadata": {}, "spec": object.data["spec"],
-        }))
-        .expect("route");
-        assert_eq!(rules(&route), Some(written()));
+        assert_eq!(rules(&read(object.data["spec"].clone())), Some(written()));
+    }
+
+    #[test]
+    fn the_api_servers_defaults_read_as_what_was_written() {
+        let mut unmatched = written();
+        unmatched.path_prefix = None;
+        let mut spec = object(ObjectMeta::default(), &unmatched).data["spec"].clone();
+        // The API server fills in the default match and a Gateway reference's group and kind.
+        spec["rules"][0]["matches"] =
+            serde_json::json!([{"path": {"type": "PathPrefix", "value": "/"}}]);
+        spec["parentRefs"][1]
+            .as_object_mut()
+            .expect("parent")
+            .retain(|k, _| k != "group" && k != "kind");
+        assert_eq!(rules(&read(spec)), Some(unmatched));
     }
 
     #[test]
     fn another_form_reads_as_none() {
-        let mut route = HttpRoute::default();
-        route.spec.parent_refs = vec![ParentReference {
-            name: "gw".into(),
-            ..Default::default()
-        }];
-        assert_eq!(rules(&route), None);
+        let object = object(ObjectMeta::default(), &written());
+        let mut headers = object.data["spec"].clone();
+        headers["rules"][0]["matches"][0]["headers"] =
+            serde_json::json!([{"name": "x", "value": "y"}]);
+        assert_eq!(rules(&read(headers)), None);
+        let mut filters = object.data["spec"].clone();
+        filters["rules"][0]["filters"] = serde_json::json!([{"type": "RequestMirror"}]);
+        assert_eq!(rules(&read(filters)), None);
+        let mut exact = object.data["spec"].clone();
+        exact["rules"][0]["matches"][0]["path"]["type"] = "Exact".into();
+        assert_eq!(rules(&read(exact)), None);
+    }
+
+    #[test]
+    fn each_parents_answer_is_read_from_the_status() {
+        let mut route = read(object(ObjectMeta::default(), &written()).data["spec"].clone());
+        route.status = serde_json::from_value(serde_json::json!({"parents": [{
+            "parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "infra", "name": "edge", "sectionName": "http"},
+            "controllerName": "traefik.io/gateway-controller",
+            "conditions": [
+                {"type": "Accepted", "status": "False", "reason": "NotAllowedByListeners", "message": "no listener allows it", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            ],
+        }]}))
+        .expect("status");
+        let answers = answers(&route);
+        assert_eq!(answers.len(), 1);
+        assert_eq!(answers[0].parent, written().parents[1]);
+        let accepted = answers[0].accepted.clone().expect("Accepted");
+        assert_eq!(
+            (accepted.status.as_str(), accepted.reason.as_str()),
+            ("False", "NotAllowedByListeners")
+        );
     }
 }

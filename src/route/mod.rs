@@ -24,8 +24,10 @@ use kube::{
     core::{ApiResource, DynamicObject},
 };
 
-pub use self::rules::{RouteBackend, RouteRules};
-use crate::api::{FailoverPolicy, Output, TrafficSplitApiVersion, conditions::ready};
+pub use self::rules::{ParentKind, RouteBackend, RouteParent, RouteRules};
+use crate::api::{
+    FailoverPolicy, HttpRouteSpec, Output, TrafficSplitApiVersion, conditions::ready,
+};
 
 /// The one field manager every write of this controller uses.
 pub const FIELD_MANAGER: &str = "failover-controller";
@@ -35,17 +37,51 @@ pub const POLICY_LABEL: &str = "failover.dev/policy";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 
 /// How the route of a policy is written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Shape {
     /// An SMI TrafficSplit in this API version.
     TrafficSplit(TrafficSplitApiVersion),
-    /// A Gateway API HTTPRoute whose parent is the apex Service.
-    HttpRoute {
-        /// The apex Service's port the route attaches to (all ports when unset).
-        parent_port: Option<i32>,
-        /// The backends' port.
-        port: i32,
-    },
+    /// A Gateway API HTTPRoute.
+    HttpRoute(Box<HttpShape>),
+}
+
+/// How an HTTPRoute is written: where it attaches, what it matches, the backends' port.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HttpShape {
+    /// The parents: the apex Service and the Gateways, as the policy asks.
+    pub parents: Vec<RouteParent>,
+    /// The hostnames it serves.
+    pub hostnames: Vec<String>,
+    /// The path prefix it matches (`None`: every request).
+    pub path_prefix: Option<String>,
+    /// The backends' port.
+    pub port: i32,
+}
+
+impl HttpShape {
+    /// The HTTPRoute a policy asks for.
+    fn of(apex: &str, route: &HttpRouteSpec) -> Self {
+        let service = route.attaches_to_service().then(|| RouteParent {
+            kind: ParentKind::Service,
+            namespace: None,
+            name: apex.to_string(),
+            section_name: None,
+            port: route.parent_port,
+        });
+        let gateways = route.gateways.iter().map(|g| RouteParent {
+            kind: ParentKind::Gateway,
+            namespace: g.namespace.clone(),
+            name: g.name.clone(),
+            section_name: g.section_name.clone(),
+            port: g.port,
+        });
+        Self {
+            parents: service.into_iter().chain(gateways).collect(),
+            hostnames: route.hostnames.clone(),
+            path_prefix: route.path_prefix.clone().filter(|p| p != "/"),
+            port: route.port,
+        }
+    }
 }
 
 /// The object a policy generates and owns.
@@ -114,11 +150,15 @@ impl RouteKind {
                 .try_parse::<trafficsplit::TrafficSplit>()
                 .ok()
                 .map(|split| trafficsplit::rules(&split)),
-            RouteKind::HttpRoute => object
-                .clone()
-                .try_parse::<httproute::HttpRoute>()
-                .ok()
-                .and_then(|route| httproute::rules(&route)),
+            RouteKind::HttpRoute => {
+                return object
+                    .clone()
+                    .try_parse::<httproute::HttpRoute>()
+                    .map_or_else(
+                        |_| RouteView::new(&object.metadata, None),
+                        |route| RouteView::of_http_route(&route),
+                    );
+            }
         };
         RouteView::new(&object.metadata, rules)
     }
@@ -173,18 +213,15 @@ impl RouteTarget {
         match (spec.output, &spec.http_route) {
             (Output::HttpRoute, Some(route)) => Self {
                 name: route.name.clone().unwrap_or(policy_name),
-                shape: Shape::HttpRoute {
-                    parent_port: route.parent_port,
-                    port: route.port,
-                },
+                shape: Shape::HttpRoute(Box::new(HttpShape::of(&spec.service, route))),
             },
             // Validation refuses HTTPRoute without httpRoute; the port then is never used.
             (Output::HttpRoute, None) => Self {
                 name: policy_name,
-                shape: Shape::HttpRoute {
-                    parent_port: None,
-                    port: 0,
-                },
+                shape: Shape::HttpRoute(Box::new(HttpShape::of(
+                    &spec.service,
+                    &HttpRouteSpec::on_port(0),
+                ))),
             },
             (Output::TrafficSplit, _) => Self {
                 name: spec.traffic_split.name.clone().unwrap_or(policy_name),
@@ -197,7 +234,7 @@ impl RouteTarget {
     pub fn kind(&self) -> RouteKind {
         match self.shape {
             Shape::TrafficSplit(_) => RouteKind::TrafficSplit,
-            Shape::HttpRoute { .. } => RouteKind::HttpRoute,
+            Shape::HttpRoute(_) => RouteKind::HttpRoute,
         }
     }
 
@@ -212,9 +249,9 @@ impl RouteTarget {
 
     /// The API resource the route is written through.
     pub fn resource(&self) -> ApiResource {
-        match self.shape {
-            Shape::TrafficSplit(version) => trafficsplit::resource(version),
-            Shape::HttpRoute { .. } => httproute::resource(),
+        match &self.shape {
+            Shape::TrafficSplit(version) => trafficsplit::resource(*version),
+            Shape::HttpRoute(_) => httproute::resource(),
         }
     }
 
@@ -225,32 +262,39 @@ impl RouteTarget {
         backends: impl Iterator<Item = &'a str>,
         weights: &[i32],
     ) -> RouteRules {
-        let port = match self.shape {
-            Shape::TrafficSplit(_) => None,
-            Shape::HttpRoute { port, .. } => Some(port),
-        };
-        RouteRules {
-            apex: apex.to_string(),
-            apex_port: match self.shape {
-                Shape::TrafficSplit(_) => None,
-                Shape::HttpRoute { parent_port, .. } => parent_port,
-            },
-            backends: backends
+        let backends = |port: Option<i32>| {
+            backends
                 .zip(weights)
                 .map(|(service, weight)| RouteBackend {
                     service: service.to_string(),
                     port,
                     weight: i64::from(*weight),
                 })
-                .collect(),
+                .collect()
+        };
+        match &self.shape {
+            Shape::TrafficSplit(_) => RouteRules {
+                apex: apex.to_string(),
+                parents: Vec::new(),
+                hostnames: Vec::new(),
+                path_prefix: None,
+                backends: backends(None),
+            },
+            Shape::HttpRoute(http) => RouteRules {
+                apex: String::new(),
+                parents: http.parents.clone(),
+                hostnames: http.hostnames.clone(),
+                path_prefix: http.path_prefix.clone(),
+                backends: backends(Some(http.port)),
+            },
         }
     }
 
     /// The whole object to create or apply: owner reference, labels and rules.
     pub fn object(&self, meta: ObjectMeta, rules: &RouteRules) -> DynamicObject {
-        match self.shape {
-            Shape::TrafficSplit(version) => trafficsplit::object(version, meta, rules),
-            Shape::HttpRoute { .. } => httproute::object(meta, rules),
+        match &self.shape {
+            Shape::TrafficSplit(version) => trafficsplit::object(*version, meta, rules),
+            Shape::HttpRoute(_) => httproute::object(meta, rules),
         }
     }
 }
@@ -280,6 +324,8 @@ pub struct RouteView {
     pub resource_version: Option<String>,
     /// What it says, when it has the form this controller writes.
     pub rules: Option<RouteRules>,
+    /// What its parents' controllers said of it (an HTTPRoute's `status.parents`).
+    pub answers: Vec<httproute::ParentAnswer>,
 }
 
 impl RouteView {
@@ -300,6 +346,15 @@ impl RouteView {
                 .cloned(),
             resource_version: meta.resource_version.clone(),
             rules,
+            answers: Vec::new(),
+        }
+    }
+
+    /// The view of an HTTPRoute: its metadata, rules and its parents' answers.
+    pub fn of_http_route(route: &httproute::HttpRoute) -> Self {
+        Self {
+            answers: httproute::answers(route),
+            ..Self::new(&route.metadata, httproute::rules(route))
         }
     }
 
@@ -314,6 +369,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_http_route_attaches_to_the_service_unless_gateways_replace_it() {
+        let mut route = HttpRouteSpec::on_port(8080);
+        let kinds = |route: &HttpRouteSpec| -> Vec<ParentKind> {
+            HttpShape::of("web", route)
+                .parents
+                .iter()
+                .map(|p| p.kind)
+                .collect()
+        };
+        assert_eq!(kinds(&route), [ParentKind::Service]);
+        route.gateways = vec![crate::api::GatewayParent {
+            name: "edge".into(),
+            namespace: Some("infra".into()),
+            section_name: None,
+            port: None,
+        }];
+        assert_eq!(kinds(&route), [ParentKind::Gateway]);
+        route.service_parent = Some(true);
+        assert_eq!(kinds(&route), [ParentKind::Service, ParentKind::Gateway]);
+    }
+
+    #[test]
     fn traffic_split_resource_follows_the_api_version() {
         let target = RouteTarget {
             name: "web".into(),
@@ -326,15 +403,14 @@ mod tests {
 
     #[test]
     fn rules_pair_backends_with_weights_and_ports() {
+        let mut route = HttpRouteSpec::on_port(8080);
+        route.parent_port = Some(80);
         let target = RouteTarget {
             name: "web".into(),
-            shape: Shape::HttpRoute {
-                parent_port: Some(80),
-                port: 8080,
-            },
+            shape: Shape::HttpRoute(Box::new(HttpShape::of("web", &route))),
         };
         let rules = target.rules("web", ["a", "b"].into_iter(), &[1, 0]);
-        assert_eq!(rules.apex_port, Some(80));
+        assert_eq!(rules.parents[0].port, Some(80));
         assert_eq!(
             rules.backends,
             vec![

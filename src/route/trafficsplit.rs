@@ -91,7 +91,9 @@ pub fn object(
 pub fn rules(split: &TrafficSplit) -> RouteRules {
     RouteRules {
         apex: split.spec.service.clone(),
-        apex_port: None,
+        parents: Vec::new(),
+        hostnames: Vec::new(),
+        path_prefix: None,
         backends: split
             .spec
             .backends

@@ -78,6 +78,14 @@ impl ControlPlane {
         done.push(self.kubeconfig.clone());
     }
 
+    /// A value of the instance's `env` file (`PROXY_URL`, `NODE_IP`, …), if it has it.
+    pub fn env(&self, key: &str) -> Option<String> {
+        let text = std::fs::read_to_string(self.dir.join("env")).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .map(|v| v.trim().to_string())
+    }
+
     /// Path of a binary from the bin folder.
     pub fn bin(&self, name: &str) -> PathBuf {
         self.bin_dir.join(name)

@@ -150,3 +150,26 @@ pub fn ok(out: &Output, what: &str) -> String {
     );
     String::from_utf8_lossy(&out.stdout).to_string()
 }
+
+/// `kubectl failover ARGS` in the test namespace, the plugin found on the PATH.
+pub fn kubectl_failover(env: &TestEnv, args: &[&str]) -> Output {
+    let plugin = option_env!("CARGO_BIN_EXE_kubectl-failover")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/debug/kubectl-failover"));
+    let dirs = [
+        plugin.parent().expect("plugin dir").to_path_buf(),
+        env.cp.bin_dir.clone(),
+    ];
+    let path = std::env::join_paths(dirs.iter().cloned().chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .expect("PATH");
+    let mut all = vec!["failover", "-n", env.ns.as_str()];
+    all.extend_from_slice(args);
+    std::process::Command::new(env.cp.bin("kubectl"))
+        .env("KUBECONFIG", &env.cp.kubeconfig)
+        .env("PATH", path)
+        .args(&all)
+        .output()
+        .expect("running kubectl failover")
+}

@@ -12,7 +12,8 @@
 //! - [`remote`]: remote clusters (more control planes) and the Secrets that declare them;
 //! - [`setup`]: the one way tests set up the usual scene, and the weights they expect;
 //! - [`script`]: the project's scripts run as a user runs them, their output read step by step;
-//! - [`skips`]: tests skipped on purpose, announced and recorded for the run's summary.
+//! - [`skips`]: tests skipped on purpose, announced and recorded for the run's summary;
+//! - [`traffic`]: a load generator: real requests through the proxy, each answer recorded.
 //!
 //! `FAILOVER_TEST_KUBECONFIG=<path>` reuses a control plane that is already running;
 //! `FAILOVER_SKIP_CLUSTER_TESTS=1` skips the cluster tests, loudly; nothing else skips them.
@@ -34,6 +35,7 @@ pub mod remote;
 pub mod script;
 pub mod setup;
 pub mod skips;
+pub mod traffic;
 
 use std::{
     future::Future,
@@ -63,6 +65,8 @@ pub use script::*;
 pub use setup::*;
 #[allow(unused_imports)]
 pub use skips::*;
+#[allow(unused_imports)]
+pub use traffic::*;
 
 /// How long end-to-end tests wait for the controller to converge.
 pub const WAIT: Duration = Duration::from_secs(30);

@@ -1,7 +1,8 @@
-//! A real node: a control plane started with `--node` (containerd, runc, CNI, kubelet,
-//! kube-proxy, kube-scheduler), the controller's image built from the project's Dockerfile and
-//! imported into the node's containerd, the chart installed for real, and backends that are real
-//! Deployments whose Pods pass or fail real readiness probes.
+//! A real node: a control plane started with `--node --proxy` (containerd, runc, CNI, kubelet,
+//! kube-proxy, kube-scheduler, and Traefik serving the Gateway `default/edge`), the controller's
+//! image built from the project's Dockerfile and imported into the node's containerd, the chart
+//! installed for real, and backends that are real Deployments whose Pods pass or fail real
+//! readiness probes and answer HTTP with their name.
 //!
 //! One node per test binary. `FAILOVER_SKIP_NODE_TESTS=1` skips these tests, loudly; a machine
 //! that cannot host a node (not root, no cgroups) fails them with one line naming what is missing
@@ -58,7 +59,7 @@ fn node() -> Option<&'static ControlPlane> {
             return None;
         }
         assert_node_possible();
-        let cp = start_control_plane_with(&["--node"]);
+        let cp = start_control_plane_with(&["--node", "--proxy"]);
         install_crds(&cp);
         import_controller_image(&cp);
         Some(cp)
@@ -188,6 +189,25 @@ impl TestEnv {
             .filter(|p| p.metadata.deletion_timestamp.is_none())
             .filter_map(|p| p.metadata.name)
             .collect()
+    }
+
+    /// Makes every Pod of a backend answer 500 to this share of requests (0 to 100), while it
+    /// stays ready.
+    pub async fn set_backend_failing(&self, app: &str, percent: u32) {
+        for pod in self.pods(app).await {
+            let action = format!("echo {percent} > /www/fail-percent");
+            let out = self.kubectl(&["exec", &pod, "--", "sh", "-c", &action]);
+            ok(&out, "changing a Pod's share of failed requests");
+        }
+    }
+
+    /// The proxy's URL for requests to the test backends (`/cgi-bin/name` on its entrypoint).
+    pub fn proxy_url(&self) -> String {
+        let base = self
+            .cp
+            .env("PROXY_URL")
+            .expect("the node's control plane runs the proxy (start --proxy)");
+        format!("{base}/cgi-bin/name")
     }
 
     /// Makes every Pod of a backend pass (or fail) its readiness probe, from inside the Pod.

@@ -55,6 +55,23 @@ impl PolicyBuilder {
         })
     }
 
+    /// With output HTTPRoute attached to the Gateway `namespace/name` only (backends' port 80).
+    pub fn on_gateway(self, namespace: &str, name: &str) -> Self {
+        let gateway = failover::api::GatewayParent {
+            name: name.into(),
+            namespace: Some(namespace.into()),
+            section_name: None,
+            port: None,
+        };
+        self.spec(|s| {
+            s.output = failover::api::Output::HttpRoute;
+            s.http_route = Some(failover::api::HttpRouteSpec {
+                gateways: vec![gateway],
+                ..failover::api::HttpRouteSpec::on_port(80)
+            });
+        })
+    }
+
     /// With any other change to the spec.
     pub fn spec(mut self, change: impl FnOnce(&mut FailoverPolicySpec)) -> Self {
         change(&mut self.policy.spec);
@@ -93,15 +110,34 @@ pub fn condition_reason(p: &FailoverPolicy, type_: &str) -> Option<String> {
     condition(p, type_).map(|(_, reason, _)| reason)
 }
 
-/// Fails the test when a condition message is longer than the controller promises.
+/// Every message a policy's status carries: its conditions', its backends', its route parents'.
+pub fn status_messages(p: &FailoverPolicy) -> Vec<(String, String)> {
+    let Some(status) = &p.status else {
+        return Vec::new();
+    };
+    let conditions = status
+        .conditions
+        .iter()
+        .map(|c| (format!("condition {}", c.type_), c.message.clone()));
+    let backends = status
+        .backends
+        .iter()
+        .filter_map(|b| Some((format!("backend {}", b.service), b.message.clone()?)));
+    let parents = status
+        .route_parents
+        .iter()
+        .filter_map(|r| Some((format!("route parent {}", r.name), r.message.clone()?)));
+    conditions.chain(backends).chain(parents).collect()
+}
+
+/// Fails the test when a message of the status is longer than the controller promises, or is
+/// more than one line. Every status any test reads goes through here.
 fn check_messages(p: &FailoverPolicy) {
-    for c in p.status.iter().flat_map(|s| &s.conditions) {
+    for (what, message) in status_messages(p) {
         assert!(
-            c.message.chars().count() <= MAX_MESSAGE,
-            "condition {} has a message of {} characters: {}",
-            c.type_,
-            c.message.chars().count(),
-            c.message
+            message.chars().count() <= MAX_MESSAGE && !message.contains(['\n', '\r']),
+            "{what} has a message of {} characters, or more than one line: {message:?}",
+            message.chars().count()
         );
     }
 }
@@ -139,6 +175,38 @@ impl TestEnv {
         let policy = self.api::<FailoverPolicy>().get_opt(name).await.ok()??;
         check_messages(&policy);
         Some(policy)
+    }
+
+    /// The HTTPRoute's backends as (service, weight), if it exists.
+    pub async fn http_route_weights(&self, name: &str) -> Option<Vec<(String, i64)>> {
+        let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+            self.client.clone(),
+            &self.ns,
+            &failover::route::httproute::resource(),
+        );
+        route_backend_weights(&api.get_opt(name).await.ok()??)
+    }
+
+    /// Waits until the HTTPRoute has exactly these weights.
+    pub async fn wait_http_route_weights(
+        &self,
+        name: &str,
+        expected: &[(&str, i64)],
+        timeout: Duration,
+    ) {
+        let expected: Vec<(String, i64)> =
+            expected.iter().map(|(s, w)| (s.to_string(), *w)).collect();
+        let deadline = Instant::now() + timeout;
+        let mut last = self.http_route_weights(name).await;
+        while last.as_ref() != Some(&expected) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            last = self.http_route_weights(name).await;
+        }
+        assert!(
+            last.as_ref() == Some(&expected),
+            "HTTPRoute {name}: wanted {expected:?}, last saw {last:?} (namespace {})",
+            self.ns
+        );
     }
 
     /// Waits until the TrafficSplit has exactly these weights.

@@ -1,5 +1,6 @@
 //! A real Prometheus (built from its Go module by `hack/build-control-plane.sh --prometheus`)
-//! scraping a small exporter the test controls: its metric text is set per backend.
+//! scraping a small exporter the test controls (its metric text is set per backend), or any
+//! other target, such as the proxy's metrics.
 
 use std::{
     io::{Read, Write},
@@ -50,6 +51,13 @@ impl Exporter {
         Self { text, address }
     }
 
+    /// Answers every request with this body from now on (a server that is not what it should be).
+    pub fn serve(&self, body: String) {
+        if let Ok(mut t) = self.text.lock() {
+            *t = body;
+        }
+    }
+
     /// Sets the error ratio each backend reports (`backend_error_ratio{service="..."}`).
     pub fn set(&self, ratios: &[(&str, f64)]) {
         let text: String = ratios
@@ -62,7 +70,7 @@ impl Exporter {
     }
 }
 
-/// A Prometheus server scraping one exporter every second.
+/// A Prometheus server scraping one target every second.
 pub struct PrometheusServer {
     child: Option<Child>,
     binary: PathBuf,
@@ -72,31 +80,36 @@ pub struct PrometheusServer {
 }
 
 impl PrometheusServer {
-    /// Starts Prometheus from the control plane's bin folder; fails with the build command when
-    /// it is missing.
+    /// Starts Prometheus from the control plane's bin folder, scraping the exporter; fails with
+    /// the build command when it is missing.
     pub async fn start(cp: &ControlPlane, exporter: &Exporter) -> Self {
+        Self::scraping(cp, &exporter.address, "127.0.0.1").await
+    }
+
+    /// Starts Prometheus scraping `target` (`host:port`, `/metrics`), listening on `listen`
+    /// (an address of this host: loopback, or the node's address for Pods to reach it).
+    pub async fn scraping(cp: &ControlPlane, target: &str, listen: &str) -> Self {
         let binary = cp.bin("prometheus");
         assert!(
             binary.exists(),
             "no prometheus in {}: build it once with hack/build-control-plane.sh --prometheus",
             cp.bin_dir.display()
         );
-        let port = TcpListener::bind("127.0.0.1:0")
+        let port = TcpListener::bind(format!("{listen}:0"))
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
         let dir = std::env::temp_dir().join(format!("failover-prometheus-{port}"));
         std::fs::create_dir_all(&dir).expect("prometheus dir");
         let config = format!(
-            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nscrape_configs:\n  - job_name: backends\n    static_configs: [{{targets: ['{}']}}]\n",
-            exporter.address
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nscrape_configs:\n  - job_name: backends\n    static_configs: [{{targets: ['{target}']}}]\n"
         );
         std::fs::write(dir.join("prometheus.yml"), config).expect("prometheus config");
         let mut server = Self {
             child: None,
             binary,
             dir,
-            url: format!("http://127.0.0.1:{port}"),
+            url: format!("http://{listen}:{port}"),
         };
         server.resume().await;
         server
@@ -112,7 +125,7 @@ impl PrometheusServer {
 
     /// Starts the server again on the same port and data; waits until it answers.
     pub async fn resume(&mut self) {
-        let port = self.url.rsplit(':').next().unwrap_or_default().to_string();
+        let address = self.url.trim_start_matches("http://").to_string();
         let log = std::fs::File::create(self.dir.join("prometheus.log")).expect("log");
         let child = Command::new(&self.binary)
             .arg(format!(
@@ -123,15 +136,14 @@ impl PrometheusServer {
                 "--storage.tsdb.path={}",
                 self.dir.join("data").display()
             ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg(format!("--web.listen-address={address}"))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("starting prometheus");
         self.child = Some(child);
-        let ready = format!("127.0.0.1:{port}");
         let up = wait_until(Duration::from_secs(30), || async {
-            super::http_get(&ready, "/-/ready").0 == 200
+            super::http_get(&address, "/-/ready").0 == 200
         })
         .await;
         assert!(up, "prometheus did not start: see {}", self.dir.display());

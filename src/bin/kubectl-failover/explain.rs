@@ -195,6 +195,16 @@ fn other_rules(f: &Facts, rule: &str) -> (String, String) {
             },
             "traffic moves as soon as any backend is ready.".to_string(),
         ),
+        ready::SUSPENDED => (
+            format!(
+                "suspended: {}.",
+                message.trim_start_matches("spec.suspend is set: ")
+            ),
+            format!(
+                "kubectl failover resume {} lets the controller write the route again.",
+                f.policy.name_any()
+            ),
+        ),
         ready::PINNED | ready::PINNED_BACKEND_NOT_READY => (
             format!("spec.pin sends all traffic to {active}, whatever its readiness."),
             format!(

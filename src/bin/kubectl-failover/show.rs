@@ -72,6 +72,22 @@ fn text(policy: &FailoverPolicy, now: DateTime<Utc>) -> String {
     );
     out.push_str(&wrap(&summary, "    "));
     out.push_str(&backend_table(&status.backends, now));
+    for parent in &status.route_parents {
+        let answer = match parent.accepted.as_deref() {
+            Some("True") => "accepted the route".to_string(),
+            Some(_) => format!(
+                "did not accept the route: {}: {}",
+                parent.reason.as_deref().unwrap_or("-"),
+                parent.message.as_deref().unwrap_or("")
+            ),
+            None => "has not answered yet".to_string(),
+        };
+        let line = format!(
+            "  parent {} {}/{}: {answer}",
+            parent.kind, parent.namespace, parent.name
+        );
+        out.push_str(&wrap(&line, "    "));
+    }
     for b in &status.backends {
         if let Some(h) = &b.health {
             let value = h.value.map_or("no data".to_string(), |v| v.to_string());

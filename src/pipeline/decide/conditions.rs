@@ -13,8 +13,8 @@ use crate::{
     api::{
         Timestamp,
         conditions::{
-            CLUSTERS_REACHABLE, DEGRADED, HEALTH_QUERY_FAILED, PINNED, READY, SUSPENDED, clusters,
-            degraded, health, pinned, ready, suspended,
+            CLUSTERS_REACHABLE, DEGRADED, HEALTH_QUERY_FAILED, PINNED, READY, clusters, degraded,
+            health, pinned, ready,
         },
     },
     policy::ValidPolicy,
@@ -67,18 +67,6 @@ pub fn verdicts(policy: &ValidPolicy, plan: &Plan) -> Vec<Verdict> {
                 format!("all traffic pinned to {name}, which is not ready"),
             )
         });
-    }
-    if policy.suspend {
-        verdicts.push(Verdict::new(
-            SUSPENDED,
-            true,
-            suspended::SUSPENDED,
-            format!(
-                "spec.suspend is set: the generated {} is frozen; without it, traffic would go to {}",
-                policy.route.kind().as_str(),
-                plan.active(policy).join(", ")
-            ),
-        ));
     }
     verdicts
 }

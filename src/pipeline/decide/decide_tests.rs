@@ -23,7 +23,7 @@ use crate::{
         status::{Decided, Outcome, StatusInput, build},
         validate::validate,
     },
-    route::RouteTarget,
+    route::{RouteTarget, RouteView},
 };
 
 const CONDITION_READY: &str = READY;
@@ -38,6 +38,8 @@ pub(crate) struct Decision {
     pub(crate) requeue_after: Option<Duration>,
     pub(crate) transition: Option<Transition>,
     pub(crate) transition_message: Option<String>,
+    /// The `Ready` reason of the decision itself (the status may say another: suspended).
+    pub(crate) decided_reason: String,
 }
 
 pub(crate) fn policy_of(spec: &FailoverPolicySpec) -> FailoverPolicy {
@@ -61,14 +63,33 @@ pub(crate) fn decide(
     let policy = policy_of(spec);
     let valid = validate(&policy).expect("valid policy");
     let plan = super::decide(&valid, observations, previous, now);
+    let target = RouteTarget::of(&policy);
+    let decided_reason = super::conditions::verdicts(&valid, &plan)[0].reason.clone();
+    // Suspended, the route stays as the previous status describes it (the route in place).
+    let (applied, route) = if spec.suspend {
+        let kept: Vec<i32> = previous
+            .map(|p| p.backends.iter().map(|b| b.weight).collect())
+            .unwrap_or_default();
+        let route = kept.iter().any(|w| *w > 0).then(|| RouteView {
+            controller_uid: None,
+            policy_label: None,
+            resource_version: None,
+            rules: Some(target.rules(&spec.service, valid.backend_names(), &kept)),
+            answers: Vec::new(),
+        });
+        (Applied::Suspended, route)
+    } else {
+        (Applied::Written, None)
+    };
     let outcome = Outcome::Decided(Box::new(Decided {
         policy: valid,
         plan: plan.clone(),
-        applied: Applied::Written,
+        applied,
+        route,
     }));
     let status = build(&StatusInput {
         generation: None,
-        target: &RouteTarget::of(&policy),
+        target: &target,
         previous,
         outcome: &outcome,
         now,
@@ -79,6 +100,7 @@ pub(crate) fn decide(
         requeue_after: plan.requeue_after,
         transition: plan.transition.as_ref().map(|a| a.transition),
         transition_message: plan.transition.map(|a| a.message),
+        decided_reason,
     }
 }
 

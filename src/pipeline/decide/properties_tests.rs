@@ -25,8 +25,7 @@ use super::tests::{Decision, decide, spec, t};
 use crate::{
     api::{
         FailbackSpec, FailoverPolicySpec, FailoverPolicyStatus, HealthSpec, NoData,
-        PrometheusHealth, RampSpec, Strategy, WhenNoneReady,
-        conditions::{READY, ready},
+        PrometheusHealth, RampSpec, Strategy, WhenNoneReady, conditions::ready,
     },
     observation::{BackendObservation, Reading, Sample},
     pipeline::decide::strategy::PROPORTIONAL_TOTAL,
@@ -210,12 +209,9 @@ impl Exercised {
     }
 }
 
+/// The `Ready` reason of the decision (what the rules chose, whether or not it is written).
 fn reason(d: &Decision) -> Option<&str> {
-    d.status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == READY)
-        .map(|c| c.reason.as_str())
+    Some(d.decided_reason.as_str())
 }
 
 /// The properties of one decision of a history.
@@ -358,11 +354,23 @@ fn check_suspend(
     let unsuspended = decide(&running, obs, previous, t(at));
     prop_assert_eq!(&d.weights, &unsuspended.weights);
     prop_assert_eq!(d.transition, None);
+    // The status describes the route as it stands: the weights the previous status had.
+    let kept: Vec<i32> = previous
+        .map(|p| p.backends.iter().map(|b| b.weight).collect())
+        .unwrap_or_default();
+    let shown: Vec<i32> = d.status.backends.iter().map(|b| b.weight).collect();
+    if kept.iter().any(|w| *w > 0) {
+        seen.met("suspended: the status shows the route kept");
+        prop_assert_eq!(&shown, &kept);
+    } else {
+        prop_assert!(shown.iter().all(|w| *w == 0) && d.status.active_backends.is_empty());
+    }
     Ok(())
 }
 
-/// Deciding again at the same instant from the status just computed changes nothing; without a
-/// pending hold, neither does deciding later on the same input.
+/// Deciding again at the same instant from the status just computed changes nothing (a suspended
+/// policy settles after one more decision); without a pending hold, neither does deciding later on
+/// the same input.
 fn check_stable(
     s: &FailoverPolicySpec,
     obs: &[BackendObservation],
@@ -371,9 +379,17 @@ fn check_stable(
     seen: &Exercised,
 ) -> Result<(), TestCaseError> {
     let again = decide(s, obs, Some(&d.status), t(at));
+    prop_assert_eq!(again.transition, None);
+    if s.suspend {
+        // The status of a suspended policy shows the route as it stands, and what traffic would do
+        // without suspend is read from it: one more decision settles, and then nothing changes.
+        let settled = decide(s, obs, Some(&again.status), t(at));
+        prop_assert_eq!(&settled.status, &again.status);
+        prop_assert_eq!(&settled.weights, &again.weights);
+        return Ok(());
+    }
     prop_assert_eq!(&again.weights, &d.weights);
     prop_assert_eq!(&again.status, &d.status);
-    prop_assert_eq!(again.transition, None);
     if d.requeue_after.is_none() {
         seen.met("no hold pending: a later decision on the same input changes nothing");
         let later = decide(s, obs, Some(&d.status), t(at + 7));
@@ -394,9 +410,16 @@ fn the_decision_keeps_its_properties_over_every_field_of_the_spec() {
     let result = runner.run(&arb_history(), |(s, history)| {
         let mut at = 0;
         let mut previous: Option<FailoverPolicyStatus> = None;
-        for (gap, obs) in history {
+        // A suspended policy runs unsuspended for its first half: it has a route to freeze.
+        let running = FailoverPolicySpec {
+            suspend: false,
+            ..s.clone()
+        };
+        let half = history.len() / 2;
+        for (i, (gap, obs)) in history.into_iter().enumerate() {
             at += gap;
-            let d = check(&s, &obs, previous.as_ref(), at, &seen)?;
+            let spec = if i < half { &running } else { &s };
+            let d = check(spec, &obs, previous.as_ref(), at, &seen)?;
             steps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             previous = Some(d.status);
         }
@@ -426,6 +449,7 @@ fn the_decision_keeps_its_properties_over_every_field_of_the_spec() {
         "health: an unhealthy value makes a backend not ready",
         "health: a failing query keeps an unhealthy verdict",
         "suspended: same decision, nothing announced",
+        "suspended: the status shows the route kept",
         "no hold pending: a later decision on the same input changes nothing",
     ];
     let never: Vec<&str> = expected

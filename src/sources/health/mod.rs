@@ -1,8 +1,8 @@
 //! Health beyond readiness: each backend of a policy with `health.prometheus` gets its query run
 //! against Prometheus every `interval` (one poller per policy: queries are batched per interval,
 //! never one per event), and the reading kept here for the gather step. A reading that changes
-//! the verdict (healthy or not, or the query failing or recovering) wakes the policy; a failing
-//! query keeps the last value (fail static).
+//! the verdict (healthy or not, the query failing, failing for another reason, or recovering)
+//! wakes the policy; a failing query keeps the last value (fail static).
 //!
 //! Fail static survives a restart or a change of leader: a poller that starts with no reading
 //! of its own takes the last one the policy's status recorded, so a primary failed over for its
@@ -171,7 +171,7 @@ impl Health {
         }
     }
 
-    /// Records a query's outcome; returns whether the verdict changed.
+    /// Records a query's outcome; returns whether the verdict (or why the query fails) changed.
     fn record(
         &self,
         key: &PolicyKey,
@@ -195,9 +195,10 @@ impl Health {
                 failing: Some(error),
             },
         };
+        // A failure that changes its reason is news too: the condition must say the current one.
         let verdict = |r: &Reading| {
             let healthy = r.sample.as_ref().map(|s| plan.health.healthy(s.value));
-            (healthy, r.failing.is_some())
+            (healthy, r.failing.clone())
         };
         let changed = before.as_ref().map(verdict) != Some(verdict(&after));
         readings.insert(slot, after);
@@ -311,5 +312,14 @@ mod tests {
             !health.record(&key(), "web-east", &plan, Ok(Some(0.02))),
             "same verdict, no wake-up"
         );
+    }
+
+    #[test]
+    fn a_failure_wakes_the_policy_when_its_reason_changes_and_not_when_it_repeats() {
+        let p = policy(serde_json::Value::Null);
+        let (health, plan) = (store(), plan(&p));
+        assert!(health.record(&key(), "web-east", &plan, Err("refused".into())));
+        assert!(!health.record(&key(), "web-east", &plan, Err("refused".into())));
+        assert!(health.record(&key(), "web-east", &plan, Err("more than 1 MiB".into())));
     }
 }

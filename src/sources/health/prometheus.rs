@@ -2,13 +2,18 @@
 //! the hyper client already in the build: the value of the first series, or `None` when the
 //! query returns no data.
 
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Empty, Limited};
 use hyper::body::Bytes;
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 
+use crate::message;
+
 /// How long one query may take, connection included.
 const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// The largest answer read: an instant query for one number is a few hundred bytes; a larger
+/// answer (the wrong server, a query over many series) is refused unread.
+const MAX_ANSWER: usize = 1 << 20;
 
 /// A Prometheus HTTP client.
 #[derive(Clone)]
@@ -36,16 +41,19 @@ impl Prometheus {
             .parse()
             .map_err(|e| format!("bad address {address}: {e}"))?;
         let answer = async {
-            let response =
-                self.client.get(uri).await.map_err(|e| {
-                    format!("Prometheus at {address} did not answer: {}", causes(&e))
-                })?;
+            let response = self.client.get(uri).await.map_err(|e| {
+                format!(
+                    "Prometheus at {address} did not answer: {}",
+                    message::with_causes(&e)
+                )
+            })?;
             let status = response.status();
-            let body = response
-                .into_body()
+            let body = Limited::new(response.into_body(), MAX_ANSWER)
                 .collect()
                 .await
-                .map_err(|e| format!("reading Prometheus' answer: {e}"))?
+                .map_err(|_| {
+                    format!("Prometheus at {address} answered more than 1 MiB, or broke off")
+                })?
                 .to_bytes();
             Ok::<_, String>((status, body))
         };
@@ -76,17 +84,6 @@ fn value(json: &serde_json::Value) -> Result<Option<f64>, String> {
             .map(|v| (!v.is_nan()).then_some(v))
             .map_err(|_| format!("the query returned {text}, not a number")),
     }
-}
-
-fn causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
 
 #[cfg(test)]

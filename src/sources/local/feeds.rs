@@ -12,7 +12,7 @@ use super::readiness::SERVICE_NAME_LABEL;
 use crate::{
     route::{
         RouteKey, RouteKind, RouteView,
-        httproute::{self, HttpRoute},
+        httproute::HttpRoute,
         trafficsplit::{self, TrafficSplit},
     },
     sources::{
@@ -97,7 +97,7 @@ async fn route_feeds(feed: Feed) {
             watch.clone(),
         ),
         RouteKind::HttpRoute,
-        |r: HttpRoute| RouteView::new(&r.metadata, httproute::rules(&r)),
+        |r: HttpRoute| RouteView::of_http_route(&r),
         caches,
         wake,
     );

@@ -103,6 +103,7 @@ mod tests {
             policy_label: None,
             resource_version: Some(version.into()),
             rules: None,
+            answers: Vec::new(),
         }
     }
 

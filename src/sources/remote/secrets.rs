@@ -16,6 +16,7 @@ use tracing::{info, warn};
 use super::{CLUSTER_LABEL, Clusters, DEFAULT_STALE_AFTER, STALE_AFTER_ANNOTATION};
 use crate::{
     api::rules::parse_duration,
+    message,
     runtime::metrics::Metrics,
     sources::watch::{Report, describe, events},
 };
@@ -116,12 +117,50 @@ async fn client_of(secret: &Secret) -> Result<(Client, Duration), String> {
         .and_then(|d| d.get("kubeconfig"))
         .ok_or("it has no kubeconfig key")?;
     let text = std::str::from_utf8(&bytes.0).map_err(|_| "its kubeconfig is not text")?;
-    let kubeconfig =
-        Kubeconfig::from_yaml(text).map_err(|e| format!("its kubeconfig does not parse: {e}"))?;
+    // The parser's words quote the text they choke on: only where it choked is said.
+    let kubeconfig = Kubeconfig::from_yaml(text)
+        .map_err(|e| format!("its kubeconfig does not parse{}", position(&e.to_string())))?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
-        .map_err(|e| format!("its kubeconfig is not usable: {e}"))?;
-    let client =
-        Client::try_from(config).map_err(|e| format!("no client from its kubeconfig: {e}"))?;
+        .map_err(|e| format!("its kubeconfig is not usable: {}", message::with_causes(&e)))?;
+    let client = Client::try_from(config).map_err(|e| {
+        format!(
+            "no client from its kubeconfig: {}",
+            message::with_causes(&e)
+        )
+    })?;
     Ok((client, stale_after))
+}
+
+/// ` (line L, column C)` from a YAML parser's error, or nothing: never the error's other words.
+fn position(error: &str) -> String {
+    let numbers = |after: &str| {
+        let at = error.find(after)? + after.len();
+        let digits: String = error[at..]
+            .trim_start()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse::<u64>().ok()
+    };
+    match (numbers("line"), numbers("column")) {
+        (Some(line), Some(column)) => format!(" (line {line}, column {column})"),
+        (Some(line), None) => format!(" (line {line})"),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kubeconfig_that_does_not_parse_is_named_by_position_only() {
+        let error = "failed to parse kubeconfig YAML: error: line 1 column 10: unclosed bracket '['\n --> <input>:1:10\n  |\n1 | this is: [not a kubeconfig";
+        assert_eq!(position(error), " (line 1, column 10)");
+        assert_eq!(
+            position("invalid type: string \"s3cr3t\", expected a map"),
+            ""
+        );
+    }
 }

@@ -11,6 +11,9 @@
 //!
 //! Conditions keep their `lastTransitionTime` while their status does not change.
 
+mod in_place;
+mod parents;
+
 use chrono::{DateTime, Utc};
 
 use crate::{
@@ -19,6 +22,7 @@ use crate::{
         Timestamp,
         conditions::{READY, ready},
     },
+    message,
     pipeline::{
         apply::{Applied, ApplyError},
         decide::{
@@ -27,11 +31,8 @@ use crate::{
         },
     },
     policy::{SpecProblem, ValidPolicy},
-    route::{RouteKind, RouteTarget},
+    route::{RouteKind, RouteTarget, RouteView},
 };
-
-/// Longest condition message written; longer ones are cut at a word and end with `...`.
-pub const MAX_MESSAGE: usize = 200;
 
 /// What a reconcile came to.
 #[derive(Debug)]
@@ -51,6 +52,8 @@ pub struct Decided {
     pub plan: Plan,
     /// What the apply step did.
     pub applied: Applied,
+    /// The route as the cluster had it when the decision was made (what gather read).
+    pub route: Option<RouteView>,
 }
 
 /// Everything the status is built from.
@@ -69,37 +72,64 @@ pub struct StatusInput<'a> {
 
 /// The status of a policy after a reconcile.
 pub fn build(input: &StatusInput) -> FailoverPolicyStatus {
-    let previous = input.previous;
-    let kind = input.target.kind();
-    let (mut status, ready) = match input.outcome {
-        Outcome::Invalid(problems) => (previous.cloned().unwrap_or_default(), invalid(problems)),
-        Outcome::Decided(d) => match &d.applied {
-            Applied::Conflict => (observed(previous, d), conflict(kind, input.target)),
-            Applied::Failed(error) => (previous.cloned().unwrap_or_default(), failed(kind, error)),
-            Applied::ApiMissing(api) => (
-                observed(previous, d),
-                Verdict::new(
-                    READY,
-                    false,
-                    kind.crd_missing_reason(),
-                    api.missing_message(),
-                ),
-            ),
-            Applied::Unchanged | Applied::Written | Applied::Suspended => {
-                let status = decided(d);
-                let verdicts = conditions::verdicts(&d.policy, &d.plan);
-                let conditions = verdicts
-                    .iter()
-                    .map(|v| condition(previous, v, input.now))
-                    .collect();
-                return finish(status, conditions, input);
-            }
-        },
+    let d = match input.outcome {
+        Outcome::Decided(d) => d,
+        Outcome::Invalid(problems) => {
+            let mut status = input.previous.cloned().unwrap_or_default();
+            let mut conditions = std::mem::take(&mut status.conditions);
+            conditions.retain(|c| c.type_ != READY);
+            conditions.insert(0, condition(input.previous, &invalid(problems), input.now));
+            return finish(status, conditions, input);
+        }
     };
-    let mut conditions = std::mem::take(&mut status.conditions);
-    conditions.retain(|c| c.type_ != READY);
-    conditions.insert(0, condition(previous, &ready, input.now));
+    let (status, verdicts) = decided_or_in_place(d, input);
+    let conditions = verdicts
+        .iter()
+        .map(|v| condition(input.previous, v, input.now))
+        .collect();
     finish(status, conditions, input)
+}
+
+/// The status and conditions of a decision: the route as decided when it is in place, else the
+/// route as it stands with the condition that says why the decision is not (`in_place`).
+fn decided_or_in_place(d: &Decided, input: &StatusInput) -> (FailoverPolicyStatus, Vec<Verdict>) {
+    let kind = input.target.kind();
+    let mut status = decided(d);
+    let mut verdicts = conditions::verdicts(&d.policy, &d.plan);
+    let decided_active = status.active_backends.clone();
+    let own = match &d.applied {
+        Applied::Conflict | Applied::ApiMissing(_) => None,
+        _ => d.route.as_ref(),
+    };
+    status.route_parents = parents::states(input.target, &d.policy.namespace, own);
+    let ready = match &d.applied {
+        Applied::Unchanged | Applied::Written | Applied::Suspended => None,
+        Applied::Failed(error) => Some(failed(kind, error, &decided_active)),
+        Applied::Conflict => Some(conflict(kind, input.target, &decided_active)),
+        Applied::ApiMissing(api) => Some(Verdict::new(
+            READY,
+            false,
+            kind.crd_missing_reason(),
+            api.missing_message(),
+        )),
+    };
+    if !matches!(d.applied, Applied::Unchanged | Applied::Written) {
+        let weights = in_place::weights(&d.policy, own);
+        status = in_place::status(status, input.previous, weights.as_deref());
+    }
+    if d.policy.suspend {
+        let [suspended_ready, suspended] =
+            in_place::suspended(&status, &decided_active, kind.as_str());
+        if matches!(d.applied, Applied::Suspended) {
+            verdicts[0] = suspended_ready;
+        }
+        verdicts.push(suspended);
+    }
+    if let Some(ready) = ready {
+        verdicts[0] = ready;
+    }
+    verdicts.extend(parents::verdict(&status.route_parents));
+    (status, verdicts)
 }
 
 /// Names the route, sets the generation everywhere, and bounds every message.
@@ -114,9 +144,12 @@ fn finish(
         RouteKind::HttpRoute => status.http_route = name,
     }
     status.observed_generation = input.generation;
+    for b in &mut status.backends {
+        b.message = b.message.as_deref().map(message::line);
+    }
     for c in &mut conditions {
         c.observed_generation = input.generation;
-        c.message = bounded(&c.message);
+        c.message = message::line(&c.message);
     }
     status.conditions = conditions;
     status
@@ -144,16 +177,9 @@ fn decided(d: &Decided) -> FailoverPolicyStatus {
         },
         traffic_split: None,
         http_route: None,
+        route_parents: Vec::new(),
         conditions: Vec::new(),
     }
-}
-
-/// The previous status with the backends as observed now: what a conflict leaves in place.
-fn observed(previous: Option<&FailoverPolicyStatus>, d: &Decided) -> FailoverPolicyStatus {
-    let mut status = previous.cloned().unwrap_or_default();
-    status.backends = backends(&d.policy, &d.plan, None);
-    status.ready_summary = Some(ready_summary(&d.plan));
-    status
 }
 
 fn backends(policy: &ValidPolicy, plan: &Plan, shares: Option<&[String]>) -> Vec<BackendStatus> {
@@ -222,22 +248,37 @@ fn invalid(problems: &[SpecProblem]) -> Verdict {
     )
 }
 
-fn conflict(kind: RouteKind, target: &RouteTarget) -> Verdict {
+fn conflict(kind: RouteKind, target: &RouteTarget, decided: &[String]) -> Verdict {
     Verdict::new(
         READY,
         false,
         kind.conflict_reason(),
         format!(
-            "{} {} exists and is not owned by this policy; it is left untouched. Delete it, or set {} on a new policy",
+            "{} {} is not owned by this policy and is left untouched, so {} is not written; delete it, or set {} on a new policy",
             kind.as_str(),
             target.name,
+            traffic_to(decided),
             kind.name_field()
         ),
     )
 }
 
-fn failed(kind: RouteKind, error: &ApplyError) -> Verdict {
-    Verdict::new(READY, false, kind.write_failed_reason(), error.to_string())
+fn failed(kind: RouteKind, error: &ApplyError, decided: &[String]) -> Verdict {
+    Verdict::new(
+        READY,
+        false,
+        kind.write_failed_reason(),
+        format!("{} is not written: {error}", traffic_to(decided)),
+    )
+}
+
+/// The decision in a few words: `traffic to a, b`, or `no traffic` when nothing is active.
+fn traffic_to(decided: &[String]) -> String {
+    if decided.is_empty() {
+        "no traffic".to_string()
+    } else {
+        format!("traffic to {}", decided.join(", "))
+    }
 }
 
 /// A condition from a verdict, keeping the previous `lastTransitionTime` while the status holds.
@@ -261,29 +302,5 @@ fn condition(
         last_transition_time,
         reason: verdict.reason.clone(),
         message: verdict.message.clone(),
-    }
-}
-
-/// A message cut to [`MAX_MESSAGE`] characters at a word boundary.
-pub fn bounded(message: &str) -> String {
-    if message.chars().count() <= MAX_MESSAGE {
-        return message.to_string();
-    }
-    let cut: String = message.chars().take(MAX_MESSAGE - 3).collect();
-    let at = cut.rfind(' ').unwrap_or(cut.len());
-    format!("{}...", &cut[..at])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_messages_are_cut_at_a_word() {
-        let long = "word ".repeat(100);
-        let cut = bounded(&long);
-        assert!(cut.chars().count() <= MAX_MESSAGE, "{}", cut.len());
-        assert!(cut.ends_with("word..."), "{cut}");
-        assert_eq!(bounded("short"), "short");
     }
 }

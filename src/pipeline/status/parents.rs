@@ -1,0 +1,104 @@
+//! The generated HTTPRoute's parents in the status, and the `Attached` condition: where the
+//! route attaches, and whether each parent's controller (a Gateway's, a mesh's) accepted it, as
+//! the route's `status.parents` says. A route written but not attached shows here.
+
+use crate::{
+    api::{
+        RouteParentState,
+        conditions::{ATTACHED, attached},
+    },
+    message,
+    pipeline::decide::conditions::Verdict,
+    route::{RouteParent, RouteTarget, RouteView, Shape},
+};
+
+/// Each parent the policy asks for, with its controller's answer from the route in the cluster
+/// (`route`); empty for a TrafficSplit.
+pub fn states(
+    target: &RouteTarget,
+    namespace: &str,
+    route: Option<&RouteView>,
+) -> Vec<RouteParentState> {
+    let Shape::HttpRoute(http) = &target.shape else {
+        return Vec::new();
+    };
+    let resolved = |p: &RouteParent| RouteParent {
+        namespace: Some(p.namespace.clone().unwrap_or_else(|| namespace.to_string())),
+        ..p.clone()
+    };
+    http.parents
+        .iter()
+        .map(|parent| {
+            let answer = route
+                .into_iter()
+                .flat_map(|r| &r.answers)
+                .filter(|a| resolved(&a.parent) == resolved(parent))
+                .filter_map(|a| a.accepted.as_ref())
+                .next_back();
+            RouteParentState {
+                kind: parent.kind.as_str().to_string(),
+                namespace: parent
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| namespace.to_string()),
+                name: parent.name.clone(),
+                section_name: parent.section_name.clone(),
+                port: parent.port,
+                accepted: answer.map(|c| c.status.clone()),
+                reason: answer.map(|c| c.reason.clone()).filter(|r| !r.is_empty()),
+                message: answer
+                    .map(|c| message::line(&c.message))
+                    .filter(|m| !m.is_empty()),
+            }
+        })
+        .collect()
+}
+
+/// The `Attached` condition of an HTTPRoute's parents; `None` for a TrafficSplit.
+pub fn verdict(states: &[RouteParentState]) -> Option<Verdict> {
+    if states.is_empty() {
+        return None;
+    }
+    let name = |s: &RouteParentState| format!("{} {}/{}", s.kind, s.namespace, s.name);
+    if let Some(refused) = states
+        .iter()
+        .find(|s| s.accepted.as_deref() == Some("False"))
+    {
+        return Some(Verdict::new(
+            ATTACHED,
+            false,
+            attached::NOT_ACCEPTED,
+            format!(
+                "{} did not accept the route: {}: {}",
+                name(refused),
+                refused.reason.as_deref().unwrap_or("no reason given"),
+                refused.message.as_deref().unwrap_or_default()
+            ),
+        ));
+    }
+    let waiting: Vec<String> = states
+        .iter()
+        .filter(|s| s.accepted.as_deref() != Some("True"))
+        .map(name)
+        .collect();
+    if !waiting.is_empty() {
+        return Some(Verdict::new(
+            ATTACHED,
+            false,
+            attached::NO_ANSWER,
+            format!(
+                "no controller has answered for {} yet: the route is written, its attachment unknown",
+                waiting.join(", ")
+            ),
+        ));
+    }
+    Some(Verdict::new(
+        ATTACHED,
+        true,
+        attached::ACCEPTED,
+        format!(
+            "accepted by {}",
+            states.iter().map(name).collect::<Vec<_>>().join(", ")
+        ),
+    ))
+}

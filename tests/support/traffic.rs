@@ -1,0 +1,239 @@
+//! A load generator: requests at a steady rate to one URL on loopback (the proxy), bounded in
+//! count and in time, each recorded with when it was sent, how long it took, its HTTP status and
+//! which backend answered (the first line of the body: the test backends answer with their name).
+//!
+//! Open loop: each request is sent at its time whatever the ones before it are doing (at most
+//! [`MAX_IN_FLIGHT`] at once), so a slow or failing backend shows as failed or late requests, not
+//! as a lower rate. A request that gets no answer within its timeout counts as failed (status 0).
+//!
+//! Self-contained (no other helper), so the `load` example shares it as the demo's command-line
+//! load generator.
+
+use std::{
+    net::IpAddr,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::{
+    client::legacy::{Client, connect::HttpConnector},
+    rt::TokioExecutor,
+};
+
+/// Most requests in flight at once.
+pub const MAX_IN_FLIGHT: usize = 256;
+
+/// What to send.
+#[derive(Clone, Debug)]
+pub struct Load {
+    /// The URL, on loopback (`http://127.0.0.1:<port>/<path>`).
+    pub url: String,
+    /// The `Host` header, when the route matches on a hostname.
+    pub host: Option<String>,
+    /// Requests per second.
+    pub per_second: u32,
+    /// The longest the load runs.
+    pub limit: Duration,
+    /// How long one request may take.
+    pub timeout: Duration,
+}
+
+/// One request's fate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    /// When it was sent.
+    pub sent: Instant,
+    /// How long until its answer (or until it failed).
+    pub took: Duration,
+    /// The HTTP status; 0 when no answer came (refused, reset, timed out).
+    pub status: u16,
+    /// Which backend answered (the body's first line), for a 2xx answer.
+    pub backend: Option<String>,
+}
+
+impl Answer {
+    /// Whether the request failed: no answer, or an answer other than 2xx (a 5xx from the
+    /// backend or the proxy, a 404 from a proxy without the route).
+    pub fn failed(&self) -> bool {
+        !(200..300).contains(&self.status)
+    }
+}
+
+/// A load under way.
+pub struct Running {
+    answers: Arc<Mutex<Vec<Answer>>>,
+    task: tokio::task::JoinHandle<()>,
+    /// When it started.
+    pub started: Instant,
+}
+
+impl Load {
+    /// A load of `per_second` requests per second to `url`, for at most `limit`.
+    pub fn new(url: &str, per_second: u32, limit: Duration) -> Self {
+        Self {
+            url: url.to_string(),
+            host: None,
+            per_second,
+            limit,
+            timeout: Duration::from_secs(2),
+        }
+    }
+
+    /// Starts sending; fails when the URL is not on loopback or does not parse.
+    pub fn start(self) -> Result<Running, String> {
+        let uri: hyper::Uri = self.url.parse().map_err(|e| format!("{}: {e}", self.url))?;
+        let host = uri.host().unwrap_or_default().trim_matches(['[', ']']);
+        let loopback = host == "localhost" || host.parse::<IpAddr>().is_ok_and(|a| a.is_loopback());
+        if !loopback || uri.scheme_str() != Some("http") {
+            return Err(format!(
+                "{}: the load generator sends plain HTTP to loopback only",
+                self.url
+            ));
+        }
+        if self.per_second == 0 {
+            return Err("the rate must be at least one request per second".into());
+        }
+        let answers = Arc::new(Mutex::new(Vec::new()));
+        let started = Instant::now();
+        let task = tokio::spawn(send(self, uri, answers.clone(), started));
+        Ok(Running {
+            answers,
+            task,
+            started,
+        })
+    }
+}
+
+/// Sends every request of the load at its time, until `limit`.
+async fn send(load: Load, uri: hyper::Uri, answers: Arc<Mutex<Vec<Answer>>>, started: Instant) {
+    let client: Client<HttpConnector, Empty<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
+    let every = Duration::from_secs(1) / load.per_second;
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0u32.. {
+        let at = started + every * n;
+        if at.duration_since(started) >= load.limit {
+            break;
+        }
+        tokio::time::sleep_until(at.into()).await;
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // Too many in flight: this request is refused here, as failed.
+            record(
+                &answers,
+                Answer {
+                    sent: Instant::now(),
+                    took: Duration::ZERO,
+                    status: 0,
+                    backend: None,
+                },
+            );
+            continue;
+        };
+        let (client, uri, answers) = (client.clone(), uri.clone(), answers.clone());
+        let (host, timeout) = (load.host.clone(), load.timeout);
+        tasks.spawn(async move {
+            let answer = one(&client, uri, host.as_deref(), timeout).await;
+            record(&answers, answer);
+            drop(slot);
+        });
+        while tasks.try_join_next().is_some() {}
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+fn record(answers: &Mutex<Vec<Answer>>, answer: Answer) {
+    answers
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(answer);
+}
+
+/// One request.
+async fn one(
+    client: &Client<HttpConnector, Empty<Bytes>>,
+    uri: hyper::Uri,
+    host: Option<&str>,
+    timeout: Duration,
+) -> Answer {
+    let sent = Instant::now();
+    let mut request = hyper::Request::get(uri);
+    if let Some(host) = host {
+        request = request.header(hyper::header::HOST, host);
+    }
+    let Ok(request) = request.body(Empty::new()) else {
+        return Answer {
+            sent,
+            took: Duration::ZERO,
+            status: 0,
+            backend: None,
+        };
+    };
+    let exchange = async {
+        let response = client.request(request).await.ok()?;
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await.ok()?.to_bytes();
+        let first = String::from_utf8_lossy(&body)
+            .lines()
+            .next()
+            .map(str::to_string);
+        Some((status, first))
+    };
+    let (status, first) = tokio::time::timeout(timeout, exchange)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or((0, None));
+    Answer {
+        sent,
+        took: sent.elapsed(),
+        status,
+        backend: first.filter(|_| (200..300).contains(&status)),
+    }
+}
+
+impl Running {
+    /// Every answer so far, in the order they came.
+    pub fn answers(&self) -> Vec<Answer> {
+        self.answers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Whether the load has sent its last request and every answer is in.
+    pub fn finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Stops sending (requests in flight are dropped) and returns every answer.
+    pub async fn stop(self) -> Vec<Answer> {
+        self.task.abort();
+        let _ = self.task.await;
+        std::mem::take(
+            &mut *self
+                .answers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
+/// Requests sent in `[from, to)`, by the backend that answered (`failed` for no answer or an
+/// answer other than 2xx), as `(backend, count)` in name order.
+pub fn by_backend(answers: &[Answer], from: Instant, to: Instant) -> Vec<(String, usize)> {
+    let mut counts = std::collections::BTreeMap::<String, usize>::new();
+    for a in answers.iter().filter(|a| a.sent >= from && a.sent < to) {
+        let who = if a.failed() {
+            "failed".to_string()
+        } else {
+            a.backend
+                .clone()
+                .unwrap_or_else(|| format!("HTTP {}", a.status))
+        };
+        *counts.entry(who).or_default() += 1;
+    }
+    counts.into_iter().collect()
+}

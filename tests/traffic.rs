@@ -1,0 +1,455 @@
+//! Traffic that really moves: on a real node, a real proxy (Traefik, serving the Gateway
+//! `default/edge`) carries requests to real Pods by the weights of the HTTPRoute the controller
+//! (its image, installed with the chart) owns, while a load generator records every request:
+//! which backend answered, and which failed. Each scenario asserts where the requests went and
+//! which were lost; the timings are printed for the record (the benchmark measures them).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use failover::api::{
+    HealthSpec, NoData, PrometheusHealth, RampSpec,
+    conditions::{ATTACHED, READY, attached, ready},
+};
+use support::{
+    Answer, Load, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, PrometheusServer, Running, TestEnv,
+    by_backend, condition, condition_reason, kubectl_failover, ok, wait_until, weights,
+};
+
+const WAIT: Duration = Duration::from_secs(90);
+const RELEASE: &str = "fc";
+const CONTROLLER: &str = "fc-failover-controller";
+/// Requests per second through the proxy.
+const RATE: u32 = 50;
+/// The longest any load runs.
+const LOAD_LIMIT: Duration = Duration::from_secs(240);
+
+/// One scenario at a time: they share the node, the proxy and two cores, and a scenario's
+/// requests must not time out for want of CPU another one takes.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Backends on the node, the chart installed, `policy` applied, its HTTPRoute attached to the
+/// Gateway and routing to the primary.
+async fn scene(
+    test: &str,
+    policy: PolicyBuilder,
+) -> Option<(TestEnv, tokio::sync::MutexGuard<'static, ()>)> {
+    let env = TestEnv::on_node(test).await?;
+    let turn = ONE_AT_A_TIME.lock().await;
+    for (name, replicas) in [("web", 2), ("web-east", 1), ("web-west", 1)] {
+        env.backend(name, replicas);
+    }
+    for (name, replicas) in [("web", 2), ("web-east", 1), ("web-west", 1)] {
+        env.wait_ready_replicas(name, replicas, WAIT).await;
+    }
+    env.install_chart(RELEASE, &[]);
+    let rollout = env.kubectl(&[
+        "rollout",
+        "status",
+        &format!("deployment/{CONTROLLER}"),
+        "--timeout=120s",
+    ]);
+    ok(&rollout, "the controller's rollout");
+    env.apply(&policy);
+    env.wait_http_route_weights("web", &ON_WEB, WAIT).await;
+    env.wait_policy("web", WAIT, "the Gateway accepted the route", |p| {
+        condition(p, ATTACHED).is_some_and(|(status, ..)| status == "True")
+    })
+    .await;
+    Some((env, turn))
+}
+
+/// The hostname a test's route serves: the routes of every test share the Gateway's one
+/// listener, so each answers its own hostname only.
+fn host(test: &str) -> String {
+    format!("{test}.failover.test")
+}
+
+/// The usual policy on the Gateway `default/edge`, for the test's hostname.
+fn on_edge(test: &str) -> PolicyBuilder {
+    let host = host(test);
+    PolicyBuilder::web()
+        .on_gateway("default", "edge")
+        .spec(move |s| {
+            if let Some(route) = s.http_route.as_mut() {
+                route.hostnames = vec![host];
+            }
+        })
+}
+
+/// Starts the load (for the test's hostname) and waits until the proxy answers from `backend`.
+async fn flowing(env: &TestEnv, test: &str, backend: &str) -> Running {
+    let mut load = Load::new(&env.proxy_url(), RATE, LOAD_LIMIT);
+    load.host = Some(host(test));
+    let load = load.start().expect("load");
+    settled_on(&load, backend).await;
+    load
+}
+
+/// Waits until the last second of requests was all answered by `backend`.
+async fn settled_on(load: &Running, backend: &str) {
+    let on = wait_until(WAIT, || async {
+        let answers = load.answers();
+        let last: Vec<&Answer> = answers.iter().rev().take(RATE as usize).collect();
+        last.len() == RATE as usize && last.iter().all(|a| a.backend.as_deref() == Some(backend))
+    })
+    .await;
+    let answers = load.answers();
+    assert!(
+        on,
+        "requests never settled on {backend}; the last second: {:?}",
+        by_backend(
+            &answers,
+            Instant::now() - Duration::from_secs(1),
+            Instant::now()
+        )
+    );
+}
+
+/// The failed requests among `answers` sent from `since` on.
+fn failed(answers: &[Answer], since: Instant) -> Vec<&Answer> {
+    answers
+        .iter()
+        .filter(|a| a.sent >= since && a.failed())
+        .collect()
+}
+
+/// When the first and last request `backend` answered were sent.
+fn answered_by(answers: &[Answer], backend: &str) -> Option<(Instant, Instant)> {
+    let sent: Vec<Instant> = answers
+        .iter()
+        .filter(|a| a.backend.as_deref() == Some(backend))
+        .map(|a| a.sent)
+        .collect();
+    Some((*sent.iter().min()?, *sent.iter().max()?))
+}
+
+#[tokio::test]
+async fn the_primarys_pods_failing_their_probe_move_requests_to_the_secondary() {
+    let Some((env, _turn)) = scene("traffic-failover", on_edge("traffic-failover")).await else {
+        return;
+    };
+    let load = flowing(&env, "traffic-failover", "web").await;
+    let broken = Instant::now();
+    env.set_backend_ready("web", false).await;
+    env.wait_http_route_weights("web", &ON_EAST, WAIT).await;
+    settled_on(&load, "web-east").await;
+    let answers = load.stop().await;
+    let (_, last_web) = answered_by(&answers, "web").expect("web answered before");
+    let (first_east, _) = answered_by(&answers, "web-east").expect("web-east answers");
+    let lost = failed(&answers, broken);
+    eprintln!(
+        "unplanned failover at {RATE} req/s: {} of {} requests failed; last answered by web {:.0?} after the probe file was removed, first by web-east after {:.0?}",
+        lost.len(),
+        answers.len(),
+        last_web.saturating_duration_since(broken),
+        first_east.saturating_duration_since(broken)
+    );
+    let after_switch: Vec<&&Answer> = lost.iter().filter(|a| a.sent > first_east).collect();
+    assert!(
+        after_switch.is_empty(),
+        "requests failed after the proxy sent traffic to web-east: {after_switch:?}"
+    );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn pinning_to_a_secondary_and_unpinning_while_traffic_flows_loses_no_request() {
+    let Some((env, _turn)) = scene("traffic-pin", on_edge("traffic-pin")).await else {
+        return;
+    };
+    let load = flowing(&env, "traffic-pin", "web").await;
+    let switching = Instant::now();
+    ok(
+        &kubectl_failover(&env, &["pin", "web", "web-west"]),
+        "kubectl failover pin",
+    );
+    env.wait_http_route_weights("web", &ON_WEST, WAIT).await;
+    settled_on(&load, "web-west").await;
+    ok(
+        &kubectl_failover(&env, &["unpin", "web"]),
+        "kubectl failover unpin",
+    );
+    env.wait_http_route_weights("web", &ON_WEB, WAIT).await;
+    settled_on(&load, "web").await;
+    let answers = load.stop().await;
+    eprintln!(
+        "pin and unpin at {RATE} req/s: {:?}",
+        by_backend(&answers, switching, Instant::now())
+    );
+    assert_eq!(
+        failed(&answers, switching),
+        Vec::<&Answer>::new(),
+        "a planned switch loses nothing"
+    );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_failback_ramp_shares_requests_by_its_steps() {
+    const STEP: Duration = Duration::from_secs(8);
+    let ramped = on_edge("traffic-ramp").spec(|s| {
+        s.failback = Some(failover::api::FailbackSpec {
+            ramp: Some(RampSpec {
+                steps: vec![25, 50, 100],
+                every: "8s".into(),
+            }),
+        })
+    });
+    let Some((env, _turn)) = scene("traffic-ramp", ramped).await else {
+        return;
+    };
+    env.set_backend_ready("web", false).await;
+    env.wait_http_route_weights("web", &ON_EAST, WAIT).await;
+    let load = flowing(&env, "traffic-ramp", "web-east").await;
+    let ramping = Instant::now();
+    env.set_backend_ready("web", true).await;
+    // Each step as the route says it, from the controller's own status: the step's share and
+    // when it began (the route changes right before the status says so).
+    let steps: std::cell::RefCell<Vec<(i64, Instant)>> = Default::default();
+    let done = wait_until(WAIT, || async {
+        let weights = env.http_route_weights("web").await;
+        let mut steps = steps.borrow_mut();
+        if let Some(w) = weights {
+            let total: i64 = w.iter().map(|(_, w)| w).sum();
+            let share = if total > 0 { w[0].1 * 100 / total } else { 0 };
+            if steps.last().is_none_or(|(s, _)| *s != share) {
+                steps.push((share, Instant::now()));
+            }
+        }
+        steps
+            .last()
+            .is_some_and(|(s, at)| *s == 100 && at.elapsed() > STEP)
+    })
+    .await;
+    let steps = steps.into_inner();
+    assert!(done, "the ramp never reached 100%: {steps:?}");
+    let answers = load.stop().await;
+    let shares: Vec<(i64, i64, usize)> = steps
+        .windows(2)
+        .filter(|w| w[0].0 > 0)
+        .map(|w| {
+            // The second after each change is the proxy's to apply it.
+            let (from, to) = (w[0].1 + Duration::from_secs(1), w[1].1);
+            let window: Vec<&Answer> = answers
+                .iter()
+                .filter(|a| a.sent >= from && a.sent < to && !a.failed())
+                .collect();
+            let primary = window
+                .iter()
+                .filter(|a| a.backend.as_deref() == Some("web"))
+                .count();
+            let share = (primary * 100 / window.len().max(1)) as i64;
+            (w[0].0, share, window.len())
+        })
+        .collect();
+    eprintln!("failback ramp, (step %, share answered by the primary %, requests): {shares:?}");
+    let expected: Vec<i64> = vec![25, 50];
+    assert_eq!(
+        shares.iter().map(|s| s.0).collect::<Vec<_>>(),
+        expected,
+        "the ramp's steps as the route showed them: {steps:?}"
+    );
+    for (step, share, requests) in &shares {
+        assert!(
+            (share - step).abs() <= 10 && *requests >= 100,
+            "step {step}%: the primary answered {share}% of {requests} requests"
+        );
+    }
+    assert_eq!(
+        failed(&answers, ramping),
+        Vec::<&Answer>::new(),
+        "a ramp loses nothing"
+    );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn killing_the_controller_pod_while_traffic_flows_loses_no_request_and_keeps_the_route() {
+    let Some((env, _turn)) = scene(
+        "traffic-controller-killed",
+        on_edge("traffic-controller-killed"),
+    )
+    .await
+    else {
+        return;
+    };
+    let load = flowing(&env, "traffic-controller-killed", "web").await;
+    let killed = Instant::now();
+    let pods = env.pods_of(CONTROLLER).await;
+    let mut delete = vec![
+        "delete",
+        "pod",
+        "--grace-period=0",
+        "--force",
+        "--wait=false",
+    ];
+    delete.extend(pods.iter().map(String::as_str));
+    ok(&env.kubectl(&delete), "deleting the controller's Pod");
+    let on_web = Some(support::weights(&ON_WEB));
+    let route_moved = std::cell::Cell::new(false);
+    let replaced = wait_until(WAIT, || async {
+        if env.http_route_weights("web").await != on_web {
+            route_moved.set(true);
+        }
+        let now = env.pods_of(CONTROLLER).await;
+        let rollout = format!("deployment/{CONTROLLER}");
+        !now.is_empty()
+            && now.iter().all(|p| !pods.contains(p))
+            && env
+                .kubectl(&["rollout", "status", &rollout, "--timeout=1s"])
+                .status
+                .success()
+    })
+    .await;
+    assert!(replaced, "the controller's Pod was not replaced");
+    settled_on(&load, "web").await;
+    let answers = load.stop().await;
+    eprintln!(
+        "controller Pod killed at {RATE} req/s: {:?}",
+        by_backend(&answers, killed, Instant::now())
+    );
+    assert!(
+        !route_moved.get(),
+        "the route changed while the controller was away"
+    );
+    assert_eq!(
+        failed(&answers, killed),
+        Vec::<&Answer>::new(),
+        "the controller is not on the data path"
+    );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn half_the_primarys_requests_failing_fails_over_on_the_proxys_metrics() {
+    let Some((env, _turn)) = scene("traffic-health", on_edge("traffic-health")).await else {
+        return;
+    };
+    let node_ip = env.cp.env("NODE_IP").expect("the node's address");
+    let metrics = env
+        .cp
+        .env("PROXY_METRICS_URL")
+        .expect("the proxy's metrics");
+    let target = metrics
+        .trim_start_matches("http://")
+        .trim_end_matches("/metrics")
+        .to_string();
+    // Prometheus listens on the node's address: the controller's Pod asks it there.
+    let prometheus = PrometheusServer::scraping(env.cp, &target, &node_ip).await;
+    let load = flowing(&env, "traffic-health", "web").await;
+    let service =
+        |s: &str| format!("{{{{namespace}}}}-{{{{service}}}}-http-80@kubernetesgateway{s}");
+    let query = format!(
+        "(sum(rate(traefik_service_requests_total{{service=\"{}\",code=~\"5..\"}}[5s])) or vector(0)) / sum(rate(traefik_service_requests_total{{service=\"{}\"}}[5s]))",
+        service(""),
+        service("")
+    );
+    // No traffic is no evidence: an idle secondary has no data and counts as healthy, and the
+    // primary, once traffic left it, too; failbackAfter keeps traffic away from it meanwhile.
+    env.apply(&on_edge("traffic-health").spec(|s| {
+        s.failback_after = "2m".into();
+        s.health = Some(HealthSpec {
+            prometheus: Some(PrometheusHealth {
+                address: Some(prometheus.url.clone()),
+                query,
+                max: Some(0.2),
+                min: None,
+                interval: "1s".into(),
+                no_data: NoData::Healthy,
+            }),
+        })
+    }));
+    env.wait_policy("web", WAIT, "the primary's reading healthy", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.backends.first()?.health.clone())
+            .is_some_and(|h| h.healthy)
+    })
+    .await;
+    assert_eq!(
+        condition_reason(&env.policy("web").await.expect("policy"), READY).as_deref(),
+        Some(ready::PRIMARY_ACTIVE)
+    );
+    let broken = Instant::now();
+    env.set_backend_failing("web", 50).await;
+    env.wait_http_route_weights("web", &ON_EAST, WAIT).await;
+    settled_on(&load, "web-east").await;
+    let after = Instant::now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let answers = load.stop().await;
+    let since = |t: Instant| answers.iter().filter(move |a| a.sent >= t);
+    let errors_after = since(after).filter(|a| a.failed()).count();
+    let requests_after = since(after).count();
+    eprintln!(
+        "the primary answering 500 to half its requests: failed over {:.1?} later; {} of {} requests failed meanwhile; afterwards {errors_after} of {requests_after}",
+        after.saturating_duration_since(broken),
+        since(broken).filter(|a| a.failed()).count(),
+        since(broken).count()
+    );
+    assert!(
+        requests_after > 0 && errors_after * 100 < requests_after,
+        "the error rate clients see is back under 1%: {errors_after} of {requests_after}"
+    );
+    // Once traffic left the primary, its reading has no data (healthy): failbackAfter holds it.
+    let p = env.policy("web").await.expect("policy");
+    let reason = condition_reason(&p, READY);
+    assert!(
+        [ready::FAILED_OVER, ready::FAILBACK_PENDING].contains(&reason.as_deref().unwrap_or("")),
+        "{reason:?}"
+    );
+    assert_eq!(env.http_route_weights("web").await, Some(weights(&ON_EAST)));
+    drop(prometheus);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_route_a_gateway_refuses_is_written_but_shows_as_not_attached() {
+    let Some(env) = TestEnv::on_node("traffic-refused").await else {
+        return;
+    };
+    let _turn = ONE_AT_A_TIME.lock().await;
+    // A Gateway whose only listener takes routes from its own namespace (default), not the
+    // test's.
+    let port = env.cp.env("PROXY_PORT").expect("the proxy's port");
+    let gateway = format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: private-{ns}, namespace: default}}\nspec:\n  gatewayClassName: traefik\n  listeners: [{{name: http, protocol: HTTP, port: {port}, allowedRoutes: {{namespaces: {{from: Same}}}}}}]\n",
+        ns = env.ns
+    );
+    ok(
+        &support::kubectl_stdin(env.cp, &["apply", "-f", "-"], &gateway),
+        "creating the Gateway",
+    );
+    env.ready_backends(&support::WEB_BACKENDS).await;
+    let _c = support::ControllerProcess::start(&env, &[]);
+    env.apply(
+        &PolicyBuilder::web()
+            .on_gateway("default", &format!("private-{}", env.ns))
+            .spec(|s| {
+                if let Some(route) = s.http_route.as_mut() {
+                    route.hostnames = vec![host("traffic-refused")];
+                }
+            }),
+    );
+    env.wait_http_route_weights("web", &ON_WEB, WAIT).await;
+    let p = env
+        .wait_policy("web", WAIT, "Attached=False NotAccepted", |p| {
+            condition_reason(p, ATTACHED).as_deref() == Some(attached::NOT_ACCEPTED)
+        })
+        .await;
+    let (_, _, message) = condition(&p, ATTACHED).expect("Attached");
+    assert!(
+        message.starts_with(&format!(
+            "Gateway default/private-{} did not accept the route",
+            env.ns
+        )),
+        "{message}"
+    );
+    let parents = p.status.expect("status").route_parents;
+    assert_eq!(parents.len(), 1);
+    assert_eq!(parents[0].accepted.as_deref(), Some("False"));
+    let private = format!("private-{}", env.ns);
+    let _ = support::kubectl(env.cp, &["delete", "gateway", "-n", "default", &private]);
+    env.cleanup().await;
+}
