@@ -12,7 +12,7 @@
 //! | floor | modules | what they are |
 //! |---|---|---|
 //! | api | [`api`] | the CRD's types, its validation rules, status types, condition types and reasons |
-//! | ground | [`message`], [`route`], [`observation`], [`policy`], [`crd`] | shared vocabulary: one-line messages, the route kinds, what is known of a backend, a policy in validated form, the CRD's YAML |
+//! | ground | [`message`], [`route`], [`observation`], [`policy`], [`tenancy`], [`crd`] | shared vocabulary: one-line messages, the route kinds, what is known of a backend, a policy in validated form, what a policy's author may reach, the CRD's YAML |
 //! | runtime | [`runtime`] | what every step runs against: metrics, leadership, the leader-gated door for writes, the memory of writes |
 //! | watch, observe | [`sources`] | what feeds the decision: the list-and-watch helper, the local caches and index, remote clusters, health queries, and which policies a change wakes |
 //! | validate | [`pipeline::validate`] | a [`policy::ValidPolicy`], every value parsed, or the problems |
@@ -34,6 +34,7 @@ pub mod policy;
 pub mod route;
 pub mod runtime;
 pub mod sources;
+pub mod tenancy;
 
 /// One floor of the building: its name and the module paths (below `crate::`) on it.
 pub struct Layer {
@@ -51,7 +52,14 @@ pub const LAYERS: &[Layer] = &[
     },
     Layer {
         name: "ground",
-        modules: &["message", "route", "observation", "policy", "crd"],
+        modules: &[
+            "message",
+            "route",
+            "observation",
+            "policy",
+            "tenancy",
+            "crd",
+        ],
     },
     Layer {
         name: "runtime",

@@ -15,8 +15,25 @@ use failover::{
         metrics::Metrics,
     },
 };
+use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 use tokio::sync::watch;
 use tracing::{info, warn};
+
+/// The system allocator, counting what it hands out: the heap figures of `/metrics`
+/// (`failover_heap_*`). Two relaxed atomic additions per allocation.
+#[global_allocator]
+static GLOBAL: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
+
+/// The heap as the allocator counts it.
+fn heap() -> failover::runtime::metrics::Heap {
+    let s = GLOBAL.stats();
+    failover::runtime::metrics::Heap {
+        bytes: (s.bytes_allocated as i64 - s.bytes_deallocated as i64)
+            .saturating_add(s.bytes_reallocated as i64),
+        live_allocations: s.allocations as i64 - s.deallocations as i64,
+        allocations: (s.allocations + s.reallocations) as i64,
+    }
+}
 
 /// Fails traffic over between backend Services by owning SMI TrafficSplits, driven by
 /// EndpointSlice readiness.
@@ -63,6 +80,17 @@ struct Args {
     /// Prometheus for health queries of policies that name none, e.g. `http://prometheus:9090`.
     #[arg(long, env = "PROMETHEUS_ADDRESS")]
     prometheus_address: Option<String>,
+
+    /// Other addresses a policy's `spec.health.prometheus.address` may name (comma-separated;
+    /// paths below each are allowed too). Any other is refused and never asked.
+    #[arg(long, env = "PROMETHEUS_ALLOWED_ADDRESSES", value_delimiter = ',')]
+    prometheus_allowed_addresses: Vec<String>,
+
+    /// The label every selector of a health query is scoped by to the policy's namespace, so a
+    /// policy reads only its namespace's series; empty: queries are sent as written (a cluster
+    /// of one tenant).
+    #[arg(long, env = "PROMETHEUS_NAMESPACE_LABEL", default_value = "namespace")]
+    prometheus_namespace_label: String,
 
     /// Namespace of the Secrets that declare remote clusters (labelled `failover.dev/cluster`);
     /// default: the Pod's namespace, else `default`.
@@ -142,6 +170,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let client = client(&args).await?;
     let metrics = Arc::new(Metrics::new());
+    metrics.read_heap_with(heap);
     let identity = identity(&args);
     let leadership = if args.leader_elect {
         Leadership::pending()
@@ -152,17 +181,7 @@ async fn main() -> anyhow::Result<()> {
     // Shutdown: stop taking work, finish in-flight writes within the grace period, then release
     // the lease so a standby takes over at once.
     let stopping = stopping();
-    let settings = Settings {
-        namespace: args.namespace.clone(),
-        concurrency: args.concurrency,
-        instance: Some(identity.clone()),
-        secret_namespace: args
-            .cluster_secret_namespace
-            .clone()
-            .or_else(|| args.lease_namespace.clone())
-            .unwrap_or_else(|| "default".into()),
-        prometheus_address: args.prometheus_address.clone(),
-    };
+    let settings = settings(&args, &identity);
     let (handle, run) = controller::start(
         client.clone(),
         settings,
@@ -192,6 +211,24 @@ async fn main() -> anyhow::Result<()> {
     }
     info!("stopped");
     Ok(())
+}
+
+/// What the controller is set to do, from its flags.
+fn settings(args: &Args, identity: &str) -> Settings {
+    Settings {
+        namespace: args.namespace.clone(),
+        concurrency: args.concurrency,
+        instance: Some(identity.to_string()),
+        secret_namespace: args
+            .cluster_secret_namespace
+            .clone()
+            .or_else(|| args.lease_namespace.clone())
+            .unwrap_or_else(|| "default".into()),
+        prometheus_address: args.prometheus_address.clone(),
+        prometheus_allowed_addresses: args.prometheus_allowed_addresses.clone(),
+        prometheus_namespace_label: Some(args.prometheus_namespace_label.clone())
+            .filter(|l| !l.is_empty()),
+    }
 }
 
 /// This replica's identity: `--instance`, else the host name and process id.

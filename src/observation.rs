@@ -72,6 +72,9 @@ pub struct BackendObservation {
     /// Why the counts cannot be trusted, when they come from a cluster that is not answering (or
     /// not declared): the backend then counts as not ready, with this as the reason.
     pub unavailable: Option<String>,
+    /// The cluster does not grant the policy's namespace the remote namespace: not read at all
+    /// (`unavailable` says which rule refused it).
+    pub refused: bool,
     /// When the counts were last confirmed, when that is not now (a remote cluster's last answer).
     pub as_of: Option<DateTime<Utc>>,
     /// The counts are not known yet: their source (a remote cluster) has not answered since the
@@ -105,10 +108,13 @@ pub struct Sample {
 }
 
 /// What is known of one backend's health query.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Reading {
     /// Its last answer (`None`: it has not answered yet, and gives no verdict).
     pub sample: Option<Sample>,
     /// The error of the latest query, while it fails (the sample is then the last good one).
     pub failing: Option<String>,
+    /// The reason (of the `HealthQueryFailed` condition) when the query is refused, never sent:
+    /// an address the admin did not allow, a query reading outside the policy's namespace.
+    pub refused: Option<&'static str>,
 }

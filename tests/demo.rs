@@ -356,7 +356,11 @@ async fn every_sample_applies_and_reaches_its_documented_condition() {
         if policy.spec.output == Output::HttpRoute {
             env.cp.install_gateway_api();
         }
-        let _controller = ControllerProcess::start(&env, &[]);
+        // The Prometheus a health sample asks is the controller's, as the chart sets it.
+        let _controller = ControllerProcess::start(
+            &env,
+            &["--prometheus-address", "http://prometheus.monitoring:9090"],
+        );
         let relative = format!("samples/{file}");
         let out = env.kubectl(&["apply", "-f", &relative]);
         if !out.status.success() {

@@ -23,9 +23,11 @@ async fn an_error_ratio_over_the_threshold_fails_over_and_prometheus_down_keeps_
     };
     let exporter = Exporter::start();
     exporter.set(&[("web", 0.01), ("web-east", 0.0), ("web-west", 0.0)]);
-    let mut prometheus = PrometheusServer::start(env.cp, &exporter).await;
-    let _c = env.with_controller(&[]).await;
+    let mut prometheus = PrometheusServer::start(env.cp, &exporter, &env.ns).await;
     let url = prometheus.url.clone();
+    let _c = env
+        .with_controller(&["--prometheus-allowed-addresses", &url])
+        .await;
     env.apply(&PolicyBuilder::web().spec(move |s| {
         s.health = Some(HealthSpec {
             prometheus: Some(PrometheusHealth {
@@ -132,8 +134,10 @@ async fn a_prometheus_answering_html_or_ten_megabytes_is_reported_in_one_line() 
     };
     let not_prometheus = Exporter::start();
     not_prometheus.serve("<html>\n<body>\n<h1>Sign in</h1>\n</body>\n</html>\n".into());
-    let _c = env.with_controller(&[]).await;
     let address = format!("http://{}", not_prometheus.address);
+    let _c = env
+        .with_controller(&["--prometheus-allowed-addresses", &address])
+        .await;
     env.apply(&PolicyBuilder::web().spec(move |s| {
         s.health = Some(HealthSpec {
             prometheus: Some(PrometheusHealth {

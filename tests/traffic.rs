@@ -35,6 +35,13 @@ async fn scene(
     test: &str,
     policy: PolicyBuilder,
 ) -> Option<(TestEnv, tokio::sync::MutexGuard<'static, ()>)> {
+    let (env, turn) = stage(test).await?;
+    serve(&env, &[], policy).await;
+    Some((env, turn))
+}
+
+/// The test's turn, and its backends ready on the node.
+async fn stage(test: &str) -> Option<(TestEnv, tokio::sync::MutexGuard<'static, ()>)> {
     let env = TestEnv::on_node(test).await?;
     let turn = ONE_AT_A_TIME.lock().await;
     for (name, replicas) in [("web", 2), ("web-east", 1), ("web-west", 1)] {
@@ -43,7 +50,13 @@ async fn scene(
     for (name, replicas) in [("web", 2), ("web-east", 1), ("web-west", 1)] {
         env.wait_ready_replicas(name, replicas, WAIT).await;
     }
-    env.install_chart(RELEASE, &[]);
+    Some((env, turn))
+}
+
+/// The chart installed with `values`, `policy` applied, its HTTPRoute attached to the Gateway
+/// and routing to the primary.
+async fn serve(env: &TestEnv, values: &[&str], policy: PolicyBuilder) {
+    env.install_chart(RELEASE, values);
     let rollout = env.kubectl(&[
         "rollout",
         "status",
@@ -57,7 +70,6 @@ async fn scene(
         condition(p, ATTACHED).is_some_and(|(status, ..)| status == "True")
     })
     .await;
-    Some((env, turn))
 }
 
 /// The hostname a test's route serves: the routes of every test share the Gateway's one
@@ -324,7 +336,7 @@ async fn killing_the_controller_pod_while_traffic_flows_loses_no_request_and_kee
 
 #[tokio::test]
 async fn half_the_primarys_requests_failing_fails_over_on_the_proxys_metrics() {
-    let Some((env, _turn)) = scene("traffic-health", on_edge("traffic-health")).await else {
+    let Some((env, _turn)) = stage("traffic-health").await else {
         return;
     };
     let node_ip = env.cp.env("NODE_IP").expect("the node's address");
@@ -336,8 +348,12 @@ async fn half_the_primarys_requests_failing_fails_over_on_the_proxys_metrics() {
         .trim_start_matches("http://")
         .trim_end_matches("/metrics")
         .to_string();
-    // Prometheus listens on the node's address: the controller's Pod asks it there.
-    let prometheus = PrometheusServer::scraping(env.cp, &target, &node_ip).await;
+    // Prometheus listens on the node's address: the controller's Pod asks it there, the only
+    // address it may ask. The proxy's series get the test's namespace (every selector of the
+    // query is scoped to it).
+    let prometheus = PrometheusServer::scraping(env.cp, &target, &node_ip, &env.ns).await;
+    let allowed = format!("prometheusAddress={}", prometheus.url);
+    serve(&env, &[&allowed], on_edge("traffic-health")).await;
     let load = flowing(&env, "traffic-health", "web").await;
     let service =
         |s: &str| format!("{{{{namespace}}}}-{{{{service}}}}-http-80@kubernetesgateway{s}");
@@ -352,7 +368,7 @@ async fn half_the_primarys_requests_failing_fails_over_on_the_proxys_metrics() {
         s.failback_after = "2m".into();
         s.health = Some(HealthSpec {
             prometheus: Some(PrometheusHealth {
-                address: Some(prometheus.url.clone()),
+                address: None,
                 query,
                 max: Some(0.2),
                 min: None,

@@ -28,6 +28,7 @@ mod support;
 
 mod apiserver;
 mod latency;
+mod memory;
 mod objects;
 mod probe;
 mod recovery;
@@ -95,6 +96,10 @@ pub struct Options {
     /// it; its log is written to the system's temporary directory).
     #[arg(long, default_value = "warn")]
     controller_log: String,
+    /// Forces a relist of every watched kind at each scale (kube-apiserver restarted under the
+    /// running controller) and measures its memory.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    relist: bool,
     /// Failover rounds through a real proxy on a real node (0: skip the traffic section).
     #[arg(long, default_value_t = 5)]
     traffic_rounds: usize,
@@ -128,16 +133,24 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
     let mut churn = start_churn(slices.clone(), churn_services.clone(), o.churn_per_second);
     let (controller, cold) = startup::cold_start(&env, n, &splits, &statuses, o).await;
     latency::settle(&controller).await;
+    let mut phases = memory::Phases::of(&controller);
+    phases.end(&controller, n, "cold start").await;
     probe::run(&env, n).await;
     let cold_floor = startup::cold_floor(&env, n, o).await;
     let mut latency =
         vec![latency::measure(&env, &controller, &splits, n, o, o.churn_per_second).await];
+    phases
+        .end(&controller, n, &format!("churn {}/s", o.churn_per_second))
+        .await;
     if n >= o.high_churn_from {
         churn.abort();
         churn = start_churn(slices.clone(), churn_services.clone(), o.high_churn);
         latency.push(latency::measure(&env, &controller, &splits, n, o, o.high_churn).await);
         churn.abort();
         churn = start_churn(slices, churn_services, o.churn_per_second);
+        phases
+            .end(&controller, n, &format!("churn {}/s", o.high_churn))
+            .await;
     }
     let quiet_before = latency::writes(&controller).await;
     tokio::time::sleep(Duration::from_secs(o.quiet_seconds)).await;
@@ -146,8 +159,26 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
         .iter()
         .map(|(k, v)| v - quiet_before.get(k).copied().unwrap_or(0.0))
         .sum();
-    let (cpu_s, peak_rss_mib) = startup::usage(controller.pid());
+    phases.end(&controller, n, "quiet").await;
+    if o.relist {
+        startup::relist(&env, &controller, n).await;
+        phases
+            .end(
+                &controller,
+                n,
+                "relist of every kind (API server restarted)",
+            )
+            .await;
+    }
+    let (cpu_s, _) = startup::usage(controller.pid());
     let (mut controller, restart) = startup::restart_in_place(&env, controller, n, o).await;
+    let mut restarted = memory::Phases::of(&controller);
+    restarted
+        .end(&controller, n, "restart with everything in place")
+        .await;
+    let mut memory = phases.measured;
+    memory.extend(restarted.measured);
+    let peak_rss_mib = memory.iter().map(|m| m.peak_rss_mib).fold(0.0, f64::max);
     // More restarts, printed only (the table keeps the first).
     for _ in 1..o.restarts_in_place {
         controller = startup::restart_in_place(&env, controller, n, o).await.0;
@@ -168,6 +199,7 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
         cpu_s,
         peak_rss_mib,
         kib_per_policy: (peak_rss_mib - idle_rss).max(0.0) * 1024.0 / n as f64,
+        memory,
     }
 }
 
@@ -212,6 +244,7 @@ async fn main() {
     );
     report::print_latency(&results);
     report::print_process(&results, idle_rss);
+    report::print_memory(&results, idle_rss);
     report::print_recovery(&recovery);
     report::print_traffic(&traffic);
     let failed = report::print_targets(&results, &recovery, &traffic);

@@ -118,7 +118,7 @@ async fn watch_slice(
 }
 
 /// Waits until the API server's `/readyz` answers ok; false when it does not within 180 s.
-async fn api_ready(env: &TestEnv) -> bool {
+pub async fn api_ready(env: &TestEnv) -> bool {
     let started = Instant::now();
     loop {
         let request = http::Request::get("/readyz")

@@ -193,6 +193,33 @@ async fn floor_writes(env: &TestEnv, floor: &TestEnv) -> Vec<(TrafficSplit, serd
         .collect()
 }
 
+/// Restarts kube-apiserver under the running controller: the new server's watch cache starts
+/// at the current version, so every watch resumed from an older one is told it is gone and lists
+/// its kind again. Returns once the controller is ready and the relists have had 15 s.
+pub async fn relist(env: &TestEnv, controller: &ControllerProcess, n: usize) {
+    let dir = env.cp.dir.to_string_lossy().to_string();
+    for action in ["stop-component", "start-component"] {
+        let out = env.cp.script(&[action, &dir, "kube-apiserver"]);
+        assert!(
+            out.status.success(),
+            "{action} kube-apiserver: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    assert!(
+        crate::recovery::api_ready(env).await,
+        "the API server did not serve again after its restart"
+    );
+    let load_before = ControlPlaneLoad::now(env).await;
+    ready(controller, Instant::now()).await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let load = ControlPlaneLoad::now(env).await.since(load_before);
+    eprintln!(
+        "[{n}] relist after the API server restarted, {}",
+        load.describe()
+    );
+}
+
 /// A restart with everything in place.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Restart {

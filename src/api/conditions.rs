@@ -86,6 +86,10 @@ pub mod health {
     pub const QUERIES_ANSWER: &str = "QueriesAnswer";
     /// Some health query fails.
     pub const HEALTH_QUERY_FAILED: &str = "HealthQueryFailed";
+    /// The query's address is not one the cluster admin allowed; nothing is sent.
+    pub const ADDRESS_NOT_ALLOWED: &str = "AddressNotAllowed";
+    /// The query reads series outside the policy's namespace; nothing is sent.
+    pub const QUERY_NOT_ALLOWED: &str = "QueryNotAllowed";
 }
 
 /// Reasons of the `ClustersReachable` condition.
@@ -94,6 +98,8 @@ pub mod clusters {
     pub const ALL_CLUSTERS_REACHABLE: &str = "AllClustersReachable";
     /// Some cluster does not answer, or is not declared.
     pub const CLUSTER_UNREACHABLE: &str = "ClusterUnreachable";
+    /// A cluster does not grant the policy's namespace a namespace it reads from.
+    pub const NAMESPACE_NOT_GRANTED: &str = "NamespaceNotGranted";
 }
 
 /// Reasons of the `Attached` condition.

@@ -25,6 +25,8 @@ pub struct HealthSpec {
 #[x_kube(validation = rules::ONE_THRESHOLD.element_rule())]
 pub struct PrometheusHealth {
     /// Prometheus' address, `http://host:port` (default: the controller's `--prometheus-address`).
+    /// Only an address the cluster admin allowed (`--prometheus-allowed-addresses`) is asked;
+    /// any other is refused (`HealthQueryFailed`, reason `AddressNotAllowed`) and never sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = MAX_SUBDOMAIN), pattern(PROMETHEUS_ADDRESS))]
     #[garde(inner(length(min = 1, max = MAX_SUBDOMAIN)))]
@@ -34,6 +36,9 @@ pub struct PrometheusHealth {
     /// `{{namespace}}` are replaced by the backend's Service and the policy's namespace (both
     /// DNS labels, so no escaping is needed), e.g.
     /// `sum(rate(errors_total{service="{{service}}"}[1m])) / sum(rate(requests_total{service="{{service}}"}[1m]))`.
+    /// Every selector reads the policy's namespace only: `namespace="<it>"` (the controller's
+    /// `--prometheus-namespace-label`) is added to each; one that names another namespace is
+    /// refused (reason `QueryNotAllowed`).
     #[schemars(length(min = 1, max = 4096))]
     #[garde(length(min = 1, max = 4096))]
     pub query: String,

@@ -39,7 +39,7 @@ use crate::{
     runtime::{gate::WriteGate, leader::Leadership, metrics::Metrics},
     sources::{
         Caches,
-        health::Health,
+        health::{Health, Reach},
         local::{
             apis::{Apis, NeededApi},
             feeds::{Feed, feeds},
@@ -50,6 +50,7 @@ use crate::{
         wake::Wake,
         watch::WatchContext,
     },
+    tenancy::Addresses,
 };
 
 /// How the controller runs.
@@ -65,6 +66,11 @@ pub struct Settings {
     pub secret_namespace: String,
     /// The Prometheus that health queries go to when a policy names none.
     pub prometheus_address: Option<String>,
+    /// Other addresses a policy may send its health queries to.
+    pub prometheus_allowed_addresses: Vec<String>,
+    /// The label that scopes every selector of a health query to the policy's namespace
+    /// (`None`: queries are sent as written).
+    pub prometheus_namespace_label: Option<String>,
 }
 
 impl Default for Settings {
@@ -75,6 +81,8 @@ impl Default for Settings {
             instance: None,
             secret_namespace: "default".to_string(),
             prometheus_address: None,
+            prometheus_allowed_addresses: Vec::new(),
+            prometheus_namespace_label: Some("namespace".to_string()),
         }
     }
 }
@@ -102,8 +110,16 @@ impl Handle {
         };
         let health = {
             let wake = wake.clone();
+            let reach = Reach {
+                default_address: settings.prometheus_address.clone(),
+                addresses: Addresses::new(
+                    &settings.prometheus_allowed_addresses,
+                    settings.prometheus_address.as_deref(),
+                ),
+                namespace_label: settings.prometheus_namespace_label.clone(),
+            };
             Health::new(
-                settings.prometheus_address.clone(),
+                reach,
                 metrics.clone(),
                 Arc::new(move |policy| wake.policies(vec![policy])),
             )

@@ -32,7 +32,7 @@ pub fn inputs(policy: &ValidPolicy, caches: &Caches) -> Inputs {
             .iter()
             .map(|b| {
                 let mut observation = match &b.remote {
-                    Some(remote) => caches.remote.observe(remote),
+                    Some(remote) => caches.remote.observe(&policy.namespace, remote),
                     None => readiness.observe(&policy.namespace, &b.service),
                 };
                 if policy.health.is_some() {

@@ -219,6 +219,18 @@ fn health(spec: &FailoverPolicySpec, problems: &mut Vec<SpecProblem>) -> Option<
             "must be http://host:port",
         ));
     }
+    // A query that cannot parse could never run: its placeholders filled in with names, it is
+    // PromQL or the spec is invalid.
+    let filled = p
+        .query
+        .replace("{{service}}", "service")
+        .replace("{{namespace}}", "namespace");
+    if let Err(e) = promql_parser::parser::parse(&filled) {
+        problems.push(problem(
+            "spec.health.prometheus.query",
+            &format!("is not PromQL: {}", crate::message::line(&e)),
+        ));
+    }
     let interval = hold(&p.interval, "spec.health.prometheus.interval", problems)?;
     if interval.after < std::time::Duration::from_secs(1) {
         problems.push(problem(

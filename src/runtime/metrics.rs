@@ -4,7 +4,10 @@
 use chrono::{DateTime, Utc};
 use std::{
     collections::HashMap,
-    sync::atomic::{AtomicI64, AtomicU64},
+    sync::{
+        OnceLock,
+        atomic::{AtomicI64, AtomicU64},
+    },
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -21,7 +24,7 @@ use prometheus_client::{
 
 use parking_lot::Mutex;
 
-use crate::api::Phase;
+use crate::runtime::policy_metrics::PolicyTable;
 
 /// Every watch, as `watch_restarts` labels it.
 pub const WATCH_KINDS: [&str; 5] = [
@@ -66,17 +69,9 @@ pub struct Metrics {
     pub reconcile_duration: Histogram,
     /// Failed reconciles, by error kind.
     pub reconcile_errors: Family<KindLabels, Counter>,
-    /// Traffic leaving the primary (or moving between secondaries), per policy.
-    pub failovers: Family<PolicyLabels, Counter>,
-    /// Traffic returning to the primary, per policy.
-    pub failbacks: Family<PolicyLabels, Counter>,
-    /// Ready backends per policy.
-    pub ready_backends: Family<PolicyLabels, Gauge>,
-    /// Phase per policy: 0 Primary, 1 FailedOver, 2 NoReadyBackend.
-    pub phase: Family<PolicyLabels, Gauge>,
-    /// Seconds since each policy's last failover or failback, computed at scrape time.
-    pub since_last_transition: Family<PolicyLabels, Gauge<f64, AtomicU64>>,
-    transition_times: Mutex<HashMap<PolicyLabels, f64>>,
+    /// The per-policy series: failovers, failbacks, ready backends, phase, time since the last
+    /// transition.
+    pub policies: PolicyTable,
     /// API writes made, by kind (`trafficsplit`, `status`, `event`, `lease`).
     pub api_writes: Family<KindLabels, Counter>,
     /// Watch streams restarted after an error, by watched kind.
@@ -92,6 +87,20 @@ pub struct Metrics {
     /// Watches of a remote cluster restarted after an error.
     pub cluster_watch_restarts: Family<ClusterLabels, Counter>,
     cluster_seen: Mutex<HashMap<String, f64>>,
+    /// Bytes on the heap, live allocations and allocations made, read at scrape time.
+    heap: [Gauge; 3],
+    heap_source: OnceLock<fn() -> Heap>,
+}
+
+/// The heap as the process's allocator counts it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Heap {
+    /// Bytes allocated and not freed.
+    pub bytes: i64,
+    /// Allocations not freed.
+    pub live_allocations: i64,
+    /// Allocations (and reallocations) made since the start.
+    pub allocations: i64,
 }
 
 /// Labels of a series about one remote cluster.
@@ -121,12 +130,7 @@ impl Metrics {
             reconciles: Counter::default(),
             reconcile_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             reconcile_errors: Family::default(),
-            failovers: Family::default(),
-            failbacks: Family::default(),
-            ready_backends: Family::default(),
-            phase: Family::default(),
-            since_last_transition: Family::default(),
-            transition_times: Mutex::new(HashMap::new()),
+            policies: PolicyTable::default(),
             api_writes: Family::default(),
             watch_restarts: Family::default(),
             leader: Gauge::default(),
@@ -135,6 +139,8 @@ impl Metrics {
             cluster_data_age: Family::default(),
             cluster_watch_restarts: Family::default(),
             cluster_seen: Mutex::new(HashMap::new()),
+            heap: Default::default(),
+            heap_source: OnceLock::new(),
             registry: Registry::with_prefix("failover"),
         };
         m.register_all();
@@ -178,40 +184,11 @@ impl Metrics {
         for (name, help, family) in by_kind {
             r.register(name, help, family.clone());
         }
-        let per_policy_counters = [
-            (
-                "failovers",
-                "Times traffic left the primary or moved between secondaries, per policy",
-                &self.failovers,
-            ),
-            (
-                "failbacks",
-                "Times traffic returned to the primary, per policy",
-                &self.failbacks,
-            ),
-        ];
-        for (name, help, family) in per_policy_counters {
-            r.register(name, help, family.clone());
-        }
+        r.register_collector(Box::new(self.policies.clone()));
     }
 
     fn register_gauges(&mut self) {
         let r = &mut self.registry;
-        r.register(
-            "ready_backends",
-            "Ready backends per policy",
-            self.ready_backends.clone(),
-        );
-        r.register(
-            "policy_phase",
-            "Phase per policy: 0 Primary, 1 FailedOver, 2 NoReadyBackend",
-            self.phase.clone(),
-        );
-        r.register(
-            "seconds_since_last_transition",
-            "Seconds since each policy's last failover or failback",
-            self.since_last_transition.clone(),
-        );
         r.register(
             "leader",
             "1 while this replica holds the leader lease",
@@ -232,6 +209,14 @@ impl Metrics {
             "Seconds since a remote cluster last answered",
             self.cluster_data_age.clone(),
         );
+        let heap = [
+            ("heap_bytes", "Bytes on the heap"),
+            ("heap_live_allocations", "Heap allocations not freed"),
+            ("heap_allocations", "Heap allocations made since the start"),
+        ];
+        for ((name, help), gauge) in heap.into_iter().zip(&self.heap) {
+            r.register(name, help, gauge.clone());
+        }
         r.register(
             "cluster_watch_restarts",
             "Watches of a remote cluster restarted after an error",
@@ -260,11 +245,6 @@ impl Metrics {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0);
-        for (labels, at) in self.transition_times.lock().iter() {
-            self.since_last_transition
-                .get_or_create(labels)
-                .set((now - at).max(0.0));
-        }
         for (cluster, at) in self.cluster_seen.lock().iter() {
             let labels = ClusterLabels {
                 cluster: cluster.clone(),
@@ -273,10 +253,22 @@ impl Metrics {
                 .get_or_create(&labels)
                 .set((now - at).max(0.0));
         }
+        if let Some(read) = self.heap_source.get() {
+            let heap = read();
+            let values = [heap.bytes, heap.live_allocations, heap.allocations];
+            for (gauge, value) in self.heap.iter().zip(values) {
+                gauge.set(value);
+            }
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
         out
+    }
+
+    /// Reads the heap with `read` at each scrape (the binary owns the allocator that counts).
+    pub fn read_heap_with(&self, read: fn() -> Heap) {
+        let _ = self.heap_source.set(read);
     }
 
     /// Records whether a CRD the controller needs is missing.
@@ -369,34 +361,8 @@ impl Metrics {
         self.reconcile_duration.observe(took.as_secs_f64());
     }
 
-    /// Records a policy's current state.
-    pub fn set_policy_state(&self, labels: &PolicyLabels, ready_backends: usize, phase: Phase) {
-        let _ = self.failovers.get_or_create_owned(labels);
-        let _ = self.failbacks.get_or_create_owned(labels);
-        self.ready_backends
-            .get_or_create(labels)
-            .set(i64::try_from(ready_backends).unwrap_or(i64::MAX));
-        self.phase.get_or_create(labels).set(match phase {
-            Phase::Primary => 0,
-            Phase::FailedOver => 1,
-            Phase::NoReadyBackend => 2,
-        });
-    }
-
-    /// Records when a policy's traffic last moved (Unix seconds).
-    pub fn set_last_transition(&self, labels: &PolicyLabels, unix_seconds: f64) {
-        self.transition_times
-            .lock()
-            .insert(labels.clone(), unix_seconds);
-    }
-
     /// Forgets every series of a deleted policy.
     pub fn forget_policy(&self, labels: &PolicyLabels) {
-        self.transition_times.lock().remove(labels);
-        self.since_last_transition.remove(labels);
-        self.failovers.remove(labels);
-        self.failbacks.remove(labels);
-        self.ready_backends.remove(labels);
-        self.phase.remove(labels);
+        self.policies.forget(labels);
     }
 }

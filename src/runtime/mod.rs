@@ -1,9 +1,11 @@
 //! What every step of the pipeline runs against, below the sources and the steps: the metrics
-//! registry ([`metrics`]), this replica's leadership ([`leader`]), the one leader-gated door every
-//! write goes through ([`gate`]), and the memory of what this replica wrote or is about to write
+//! registry ([`metrics`], the per-policy series in [`policy_metrics`]), this replica's
+//! leadership ([`leader`]), the one leader-gated door every write goes through ([`gate`]), and
+//! the memory of what this replica wrote or is about to write
 //! ([`written`]).
 
 pub mod gate;
 pub mod leader;
 pub mod metrics;
+pub mod policy_metrics;
 pub mod written;

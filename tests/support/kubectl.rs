@@ -126,6 +126,61 @@ impl TestEnv {
     }
 }
 
+/// What a policy's author may do in the namespace it owns, and nothing else: FailoverPolicies.
+const AUTHOR_RULES: &str = "- apiGroups: [failover.dev]\n  resources: [failoverpolicies]\n  verbs: [get, list, watch, create, update, patch, delete]\n";
+
+/// A user bound to a Role of the test namespace that lets it write FailoverPolicies only: a
+/// tenant sharing the cluster.
+pub struct Tenant {
+    kubeconfig: PathBuf,
+    kubectl: PathBuf,
+}
+
+impl Tenant {
+    /// kubectl as the tenant, in its namespace.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new(&self.kubectl)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .args(args)
+            .output()
+            .expect("running kubectl")
+    }
+
+    /// `kubectl apply -f -` as the tenant; fails the test when refused.
+    pub fn apply(&self, yaml: &str) {
+        let mut child = Command::new(&self.kubectl)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .args(["apply", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning kubectl");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(yaml.as_bytes())
+            .expect("writing to kubectl");
+        let out = child.wait_with_output().expect("kubectl output");
+        ok(&out, "kubectl apply as the tenant");
+    }
+}
+
+impl TestEnv {
+    /// The tenant of this namespace: a ServiceAccount `author` bound to a Role that lets it
+    /// write FailoverPolicies here and nothing else.
+    pub fn tenant(&self) -> Tenant {
+        let kubeconfig = self.service_account_kubeconfig("author");
+        self.grant("policy-author", "author", AUTHOR_RULES);
+        Tenant {
+            kubeconfig,
+            kubectl: self.cp.bin("kubectl"),
+        }
+    }
+}
+
 /// Real helm against the test's control plane, with its own cache and config folders.
 pub fn helm(env: &TestEnv, args: &[&str]) -> Output {
     let home = std::env::temp_dir().join("failover-helm");

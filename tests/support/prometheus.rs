@@ -7,15 +7,20 @@ use std::{
     net::TcpListener,
     path::PathBuf,
     process::{Child, Command, Stdio},
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
 use super::{ControlPlane, wait_until};
 
-/// An HTTP server on loopback serving `/metrics` from text the test sets.
+/// An HTTP server on loopback serving `/metrics` from text the test sets; it counts the
+/// connections it accepted.
 pub struct Exporter {
     text: Arc<Mutex<String>>,
+    accepted: Arc<AtomicUsize>,
     /// Its `host:port`.
     pub address: String,
 }
@@ -26,9 +31,11 @@ impl Exporter {
         let listener = TcpListener::bind("127.0.0.1:0").expect("exporter port");
         let address = listener.local_addr().expect("address").to_string();
         let text = Arc::new(Mutex::new(String::new()));
-        let served = text.clone();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (served, counted) = (text.clone(), accepted.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
+                counted.fetch_add(1, Ordering::SeqCst);
                 let mut stream = stream;
                 // Read the whole request head: closing with unread bytes resets the connection
                 // and fails the scrape.
@@ -48,7 +55,16 @@ impl Exporter {
                 );
             }
         });
-        Self { text, address }
+        Self {
+            text,
+            accepted,
+            address,
+        }
+    }
+
+    /// The connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
     }
 
     /// Answers every request with this body from now on (a server that is not what it should be).
@@ -80,15 +96,17 @@ pub struct PrometheusServer {
 }
 
 impl PrometheusServer {
-    /// Starts Prometheus from the control plane's bin folder, scraping the exporter; fails with
-    /// the build command when it is missing.
-    pub async fn start(cp: &ControlPlane, exporter: &Exporter) -> Self {
-        Self::scraping(cp, &exporter.address, "127.0.0.1").await
+    /// Starts Prometheus from the control plane's bin folder, scraping the exporter, its series
+    /// in `namespace`; fails with the build command when it is missing.
+    pub async fn start(cp: &ControlPlane, exporter: &Exporter, namespace: &str) -> Self {
+        Self::scraping(cp, &exporter.address, "127.0.0.1", namespace).await
     }
 
     /// Starts Prometheus scraping `target` (`host:port`, `/metrics`), listening on `listen`
-    /// (an address of this host: loopback, or the node's address for Pods to reach it).
-    pub async fn scraping(cp: &ControlPlane, target: &str, listen: &str) -> Self {
+    /// (an address of this host: loopback, or the node's address for Pods to reach it). The
+    /// target's series get the label `namespace` (as a Kubernetes service discovery would give
+    /// them), unless they carry one of their own.
+    pub async fn scraping(cp: &ControlPlane, target: &str, listen: &str, namespace: &str) -> Self {
         let binary = cp.bin("prometheus");
         assert!(
             binary.exists(),
@@ -102,7 +120,7 @@ impl PrometheusServer {
         let dir = std::env::temp_dir().join(format!("failover-prometheus-{port}"));
         std::fs::create_dir_all(&dir).expect("prometheus dir");
         let config = format!(
-            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nscrape_configs:\n  - job_name: backends\n    static_configs: [{{targets: ['{target}']}}]\n"
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nscrape_configs:\n  - job_name: backends\n    honor_labels: true\n    static_configs: [{{targets: ['{target}'], labels: {{namespace: '{namespace}'}}}}]\n"
         );
         std::fs::write(dir.join("prometheus.yml"), config).expect("prometheus config");
         let mut server = Self {

@@ -49,8 +49,30 @@ impl TestEnv {
     }
 
     /// Declares a remote cluster to the controller: a Secret labelled `failover.dev/cluster`
-    /// in this namespace, with the kubeconfig and `staleAfter`.
+    /// in this namespace, with the kubeconfig and `staleAfter`, granting this namespace's
+    /// policies every namespace there.
     pub async fn declare_cluster(&self, name: &str, kubeconfig: &str, stale_after: &str) {
+        let grants = format!("{}=*", self.ns);
+        self.declare_cluster_granting(name, kubeconfig, stale_after, Some(&grants))
+            .await;
+    }
+
+    /// Declares a remote cluster with these namespace grants (`failover.dev/namespaces`; `None`:
+    /// no annotation, each namespace reads its namesake).
+    pub async fn declare_cluster_granting(
+        &self,
+        name: &str,
+        kubeconfig: &str,
+        stale_after: &str,
+        grants: Option<&str>,
+    ) {
+        let mut annotations = BTreeMap::from([(
+            "failover.dev/stale-after".to_string(),
+            stale_after.to_string(),
+        )]);
+        if let Some(grants) = grants {
+            annotations.insert("failover.dev/namespaces".to_string(), grants.to_string());
+        }
         let secret = Secret {
             metadata: ObjectMeta {
                 name: Some(format!("cluster-{name}")),
@@ -58,10 +80,7 @@ impl TestEnv {
                     "failover.dev/cluster".to_string(),
                     name.to_string(),
                 )])),
-                annotations: Some(BTreeMap::from([(
-                    "failover.dev/stale-after".to_string(),
-                    stale_after.to_string(),
-                )])),
+                annotations: Some(annotations),
                 ..Default::default()
             },
             data: Some(BTreeMap::from([(

@@ -186,17 +186,37 @@ fn spillover_shares(policy: &ValidPolicy, plan: &Plan) -> String {
         .join(", ")
 }
 
-/// `HealthQueryFailed`, for a policy with a health query.
+/// `HealthQueryFailed`, for a policy with a health query: the backends whose query fails, grouped
+/// by error (a refusal or an unreachable Prometheus is usually the same for all).
 fn health_queries(policy: &ValidPolicy, plan: &Plan) -> Option<Verdict> {
     policy.health.as_ref()?;
-    let failing: Vec<String> = plan
-        .backends
+    let mut by_error: Vec<(&str, Vec<&str>)> = Vec::new();
+    let mut refused = None;
+    for b in &plan.backends {
+        let Some(reading) = b.observation.health.as_ref() else {
+            continue;
+        };
+        let Some(error) = reading.failing.as_deref() else {
+            continue;
+        };
+        refused = refused.or(reading.refused);
+        match by_error.iter_mut().find(|(e, _)| *e == error) {
+            Some((_, services)) => services.push(&b.service),
+            None => by_error.push((error, vec![&b.service])),
+        }
+    }
+    let failing: Vec<String> = by_error
         .iter()
-        .filter_map(|b| {
-            let error = b.observation.health.as_ref()?.failing.as_ref()?;
-            Some(format!("{}: {error}", b.service))
-        })
+        .map(|(error, services)| format!("{}: {error}", services.join(", ")))
         .collect();
+    if let Some(reason) = refused {
+        return Some(Verdict::new(
+            HEALTH_QUERY_FAILED,
+            true,
+            reason,
+            format!("routing on readiness alone; {}", failing.join("; ")),
+        ));
+    }
     Some(if failing.is_empty() {
         Verdict::new(
             HEALTH_QUERY_FAILED,
@@ -226,15 +246,18 @@ fn clusters(policy: &ValidPolicy, plan: &Plan) -> Option<Verdict> {
     if clusters.is_empty() {
         return None;
     }
-    let mut unreachable: Vec<&str> = policy
-        .backends
-        .iter()
-        .zip(&plan.backends)
-        .filter(|(b, _)| b.remote.is_some())
-        .filter_map(|(_, state)| state.observation.unavailable.as_deref())
-        .collect();
+    let remote = || {
+        policy
+            .backends
+            .iter()
+            .zip(&plan.backends)
+            .filter(|(b, _)| b.remote.is_some())
+            .map(|(_, state)| &state.observation)
+    };
+    let mut unreachable: Vec<&str> = remote().filter_map(|o| o.unavailable.as_deref()).collect();
     unreachable.sort_unstable();
     unreachable.dedup();
+    let refused = remote().any(|o| o.refused);
     Some(if unreachable.is_empty() {
         Verdict::new(
             CLUSTERS_REACHABLE,
@@ -246,7 +269,11 @@ fn clusters(policy: &ValidPolicy, plan: &Plan) -> Option<Verdict> {
         Verdict::new(
             CLUSTERS_REACHABLE,
             false,
-            clusters::CLUSTER_UNREACHABLE,
+            if refused {
+                clusters::NAMESPACE_NOT_GRANTED
+            } else {
+                clusters::CLUSTER_UNREACHABLE
+            },
             unreachable.join("; "),
         )
     })

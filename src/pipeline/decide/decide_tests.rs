@@ -143,6 +143,7 @@ pub(crate) fn up(ready: i32) -> BackendObservation {
         ready_endpoints: ready,
         total_endpoints: ready.max(2),
         unavailable: None,
+        refused: false,
         as_of: None,
         awaiting: false,
         health: None,
@@ -776,6 +777,7 @@ fn reading(value: Option<f64>, failing: Option<&str>) -> BackendObservation {
                 read_at: t(0),
             }),
             failing: failing.map(str::to_string),
+            ..Default::default()
         }),
         ..up(3)
     }
@@ -844,6 +846,7 @@ fn a_query_that_never_answered_gives_no_verdict_whatever_no_data_says() {
         health: Some(crate::observation::Reading {
             sample: None,
             failing: Some("no Prometheus to ask".into()),
+            ..Default::default()
         }),
         ..up(3)
     };

@@ -138,7 +138,11 @@ fn arb_reading() -> impl proptest::strategy::Strategy<Value = Option<Reading>> {
             sample,
             proptest::option::weighted(0.3, Just("refused".to_string())),
         )
-            .prop_map(|(sample, failing)| Reading { sample, failing }),
+            .prop_map(|(sample, failing)| Reading {
+                sample,
+                failing,
+                refused: None,
+            }),
     )
 }
 

@@ -54,9 +54,11 @@ pub fn report(
             }
             let ready = status.backends.iter().filter(|b| b.ready).count();
             gate.metrics
-                .set_policy_state(&labels, ready, status.phase.unwrap_or(Phase::Primary));
+                .policies
+                .set_state(&labels, ready, status.phase.unwrap_or(Phase::Primary));
             if let Some(last) = status.last_failover_time.max(status.last_failback_time) {
                 gate.metrics
+                    .policies
                     .set_last_transition(&labels, last.0.timestamp_millis() as f64 / 1000.0);
             }
         }
@@ -72,12 +74,12 @@ fn record_transition(
 ) {
     let transition = announcement.transition;
     match transition {
-        Transition::FailedOver => gate.metrics.failovers.get_or_create(labels).inc(),
-        Transition::FailedBack => gate.metrics.failbacks.get_or_create(labels).inc(),
+        Transition::FailedOver => gate.metrics.policies.failed_over(labels),
+        Transition::FailedBack => gate.metrics.policies.failed_back(labels),
         Transition::NoReadyBackend
         | Transition::Recovered
         | Transition::PinnedBackendNotReady
-        | Transition::FailbackStep => 0,
+        | Transition::FailbackStep => {}
     };
     let event_type = if transition.is_warning() {
         EventType::Warning

@@ -1,8 +1,8 @@
 //! Health beyond readiness: each backend of a policy with `health.prometheus` gets its query run
 //! against Prometheus every `interval` (one poller per policy: queries are batched per interval,
 //! never one per event), and the reading kept here for the gather step. A reading that changes
-//! the verdict (healthy or not, the query failing, failing for another reason, or recovering)
-//! wakes the policy; a failing query keeps the last value (fail static).
+//! the verdict (healthy or not, data or none, the query failing, failing for another reason, or
+//! recovering) wakes the policy; a failing query keeps the last value (fail static).
 //!
 //! Fail static survives a restart or a change of leader: a poller that starts with no reading
 //! of its own takes the last one the policy's status recorded, so a primary failed over for its
@@ -21,10 +21,14 @@ use tracing::warn;
 
 use self::prometheus::Prometheus;
 use crate::{
-    api::FailoverPolicy,
+    api::{
+        FailoverPolicy, conditions::health::ADDRESS_NOT_ALLOWED,
+        conditions::health::QUERY_NOT_ALLOWED,
+    },
     observation::{PolicyKey, Reading, Sample},
     policy::{self, ValidPolicy},
     runtime::metrics::Metrics,
+    tenancy::{Addresses, scope_query},
 };
 
 /// The last answer recorded in a policy's status for this backend, to carry the verdict over a
@@ -44,19 +48,38 @@ fn recorded_reading(policy: &FailoverPolicy, service: &str) -> Option<Reading> {
             read_at: recorded.read_at.0,
         }),
         failing: None,
+        refused: None,
     })
 }
 
 /// Why a health query cannot run at all.
 const NO_PROMETHEUS: &str = "no Prometheus to ask: set spec.health.prometheus.address or the controller's --prometheus-address";
 
-/// What one policy's poller runs.
+/// What one policy's poller runs: per backend, its query as sent (placeholders filled in,
+/// scoped to the policy's namespace).
 #[derive(Clone, Debug, PartialEq)]
 struct Plan {
     health: policy::Health,
     address: String,
-    namespace: String,
-    services: Vec<String>,
+    queries: Vec<(String, String)>,
+}
+
+/// Why a policy's queries are not sent: no Prometheus to ask, or a refusal (with the reason of
+/// the `HealthQueryFailed` condition).
+struct Unasked {
+    refused: Option<&'static str>,
+    message: String,
+}
+
+/// Where health queries may go and what they may read, as the cluster admin set it.
+#[derive(Clone, Debug, Default)]
+pub struct Reach {
+    /// The Prometheus for policies that name none (`--prometheus-address`).
+    pub default_address: Option<String>,
+    /// The addresses a policy may name (the default one included).
+    pub addresses: Addresses,
+    /// The label every selector is scoped by to the policy's namespace (`None`: not scoped).
+    pub namespace_label: Option<String>,
 }
 
 /// Every reading, and the pollers that make them.
@@ -64,27 +87,63 @@ struct Plan {
 pub struct Health {
     readings: Arc<RwLock<HashMap<(PolicyKey, String), Reading>>>,
     pollers: Arc<Mutex<HashMap<PolicyKey, (Plan, AbortHandle)>>>,
-    default_address: Option<String>,
+    reach: Arc<Reach>,
     prometheus: Prometheus,
     metrics: Arc<Metrics>,
     wake: Arc<dyn Fn(PolicyKey) + Send + Sync>,
 }
 
 impl Health {
-    /// No poller yet; `default_address` serves policies that name no Prometheus.
+    /// No poller yet; queries go where `reach` allows.
     pub fn new(
-        default_address: Option<String>,
+        reach: Reach,
         metrics: Arc<Metrics>,
         wake: Arc<dyn Fn(PolicyKey) + Send + Sync>,
     ) -> Self {
         Self {
             readings: Arc::default(),
             pollers: Arc::default(),
-            default_address,
+            reach: Arc::new(reach),
             prometheus: Prometheus::default(),
             metrics,
             wake,
         }
+    }
+
+    /// What a valid policy's poller would run, or why nothing is sent.
+    fn plan(&self, v: &ValidPolicy, health: policy::Health) -> Result<Plan, Unasked> {
+        let address = health
+            .address
+            .clone()
+            .or(self.reach.default_address.clone())
+            .ok_or_else(|| Unasked {
+                refused: None,
+                message: NO_PROMETHEUS.to_string(),
+            })?;
+        if !self.reach.addresses.allows(&address) {
+            return Err(Unasked {
+                refused: Some(ADDRESS_NOT_ALLOWED),
+                message: self.reach.addresses.refusal(&address),
+            });
+        }
+        let label = self.reach.namespace_label.as_deref();
+        let queries = v
+            .backends
+            .iter()
+            .map(|b| {
+                let query = health.query_for(&v.namespace, &b.service);
+                scope_query(&query, label, &v.namespace).map(|q| (b.service.clone(), q))
+            })
+            .collect::<Result<_, _>>()
+            .map_err(|message| Unasked {
+                refused: Some(QUERY_NOT_ALLOWED),
+                message,
+            })?;
+        Ok(Plan {
+            health,
+            address,
+            queries,
+        })
     }
 
     /// The reading of a backend of a policy, once its query has run.
@@ -103,26 +162,21 @@ impl Health {
         policy: Option<&FailoverPolicy>,
         valid: Option<&ValidPolicy>,
     ) {
-        let mut unaddressed = Vec::new();
+        let mut unasked = None;
         let plan = valid.and_then(|v| {
             let health = v.health.clone()?;
-            let Some(address) = health.address.clone().or(self.default_address.clone()) else {
-                unaddressed = v.backends.clone();
-                return None;
-            };
-            Some(Plan {
-                services: v.backends.iter().map(|b| b.service.clone()).collect(),
-                namespace: v.namespace.clone(),
-                address,
-                health,
-            })
+            self.plan(v, health)
+                .map_err(|why| unasked = Some((v.backends.clone(), why)))
+                .ok()
         });
         let mut pollers = self.pollers.lock();
         match (plan, pollers.get(&key)) {
             (Some(plan), Some((running, _))) if *running == plan => {}
             (Some(plan), _) => {
                 if let Some(policy) = policy {
-                    self.seed(&key, policy, &plan.services);
+                    let services: Vec<&str> =
+                        plan.queries.iter().map(|(s, _)| s.as_str()).collect();
+                    self.seed(&key, policy, &services);
                 }
                 let task = tokio::spawn(poll(self.clone(), key.clone(), plan.clone()));
                 if let Some((_, old)) = pollers.insert(key, (plan, task.abort_handle())) {
@@ -133,20 +187,19 @@ impl Health {
                 if let Some((_, old)) = pollers.remove(&key) {
                     old.abort();
                 }
-                if unaddressed.is_empty() {
-                    self.readings.write().retain(|(p, _), _| *p != key);
-                } else {
-                    self.no_prometheus(&key, &unaddressed);
+                match unasked {
+                    None => self.readings.write().retain(|(p, _), _| *p != key),
+                    Some((backends, why)) => self.unasked(&key, &backends, why),
                 }
             }
         }
     }
 
     /// Takes the last answers the policy's status recorded for backends with no reading yet.
-    fn seed(&self, key: &PolicyKey, policy: &FailoverPolicy, services: &[String]) {
+    fn seed(&self, key: &PolicyKey, policy: &FailoverPolicy, services: &[&str]) {
         let mut readings = self.readings.write();
         for service in services {
-            let slot = (key.clone(), service.clone());
+            let slot = (key.clone(), service.to_string());
             if !readings.contains_key(&slot)
                 && let Some(recorded) = recorded_reading(policy, service)
             {
@@ -155,18 +208,19 @@ impl Health {
         }
     }
 
-    /// Marks every backend's query as failing when there is no Prometheus to ask, so the policy's
-    /// `HealthQueryFailed` condition says so instead of the check being silently skipped. With no
-    /// answer ever, there is no verdict: routing follows readiness alone.
-    fn no_prometheus(&self, key: &PolicyKey, backends: &[policy::Backend]) {
+    /// Marks every backend's query as failing when it is not sent (no Prometheus to ask, or
+    /// refused), so the policy's `HealthQueryFailed` condition says why instead of the check being
+    /// silently skipped. With no answer, there is no verdict: routing follows readiness alone.
+    fn unasked(&self, key: &PolicyKey, backends: &[policy::Backend], why: Unasked) {
         let mut readings = self.readings.write();
-        readings.retain(|(p, _), r| *p != *key || r.failing.as_deref() == Some(NO_PROMETHEUS));
+        readings.retain(|(p, _), r| *p != *key || r.failing.as_deref() == Some(&why.message));
         for b in backends {
             readings
                 .entry((key.clone(), b.service.clone()))
                 .or_insert_with(|| Reading {
                     sample: None,
-                    failing: Some(NO_PROMETHEUS.to_string()),
+                    failing: Some(why.message.clone()),
+                    refused: why.refused,
                 });
         }
     }
@@ -189,16 +243,20 @@ impl Health {
                     read_at: Utc::now(),
                 }),
                 failing: None,
+                refused: None,
             },
             Err(error) => Reading {
                 sample: before.as_ref().and_then(|last| last.sample.clone()),
                 failing: Some(error),
+                refused: None,
             },
         };
-        // A failure that changes its reason is news too: the condition must say the current one.
+        // A failure that changes its reason is news too: the condition must say the current one;
+        // so is data appearing or going away (the status shows a value, or that there is none).
         let verdict = |r: &Reading| {
             let healthy = r.sample.as_ref().map(|s| plan.health.healthy(s.value));
-            (healthy, r.failing.clone())
+            let data = r.sample.as_ref().map(|s| s.value.is_some());
+            (healthy, data, r.failing.clone())
         };
         let changed = before.as_ref().map(verdict) != Some(verdict(&after));
         readings.insert(slot, after);
@@ -213,9 +271,8 @@ async fn poll(health: Health, key: PolicyKey, plan: Plan) {
     loop {
         let mut changed = false;
         let mut failures = 0;
-        for service in &plan.services {
-            let query = plan.health.query_for(&plan.namespace, service);
-            let outcome = health.prometheus.query(&plan.address, &query).await;
+        for (service, query) in &plan.queries {
+            let outcome = health.prometheus.query(&plan.address, query).await;
             if let Err(e) = &outcome {
                 failures += 1;
                 health.metrics.error("health_query");
@@ -226,7 +283,7 @@ async fn poll(health: Health, key: PolicyKey, plan: Plan) {
         if changed {
             (health.wake)(key.clone());
         }
-        failed_rounds = if failures == plan.services.len() {
+        failed_rounds = if failures == plan.queries.len() {
             (failed_rounds + 1).min(3)
         } else {
             0
@@ -260,17 +317,58 @@ mod tests {
     }
 
     fn store() -> Health {
-        Health::new(None, Arc::new(Metrics::new()), Arc::new(|_| {}))
+        let reach = Reach {
+            addresses: Addresses::new(&["http://127.0.0.1:9".into()], None),
+            namespace_label: Some("namespace".into()),
+            ..Reach::default()
+        };
+        Health::new(reach, Arc::new(Metrics::new()), Arc::new(|_| {}))
     }
 
     fn plan(p: &FailoverPolicy) -> Plan {
         let v = crate::pipeline::validate::validate(p).expect("valid");
-        Plan {
-            services: v.backends.iter().map(|b| b.service.clone()).collect(),
-            namespace: v.namespace.clone(),
-            address: "http://127.0.0.1:9".into(),
-            health: v.health.expect("health"),
+        let health = v.health.clone().expect("health");
+        store()
+            .plan(&v, health)
+            .unwrap_or_else(|why| panic!("{}", why.message))
+    }
+
+    #[test]
+    fn each_backends_query_is_scoped_to_the_policys_namespace() {
+        let plan = plan(&policy(serde_json::Value::Null));
+        assert_eq!(
+            plan.queries,
+            [
+                (
+                    "web-primary".to_string(),
+                    r#"errors{namespace="prod",service="web-primary"}"#.to_string()
+                ),
+                (
+                    "web-east".to_string(),
+                    r#"errors{namespace="prod",service="web-east"}"#.to_string()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_address_the_admin_did_not_allow_is_refused_before_any_query() {
+        let mut p = policy(serde_json::Value::Null);
+        if let Some(h) = p.spec.health.as_mut().and_then(|h| h.prometheus.as_mut()) {
+            h.address = Some("http://169.254.169.254".into());
         }
+        let health = store();
+        health.follow(
+            key(),
+            Some(&p),
+            crate::pipeline::validate::validate(&p).ok().as_ref(),
+        );
+        assert!(health.pollers.lock().is_empty(), "no poller, so no request");
+        let reading = health.reading(&key(), "web-primary").expect("reading");
+        assert_eq!(reading.refused, Some(ADDRESS_NOT_ALLOWED));
+        assert!(reading.failing.is_some_and(|m| {
+            m.starts_with("spec.health.prometheus.address http://169.254.169.254 is not")
+        }));
     }
 
     fn key() -> PolicyKey {
@@ -289,7 +387,7 @@ mod tests {
                         "readAt": "2026-11-24T10:00:00.000Z" },
         }] }));
         let health = store();
-        health.seed(&key(), &p, &["web-primary".into(), "web-east".into()]);
+        health.seed(&key(), &p, &["web-primary", "web-east"]);
         let changed = health.record(&key(), "web-primary", &plan(&p), Err("refused".into()));
         assert!(changed, "the failure itself is news (HealthQueryFailed)");
         let reading = health.reading(&key(), "web-primary").expect("reading");
@@ -312,6 +410,18 @@ mod tests {
             !health.record(&key(), "web-east", &plan, Ok(Some(0.02))),
             "same verdict, no wake-up"
         );
+    }
+
+    #[test]
+    fn data_appearing_wakes_the_policy_although_the_verdict_stays_healthy() {
+        let p = policy(serde_json::Value::Null);
+        let (health, plan) = (store(), plan(&p));
+        assert!(health.record(&key(), "web-east", &plan, Ok(None)));
+        assert!(
+            health.record(&key(), "web-east", &plan, Ok(Some(0.01))),
+            "no data, then a value: the status must show it"
+        );
+        assert!(health.record(&key(), "web-east", &plan, Ok(None)));
     }
 
     #[test]

@@ -91,14 +91,15 @@ impl PolicyIndex {
         policies
     }
 
-    /// The remote namespaces policies read from, per cluster.
-    pub fn remote_namespaces(&self) -> BTreeMap<String, BTreeSet<String>> {
-        let mut wanted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for remote in self.by_remote.keys() {
-            wanted
-                .entry(remote.cluster.clone())
-                .or_default()
-                .insert(remote.namespace.clone());
+    /// The remote namespaces policies read from, per cluster, each with the namespace of a policy
+    /// reading it: (policy namespace, remote namespace).
+    pub fn remote_namespaces(&self) -> BTreeMap<String, BTreeSet<(String, String)>> {
+        let mut wanted: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
+        for (remote, policies) in &self.by_remote {
+            let namespaces = wanted.entry(remote.cluster.clone()).or_default();
+            for policy in policies {
+                namespaces.insert((policy.namespace.clone(), remote.namespace.clone()));
+            }
         }
         wanted
     }

@@ -67,6 +67,7 @@ impl ServiceEntry {
             ready_endpoints,
             total_endpoints,
             unavailable: None,
+            refused: false,
             as_of: None,
             awaiting: false,
             health: None,

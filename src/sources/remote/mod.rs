@@ -3,7 +3,9 @@
 //!
 //! - [`secrets`]: clusters are declared by Secrets labelled `failover.dev/cluster: <name>` in the
 //!   controller's namespace, holding a kubeconfig (`kubeconfig`) and, optionally, the annotation
-//!   `failover.dev/stale-after` (default 30s). One client per cluster, created, rotated and
+//!   `failover.dev/stale-after` (default 30s) and `failover.dev/namespaces` (which policy
+//!   namespaces may read which namespaces there; default: each its namesake, see
+//!   [`crate::tenancy`]). One client per cluster, created, rotated and
 //!   dropped as those Secrets change. The Secrets are watched only once a policy reads from a
 //!   remote cluster.
 //! - [`cluster`]: a cluster at run time: watches of exactly the namespaces policies read from
@@ -32,6 +34,7 @@ use self::cluster::{Cluster, Wake};
 use crate::{
     observation::{BackendObservation, RemoteService},
     runtime::metrics::Metrics,
+    tenancy::NamespaceGrants,
 };
 
 /// The label that declares a cluster Secret, and names the cluster.
@@ -42,11 +45,27 @@ pub const STALE_AFTER_ANNOTATION: &str = "failover.dev/stale-after";
 /// `staleAfter` when the Secret does not set it.
 pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(30);
 
+/// The namespaces of one cluster that policies read from, with the namespace of each reader:
+/// (policy namespace, remote namespace).
+pub type Wanted = BTreeSet<(String, String)>;
+
+/// What a cluster Secret declares besides its client.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Declared {
+    /// How long the cluster may be silent before its backends count as not ready.
+    pub stale_after: Duration,
+    /// Which policy namespaces may read which of its namespaces
+    /// ([`crate::tenancy::NAMESPACES_ANNOTATION`]).
+    pub grants: NamespaceGrants,
+}
+
 /// A declared cluster: running, or its Secret unusable (and why).
 enum Entry {
     Running {
         cluster: Cluster,
         secret_version: String,
+        /// Which policy namespaces may read which of its namespaces.
+        grants: NamespaceGrants,
     },
     Broken {
         error: String,
@@ -57,8 +76,8 @@ enum Entry {
 #[derive(Clone)]
 pub struct Clusters {
     entries: Arc<RwLock<HashMap<String, Entry>>>,
-    /// The namespaces policies read from, per cluster.
-    wanted: Arc<RwLock<BTreeMap<String, BTreeSet<String>>>>,
+    /// The namespaces policies read from, per cluster: (policy namespace, remote namespace).
+    wanted: Arc<RwLock<BTreeMap<String, Wanted>>>,
     /// Where the cluster Secrets are.
     pub secret_namespace: String,
     metrics: Arc<Metrics>,
@@ -95,8 +114,9 @@ impl Clusters {
         }
     }
 
-    /// What is known of a remote Service: its counts, or why they cannot be trusted.
-    pub fn observe(&self, remote: &RemoteService) -> BackendObservation {
+    /// What is known of a remote Service, for a policy of `policy_namespace`: its counts, or why
+    /// they cannot be trusted, or which rule refuses the policy that namespace.
+    pub fn observe(&self, policy_namespace: &str, remote: &RemoteService) -> BackendObservation {
         let entries = self.entries.read();
         let unavailable = |why: String| BackendObservation {
             unavailable: Some(why),
@@ -113,6 +133,19 @@ impl Clusters {
             )),
             Some(Entry::Broken { error }) => {
                 unavailable(format!("cluster {}: {error}", remote.cluster))
+            }
+            Some(Entry::Running { grants, .. })
+                if !grants.allows(policy_namespace, &remote.namespace) =>
+            {
+                BackendObservation {
+                    refused: true,
+                    ..unavailable(format!(
+                        "cluster {} does not grant namespace {policy_namespace} its namespace {} ({}, on its Secret)",
+                        remote.cluster,
+                        remote.namespace,
+                        grants.describe()
+                    ))
+                }
             }
             Some(Entry::Running { cluster, .. }) => {
                 let shared = &cluster.shared;
@@ -132,9 +165,10 @@ impl Clusters {
         }
     }
 
-    /// The namespaces policies read from now, per cluster: each cluster watches exactly those.
-    /// The first time any is wanted, the cluster Secrets start being watched (`start_secrets`).
-    pub fn want(&self, wanted: BTreeMap<String, BTreeSet<String>>, start_secrets: impl FnOnce()) {
+    /// The namespaces policies read from now, per cluster: each cluster watches exactly those it
+    /// grants to a reader. The first time any is wanted, the cluster Secrets start being watched
+    /// (`start_secrets`).
+    pub fn want(&self, wanted: BTreeMap<String, Wanted>, start_secrets: impl FnOnce()) {
         if wanted.is_empty() && self.wanted.read().is_empty() {
             return;
         }
@@ -144,22 +178,32 @@ impl Clusters {
         *self.wanted.write() = wanted;
         self.secrets_started.call_once(start_secrets);
         for (name, entry) in self.entries.read().iter() {
-            if let Entry::Running { cluster, .. } = entry {
-                cluster.watch(&self.namespaces_of(name));
+            if let Entry::Running {
+                cluster, grants, ..
+            } = entry
+            {
+                cluster.watch(&self.namespaces_of(name, grants));
             }
         }
     }
 
-    fn namespaces_of(&self, cluster: &str) -> Vec<String> {
-        self.wanted
+    /// The namespaces of `cluster` wanted by a policy whose namespace it grants them: a refused
+    /// namespace is never watched.
+    fn namespaces_of(&self, cluster: &str, grants: &NamespaceGrants) -> Vec<String> {
+        let namespaces: BTreeSet<String> = self
+            .wanted
             .read()
             .get(cluster)
-            .map(|ns| ns.iter().cloned().collect())
-            .unwrap_or_default()
+            .into_iter()
+            .flatten()
+            .filter(|(reader, remote)| grants.allows(reader, remote))
+            .map(|(_, remote)| remote.clone())
+            .collect();
+        namespaces.into_iter().collect()
     }
 
     /// Declares (or re-declares, after a change of its Secret) a cluster with this client.
-    pub fn run(&self, name: &str, client: Client, stale_after: Duration, secret_version: &str) {
+    pub fn run(&self, name: &str, client: Client, declared: Declared, secret_version: &str) {
         let carried = match self.entries.read().get(name) {
             Some(Entry::Running {
                 secret_version: v, ..
@@ -170,17 +214,18 @@ impl Clusters {
         let cluster = Cluster::start(
             name,
             client,
-            stale_after,
+            declared.stale_after,
             carried,
             self.metrics.clone(),
             self.wake.clone(),
         );
-        cluster.watch(&self.namespaces_of(name));
+        cluster.watch(&self.namespaces_of(name, &declared.grants));
         self.entries.write().insert(
             name.to_string(),
             Entry::Running {
                 cluster,
                 secret_version: secret_version.to_string(),
+                grants: declared.grants,
             },
         );
         (self.wake)(cluster::RemoteChange::Cluster(name.to_string()));

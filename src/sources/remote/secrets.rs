@@ -1,8 +1,10 @@
 //! The cluster Secrets: each Secret labelled `failover.dev/cluster: <name>` in the controller's
 //! namespace declares a cluster with the kubeconfig under its `kubeconfig` key (the same shape as
-//! other multi-cluster tools' cluster secrets), and optionally `failover.dev/stale-after`.
+//! other multi-cluster tools' cluster secrets), and optionally `failover.dev/stale-after` and
+//! `failover.dev/namespaces` (which policy namespaces may read which namespaces there; without
+//! it, each its namesake).
 
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use std::{collections::BTreeSet, sync::Arc};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
@@ -13,12 +15,13 @@ use kube::{
 };
 use tracing::{info, warn};
 
-use super::{CLUSTER_LABEL, Clusters, DEFAULT_STALE_AFTER, STALE_AFTER_ANNOTATION};
+use super::{CLUSTER_LABEL, Clusters, DEFAULT_STALE_AFTER, Declared, STALE_AFTER_ANNOTATION};
 use crate::{
     api::rules::parse_duration,
     message,
     runtime::metrics::Metrics,
     sources::watch::{Report, describe, events},
+    tenancy::{NAMESPACES_ANNOTATION, NamespaceGrants},
 };
 
 /// The Secret watch counts its errors and logs them; it holds up nothing else.
@@ -92,9 +95,9 @@ async fn declare(clusters: &Clusters, secret: &Secret) -> Option<String> {
     let name = cluster_name(secret)?;
     let version = secret.resource_version().unwrap_or_default();
     match client_of(secret).await {
-        Ok((client, stale_after)) => {
-            info!(cluster = %name, secret = %secret.name_any(), stale_after_ms = stale_after.as_millis() as u64, "cluster declared");
-            clusters.run(&name, client, stale_after, &version);
+        Ok((client, declared)) => {
+            info!(cluster = %name, secret = %secret.name_any(), stale_after_ms = declared.stale_after.as_millis() as u64, grants = %declared.grants.describe(), "cluster declared");
+            clusters.run(&name, client, declared, &version);
         }
         Err(why) => {
             let error = format!("its Secret {} cannot be used: {why}", secret.name_any());
@@ -105,12 +108,18 @@ async fn declare(clusters: &Clusters, secret: &Secret) -> Option<String> {
     Some(name)
 }
 
-/// The client and `staleAfter` a Secret declares.
-async fn client_of(secret: &Secret) -> Result<(Client, Duration), String> {
+/// The client, `staleAfter` and namespace grants a Secret declares.
+async fn client_of(secret: &Secret) -> Result<(Client, Declared), String> {
     let stale_after = match secret.annotations().get(STALE_AFTER_ANNOTATION) {
         Some(text) => parse_duration(text).map_err(|e| format!("{STALE_AFTER_ANNOTATION}: {e}"))?,
         None => DEFAULT_STALE_AFTER,
     };
+    let grants = NamespaceGrants::parse(
+        secret
+            .annotations()
+            .get(NAMESPACES_ANNOTATION)
+            .map(String::as_str),
+    )?;
     let bytes = secret
         .data
         .as_ref()
@@ -129,7 +138,13 @@ async fn client_of(secret: &Secret) -> Result<(Client, Duration), String> {
             message::with_causes(&e)
         )
     })?;
-    Ok((client, stale_after))
+    Ok((
+        client,
+        Declared {
+            stale_after,
+            grants,
+        },
+    ))
 }
 
 /// ` (line L, column C)` from a YAML parser's error, or nothing: never the error's other words.
