@@ -151,6 +151,10 @@ impl Statuses {
             return false;
         }
         pending.remove(key);
+        // The start-up pass queues a status per policy; the room is given back once written.
+        if pending.is_empty() {
+            pending.shrink_to(64);
+        }
         true
     }
 }

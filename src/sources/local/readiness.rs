@@ -35,7 +35,11 @@ impl ServiceEntry {
     fn set_slice(&mut self, name: &str, counts: SliceCounts) {
         match self.slices.iter_mut().find(|(n, _)| **n == *name) {
             Some((_, c)) => *c = counts,
-            None => self.slices.push((name.into(), counts)),
+            None => {
+                // Most Services have one slice: room for exactly the ones they have.
+                self.slices.reserve_exact(1);
+                self.slices.push((name.into(), counts));
+            }
         }
     }
 
