@@ -15,7 +15,7 @@ use crate::{
     api::FailoverPolicy,
     observation::PolicyKey,
     pipeline::validate::validate,
-    runtime::metrics::PolicyLabels,
+    runtime::policy_metrics::PolicyLabels,
     sources::{
         Caches,
         health::Health,

@@ -24,7 +24,7 @@ use prometheus_client::{
 
 use parking_lot::Mutex;
 
-use crate::runtime::policy_metrics::PolicyTable;
+use crate::runtime::policy_metrics::{PolicyLabels, PolicyTable};
 
 /// Every watch, as `watch_restarts` labels it.
 pub const WATCH_KINDS: [&str; 5] = [
@@ -43,15 +43,6 @@ pub const CRDS: [&str; 3] = [
     "trafficsplits.split.smi-spec.io",
     "httproutes.gateway.networking.k8s.io",
 ];
-
-/// Labels of per-policy series.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PolicyLabels {
-    /// Namespace of the policy.
-    pub namespace: String,
-    /// Name of the policy.
-    pub policy: String,
-}
 
 /// Labels of a series counted by kind (of error, of write, of watch).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -15,11 +15,20 @@ use std::{
 use parking_lot::Mutex;
 use prometheus_client::{
     collector::Collector,
-    encoding::{DescriptorEncoder, EncodeMetric},
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},
     metrics::{MetricType, counter::ConstCounter, gauge::ConstGauge},
 };
 
-use crate::{api::Phase, runtime::metrics::PolicyLabels};
+use crate::api::Phase;
+
+/// Labels of per-policy series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    /// Namespace of the policy.
+    pub namespace: String,
+    /// Name of the policy.
+    pub policy: String,
+}
 
 /// What is exported of one policy.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

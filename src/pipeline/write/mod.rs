@@ -18,7 +18,7 @@ use crate::{
         status::Outcome,
     },
     route::RouteTarget,
-    runtime::{gate::WriteGate, metrics::PolicyLabels},
+    runtime::{gate::WriteGate, policy_metrics::PolicyLabels},
 };
 
 /// Events and metrics for what a reconcile did; `wrote` tells whether its status was new.
