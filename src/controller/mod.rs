@@ -169,27 +169,31 @@ pub fn start(
     let (queue, queued) = mpsc::unbounded();
     let wake = Wake { index, queue };
     let handle = Handle::new(&settings, &metrics, &wake);
-    let watch = WatchContext {
-        metrics: metrics.clone(),
-        synced: handle.caches.synced.clone(),
-        apis: handle.apis.clone(),
-    };
+    let watch = watch_context(&metrics, &handle);
+    let (gate, queue_of_statuses) = WriteGate::new(
+        client.clone(),
+        leadership.clone(),
+        metrics,
+        settings.instance.clone(),
+    );
+    let gate = Arc::new(gate);
     let feeds = feeds(Feed {
         client: client.clone(),
         namespace: settings.namespace.clone(),
         caches: handle.caches.clone(),
         wake,
         watch: Arc::new(watch.clone()),
+        gate: gate.clone(),
     });
     let ns = settings.namespace.as_deref();
-    let policies = policy_stream(&client, ns, handle.index.clone(), &handle.caches, &watch);
-    let (gate, queue_of_statuses) = WriteGate::new(
-        client,
-        leadership.clone(),
-        metrics,
-        settings.instance.clone(),
+    let policies = policy_stream(
+        &client,
+        ns,
+        handle.index.clone(),
+        &handle.caches,
+        &watch,
+        gate.clone(),
     );
-    let gate = Arc::new(gate);
     let status_writer = statuses::run(
         gate.clone(),
         queue_of_statuses,
@@ -210,6 +214,15 @@ pub fn start(
     let flushed = async move { gate.statuses.flushed().await };
     let work = running(controller, feeds, never_listed, flushed);
     (handle, run_beside(work, status_writer))
+}
+
+/// What every watch reports to: the metrics, the sync state and the APIs found missing.
+fn watch_context(metrics: &Arc<Metrics>, handle: &Handle) -> WatchContext {
+    WatchContext {
+        metrics: metrics.clone(),
+        synced: handle.caches.synced.clone(),
+        apis: handle.apis.clone(),
+    }
 }
 
 /// The runner's work: each policy that changed or was woken, and every policy when something

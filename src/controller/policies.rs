@@ -15,7 +15,11 @@ use crate::{
     api::FailoverPolicy,
     observation::PolicyKey,
     pipeline::validate::validate,
-    runtime::policy_metrics::PolicyLabels,
+    runtime::{
+        gate::WriteGate,
+        policy_metrics::PolicyLabels,
+        written::{Watermark, event_version},
+    },
     sources::{
         Caches,
         health::Health,
@@ -32,6 +36,7 @@ pub fn policy_stream(
     index: Arc<RwLock<PolicyIndex>>,
     caches: &Caches,
     watch: &WatchContext,
+    gate: Arc<WriteGate>,
 ) -> (
     impl Stream<Item = Result<FailoverPolicy, watcher::Error>> + Send + 'static + use<>,
     reflector::Store<FailoverPolicy>,
@@ -47,9 +52,14 @@ pub fn policy_stream(
         Arc::new(watch.clone()),
     )
     .map(|event| Ok(event.modify(slim::<FailoverPolicy>)));
+    let mut watermark = Watermark::default();
     let stream = reflector::reflector(store_writer, events)
         .inspect(move |event| {
             if let Ok(event) = event {
+                // Statuses this replica wrote are forgotten once the store shows them.
+                if let Some(version) = watermark.after(event, event_version(event)) {
+                    gate.recent_status.seen_through("", version);
+                }
                 index.write().apply_event(event);
                 // Remote clusters watch exactly the namespaces policies read from; the cluster
                 // Secrets are watched once any policy reads from a remote cluster.

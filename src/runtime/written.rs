@@ -13,7 +13,7 @@
 use std::{collections::HashMap, time::Duration};
 
 use futures::channel::mpsc;
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt, runtime::watcher};
 use parking_lot::Mutex;
 
 use crate::api::{FailoverPolicy, FailoverPolicyStatus};
@@ -52,6 +52,62 @@ impl<T: Clone> Recent<T> {
                 None
             }
         }
+    }
+}
+
+impl<T> Recent<T> {
+    /// Forgets the writes of keys starting with `prefix` that one watch has delivered: it sent an
+    /// event at `version`, and a watch sends events in the order of their versions, so every
+    /// write up to it is in its cache. Without this, a write nobody reconciled again stayed
+    /// (a status per policy after the start-up pass: 7 MiB at 10,000 policies).
+    pub fn seen_through(&self, prefix: &str, version: u64) {
+        let mut entries = self.entries.lock();
+        if entries.is_empty() {
+            return;
+        }
+        entries.retain(|key, (written, _)| !(key.starts_with(prefix) && *written <= version));
+        if entries.is_empty() {
+            entries.shrink_to(64);
+        }
+    }
+}
+
+/// The version up to which one watch's cache is complete, event by event: an applied or deleted
+/// object's version at once; during a relist, whose objects reach the cache only when it ends,
+/// the highest listed version once it has ended.
+#[derive(Debug, Default)]
+pub struct Watermark {
+    relist: Option<u64>,
+}
+
+impl Watermark {
+    /// The version the cache is complete up to after `event` (whose object has `version`).
+    pub fn after<K>(&mut self, event: &watcher::Event<K>, version: Option<u64>) -> Option<u64> {
+        match event {
+            watcher::Event::Apply(_) | watcher::Event::Delete(_) => version,
+            watcher::Event::Init => {
+                self.relist = Some(0);
+                None
+            }
+            watcher::Event::InitApply(_) => {
+                if let (Some(highest), Some(v)) = (self.relist.as_mut(), version) {
+                    *highest = (*highest).max(v);
+                }
+                None
+            }
+            watcher::Event::InitDone => self.relist.take(),
+        }
+    }
+}
+
+/// The resource version of an event's object, as a number (etcd-backed API servers issue them
+/// so); `None` for an event without an object.
+pub fn event_version<K: Resource>(event: &watcher::Event<K>) -> Option<u64> {
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o) => {
+            o.meta().resource_version.as_deref()?.parse().ok()
+        }
+        watcher::Event::Init | watcher::Event::InitDone => None,
     }
 }
 
@@ -172,6 +228,35 @@ pub fn status_key(policy: &FailoverPolicy) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_watch_that_delivered_a_later_version_forgets_the_writes_before_it() {
+        let recent: Recent<&str> = Recent::default();
+        recent.record("trafficsplit/ns/a".into(), Some("10"), "a");
+        recent.record("trafficsplit/ns/b".into(), Some("20"), "b");
+        recent.record("httproute/ns/c".into(), Some("5"), "c");
+        recent.seen_through("trafficsplit/", 15);
+        assert_eq!(recent.newer_than("trafficsplit/ns/a", Some("1")), None);
+        assert_eq!(recent.newer_than("trafficsplit/ns/b", Some("1")), Some("b"));
+        assert_eq!(
+            recent.newer_than("httproute/ns/c", Some("1")),
+            Some("c"),
+            "another watch's writes stay"
+        );
+    }
+
+    #[test]
+    fn a_relist_sets_the_watermark_only_when_it_ends() {
+        let mut mark = Watermark::default();
+        assert_eq!(
+            mark.after(&watcher::Event::<()>::Apply(()), Some(7)),
+            Some(7)
+        );
+        assert_eq!(mark.after(&watcher::Event::<()>::Init, None), None);
+        assert_eq!(mark.after(&watcher::Event::InitApply(()), Some(30)), None);
+        assert_eq!(mark.after(&watcher::Event::InitApply(()), Some(20)), None);
+        assert_eq!(mark.after(&watcher::Event::<()>::InitDone, None), Some(30));
+    }
 
     #[test]
     fn recent_writes_win_until_the_cache_catches_up() {

@@ -15,6 +15,10 @@ use crate::{
         httproute::HttpRoute,
         trafficsplit::{self, TrafficSplit},
     },
+    runtime::{
+        gate::WriteGate,
+        written::{Watermark, event_version},
+    },
     sources::{
         Caches,
         wake::Wake,
@@ -35,6 +39,8 @@ pub struct Feed {
     pub wake: Wake,
     /// What every watch reports to.
     pub watch: Arc<WatchContext>,
+    /// What this replica wrote: the routes it wrote are forgotten once their watch shows them.
+    pub gate: Arc<WriteGate>,
 }
 
 /// Every watch that feeds a cache, run together.
@@ -76,7 +82,7 @@ async fn readiness_feeds(feed: Feed) {
 /// names the route, to revert a hand edit or resolve a conflict.
 async fn route_feeds(feed: Feed) {
     let ns = feed.namespace.as_deref();
-    let (client, caches, wake, watch) = (&feed.client, &feed.caches, &feed.wake, &feed.watch);
+    let (client, watch) = (&feed.client, &feed.watch);
     let splits = feed_routes(
         events(
             scoped::<TrafficSplit>(client, ns),
@@ -86,8 +92,7 @@ async fn route_feeds(feed: Feed) {
         ),
         RouteKind::TrafficSplit,
         |s: TrafficSplit| RouteView::new(&s.metadata, Some(trafficsplit::rules(&s))),
-        caches,
-        wake,
+        &feed,
     );
     let routes = feed_routes(
         events(
@@ -98,8 +103,7 @@ async fn route_feeds(feed: Feed) {
         ),
         RouteKind::HttpRoute,
         |r: HttpRoute| RouteView::of_http_route(&r),
-        caches,
-        wake,
+        &feed,
     );
     futures::join!(splits, routes);
 }
@@ -108,11 +112,13 @@ async fn feed_routes<K: kube::Resource>(
     stream: impl Stream<Item = watcher::Event<K>>,
     kind: RouteKind,
     view: impl Fn(K) -> RouteView,
-    caches: &Caches,
-    wake: &Wake,
+    feed: &Feed,
 ) {
+    let mut watermark = Watermark::default();
+    let written = format!("{}/", kind.as_str());
     stream
         .for_each(|event| {
+            let seen = watermark.after(&event, event_version(&event));
             let keyed = map_event(event, |object: K| {
                 let key = RouteKey {
                     kind,
@@ -121,8 +127,11 @@ async fn feed_routes<K: kube::Resource>(
                 };
                 (key, view(object))
             });
-            let changed = caches.routes.write().apply(kind, keyed);
-            wake.routes(changed);
+            let changed = feed.caches.routes.write().apply(kind, keyed);
+            if let Some(version) = seen {
+                feed.gate.recent_routes.seen_through(&written, version);
+            }
+            feed.wake.routes(changed);
             async {}
         })
         .await;
