@@ -6,8 +6,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use failover::api::FailoverPolicy;
 use failover::api::conditions::{HEALTH_QUERY_FAILED, health};
-use failover::api::{FailoverPolicy, HealthSpec, NoData, PrometheusHealth};
 use support::{
     Exporter, ON_EAST, ON_WEB, PolicyBuilder, PrometheusServer, TestEnv, WAIT, condition, weights,
 };
@@ -28,19 +28,11 @@ async fn an_error_ratio_over_the_threshold_fails_over_and_prometheus_down_keeps_
     let _c = env
         .with_controller(&["--prometheus-allowed-addresses", &url])
         .await;
-    env.apply(&PolicyBuilder::web().spec(move |s| {
-        s.health = Some(HealthSpec {
-            prometheus: Some(PrometheusHealth {
-                address: Some(url),
-                // A missed scrape makes the series stale at once; the window rides it out.
-                query: "last_over_time(backend_error_ratio{service=\"{{service}}\"}[5s])".into(),
-                max: Some(0.5),
-                min: None,
-                interval: "1s".into(),
-                no_data: NoData::Healthy,
-            }),
-        })
-    }));
+    // A missed scrape makes the series stale at once; the window rides it out.
+    env.apply(&PolicyBuilder::web_with_health(
+        Some(url),
+        "last_over_time(backend_error_ratio{service=\"{{service}}\"}[5s])",
+    ));
     env.wait_weights("web", &ON_WEB, WAIT).await;
 
     // All endpoints ready, but 90% of the primary's requests fail: fail over.
@@ -101,18 +93,10 @@ async fn a_health_check_with_no_prometheus_to_ask_says_so_and_routes_on_readines
         return;
     };
     let _c = env.with_controller(&[]).await;
-    env.apply(&PolicyBuilder::web().spec(|s| {
-        s.health = Some(HealthSpec {
-            prometheus: Some(PrometheusHealth {
-                address: None,
-                query: "backend_error_ratio{service=\"{{service}}\"}".into(),
-                max: Some(0.5),
-                min: None,
-                interval: "1s".into(),
-                no_data: NoData::Healthy,
-            }),
-        })
-    }));
+    env.apply(&PolicyBuilder::web_with_health(
+        None,
+        "backend_error_ratio{service=\"{{service}}\"}",
+    ));
     env.wait_weights("web", &ON_WEB, WAIT).await;
     let p = env
         .wait_policy("web", WAIT, health::HEALTH_QUERY_FAILED, query_failed)
@@ -138,18 +122,10 @@ async fn a_prometheus_answering_html_or_ten_megabytes_is_reported_in_one_line() 
     let _c = env
         .with_controller(&["--prometheus-allowed-addresses", &address])
         .await;
-    env.apply(&PolicyBuilder::web().spec(move |s| {
-        s.health = Some(HealthSpec {
-            prometheus: Some(PrometheusHealth {
-                address: Some(address),
-                query: "backend_error_ratio{service=\"{{service}}\"}".into(),
-                max: Some(0.5),
-                min: None,
-                interval: "1s".into(),
-                no_data: NoData::Healthy,
-            }),
-        })
-    }));
+    env.apply(&PolicyBuilder::web_with_health(
+        Some(address),
+        "backend_error_ratio{service=\"{{service}}\"}",
+    ));
     env.wait_weights("web", &ON_WEB, WAIT).await;
     let html = env
         .wait_policy("web", WAIT, "the HTML answer reported", |p| {

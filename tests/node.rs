@@ -9,11 +9,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use failover::api::conditions::{READY, ready};
-use support::{ON_EAST, ON_WEB, PolicyBuilder, TestEnv, node_kubectl, ok, wait_until};
+use support::{CONTROLLER, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, node_kubectl, ok, wait_until};
 
 const WAIT: Duration = Duration::from_secs(90);
-const RELEASE: &str = "fc";
-const CONTROLLER: &str = "fc-failover-controller";
 
 /// Backends on the node, the chart installed, and the usual policy routing to the primary.
 async fn installed(
@@ -30,14 +28,7 @@ async fn installed(
         env.wait_ready_replicas(name, n, WAIT).await;
     }
     let started = Instant::now();
-    env.install_chart(RELEASE, chart);
-    let rollout = env.kubectl(&[
-        "rollout",
-        "status",
-        &format!("deployment/{CONTROLLER}"),
-        "--timeout=120s",
-    ]);
-    ok(&rollout, "the controller's rollout");
+    env.install_controller(chart);
     eprintln!(
         "chart installed → controller Pod Ready in {:.1?}",
         started.elapsed()

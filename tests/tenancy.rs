@@ -9,28 +9,11 @@ mod support;
 use std::time::Duration;
 
 use failover::api::conditions::{CLUSTERS_REACHABLE, HEALTH_QUERY_FAILED, clusters, health};
-use failover::api::{FailoverPolicy, HealthSpec, NoData, PrometheusHealth, ReadinessFrom};
+use failover::api::{FailoverPolicy, ReadinessFrom};
 use support::{
     ControllerProcess, Exporter, ON_WEB, PolicyBuilder, PrometheusServer, Tenant, TestEnv, WAIT,
     condition, remote_control_plane, weights,
 };
-
-/// The usual policy with a health query (`address`: `None` for the controller's default).
-fn with_query(address: Option<String>, query: &str) -> PolicyBuilder {
-    let query = query.to_string();
-    PolicyBuilder::web().spec(move |s| {
-        s.health = Some(HealthSpec {
-            prometheus: Some(PrometheusHealth {
-                address,
-                query,
-                max: Some(0.5),
-                min: None,
-                interval: "1s".into(),
-                no_data: NoData::Healthy,
-            }),
-        })
-    })
-}
 
 /// A condition's message as the tenant reads it with kubectl.
 fn seen_by(tenant: &Tenant, type_: &str) -> String {
@@ -58,7 +41,7 @@ async fn a_tenant_cannot_send_health_queries_to_an_address_the_admin_did_not_all
         .await;
     let tenant = env.tenant();
     let forbidden = format!("http://{}", target.address);
-    tenant.apply(&with_query(Some(forbidden.clone()), "up").yaml());
+    tenant.apply(&PolicyBuilder::web_with_health(Some(forbidden.clone()), "up").yaml());
     let p = env
         .wait_policy("web", WAIT, health::ADDRESS_NOT_ALLOWED, |p| {
             condition(p, HEALTH_QUERY_FAILED).is_some_and(|c| c.1 == health::ADDRESS_NOT_ALLOWED)
@@ -100,7 +83,9 @@ async fn a_tenants_health_query_reads_only_the_series_of_its_own_namespace() {
     let tenant = env.tenant();
     // No namespace in the query: as written it would read both series (max 0.9, unhealthy);
     // scoped, it reads this namespace's only.
-    tenant.apply(&with_query(None, "max(backend_error_ratio{service=\"web\"})").yaml());
+    tenant.apply(
+        &PolicyBuilder::web_with_health(None, "max(backend_error_ratio{service=\"web\"})").yaml(),
+    );
     let p = env
         .wait_policy("web", WAIT, "the primary's reading", |p| {
             health_value(p).is_some()
@@ -114,7 +99,7 @@ async fn a_tenants_health_query_reads_only_the_series_of_its_own_namespace() {
         "backend_error_ratio{namespace=\"payments\"}",
         "max(backend_error_ratio{namespace=~\".+\"})",
     ] {
-        tenant.apply(&with_query(None, query).yaml());
+        tenant.apply(&PolicyBuilder::web_with_health(None, query).yaml());
         let p = env
             .wait_policy("web", WAIT, health::QUERY_NOT_ALLOWED, |p| {
                 condition(p, HEALTH_QUERY_FAILED).is_some_and(|c| c.1 == health::QUERY_NOT_ALLOWED)
@@ -136,7 +121,10 @@ async fn a_tenants_health_query_reads_only_the_series_of_its_own_namespace() {
             "no other namespace's value: {status}"
         );
         // Back to the scoped query before the next try.
-        tenant.apply(&with_query(None, "max(backend_error_ratio{service=\"web\"})").yaml());
+        tenant.apply(
+            &PolicyBuilder::web_with_health(None, "max(backend_error_ratio{service=\"web\"})")
+                .yaml(),
+        );
         env.wait_policy("web", WAIT, "the scoped query answering", |p| {
             health_value(p) == Some(0.01)
         })

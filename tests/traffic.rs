@@ -13,13 +13,11 @@ use failover::api::{
     conditions::{ATTACHED, READY, attached, ready},
 };
 use support::{
-    Answer, Load, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, PrometheusServer, Running, TestEnv,
-    by_backend, condition, condition_reason, kubectl_failover, ok, wait_until, weights,
+    Answer, CONTROLLER, Load, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, PrometheusServer, Running,
+    TestEnv, by_backend, condition, condition_reason, kubectl_failover, ok, wait_until, weights,
 };
 
 const WAIT: Duration = Duration::from_secs(90);
-const RELEASE: &str = "fc";
-const CONTROLLER: &str = "fc-failover-controller";
 /// Requests per second through the proxy.
 const RATE: u32 = 50;
 /// The longest any load runs.
@@ -56,14 +54,7 @@ async fn stage(test: &str) -> Option<(TestEnv, tokio::sync::MutexGuard<'static, 
 /// The chart installed with `values`, `policy` applied, its HTTPRoute attached to the Gateway
 /// and routing to the primary.
 async fn serve(env: &TestEnv, values: &[&str], policy: PolicyBuilder) {
-    env.install_chart(RELEASE, values);
-    let rollout = env.kubectl(&[
-        "rollout",
-        "status",
-        &format!("deployment/{CONTROLLER}"),
-        "--timeout=120s",
-    ]);
-    ok(&rollout, "the controller's rollout");
+    env.install_controller(values);
     env.apply(&policy);
     env.wait_http_route_weights("web", &ON_WEB, WAIT).await;
     env.wait_policy("web", WAIT, "the Gateway accepted the route", |p| {

@@ -35,10 +35,11 @@ const RETRY_MAX: Duration = Duration::from_secs(3);
 /// How long the streamed-list probe waits for its answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Objects per page of an initial list (when the API server does not stream lists). Larger pages cost a little more memory at start (one
-/// page of JSON and its decoded objects at a time, under 2 MiB at 500 EndpointSlices) and save
-/// round trips: a restart with 10,000 policies (80,000 objects listed) was ready in 3.9 s with
-/// pages of 100 and in 2.5 s with pages of 500, at the same peak memory (docs/benchmarks.md).
+/// Objects per page of an initial list (when the API server does not stream lists). Larger
+/// pages cost a little more memory at start (one page of JSON and its decoded objects at a time,
+/// under 2 MiB at 500 EndpointSlices) and save round trips: a restart with 10,000 policies
+/// (80,000 objects listed) was ready in 3.9 s with pages of 100 and in 2.5 s with pages of 500,
+/// at the same peak memory (measured on 2026-11-24, before benchmark runs were kept).
 pub const LIST_PAGE_SIZE: u32 = 500;
 
 /// Where a watch reports what happens to it.
@@ -159,7 +160,8 @@ where
 ///
 /// A streamed list is served from the API server's watch cache in one response, without the
 /// round trip per page: a restart with 10,000 policies was ready in 2.0 s against 2.5 to 3.8 s
-/// with pages of 500 (docs/benchmarks.md).
+/// with pages of 500 (measured on 2026-11-24, before benchmark runs were kept; the kept full run
+/// in docs/bench-runs restarts in 2.28 s against a bare client's 2.31 s).
 pub async fn streams_lists<K>(api: &Api<K>) -> bool
 where
     K: Resource + Clone + DeserializeOwned + Debug,

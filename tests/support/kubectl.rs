@@ -2,40 +2,43 @@
 //! (Roles, ServiceAccounts, token kubeconfigs).
 
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Command, Output, Stdio},
 };
 
 use super::{ControlPlane, TestEnv, repo_root};
 
-/// Runs kubectl against the control plane.
-pub fn kubectl(cp: &ControlPlane, args: &[&str]) -> Output {
-    Command::new(cp.bin("kubectl"))
-        .current_dir(repo_root())
-        .env("KUBECONFIG", &cp.kubeconfig)
-        .args(args)
-        .output()
-        .expect("running kubectl")
-}
-
-/// Runs kubectl with text on its standard input.
-pub fn kubectl_stdin(cp: &ControlPlane, args: &[&str], input: &str) -> Output {
+/// Runs `kubectl` with `kubeconfig` from the repository's root, with `input` on its standard
+/// input when given.
+fn run(kubectl: &Path, kubeconfig: &Path, args: &[&str], input: Option<&str>) -> Output {
     use std::io::Write;
-    let mut child = Command::new(cp.bin("kubectl"))
-        .env("KUBECONFIG", &cp.kubeconfig)
+    let mut child = Command::new(kubectl)
+        .current_dir(repo_root())
+        .env("KUBECONFIG", kubeconfig)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawning kubectl");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.as_bytes())
-        .expect("writing to kubectl");
+    let mut stdin = child.stdin.take().expect("stdin");
+    if let Some(input) = input {
+        stdin
+            .write_all(input.as_bytes())
+            .expect("writing to kubectl");
+    }
+    drop(stdin);
     child.wait_with_output().expect("kubectl output")
+}
+
+/// Runs kubectl against the control plane.
+pub fn kubectl(cp: &ControlPlane, args: &[&str]) -> Output {
+    run(&cp.bin("kubectl"), &cp.kubeconfig, args, None)
+}
+
+/// Runs kubectl with text on its standard input.
+pub fn kubectl_stdin(cp: &ControlPlane, args: &[&str], input: &str) -> Output {
+    run(&cp.bin("kubectl"), &cp.kubeconfig, args, Some(input))
 }
 
 impl TestEnv {
@@ -139,31 +142,17 @@ pub struct Tenant {
 impl Tenant {
     /// kubectl as the tenant, in its namespace.
     pub fn kubectl(&self, args: &[&str]) -> Output {
-        Command::new(&self.kubectl)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .args(args)
-            .output()
-            .expect("running kubectl")
+        run(&self.kubectl, &self.kubeconfig, args, None)
     }
 
     /// `kubectl apply -f -` as the tenant; fails the test when refused.
     pub fn apply(&self, yaml: &str) {
-        let mut child = Command::new(&self.kubectl)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .args(["apply", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawning kubectl");
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(yaml.as_bytes())
-            .expect("writing to kubectl");
-        let out = child.wait_with_output().expect("kubectl output");
+        let out = run(
+            &self.kubectl,
+            &self.kubeconfig,
+            &["apply", "-f", "-"],
+            Some(yaml),
+        );
         ok(&out, "kubectl apply as the tenant");
     }
 }

@@ -22,6 +22,11 @@ use super::{
     node_tests_skipped, ok, repo_root, start_control_plane_with,
 };
 
+/// The Helm release the node tests install the chart as.
+pub const RELEASE: &str = "fc";
+/// The controller's Deployment (and Pods' prefix) in that release.
+pub const CONTROLLER: &str = "fc-failover-controller";
+
 /// The controller image's reference in the node's containerd.
 pub const CONTROLLER_IMAGE: &str = "localhost/failover-controller";
 /// Its tag.
@@ -107,6 +112,19 @@ impl TestEnv {
         }
         let cp: &'static ControlPlane = node()?;
         Self::on(cp, test).await
+    }
+
+    /// Installs the chart as release [`RELEASE`] (see [`install_chart`](Self::install_chart)) and
+    /// waits until its controller Deployment ([`CONTROLLER`]) has rolled out.
+    pub fn install_controller(&self, values: &[&str]) {
+        self.install_chart(RELEASE, values);
+        let rollout = self.kubectl(&[
+            "rollout",
+            "status",
+            &format!("deployment/{CONTROLLER}"),
+            "--timeout=120s",
+        ]);
+        ok(&rollout, "the controller's rollout");
     }
 
     /// Installs the chart from the repository with the locally built image, watching the test's

@@ -26,6 +26,25 @@ impl PolicyBuilder {
         Self::named("web", "web", &["web-east", "web-west"])
     }
 
+    /// The usual test policy whose backends must also pass a Prometheus query: at most 0.5,
+    /// asked every second, no data counting as healthy (`address`: `None` for the controller's
+    /// own Prometheus).
+    pub fn web_with_health(address: Option<String>, query: &str) -> Self {
+        let query = query.to_string();
+        Self::web().spec(move |s| {
+            s.health = Some(failover::api::HealthSpec {
+                prometheus: Some(failover::api::PrometheusHealth {
+                    address,
+                    query,
+                    max: Some(0.5),
+                    min: None,
+                    interval: "1s".into(),
+                    no_data: failover::api::NoData::Healthy,
+                }),
+            })
+        })
+    }
+
     /// A policy with this name, primary and secondaries, its apex Service `web`.
     pub fn named(name: &str, primary: &str, secondaries: &[&str]) -> Self {
         let spec = FailoverPolicySpec {
