@@ -85,7 +85,9 @@ pub struct Reach {
 /// Every reading, and the pollers that make them.
 #[derive(Clone)]
 pub struct Health {
-    readings: Arc<RwLock<HashMap<(PolicyKey, String), Reading>>>,
+    /// Per policy, per backend Service: one map per policy, so a lookup allocates nothing and a
+    /// policy's readings go in one step.
+    readings: Arc<RwLock<HashMap<PolicyKey, HashMap<String, Reading>>>>,
     pollers: Arc<Mutex<HashMap<PolicyKey, (Plan, AbortHandle)>>>,
     reach: Arc<Reach>,
     prometheus: Prometheus,
@@ -148,10 +150,7 @@ impl Health {
 
     /// The reading of a backend of a policy, once its query has run.
     pub fn reading(&self, policy: &PolicyKey, service: &str) -> Option<Reading> {
-        self.readings
-            .read()
-            .get(&(policy.clone(), service.to_string()))
-            .cloned()
+        self.readings.read().get(policy)?.get(service).cloned()
     }
 
     /// Keeps a policy's poller in step with its spec: `valid` is the policy as the validate step
@@ -188,7 +187,9 @@ impl Health {
                     old.abort();
                 }
                 match unasked {
-                    None => self.readings.write().retain(|(p, _), _| *p != key),
+                    None => {
+                        self.readings.write().remove(&key);
+                    }
                     Some((backends, why)) => self.unasked(&key, &backends, why),
                 }
             }
@@ -198,12 +199,12 @@ impl Health {
     /// Takes the last answers the policy's status recorded for backends with no reading yet.
     fn seed(&self, key: &PolicyKey, policy: &FailoverPolicy, services: &[&str]) {
         let mut readings = self.readings.write();
+        let readings = readings.entry(key.clone()).or_default();
         for service in services {
-            let slot = (key.clone(), service.to_string());
-            if !readings.contains_key(&slot)
+            if !readings.contains_key(*service)
                 && let Some(recorded) = recorded_reading(policy, service)
             {
-                readings.insert(slot, recorded);
+                readings.insert(service.to_string(), recorded);
             }
         }
     }
@@ -213,10 +214,11 @@ impl Health {
     /// silently skipped. With no answer, there is no verdict: routing follows readiness alone.
     fn unasked(&self, key: &PolicyKey, backends: &[policy::Backend], why: Unasked) {
         let mut readings = self.readings.write();
-        readings.retain(|(p, _), r| *p != *key || r.failing.as_deref() == Some(&why.message));
+        let readings = readings.entry(key.clone()).or_default();
+        readings.retain(|_, r| r.failing.as_deref() == Some(&why.message));
         for b in backends {
             readings
-                .entry((key.clone(), b.service.clone()))
+                .entry(b.service.clone())
                 .or_insert_with(|| Reading {
                     sample: None,
                     failing: Some(why.message.clone()),
@@ -234,8 +236,8 @@ impl Health {
         outcome: Result<Option<f64>, String>,
     ) -> bool {
         let mut readings = self.readings.write();
-        let slot = (key.clone(), service.to_string());
-        let before = readings.get(&slot).cloned();
+        let readings = readings.entry(key.clone()).or_default();
+        let before = readings.get(service).cloned();
         let after = match outcome {
             Ok(value) => Reading {
                 sample: Some(Sample {
@@ -259,7 +261,7 @@ impl Health {
             (healthy, data, r.failing.clone())
         };
         let changed = before.as_ref().map(verdict) != Some(verdict(&after));
-        readings.insert(slot, after);
+        readings.insert(service.to_string(), after);
         changed
     }
 }
