@@ -171,6 +171,7 @@ async fn main() -> anyhow::Result<()> {
     let client = client(&args).await?;
     let metrics = Arc::new(Metrics::new());
     metrics.read_heap_with(heap);
+    tokio::spawn(failover::runtime::heap::trim_after_bursts(|| heap().bytes));
     let identity = identity(&args);
     let leadership = if args.leader_elect {
         Leadership::pending()

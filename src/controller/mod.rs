@@ -5,7 +5,7 @@
 //! Services ───────┼─ observe (counts) ────┤                             ├─▶ queue ─▶ reconcile
 //! TrafficSplits ──┤  (route views)        └─ index: route → policies ───┘     (one per policy
 //! HTTPRoutes ─────┘                                                            at a time)
-//! FailoverPolicies ─▶ policy store + index ─────────────────────────────────▶
+//! FailoverPolicies ─▶ policy table + index ─────────────────────────────────▶
 //! ```
 //!
 //! Every watch goes through [`crate::sources::watch::events`]; each event updates one cache and wakes
@@ -21,16 +21,17 @@ pub mod triggers;
 use std::{future::Future, sync::Arc};
 
 use futures::{FutureExt, Stream, StreamExt, channel::mpsc};
-use kube::{
-    Client,
-    runtime::{reflector::ObjectRef, watcher},
-};
+use kube::Client;
 use parking_lot::RwLock;
 use tracing::{info, warn};
 
-use self::{policies::policy_stream, runner::Request, triggers::queue_everything};
+use self::{
+    policies::{PolicyFeed, policy_requests},
+    runner::Request,
+    triggers::queue_everything,
+};
 use crate::{
-    api::FailoverPolicy,
+    observation::PolicyKey,
     pipeline::{
         reconcile::{Context, Error, reconcile_or_retry},
         write::statuses,
@@ -44,6 +45,7 @@ use crate::{
             apis::{Apis, NeededApi},
             feeds::{Feed, feeds},
             index::PolicyIndex,
+            policies::PolicyTable,
             synced::Synced,
         },
         remote::Clusters,
@@ -177,6 +179,43 @@ pub fn start(
         settings.instance.clone(),
     );
     let gate = Arc::new(gate);
+    let (feeds, policy_requests, table) = watches(&client, &settings, &handle, wake, watch, &gate);
+    let status_writer = statuses::run(
+        gate.clone(),
+        queue_of_statuses,
+        usize::from(settings.concurrency),
+    );
+    let (caches, apis) = (handle.caches.clone(), handle.apis.clone());
+    let context = Arc::new(Context::new(caches, gate.clone(), apis.clone()));
+    let requests = requests(policy_requests, queued, leadership, apis);
+    let statuses = gate.clone();
+    let controller = runner::run(
+        table,
+        requests,
+        usize::from(settings.concurrency),
+        move || statuses.statuses.full(),
+        move |policy| reconcile_or_retry(policy, context.clone()),
+        shutdown.clone(),
+    );
+    let never_listed = stopped_before_policies_listed(shutdown, handle.caches.synced.clone());
+    let flushed = async move { gate.statuses.flushed().await };
+    let work = running(controller, feeds, never_listed, flushed);
+    (handle, run_beside(work, status_writer))
+}
+
+/// The watches: each cache's feed, and the policy table with the work the policy watch asks for.
+fn watches(
+    client: &Client,
+    settings: &Settings,
+    handle: &Handle,
+    wake: Wake,
+    watch: WatchContext,
+    gate: &Arc<WriteGate>,
+) -> (
+    impl Future<Output = ()> + use<>,
+    impl Stream<Item = Request> + Send + 'static + use<>,
+    Arc<RwLock<PolicyTable>>,
+) {
     let feeds = feeds(Feed {
         client: client.clone(),
         namespace: settings.namespace.clone(),
@@ -185,35 +224,19 @@ pub fn start(
         watch: Arc::new(watch.clone()),
         gate: gate.clone(),
     });
-    let ns = settings.namespace.as_deref();
-    let policies = policy_stream(
-        &client,
-        ns,
-        handle.index.clone(),
-        &handle.caches,
-        &watch,
-        gate.clone(),
+    let table: Arc<RwLock<PolicyTable>> = Arc::default();
+    let policy_requests = policy_requests(
+        client,
+        settings.namespace.as_deref(),
+        PolicyFeed {
+            table: table.clone(),
+            index: handle.index.clone(),
+            caches: handle.caches.clone(),
+            watch,
+            gate: gate.clone(),
+        },
     );
-    let status_writer = statuses::run(
-        gate.clone(),
-        queue_of_statuses,
-        usize::from(settings.concurrency),
-    );
-    let (caches, apis) = (handle.caches.clone(), handle.apis.clone());
-    let context = Arc::new(Context::new(caches, gate.clone(), apis.clone()));
-    let (policy_events, store) = policies;
-    let requests = requests(policy_events, queued, leadership, apis);
-    let controller = runner::run(
-        store,
-        requests,
-        usize::from(settings.concurrency),
-        move |policy| reconcile_or_retry(policy, context.clone()),
-        shutdown.clone(),
-    );
-    let never_listed = stopped_before_policies_listed(shutdown, handle.caches.synced.clone());
-    let flushed = async move { gate.statuses.flushed().await };
-    let work = running(controller, feeds, never_listed, flushed);
-    (handle, run_beside(work, status_writer))
+    (feeds, policy_requests, table)
 }
 
 /// What every watch reports to: the metrics, the sync state and the APIs found missing.
@@ -228,15 +251,13 @@ fn watch_context(metrics: &Arc<Metrics>, handle: &Handle) -> WatchContext {
 /// The runner's work: each policy that changed or was woken, and every policy when something
 /// queues them all.
 fn requests(
-    policy_events: impl Stream<Item = Result<FailoverPolicy, watcher::Error>> + Send + 'static,
-    queued: mpsc::UnboundedReceiver<ObjectRef<FailoverPolicy>>,
+    policy_requests: impl Stream<Item = Request> + Send + 'static,
+    queued: mpsc::UnboundedReceiver<PolicyKey>,
     leadership: Leadership,
     apis: Apis,
 ) -> impl Stream<Item = Request> + Send + 'static {
     futures::stream::select_all([
-        policy_events
-            .filter_map(|p| async move { Some(Request::One(ObjectRef::from_obj(&p.ok()?))) })
-            .boxed(),
+        policy_requests.boxed(),
         queued.map(Request::One).boxed(),
         queue_everything(&leadership, &apis)
             .map(|()| Request::All)

@@ -1,19 +1,16 @@
-//! The policy watch: every FailoverPolicy into the runner's store and the index, and what each
+//! The policy watch: every FailoverPolicy into the policy table and the index, and what each
 //! policy asks of the sources (the remote namespaces it reads, its health queries, as the
 //! validate step makes them).
 
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use kube::{
-    Client, ResourceExt,
-    runtime::{WatchStreamExt, reflector, watcher},
-};
+use kube::Client;
 use parking_lot::RwLock;
 
+use super::runner::Request;
 use crate::{
     api::FailoverPolicy,
-    observation::PolicyKey,
     pipeline::validate::validate,
     runtime::{
         gate::WriteGate,
@@ -23,78 +20,108 @@ use crate::{
     sources::{
         Caches,
         health::Health,
-        local::index::PolicyIndex,
+        local::{
+            index::PolicyIndex,
+            policies::{Change, PolicyTable, key_of},
+        },
         remote::secrets,
         watch::{WatchContext, events, scoped, slim},
     },
 };
 
-/// Policies → the controller's store, and the Service and route index.
-pub fn policy_stream(
+/// What the policy watch feeds.
+pub struct PolicyFeed {
+    /// The policy table.
+    pub table: Arc<RwLock<PolicyTable>>,
+    /// The index of what policies reference.
+    pub index: Arc<RwLock<PolicyIndex>>,
+    /// The sources a policy asks things of.
+    pub caches: Caches,
+    /// What every watch reports to.
+    pub watch: WatchContext,
+    /// What this replica wrote: statuses are forgotten once the watch shows them.
+    pub gate: Arc<WriteGate>,
+}
+
+/// Policies → the table and the index; out come the policies to reconcile (each new or changed
+/// one), and word that a complete list is in the table.
+pub fn policy_requests(
     client: &Client,
     ns: Option<&str>,
-    index: Arc<RwLock<PolicyIndex>>,
-    caches: &Caches,
-    watch: &WatchContext,
-    gate: Arc<WriteGate>,
-) -> (
-    impl Stream<Item = Result<FailoverPolicy, watcher::Error>> + Send + 'static + use<>,
-    reflector::Store<FailoverPolicy>,
-) {
-    let (store, store_writer) = reflector::store::<FailoverPolicy>();
-    let metrics = watch.metrics.clone();
-    let (remote, health) = (caches.remote.clone(), caches.health.clone());
+    feed: PolicyFeed,
+) -> impl Stream<Item = Request> + Send + 'static + use<> {
     let client = client.clone();
     let events = events(
         scoped(&client, ns),
         "failoverpolicy",
         Default::default(),
-        Arc::new(watch.clone()),
-    )
-    .map(|event| Ok(event.modify(slim::<FailoverPolicy>)));
+        Arc::new(feed.watch.clone()),
+    );
     let mut watermark = Watermark::default();
-    let stream = reflector::reflector(store_writer, events)
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                // Statuses this replica wrote are forgotten once the store shows them.
-                if let Some(version) = watermark.after(event, event_version(event)) {
-                    gate.recent_status.seen_through("", version);
-                }
-                index.write().apply_event(event);
-                // Remote clusters watch exactly the namespaces policies read from; the cluster
-                // Secrets are watched once any policy reads from a remote cluster.
-                let wanted = index.read().remote_namespaces();
-                remote.want(wanted, || {
-                    tokio::spawn(secrets::feed(
-                        client.clone(),
-                        remote.clone(),
-                        metrics.clone(),
-                    ));
-                });
-                follow_health(&health, event);
-                if let watcher::Event::Delete(p) = event {
-                    metrics.forget_policy(&PolicyLabels {
-                        namespace: p.namespace().unwrap_or_default(),
-                        policy: p.name_any(),
-                    });
-                }
-            }
-        })
-        .applied_objects();
-    (stream, store)
+    events.flat_map(move |mut event| {
+        if let kube::runtime::watcher::Event::Apply(p)
+        | kube::runtime::watcher::Event::InitApply(p)
+        | kube::runtime::watcher::Event::Delete(p) = &mut event
+        {
+            slim(p);
+        }
+        // Statuses this replica wrote are forgotten once the table has them.
+        let seen = watermark.after(&event, event_version(&event));
+        let changes = feed.table.write().apply(event);
+        if let Some(version) = seen {
+            feed.gate.recent_status.seen_through("", version);
+        }
+        let requests: Vec<Request> = changes
+            .iter()
+            .filter_map(|c| follow(&feed, &client, c))
+            .collect();
+        futures::stream::iter(requests)
+    })
+}
+
+/// Brings the index, the remote watches, the health pollers and the metrics in line with one
+/// change; the request it makes, if any.
+fn follow(feed: &PolicyFeed, client: &Client, change: &Change) -> Option<Request> {
+    let request = match change {
+        Change::Applied(p) => {
+            feed.index.write().upsert(p);
+            follow_health(&feed.caches.health, p);
+            Some(Request::One(key_of(p)?))
+        }
+        Change::Deleted(key) => {
+            feed.index.write().remove(key);
+            feed.caches.health.follow(key.clone(), None, None);
+            let key = key.clone();
+            feed.watch.metrics.forget_policy(&PolicyLabels {
+                namespace: key.namespace,
+                policy: key.name,
+            });
+            None
+        }
+        Change::Listed => Some(Request::Listed),
+    };
+    // Remote clusters watch exactly the namespaces policies read from; the cluster Secrets are
+    // watched once any policy reads from a remote cluster.
+    let wanted = feed.index.read().remote_namespaces();
+    let remote = &feed.caches.remote;
+    remote.want(wanted, || {
+        tokio::spawn(secrets::feed(
+            client.clone(),
+            remote.clone(),
+            feed.watch.metrics.clone(),
+        ));
+    });
+    request
 }
 
 /// Each valid policy with a health query gets a poller; a changed, invalid or deleted policy's
 /// follows. The poller gets the policy as the validate step makes it.
-fn follow_health(health: &Health, event: &watcher::Event<FailoverPolicy>) {
-    let key =
-        |p: &FailoverPolicy| PolicyKey::new(&p.namespace().unwrap_or_default(), &p.name_any());
-    match event {
-        watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
-            let valid = p.spec.health.as_ref().and_then(|_| validate(p).ok());
-            health.follow(key(p), Some(p), valid.as_ref());
-        }
-        watcher::Event::Delete(p) => health.follow(key(p), None, None),
-        watcher::Event::Init | watcher::Event::InitDone => {}
-    }
+fn follow_health(health: &Health, policy: &FailoverPolicy) {
+    let Some(key) = key_of(policy) else { return };
+    let valid = policy
+        .spec
+        .health
+        .as_ref()
+        .and_then(|_| validate(policy).ok());
+    health.follow(key, Some(policy), valid.as_ref());
 }

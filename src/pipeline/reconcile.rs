@@ -15,12 +15,13 @@ use std::{
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use chrono::Utc;
-use kube::{Resource, ResourceExt, runtime::reflector::ObjectRef};
+use kube::{Resource, ResourceExt};
 use parking_lot::Mutex;
 use tracing::{debug, warn};
 
 use crate::{
     api::FailoverPolicy,
+    observation::PolicyKey,
     pipeline::{
         apply::{self, Applied, ApplyError, DesiredRoute},
         decide::decide,
@@ -116,7 +117,7 @@ pub struct Context {
     /// The APIs found missing.
     pub apis: Apis,
     /// Retry delays of the policies failing now.
-    retries: Mutex<HashMap<ObjectRef<FailoverPolicy>, ExponentialBackoff>>,
+    retries: Mutex<HashMap<PolicyKey, ExponentialBackoff>>,
 }
 
 impl Context {
@@ -131,7 +132,7 @@ impl Context {
     }
 
     /// The delay before retrying a policy that failed again: 200 ms doubling up to 10 s.
-    fn next_retry(&self, policy: &ObjectRef<FailoverPolicy>) -> Duration {
+    fn next_retry(&self, policy: &PolicyKey) -> Duration {
         self.retries
             .lock()
             .entry(policy.clone())
@@ -168,9 +169,7 @@ pub async fn reconcile(policy: Arc<FailoverPolicy>, ctx: Arc<Context>) -> Result
     let result = run(&policy, &ctx).await;
     ctx.gate.metrics.observe_reconcile(started.elapsed());
     if result.is_ok() {
-        ctx.retries
-            .lock()
-            .remove(&ObjectRef::from_obj(policy.as_ref()));
+        ctx.retries.lock().remove(&key(&policy));
     }
     result
 }
@@ -258,6 +257,14 @@ fn next(outcome: Outcome) -> Result<Next, Error> {
     }
 }
 
+/// A policy's key.
+fn key(policy: &FailoverPolicy) -> PolicyKey {
+    PolicyKey::new(
+        policy.metadata.namespace.as_deref().unwrap_or_default(),
+        &policy.name_any(),
+    )
+}
+
 /// Reconciles one policy and turns a failure into a retry: what the work queue runs.
 pub async fn reconcile_or_retry(policy: Arc<FailoverPolicy>, ctx: Arc<Context>) -> Next {
     match reconcile(policy.clone(), ctx.clone()).await {
@@ -274,7 +281,7 @@ pub fn error_policy(policy: &FailoverPolicy, error: &Error, ctx: &Context) -> Ne
         return Next::Wait;
     }
     ctx.gate.metrics.error(error.kind());
-    let delay = ctx.next_retry(&ObjectRef::from_obj(policy));
+    let delay = ctx.next_retry(&key(policy));
     warn!(
         namespace = policy.namespace().unwrap_or_default(),
         policy = policy.name_any(),

@@ -2,9 +2,10 @@
 //! registry ([`metrics`], the per-policy series in [`policy_metrics`]), this replica's
 //! leadership ([`leader`]), the one leader-gated door every write goes through ([`gate`]), and
 //! the memory of what this replica wrote or is about to write
-//! ([`written`]).
+//! ([`written`]), and the memory a burst freed handed back to the system ([`heap`]).
 
 pub mod gate;
+pub mod heap;
 pub mod leader;
 pub mod metrics;
 pub mod policy_metrics;

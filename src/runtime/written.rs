@@ -73,8 +73,8 @@ impl<T> Recent<T> {
 }
 
 /// The version up to which one watch's cache is complete, event by event: an applied or deleted
-/// object's version at once; during a relist, whose objects reach the cache only when it ends,
-/// the highest listed version once it has ended.
+/// object's version at once; during a relist, whose objects come in no order of versions, the
+/// highest listed version once it has ended.
 #[derive(Debug, Default)]
 pub struct Watermark {
     relist: Option<u64>,
@@ -130,6 +130,10 @@ pub struct Statuses {
 pub type Queue = mpsc::UnboundedReceiver<String>;
 
 impl Statuses {
+    /// The statuses that may wait at once before reconciles are held back: at most about
+    /// 1.6 MiB of statuses, and 64 rounds of the writer at its default concurrency of 16.
+    pub const LIMIT: usize = 1024;
+
     /// Nothing pending; the writer takes its work from the returned queue.
     pub fn new() -> (Self, Queue) {
         let (queue, receiver) = mpsc::unbounded();
@@ -178,6 +182,12 @@ impl Statuses {
             }
         }
         true
+    }
+
+    /// Whether [`Statuses::LIMIT`] statuses wait: no reconcile should add more until some are
+    /// written.
+    pub fn full(&self) -> bool {
+        self.pending.lock().len() >= Self::LIMIT
     }
 
     /// Waits until every queued status is written (or dropped).

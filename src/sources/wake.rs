@@ -5,12 +5,10 @@
 use std::sync::Arc;
 
 use futures::channel::mpsc;
-use kube::runtime::reflector::ObjectRef;
 use parking_lot::RwLock;
 use tracing::debug;
 
 use crate::{
-    api::FailoverPolicy,
     observation::{PolicyKey, RemoteService, ServiceKey},
     route::RouteKey,
     sources::{local::index::PolicyIndex, remote::cluster::RemoteChange},
@@ -22,16 +20,14 @@ pub struct Wake {
     /// The index of what policies reference.
     pub index: Arc<RwLock<PolicyIndex>>,
     /// The Controller's queue.
-    pub queue: mpsc::UnboundedSender<ObjectRef<FailoverPolicy>>,
+    pub queue: mpsc::UnboundedSender<PolicyKey>,
 }
 
 impl Wake {
     /// Queues these policies.
     pub fn policies(&self, policies: Vec<PolicyKey>) {
         for p in policies {
-            let _ = self
-                .queue
-                .unbounded_send(ObjectRef::new(&p.name).within(&p.namespace));
+            let _ = self.queue.unbounded_send(p);
         }
     }
 

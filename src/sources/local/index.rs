@@ -4,12 +4,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use kube::{ResourceExt, runtime::watcher};
-
 use crate::{
     api::FailoverPolicy,
     observation::{PolicyKey, RemoteService, ServiceKey},
     route::{RouteKey, RouteKind, RouteTarget},
+    sources::local::policies::key_of,
 };
 
 /// What one policy references: its Services (sorted, distinct) and its route's name. Boxed
@@ -55,7 +54,6 @@ pub struct PolicyIndex {
     by_service: HashMap<ServiceKey, Names>,
     by_route: HashMap<RouteKey, Names>,
     references: HashMap<PolicyKey, References>,
-    relist: Option<HashMap<PolicyKey, References>>,
     /// Policies per output kind.
     kinds: HashMap<RouteKind, usize>,
     /// Remote Service → the policies reading their readiness from it.
@@ -129,43 +127,8 @@ impl PolicyIndex {
             .unwrap_or_default()
     }
 
-    /// Applies one policy watch event.
-    pub fn apply_event(&mut self, event: &watcher::Event<FailoverPolicy>) {
-        match event {
-            watcher::Event::Apply(p) => self.upsert(p),
-            watcher::Event::Delete(p) => {
-                if let Some(key) = key_of(p) {
-                    self.remove(&key);
-                }
-            }
-            watcher::Event::Init => self.relist = Some(HashMap::new()),
-            watcher::Event::InitApply(p) => match self.relist.as_mut() {
-                Some(buffer) => {
-                    if let Some(key) = key_of(p) {
-                        buffer.insert(key, References::of(p));
-                    }
-                }
-                None => self.upsert(p),
-            },
-            watcher::Event::InitDone => {
-                let listed = self.relist.take().unwrap_or_default();
-                let stale: Vec<PolicyKey> = self
-                    .references
-                    .keys()
-                    .filter(|k| !listed.contains_key(*k))
-                    .cloned()
-                    .collect();
-                for key in stale {
-                    self.remove(&key);
-                }
-                for (key, refs) in listed {
-                    self.set(key, refs);
-                }
-            }
-        }
-    }
-
-    fn upsert(&mut self, policy: &FailoverPolicy) {
+    /// Indexes a new or changed policy.
+    pub fn upsert(&mut self, policy: &FailoverPolicy) {
         if let Some(key) = key_of(policy) {
             self.set(key, References::of(policy));
         }
@@ -194,7 +157,8 @@ impl PolicyIndex {
         self.references.insert(key, refs);
     }
 
-    fn remove(&mut self, key: &PolicyKey) {
+    /// Forgets a policy.
+    pub fn remove(&mut self, key: &PolicyKey) {
         let Some(refs) = self.references.remove(key) else {
             return;
         };
@@ -244,13 +208,6 @@ fn unlink<K: Eq + std::hash::Hash>(map: &mut HashMap<K, Names>, target: K, polic
     }
 }
 
-fn key_of(policy: &FailoverPolicy) -> Option<PolicyKey> {
-    Some(PolicyKey::new(
-        policy.namespace().as_deref()?,
-        &policy.name_any(),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,8 +233,8 @@ mod tests {
     #[test]
     fn finds_policies_by_backend_service_and_forgets_removed_references() {
         let mut index = PolicyIndex::default();
-        index.apply_event(&watcher::Event::Apply(policy("p1", "a", &["b"])));
-        index.apply_event(&watcher::Event::Apply(policy("p2", "a", &["c"])));
+        index.upsert(&policy("p1", "a", &["b"]));
+        index.upsert(&policy("p2", "a", &["c"]));
         let svc = |n: &str| ServiceKey::new("ns", n);
         assert_eq!(index.policies_for_service(&svc("a")).len(), 2);
         assert_eq!(
@@ -285,9 +242,9 @@ mod tests {
             vec![PolicyKey::new("ns", "p1")]
         );
         // p1 stops referencing b.
-        index.apply_event(&watcher::Event::Apply(policy("p1", "a", &["d"])));
+        index.upsert(&policy("p1", "a", &["d"]));
         assert!(index.policies_for_service(&svc("b")).is_empty());
-        index.apply_event(&watcher::Event::Delete(policy("p2", "a", &["c"])));
+        index.remove(&PolicyKey::new("ns", "p2"));
         assert_eq!(
             index.policies_for_service(&svc("a")),
             vec![PolicyKey::new("ns", "p1")]
@@ -308,20 +265,5 @@ mod tests {
         );
         assert!(index.uses(RouteKind::TrafficSplit));
         assert!(!index.uses(RouteKind::HttpRoute));
-    }
-
-    #[test]
-    fn relist_drops_policies_that_disappeared() {
-        let mut index = PolicyIndex::default();
-        index.apply_event(&watcher::Event::Apply(policy("p1", "a", &["b"])));
-        index.apply_event(&watcher::Event::Init);
-        index.apply_event(&watcher::Event::InitApply(policy("p2", "x", &["y"])));
-        index.apply_event(&watcher::Event::InitDone);
-        assert!(
-            index
-                .policies_for_service(&ServiceKey::new("ns", "a"))
-                .is_empty()
-        );
-        assert_eq!(index.len(), 1);
     }
 }

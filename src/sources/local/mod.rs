@@ -4,6 +4,7 @@
 //! - [`readiness`]: ready and total endpoints per Service, from EndpointSlices, and whether each
 //!   Service exists;
 //! - [`routes`]: what each generated route in the cluster says ([`crate::route::RouteView`]);
+//! - [`policies`]: every FailoverPolicy, held once, relists applied in place;
 //! - [`index`]: which policies reference a Service or a route, so an event wakes only those;
 //! - [`synced`]: which watches have delivered their first complete list;
 //! - [`apis`]: which CRDs the controller needs are not installed;
@@ -12,6 +13,7 @@
 pub mod apis;
 pub mod feeds;
 pub mod index;
+pub mod policies;
 pub mod readiness;
 pub mod routes;
 pub mod synced;

@@ -6,7 +6,7 @@
 //! largest family counts, so a dual-stack Service (one IPv4 and one IPv6 slice listing the same
 //! Pods) is not counted twice.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher;
@@ -24,34 +24,52 @@ struct SliceCounts {
     total: i32,
 }
 
+/// One slice of a Service: its name, its counts, and the relist of the slice watch that last
+/// listed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Slice {
+    name: Box<str>,
+    counts: SliceCounts,
+    listed: u32,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct ServiceEntry {
     exists: bool,
-    /// Each slice's name and counts (a Service has one or a few slices).
-    slices: Vec<(Box<str>, SliceCounts)>,
+    /// The relist of the Service watch that last listed it.
+    listed: u32,
+    /// Each slice (a Service has one or a few).
+    slices: Vec<Slice>,
 }
 
 impl ServiceEntry {
-    fn set_slice(&mut self, name: &str, counts: SliceCounts) {
-        match self.slices.iter_mut().find(|(n, _)| **n == *name) {
-            Some((_, c)) => *c = counts,
+    fn set_slice(&mut self, name: &str, counts: SliceCounts, listed: u32) {
+        match self.slices.iter_mut().find(|s| *s.name == *name) {
+            Some(slice) => {
+                slice.counts = counts;
+                slice.listed = listed;
+            }
             None => {
                 // Most Services have one slice: room for exactly the ones they have.
                 self.slices.reserve_exact(1);
-                self.slices.push((name.into(), counts));
+                self.slices.push(Slice {
+                    name: name.into(),
+                    counts,
+                    listed,
+                });
             }
         }
     }
 
     fn remove_slice(&mut self, name: &str) {
-        self.slices.retain(|(n, _)| **n != *name);
+        self.slices.retain(|s| *s.name != *name);
     }
 }
 
 impl ServiceEntry {
     fn observation(&self) -> BackendObservation {
         let (mut ready4, mut total4, mut ready6, mut total6) = (0i32, 0i32, 0i32, 0i32);
-        for (_, c) in &self.slices {
+        for c in self.slices.iter().map(|s| &s.counts) {
             if c.ipv6 {
                 ready6 = ready6.saturating_add(c.ready);
                 total6 = total6.saturating_add(c.total);
@@ -111,15 +129,20 @@ fn counted(slice: &EndpointSlice) -> Option<(ServiceKey, String, SliceCounts)> {
 }
 
 /// Readiness of every Service in the watched scope.
+///
+/// A relist (of slices or of Services) is applied in place, never buffered: each listed object
+/// updates its entry at once and is stamped with the relist's number, and when the list ends,
+/// what it did not stamp is gone. A buffered relist held every slice's counts and every
+/// Service's key a second time, with a copy of every observation to compare against.
 #[derive(Debug, Default)]
 pub struct ReadinessStore {
     services: HashMap<ServiceKey, ServiceEntry>,
     /// Which Service each slice (by `namespace/slice`) was counted for.
     slice_service: HashMap<Box<str>, Box<str>>,
-    /// Slice counts received during a relist (compact, never whole objects), applied at its end.
-    relist_slices: Option<Vec<(ServiceKey, String, SliceCounts)>>,
-    /// Services received during a relist, applied at its end.
-    relist_services: Option<HashSet<ServiceKey>>,
+    /// The number of the slice watch's relist running or last run.
+    slice_relist: u32,
+    /// The number of the Service watch's relist running or last run.
+    service_relist: u32,
 }
 
 impl ReadinessStore {
@@ -144,7 +167,9 @@ impl ReadinessStore {
     /// Applies one EndpointSlice watch event; returns the Services whose observation changed.
     pub fn apply_slice_event(&mut self, event: watcher::Event<EndpointSlice>) -> Vec<ServiceKey> {
         match event {
-            watcher::Event::Apply(slice) => self.upsert_slice(&slice).into_iter().collect(),
+            watcher::Event::Apply(slice) | watcher::Event::InitApply(slice) => {
+                self.upsert_slice(&slice)
+            }
             watcher::Event::Delete(slice) => {
                 let (Some(ns), Some(name)) = (
                     slice.metadata.namespace.as_deref(),
@@ -155,20 +180,10 @@ impl ReadinessStore {
                 self.remove_slice(ns, name).into_iter().collect()
             }
             watcher::Event::Init => {
-                self.relist_slices = Some(Vec::new());
+                self.slice_relist = self.slice_relist.wrapping_add(1);
                 Vec::new()
             }
-            watcher::Event::InitApply(slice) => {
-                match self.relist_slices.as_mut() {
-                    Some(buffer) => buffer.extend(counted(&slice)),
-                    None => return self.upsert_slice(&slice).into_iter().collect(),
-                }
-                Vec::new()
-            }
-            watcher::Event::InitDone => {
-                let listed = self.relist_slices.take().unwrap_or_default();
-                self.replace_slices(listed)
-            }
+            watcher::Event::InitDone => self.drop_unlisted_slices(),
         }
     }
 
@@ -184,7 +199,7 @@ impl ReadinessStore {
             ))
         };
         match event {
-            watcher::Event::Apply(svc) => key_of(&svc)
+            watcher::Event::Apply(svc) | watcher::Event::InitApply(svc) => key_of(&svc)
                 .and_then(|k| self.set_exists(k, true))
                 .into_iter()
                 .collect(),
@@ -193,39 +208,28 @@ impl ReadinessStore {
                 .into_iter()
                 .collect(),
             watcher::Event::Init => {
-                self.relist_services = Some(HashSet::new());
-                Vec::new()
-            }
-            watcher::Event::InitApply(svc) => {
-                if let Some(key) = key_of(&svc) {
-                    match self.relist_services.as_mut() {
-                        Some(buffer) => {
-                            buffer.insert(key);
-                        }
-                        None => return self.set_exists(key, true).into_iter().collect(),
-                    }
-                }
+                self.service_relist = self.service_relist.wrapping_add(1);
                 Vec::new()
             }
             watcher::Event::InitDone => {
-                let listed = self.relist_services.take().unwrap_or_default();
-                let mut changed = Vec::new();
-                let known: Vec<ServiceKey> = self.services.keys().cloned().collect();
-                for key in known {
-                    if !listed.contains(&key) {
-                        changed.extend(self.set_exists(key, false));
-                    }
-                }
-                for key in listed {
-                    changed.extend(self.set_exists(key, true));
-                }
-                changed
+                let relist = self.service_relist;
+                let gone: Vec<ServiceKey> = self
+                    .services
+                    .iter()
+                    .filter(|(_, e)| e.exists && e.listed != relist)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                gone.into_iter()
+                    .filter_map(|k| self.set_exists(k, false))
+                    .collect()
             }
         }
     }
 
     fn set_exists(&mut self, key: ServiceKey, exists: bool) -> Option<ServiceKey> {
+        let listed = self.service_relist;
         let entry = self.services.entry(key.clone()).or_default();
+        entry.listed = listed;
         if entry.exists == exists {
             if entry.is_empty() {
                 self.services.remove(&key);
@@ -259,12 +263,14 @@ impl ReadinessStore {
         let Some((service, _, counts)) = counted else {
             return changed;
         };
+        let listed = self.slice_relist;
         let entry = self.services.entry(service.clone()).or_default();
         let before = entry.observation();
-        entry.set_slice(slice_name, counts);
+        entry.set_slice(slice_name, counts, listed);
         let after = entry.observation();
         self.slice_service
-            .insert(slice_id, service.name.as_str().into());
+            .entry(slice_id)
+            .or_insert_with(|| service.name.as_str().into());
         if before != after {
             changed.push(service);
         }
@@ -286,49 +292,33 @@ impl ReadinessStore {
         (before != after).then_some(service)
     }
 
-    /// Replaces all slice counts with a complete list, returning the Services that changed.
-    fn replace_slices(
-        &mut self,
-        listed: Vec<(ServiceKey, String, SliceCounts)>,
-    ) -> Vec<ServiceKey> {
-        let before: HashMap<ServiceKey, BackendObservation> = self
-            .services
-            .iter()
-            .map(|(k, e)| (k.clone(), e.observation()))
-            .collect();
-        self.slice_service.clear();
-        for entry in self.services.values_mut() {
-            entry.slices.clear();
+    /// Ends a relist of the slices: the slices it did not list are gone; returns the Services
+    /// that changed.
+    fn drop_unlisted_slices(&mut self) -> Vec<ServiceKey> {
+        let relist = self.slice_relist;
+        let mut changed = Vec::new();
+        let mut dropped = Vec::new();
+        for (key, entry) in &mut self.services {
+            if entry.slices.iter().all(|s| s.listed == relist) {
+                continue;
+            }
+            let before = entry.observation();
+            entry.slices.retain(|s| {
+                let kept = s.listed == relist;
+                if !kept {
+                    dropped.push(slice_id(&key.namespace, &s.name));
+                }
+                kept
+            });
+            if entry.observation() != before {
+                changed.push(key.clone());
+            }
+        }
+        for id in dropped {
+            self.slice_service.remove(&id);
         }
         self.services.retain(|_, e| !e.is_empty());
-        for (service, slice_name, counts) in listed {
-            self.slice_service.insert(
-                slice_id(&service.namespace, &slice_name),
-                service.name.as_str().into(),
-            );
-            self.services
-                .entry(service)
-                .or_default()
-                .set_slice(&slice_name, counts);
-        }
-        let mut changed: HashSet<ServiceKey> = HashSet::new();
-        for (key, old) in &before {
-            if self
-                .services
-                .get(key)
-                .map(ServiceEntry::observation)
-                .unwrap_or_default()
-                != *old
-            {
-                changed.insert(key.clone());
-            }
-        }
-        for (key, entry) in &self.services {
-            if !before.contains_key(key) && entry.observation() != BackendObservation::default() {
-                changed.insert(key.clone());
-            }
-        }
-        changed.into_iter().collect()
+        changed
     }
 }
 
@@ -443,42 +433,35 @@ mod tests {
     }
 
     #[test]
-    fn relist_replaces_state_and_reports_differences() {
+    fn a_relist_applies_each_slice_at_once_and_drops_the_unlisted_at_its_end() {
         let mut store = synced();
-        store.apply_slice_event(watcher::Event::Apply(slice(
-            "a-1",
-            "a",
-            "IPv4",
-            &[Some(true)],
-        )));
-        store.apply_slice_event(watcher::Event::Apply(slice(
-            "b-1",
-            "b",
-            "IPv4",
-            &[Some(true)],
-        )));
+        let ready =
+            |name: &str, service: &str, ready: bool| slice(name, service, "IPv4", &[Some(ready)]);
+        store.apply_slice_event(watcher::Event::Apply(ready("a-1", "a", true)));
+        store.apply_slice_event(watcher::Event::Apply(ready("b-1", "b", true)));
         store.apply_slice_event(watcher::Event::Init);
-        store.apply_slice_event(watcher::Event::InitApply(slice(
-            "a-1",
-            "a",
-            "IPv4",
-            &[Some(true)],
-        )));
-        store.apply_slice_event(watcher::Event::InitApply(slice(
-            "c-1",
-            "c",
-            "IPv4",
-            &[Some(false)],
-        )));
-        // During the relist the old state still answers.
-        assert_eq!(store.observe("ns", "b").ready_endpoints, 1);
-        let mut changed = store.apply_slice_event(watcher::Event::InitDone);
-        changed.sort();
-        assert_eq!(
-            changed,
-            vec![ServiceKey::new("ns", "b"), ServiceKey::new("ns", "c")]
+        assert!(
+            store
+                .apply_slice_event(watcher::Event::InitApply(ready("a-1", "a", true)))
+                .is_empty(),
+            "an unchanged slice changes nothing"
         );
+        assert_eq!(
+            store.apply_slice_event(watcher::Event::InitApply(ready("c-1", "c", false))),
+            vec![ServiceKey::new("ns", "c")],
+            "a listed slice counts at once"
+        );
+        // A slice not listed yet still counts until the list ends.
+        assert_eq!(store.observe("ns", "b").ready_endpoints, 1);
+        let changed = store.apply_slice_event(watcher::Event::InitDone);
+        assert_eq!(changed, vec![ServiceKey::new("ns", "b")]);
         assert_eq!(store.observe("ns", "b").ready_endpoints, 0);
+        assert_eq!(store.observe("ns", "a").ready_endpoints, 1);
+        // The dropped slice is forgotten: listed again, it counts again.
+        assert_eq!(
+            store.apply_slice_event(watcher::Event::Apply(ready("b-1", "b", true))),
+            vec![ServiceKey::new("ns", "b")]
+        );
     }
 
     #[test]
@@ -493,13 +476,31 @@ mod tests {
             },
             ..Default::default()
         };
+        let named = |name: &str| Service {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..svc.metadata.clone()
+            },
+            ..Default::default()
+        };
         store.apply_service_event::<Service>(watcher::Event::Init);
-        store.apply_service_event(watcher::Event::InitApply(svc.clone()));
-        let changed = store.apply_service_event::<Service>(watcher::Event::InitDone);
-        assert_eq!(changed, vec![ServiceKey::new("ns", "a")]);
+        let changed = store.apply_service_event(watcher::Event::InitApply(svc.clone()));
+        assert_eq!(changed, vec![ServiceKey::new("ns", "a")], "at once");
+        store.apply_service_event(watcher::Event::InitApply(named("b")));
+        assert!(
+            store
+                .apply_service_event::<Service>(watcher::Event::InitDone)
+                .is_empty()
+        );
         assert!(store.observe("ns", "a").service_exists);
         store.apply_service_event(watcher::Event::Delete(svc));
         assert!(!store.observe("ns", "a").service_exists);
+        // A relist that no longer lists b: b is gone when it ends.
+        store.apply_service_event::<Service>(watcher::Event::Init);
+        assert!(store.observe("ns", "b").service_exists);
+        let changed = store.apply_service_event::<Service>(watcher::Event::InitDone);
+        assert_eq!(changed, vec![ServiceKey::new("ns", "b")]);
+        assert!(!store.observe("ns", "b").service_exists);
     }
 
     #[test]

@@ -9,16 +9,20 @@ use kube::runtime::watcher;
 use crate::route::{RouteKey, RouteKind, RouteView};
 
 /// Every route of the watched scope, by kind, namespace and name.
+///
+/// A relist is applied in place: each listed route replaces its view at once and is stamped with
+/// the relist's number (one count per kind); when the list ends, the routes of that kind it did
+/// not stamp are gone. Nothing is held twice.
 #[derive(Debug, Default)]
 pub struct RouteStore {
-    views: HashMap<RouteKey, RouteView>,
-    relist: HashMap<RouteKind, HashMap<RouteKey, RouteView>>,
+    views: HashMap<RouteKey, (RouteView, u32)>,
+    relists: HashMap<RouteKind, u32>,
 }
 
 impl RouteStore {
     /// What the cluster says of a route, if it exists.
     pub fn get(&self, key: &RouteKey) -> Option<&RouteView> {
-        self.views.get(key)
+        self.views.get(key).map(|(view, _)| view)
     }
 
     /// Number of routes kept.
@@ -39,49 +43,50 @@ impl RouteStore {
         event: watcher::Event<(RouteKey, RouteView)>,
     ) -> Vec<RouteKey> {
         match event {
-            watcher::Event::Apply((key, view)) => self.set(key, view).into_iter().collect(),
+            watcher::Event::Apply((key, view)) | watcher::Event::InitApply((key, view)) => {
+                self.set(key, view).into_iter().collect()
+            }
             watcher::Event::Delete((key, _)) => {
                 self.views.remove(&key).map(|_| key).into_iter().collect()
             }
             watcher::Event::Init => {
-                self.relist.insert(kind, HashMap::new());
+                let relist = self.relists.entry(kind).or_default();
+                *relist = relist.wrapping_add(1);
                 Vec::new()
             }
-            watcher::Event::InitApply((key, view)) => match self.relist.get_mut(&kind) {
-                Some(buffer) => {
-                    buffer.insert(key, view);
-                    Vec::new()
-                }
-                None => self.set(key, view).into_iter().collect(),
-            },
-            watcher::Event::InitDone => self.replace(kind),
+            watcher::Event::InitDone => self.drop_unlisted(kind),
         }
     }
 
     fn set(&mut self, key: RouteKey, view: RouteView) -> Option<RouteKey> {
-        (self.views.get(&key) != Some(&view)).then(|| {
-            self.views.insert(key.clone(), view);
-            key
-        })
+        let relist = self.relists.get(&key.kind).copied().unwrap_or_default();
+        match self.views.get_mut(&key) {
+            Some((old, listed)) => {
+                *listed = relist;
+                (*old != view).then(|| {
+                    *old = view;
+                    key
+                })
+            }
+            None => {
+                self.views.insert(key.clone(), (view, relist));
+                Some(key)
+            }
+        }
     }
 
     /// Ends a relist of one kind: routes of that kind not listed are gone.
-    fn replace(&mut self, kind: RouteKind) -> Vec<RouteKey> {
-        let listed = self.relist.remove(&kind).unwrap_or_default();
-        let gone: Vec<RouteKey> = self
-            .views
-            .keys()
-            .filter(|k| k.kind == kind && !listed.contains_key(*k))
-            .cloned()
-            .collect();
-        for key in &gone {
-            self.views.remove(key);
-        }
-        let mut changed = gone;
-        for (key, view) in listed {
-            changed.extend(self.set(key, view));
-        }
-        changed
+    fn drop_unlisted(&mut self, kind: RouteKind) -> Vec<RouteKey> {
+        let relist = self.relists.get(&kind).copied().unwrap_or_default();
+        let mut gone = Vec::new();
+        self.views.retain(|key, (_, listed)| {
+            let kept = key.kind != kind || *listed == relist;
+            if !kept {
+                gone.push(key.clone());
+            }
+            kept
+        });
+        gone
     }
 }
 
@@ -115,10 +120,14 @@ mod tests {
         store.apply(ts, watcher::Event::Apply((key(ts, "a"), view("1"))));
         store.apply(hr, watcher::Event::Apply((key(hr, "a"), view("1"))));
         store.apply(ts, watcher::Event::Init);
-        store.apply(ts, watcher::Event::InitApply((key(ts, "b"), view("2"))));
-        let mut changed = store.apply(ts, watcher::Event::InitDone);
-        changed.sort();
-        assert_eq!(changed, vec![key(ts, "a"), key(ts, "b")]);
+        assert_eq!(
+            store.apply(ts, watcher::Event::InitApply((key(ts, "b"), view("2")))),
+            vec![key(ts, "b")],
+            "a listed route is in place at once"
+        );
+        assert!(store.get(&key(ts, "a")).is_some(), "until the list ends");
+        let changed = store.apply(ts, watcher::Event::InitDone);
+        assert_eq!(changed, vec![key(ts, "a")]);
         assert!(store.get(&key(ts, "a")).is_none());
         assert!(store.get(&key(hr, "a")).is_some(), "other kinds are kept");
     }
