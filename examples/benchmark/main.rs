@@ -257,7 +257,10 @@ async fn main() {
         serde_json::to_string_pretty(&json).unwrap_or_default(),
     )
     .expect("writing results");
-    println!("results written to {}", o.out.display());
+    // Printed relative to the repository: the log is kept in it.
+    let root = repo_root();
+    let shown = o.out.strip_prefix(&root).unwrap_or(&o.out);
+    println!("results written to {}", shown.display());
     if failed > 0 && !o.report_only {
         std::process::exit(1);
     }

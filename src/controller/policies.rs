@@ -83,18 +83,18 @@ pub fn policy_requests(
 /// change; the request it makes, if any.
 fn follow(feed: &PolicyFeed, client: &Client, change: &Change) -> Option<Request> {
     let request = match change {
-        Change::Applied(p) => {
-            feed.index.write().upsert(p);
-            follow_health(&feed.caches.health, p);
-            Some(Request::One(key_of(p)?))
+        Change::Applied { policy, previous } => {
+            feed.index.write().upsert(previous.as_deref(), policy);
+            follow_health(&feed.caches.health, policy);
+            Some(Request::One(key_of(policy)?))
         }
-        Change::Deleted(key) => {
-            feed.index.write().remove(key);
+        Change::Deleted(policy) => {
+            feed.index.write().remove(policy);
+            let key = key_of(policy)?;
             feed.caches.health.follow(key.clone(), None, None);
-            let key = key.clone();
             feed.watch.metrics.forget_policy(&PolicyLabels {
-                namespace: key.namespace,
-                policy: key.name,
+                namespace: key.namespace.to_string(),
+                policy: key.name.into(),
             });
             None
         }

@@ -25,8 +25,9 @@ use kube::{
 };
 
 pub use self::rules::{ParentKind, RouteBackend, RouteParent, RouteRules};
-use crate::api::{
-    FailoverPolicy, HttpRouteSpec, Output, TrafficSplitApiVersion, conditions::ready,
+use crate::{
+    api::{FailoverPolicy, HttpRouteSpec, Output, TrafficSplitApiVersion, conditions::ready},
+    observation::Namespace,
 };
 
 /// The one field manager every write of this controller uses.
@@ -99,9 +100,9 @@ pub struct RouteKey {
     /// Its kind.
     pub kind: RouteKind,
     /// Its namespace.
-    pub namespace: String,
+    pub namespace: Namespace,
     /// Its name.
-    pub name: String,
+    pub name: Box<str>,
 }
 
 /// The kinds of route, without their form.
@@ -242,8 +243,8 @@ impl RouteTarget {
     pub fn key(&self, namespace: &str) -> RouteKey {
         RouteKey {
             kind: self.kind(),
-            namespace: namespace.to_string(),
-            name: self.name.clone(),
+            namespace: Namespace::new(namespace),
+            name: self.name.as_str().into(),
         }
     }
 

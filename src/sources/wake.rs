@@ -58,8 +58,8 @@ impl Wake {
                     .flat_map(|s| {
                         index.policies_for_remote(&RemoteService {
                             cluster: cluster.clone(),
-                            namespace: s.namespace,
-                            service: s.name,
+                            namespace: s.namespace.to_string(),
+                            service: s.name.into(),
                         })
                     })
                     .collect(),

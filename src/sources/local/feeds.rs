@@ -122,8 +122,13 @@ async fn feed_routes<K: kube::Resource>(
             let keyed = map_event(event, |object: K| {
                 let key = RouteKey {
                     kind,
-                    namespace: object.meta().namespace.clone().unwrap_or_default(),
-                    name: object.meta().name.clone().unwrap_or_default(),
+                    namespace: object
+                        .meta()
+                        .namespace
+                        .as_deref()
+                        .unwrap_or_default()
+                        .into(),
+                    name: object.meta().name.as_deref().unwrap_or_default().into(),
                 };
                 (key, view(object))
             });

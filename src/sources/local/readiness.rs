@@ -270,7 +270,7 @@ impl ReadinessStore {
         let after = entry.observation();
         self.slice_service
             .entry(slice_id)
-            .or_insert_with(|| service.name.as_str().into());
+            .or_insert_with(|| service.name.clone());
         if before != after {
             changed.push(service);
         }
