@@ -31,6 +31,8 @@ out=()
   echo "# commit $commit, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, $(awk '/MemTotal/ {print $2 " kB"}' /proc/meminfo)"
 } > "$run.log"
 status=0
-target/release/examples/benchmark "${out[@]}" "$@" 2>&1 | tee -a "$run.log" || status=${PIPESTATUS[0]}
+# The log is kept in the repository: the control plane's scratch directory is left out of it.
+target/release/examples/benchmark "${out[@]}" "$@" 2>&1 \
+  | sed -u 's# (directory [^)]*)##' | tee -a "$run.log" || status=${PIPESTATUS[0]}
 echo "bench: this run's output is in $run.log${out[*]:+ and $run.json}" >&2
 exit "$status"
