@@ -58,13 +58,8 @@ pub fn policy_requests(
         Arc::new(feed.watch.clone()),
     );
     let mut watermark = Watermark::default();
-    events.flat_map(move |mut event| {
-        if let kube::runtime::watcher::Event::Apply(p)
-        | kube::runtime::watcher::Event::InitApply(p)
-        | kube::runtime::watcher::Event::Delete(p) = &mut event
-        {
-            slim(p);
-        }
+    events.flat_map(move |event| {
+        let event = event.modify(slim::<FailoverPolicy>);
         // Statuses this replica wrote are forgotten once the table has them.
         let seen = watermark.after(&event, event_version(&event));
         let changes = feed.table.write().apply(event);

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::{
     api::FailoverPolicy,
-    observation::{PolicyKey, RemoteService, ServiceKey},
+    observation::{Namespace, PolicyKey, RemoteService, ServiceKey},
     route::{RouteKey, RouteKind, RouteTarget},
     sources::local::policies::key_of,
 };
@@ -123,10 +123,18 @@ impl PolicyIndex {
     fn lookup<K: Eq + std::hash::Hash>(
         map: &HashMap<K, Names>,
         key: &K,
-        namespace: &str,
+        namespace: &Namespace,
     ) -> Vec<PolicyKey> {
         map.get(key)
-            .map(|names| names.iter().map(|n| PolicyKey::new(namespace, n)).collect())
+            .map(|names| {
+                names
+                    .iter()
+                    .map(|n| PolicyKey {
+                        namespace: namespace.clone(),
+                        name: n.clone(),
+                    })
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -142,7 +150,10 @@ impl PolicyIndex {
         for svc in &refs.services {
             link(
                 &mut self.by_service,
-                ServiceKey::new(&key.namespace, svc),
+                ServiceKey {
+                    namespace: key.namespace.clone(),
+                    name: svc.clone(),
+                },
                 &key.name,
             );
         }
@@ -167,7 +178,10 @@ impl PolicyIndex {
         for svc in &refs.services {
             unlink(
                 &mut self.by_service,
-                ServiceKey::new(&key.namespace, svc),
+                ServiceKey {
+                    namespace: key.namespace.clone(),
+                    name: svc.clone(),
+                },
                 &key.name,
             );
         }
