@@ -58,4 +58,10 @@ impl Caches {
     pub async fn wait_for_inputs(&self) -> bool {
         self.synced.wait_for(&DECISION_INPUTS, SYNC_WAIT).await
     }
+
+    /// Whether the readiness caches have listed once. Until then no reconcile can decide (each
+    /// waits for them), so a readiness change has nobody to wake.
+    pub fn inputs_listed(&self) -> bool {
+        self.synced.all_done(&DECISION_INPUTS)
+    }
 }

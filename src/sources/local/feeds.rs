@@ -49,6 +49,11 @@ pub async fn feeds(feed: Feed) {
 }
 
 /// EndpointSlices → readiness counts; Services (metadata only) → whether each backend exists.
+///
+/// Changes wake nobody until both watches have listed once: every reconcile waits for those
+/// lists, so the first lists' objects would each wake policies that have not decided yet and
+/// queue a second reconcile of them all (at 1,000 policies the cold start took 1.38x the bare
+/// client with those wakes and 0.97x without).
 async fn readiness_feeds(feed: Feed) {
     let ns = feed.namespace.as_deref();
     let (client, caches, wake, watch) = (&feed.client, &feed.caches, &feed.wake, &feed.watch);
@@ -60,7 +65,9 @@ async fn readiness_feeds(feed: Feed) {
     )
     .for_each(|event| {
         let changed = caches.readiness.write().apply_slice_event(event);
-        wake.services(changed);
+        if caches.inputs_listed() {
+            wake.services(changed);
+        }
         async {}
     });
     let services = events(
@@ -71,7 +78,9 @@ async fn readiness_feeds(feed: Feed) {
     )
     .for_each(|event| {
         let changed = caches.readiness.write().apply_service_event(event);
-        wake.services(changed);
+        if caches.inputs_listed() {
+            wake.services(changed);
+        }
         async {}
     });
     futures::join!(slices, services);

@@ -43,6 +43,12 @@ impl Synced {
             .collect()
     }
 
+    /// Whether all these watches have listed.
+    pub fn all_done(&self, kinds: &[&str]) -> bool {
+        let listed = self.kinds.borrow();
+        kinds.iter().all(|kind| listed.get(kind) == Some(&true))
+    }
+
     /// Waits up to `timeout` until these watches have listed; returns whether they have.
     pub async fn wait_for(&self, kinds: &[&str], timeout: Duration) -> bool {
         let mut rx = self.kinds.subscribe();
@@ -70,8 +76,10 @@ mod tests {
                 .wait_for(&["endpointslice", "service"], Duration::from_millis(10))
                 .await
         );
+        assert!(!synced.all_done(&["endpointslice", "service"]));
         synced.done("service");
         assert!(synced.pending().is_empty());
+        assert!(synced.all_done(&["endpointslice", "service"]));
         assert!(
             synced
                 .wait_for(&["endpointslice", "service"], Duration::from_millis(10))
