@@ -20,7 +20,7 @@ use crate::{
     api::FailoverPolicy,
     message::describe,
     policy::ValidPolicy,
-    route::{FIELD_MANAGER, RouteKey, RouteRules, RouteTarget, RouteView, metadata},
+    route::{FIELD_MANAGER, RouteKey, RouteRules, RouteTarget, RouteView, RulesDigest, metadata},
     runtime::gate::{NotLeader, WriteGate},
     sources::local::apis::NeededApi,
 };
@@ -176,12 +176,12 @@ async fn write(
     if !current.owned_by(&desired.owner_uid) {
         return Ok(Applied::Conflict);
     }
+    let labelled = current.labelled_for(&desired.policy);
     let rules = gate
         .recent_routes
-        .newer_than(&desired.recent_key(), current.resource_version.as_deref())
+        .newer_than_version(&desired.recent_key(), current.resource_version)
         .or(current.rules);
-    let labelled = current.policy_label.as_deref() == Some(desired.policy.as_str());
-    if labelled && rules.as_ref() == Some(&desired.rules) {
+    if labelled && rules.is_some_and(|r| r.says(&desired.rules)) {
         return Ok(Applied::Unchanged);
     }
     gate.ensure_leader()?;
@@ -235,7 +235,7 @@ fn written(gate: &WriteGate, desired: &DesiredRoute, answer: &DynamicObject, wha
     gate.recent_routes.record(
         desired.recent_key(),
         answer.meta().resource_version.as_deref(),
-        desired.rules.clone(),
+        RulesDigest::of(&desired.rules),
     );
     info!(kind = kind.as_str(), route = %desired.target.name, weights = ?desired.rules.backends.iter().map(|b| b.weight).collect::<Vec<_>>(), "{what}");
 }

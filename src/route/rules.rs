@@ -3,8 +3,10 @@
 //! in the cluster compare as plain values, ignoring the API server's defaults. Each route kind
 //! converts to and from it.
 
+use crate::digest::digest;
+
 /// What a route says, normalized across kinds.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RouteRules {
     /// The apex Service (a TrafficSplit's root); empty for an HTTPRoute, whose parents say where
     /// it attaches.
@@ -73,7 +75,7 @@ impl RouteParent {
 }
 
 /// One weighted backend of a route.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RouteBackend {
     /// The backend Service.
     pub service: String,
@@ -81,4 +83,76 @@ pub struct RouteBackend {
     pub port: Option<i32>,
     /// Its weight.
     pub weight: i64,
+}
+
+/// What the controller keeps of a route's rules: a digest of them all, to tell whether the route
+/// says what the controller wants, and each backend's weight, keyed by a digest of its Service's
+/// name, for the status to describe the route as it stands. At 10,000 TrafficSplits of three
+/// backends it is 64 bytes in one allocation where the rules took six allocations and about
+/// 400 bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RulesDigest {
+    rules: u64,
+    weights: Box<[(u64, i64)]>,
+}
+
+impl RulesDigest {
+    /// The digest of these rules.
+    pub fn of(rules: &RouteRules) -> Self {
+        Self {
+            rules: digest(rules),
+            weights: rules
+                .backends
+                .iter()
+                .map(|b| (digest(b.service.as_str()), b.weight))
+                .collect(),
+        }
+    }
+
+    /// The weight the route gives this Service (its first backend of that name), if it has it.
+    pub fn weight(&self, service: &str) -> Option<i64> {
+        let service = digest(service);
+        self.weights
+            .iter()
+            .find(|(s, _)| *s == service)
+            .map(|(_, w)| *w)
+    }
+
+    /// Whether these are the digest of `rules`.
+    pub fn says(&self, rules: &RouteRules) -> bool {
+        self.rules == digest(rules)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(weights: &[(&str, i64)]) -> RouteRules {
+        RouteRules {
+            apex: "web".into(),
+            parents: Vec::new(),
+            hostnames: Vec::new(),
+            path_prefix: None,
+            backends: weights
+                .iter()
+                .map(|(service, weight)| RouteBackend {
+                    service: (*service).into(),
+                    port: None,
+                    weight: *weight,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_digest_tells_the_rules_it_was_taken_of_and_their_weights() {
+        let taken = RulesDigest::of(&rules(&[("a", 100), ("b", 0)]));
+        assert!(taken.says(&rules(&[("a", 100), ("b", 0)])));
+        assert!(!taken.says(&rules(&[("a", 0), ("b", 100)])));
+        assert!(!taken.says(&rules(&[("b", 0), ("a", 100)])), "order counts");
+        assert_eq!(taken.weight("a"), Some(100));
+        assert_eq!(taken.weight("b"), Some(0));
+        assert_eq!(taken.weight("c"), None);
+    }
 }

@@ -11,7 +11,7 @@ use kube::{
 
 use crate::{
     api::FailoverPolicyStatus,
-    route::{FIELD_MANAGER, RouteRules},
+    route::{FIELD_MANAGER, RulesDigest},
     runtime::{
         leader::Leadership,
         metrics::Metrics,
@@ -35,7 +35,7 @@ pub struct WriteGate {
     /// Event recorder.
     pub recorder: Recorder,
     /// Routes written, until the route cache shows them.
-    pub recent_routes: Recent<RouteRules>,
+    pub recent_routes: Recent<RulesDigest>,
     /// Statuses written, until the policy cache shows them.
     pub recent_status: Recent<FailoverPolicyStatus>,
     /// Statuses queued, until they are written.

@@ -19,7 +19,7 @@ use prometheus_client::{
     metrics::{MetricType, counter::ConstCounter, gauge::ConstGauge},
 };
 
-use crate::api::Phase;
+use crate::{api::Phase, observation::PolicyKey};
 
 /// Labels of per-policy series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -42,23 +42,17 @@ struct PolicyState {
     last_transition: Option<f64>,
 }
 
-/// Every policy's series, by policy.
+/// Every policy's series, by policy (keyed by the shared namespace and the name; the labels are
+/// written out at scrape time).
 #[derive(Clone, Debug, Default)]
 pub struct PolicyTable {
-    policies: Arc<Mutex<HashMap<PolicyLabels, PolicyState>>>,
+    policies: Arc<Mutex<HashMap<PolicyKey, PolicyState>>>,
 }
 
 impl PolicyTable {
     fn update(&self, labels: &PolicyLabels, change: impl FnOnce(&mut PolicyState)) {
-        let mut policies = self.policies.lock();
-        match policies.get_mut(labels) {
-            Some(state) => change(state),
-            None => {
-                let mut state = PolicyState::default();
-                change(&mut state);
-                policies.insert(labels.clone(), state);
-            }
-        }
+        let key = PolicyKey::new(&labels.namespace, &labels.policy);
+        change(self.policies.lock().entry(key).or_default());
     }
 
     /// Records a policy's current state.
@@ -90,7 +84,9 @@ impl PolicyTable {
 
     /// Forgets a deleted policy.
     pub fn forget(&self, labels: &PolicyLabels) {
-        self.policies.lock().remove(labels);
+        self.policies
+            .lock()
+            .remove(&PolicyKey::new(&labels.namespace, &labels.policy));
     }
 }
 
@@ -149,11 +145,15 @@ impl Collector for PolicyTable {
         let policies = self.policies.lock();
         for (name, help, kind, value) in SERIES {
             let mut family = encoder.encode_descriptor(name, help, None, kind)?;
-            for (labels, state) in policies.iter() {
+            for (key, state) in policies.iter() {
                 let Some(sample) = value(state, now) else {
                     continue;
                 };
-                let metric = family.encode_family(labels)?;
+                let labels = PolicyLabels {
+                    namespace: key.namespace.to_string(),
+                    policy: key.name.to_string(),
+                };
+                let metric = family.encode_family(&labels)?;
                 match sample {
                     Sample::Count(v) => ConstCounter::new(v).encode(metric)?,
                     Sample::Whole(v) => ConstGauge::new(v).encode(metric)?,

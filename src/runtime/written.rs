@@ -43,9 +43,14 @@ impl<T: Clone> Recent<T> {
     /// The value written last when the cache (at `cached_version`) has not caught up with it;
     /// once it has, the entry is dropped and the cache wins.
     pub fn newer_than(&self, key: &str, cached_version: Option<&str>) -> Option<T> {
+        self.newer_than_version(key, cached_version.and_then(|v| v.parse::<u64>().ok()))
+    }
+
+    /// [`Recent::newer_than`] with the cache's version already a number.
+    pub fn newer_than_version(&self, key: &str, cached_version: Option<u64>) -> Option<T> {
         let mut entries = self.entries.lock();
         let (written, value) = entries.get(key)?;
-        match cached_version.and_then(|v| v.parse::<u64>().ok()) {
+        match cached_version {
             Some(cached) if cached < *written => Some(value.clone()),
             _ => {
                 entries.remove(key);

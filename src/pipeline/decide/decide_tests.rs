@@ -23,7 +23,7 @@ use crate::{
         status::{Decided, Outcome, StatusInput, build},
         validate::validate,
     },
-    route::{RouteTarget, RouteView},
+    route::{RouteTarget, RouteView, RulesDigest},
 };
 
 const CONDITION_READY: &str = READY;
@@ -71,10 +71,14 @@ pub(crate) fn decide(
             .map(|p| p.backends.iter().map(|b| b.weight).collect())
             .unwrap_or_default();
         let route = kept.iter().any(|w| *w > 0).then(|| RouteView {
-            controller_uid: None,
+            controller: None,
             policy_label: None,
             resource_version: None,
-            rules: Some(target.rules(&spec.service, valid.backend_names(), &kept)),
+            rules: Some(RulesDigest::of(&target.rules(
+                &spec.service,
+                valid.backend_names(),
+                &kept,
+            ))),
             answers: Vec::new(),
         });
         (Applied::Suspended, route)

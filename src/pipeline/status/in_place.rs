@@ -22,10 +22,8 @@ pub fn weights(policy: &ValidPolicy, route: Option<&RouteView>) -> Option<Vec<i3
         .backend_names()
         .map(|name| {
             rules
-                .backends
-                .iter()
-                .find(|b| b.service == name)
-                .map_or(0, |b| i32::try_from(b.weight).unwrap_or(i32::MAX))
+                .weight(name)
+                .map_or(0, |w| i32::try_from(w).unwrap_or(i32::MAX))
         })
         .collect::<Vec<_>>();
     weights.iter().any(|w| *w > 0).then_some(weights)

@@ -100,7 +100,7 @@ async fn route_feeds(feed: Feed) {
             watch.clone(),
         ),
         RouteKind::TrafficSplit,
-        |s: TrafficSplit| RouteView::new(&s.metadata, Some(trafficsplit::rules(&s))),
+        |s: TrafficSplit| RouteView::new(&s.metadata, Some(&trafficsplit::rules(&s))),
         &feed,
     );
     let routes = feed_routes(

@@ -11,7 +11,10 @@ use std::collections::HashMap;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher;
 
-use crate::observation::{BackendObservation, ServiceKey};
+use crate::{
+    digest::digest,
+    observation::{BackendObservation, ServiceKey},
+};
 
 /// Label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -24,11 +27,11 @@ struct SliceCounts {
     total: i32,
 }
 
-/// One slice of a Service: its name, its counts, and the relist of the slice watch that last
-/// listed it.
+/// One slice of a Service: a digest of its name, its counts, and the relist of the slice watch
+/// that last listed it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Slice {
-    name: Box<str>,
+    name: u64,
     counts: SliceCounts,
     listed: u32,
 }
@@ -44,7 +47,8 @@ struct ServiceEntry {
 
 impl ServiceEntry {
     fn set_slice(&mut self, name: &str, counts: SliceCounts, listed: u32) {
-        match self.slices.iter_mut().find(|s| *s.name == *name) {
+        let name = digest(name);
+        match self.slices.iter_mut().find(|s| s.name == name) {
             Some(slice) => {
                 slice.counts = counts;
                 slice.listed = listed;
@@ -53,7 +57,7 @@ impl ServiceEntry {
                 // Most Services have one slice: room for exactly the ones they have.
                 self.slices.reserve_exact(1);
                 self.slices.push(Slice {
-                    name: name.into(),
+                    name,
                     counts,
                     listed,
                 });
@@ -62,7 +66,13 @@ impl ServiceEntry {
     }
 
     fn remove_slice(&mut self, name: &str) {
-        self.slices.retain(|s| *s.name != *name);
+        let name = digest(name);
+        self.slices.retain(|s| s.name != name);
+    }
+
+    fn has_slice(&self, name: &str) -> bool {
+        let name = digest(name);
+        self.slices.iter().any(|s| s.name == name)
     }
 }
 
@@ -120,6 +130,12 @@ fn slice_id(namespace: &str, slice: &str) -> Box<str> {
     format!("{namespace}/{slice}").into()
 }
 
+/// The Service a slice's name says it belongs to: the EndpointSlice controller names each slice
+/// `<service>-<suffix>`.
+fn named_service(slice: &str) -> Option<&str> {
+    slice.rsplit_once('-').map(|(service, _)| service)
+}
+
 /// The Service a slice belongs to, its name and its counts; `None` without the service label.
 fn counted(slice: &EndpointSlice) -> Option<(ServiceKey, String, SliceCounts)> {
     let ns = slice.metadata.namespace.as_deref()?;
@@ -130,6 +146,11 @@ fn counted(slice: &EndpointSlice) -> Option<(ServiceKey, String, SliceCounts)> {
 
 /// Readiness of every Service in the watched scope.
 ///
+/// Which Service a slice is counted for is what its name says (see [`named_service`]), unless
+/// `moved` says otherwise: only a slice whose Service differs from its name (one not named by
+/// the EndpointSlice controller, or relabelled) costs an entry. A map of every slice to its
+/// Service cost 3.4 MiB at 30,000 slices, to answer what the name already says.
+///
 /// A relist (of slices or of Services) is applied in place, never buffered: each listed object
 /// updates its entry at once and is stamped with the relist's number, and when the list ends,
 /// what it did not stamp is gone. A buffered relist held every slice's counts and every
@@ -137,8 +158,8 @@ fn counted(slice: &EndpointSlice) -> Option<(ServiceKey, String, SliceCounts)> {
 #[derive(Debug, Default)]
 pub struct ReadinessStore {
     services: HashMap<ServiceKey, ServiceEntry>,
-    /// Which Service each slice (by `namespace/slice`) was counted for.
-    slice_service: HashMap<Box<str>, Box<str>>,
+    /// The Service a slice (by `namespace/slice`) is counted for, when its name says another.
+    moved: HashMap<Box<str>, Box<str>>,
     /// The number of the slice watch's relist running or last run.
     slice_relist: u32,
     /// The number of the Service watch's relist running or last run.
@@ -252,11 +273,10 @@ impl ReadinessStore {
         };
         let counted = counted(slice);
         let service = counted.as_ref().map(|(service, _, _)| service.clone());
-        let slice_id = slice_id(ns, slice_name);
         let mut changed = Vec::new();
         // A slice whose service label changed (or was removed) leaves its old Service.
-        if let Some(old) = self.slice_service.get(&slice_id)
-            && service.as_ref().is_none_or(|s| *s.name != **old)
+        if let Some(old) = self.counted_for(ns, slice_name)
+            && service.as_ref().is_none_or(|s| s.name != old.name)
         {
             changed.extend(self.remove_slice(ns, slice_name));
         }
@@ -268,20 +288,35 @@ impl ReadinessStore {
         let before = entry.observation();
         entry.set_slice(slice_name, counts, listed);
         let after = entry.observation();
-        self.slice_service
-            .entry(slice_id)
-            .or_insert_with(|| service.name.clone());
+        if named_service(slice_name) != Some(&*service.name) {
+            self.moved
+                .insert(slice_id(ns, slice_name), service.name.clone());
+        }
         if before != after {
             changed.push(service);
         }
         changed
     }
 
+    /// The Service a slice is counted for, if it is.
+    fn counted_for(&self, namespace: &str, slice_name: &str) -> Option<ServiceKey> {
+        if !self.moved.is_empty()
+            && let Some(service) = self.moved.get(&*slice_id(namespace, slice_name))
+        {
+            return Some(ServiceKey::new(namespace, service));
+        }
+        let service = ServiceKey::new(namespace, named_service(slice_name)?);
+        self.services
+            .get(&service)?
+            .has_slice(slice_name)
+            .then_some(service)
+    }
+
     fn remove_slice(&mut self, namespace: &str, slice_name: &str) -> Option<ServiceKey> {
-        let service_name = self
-            .slice_service
-            .remove(&*slice_id(namespace, slice_name))?;
-        let service = ServiceKey::new(namespace, &service_name);
+        let service = self.counted_for(namespace, slice_name)?;
+        if !self.moved.is_empty() {
+            self.moved.remove(&*slice_id(namespace, slice_name));
+        }
         let entry = self.services.get_mut(&service)?;
         let before = entry.observation();
         entry.remove_slice(slice_name);
@@ -297,27 +332,25 @@ impl ReadinessStore {
     fn drop_unlisted_slices(&mut self) -> Vec<ServiceKey> {
         let relist = self.slice_relist;
         let mut changed = Vec::new();
-        let mut dropped = Vec::new();
         for (key, entry) in &mut self.services {
             if entry.slices.iter().all(|s| s.listed == relist) {
                 continue;
             }
             let before = entry.observation();
-            entry.slices.retain(|s| {
-                let kept = s.listed == relist;
-                if !kept {
-                    dropped.push(slice_id(&key.namespace, &s.name));
-                }
-                kept
-            });
+            entry.slices.retain(|s| s.listed == relist);
             if entry.observation() != before {
                 changed.push(key.clone());
             }
         }
-        for id in dropped {
-            self.slice_service.remove(&id);
-        }
         self.services.retain(|_, e| !e.is_empty());
+        let services = &self.services;
+        self.moved.retain(|id, service| {
+            id.split_once('/').is_some_and(|(namespace, slice)| {
+                services
+                    .get(&ServiceKey::new(namespace, service))
+                    .is_some_and(|e| e.has_slice(slice))
+            })
+        });
         changed
     }
 }
@@ -524,5 +557,32 @@ mod tests {
             vec![ServiceKey::new("ns", "a"), ServiceKey::new("ns", "b")]
         );
         assert_eq!(store.observe("ns", "a").ready_endpoints, 0);
+    }
+
+    #[test]
+    fn a_slice_named_for_its_service_costs_no_entry_and_still_moves_and_goes() {
+        let mut store = synced();
+        let one = |service: &str| slice("web-x1", service, "IPv4", &[Some(true)]);
+        store.apply_slice_event(watcher::Event::Apply(one("web")));
+        assert!(store.moved.is_empty(), "the name says the Service");
+        assert_eq!(store.observe("ns", "web").ready_endpoints, 1);
+
+        store.apply_slice_event(watcher::Event::Apply(one("api")));
+        assert_eq!(store.observe("ns", "web").ready_endpoints, 0);
+        assert_eq!(store.observe("ns", "api").ready_endpoints, 1);
+        assert_eq!(
+            store.moved.len(),
+            1,
+            "relabelled: its Service is remembered"
+        );
+
+        store.apply_slice_event(watcher::Event::Apply(one("web")));
+        assert_eq!(store.observe("ns", "api").ready_endpoints, 0);
+        assert_eq!(store.observe("ns", "web").ready_endpoints, 1);
+        assert!(store.moved.is_empty());
+
+        let changed = store.apply_slice_event(watcher::Event::Delete(one("web")));
+        assert_eq!(changed, vec![ServiceKey::new("ns", "web")]);
+        assert!(store.is_empty());
     }
 }

@@ -1,5 +1,5 @@
 //! What each generated route in the cluster says, kept as a [`RouteView`] per route (owner,
-//! label, version and normalized rules), never whole objects. Fed by the TrafficSplit and
+//! label, version and a digest of its rules), never whole objects. Fed by the TrafficSplit and
 //! HTTPRoute watches; read by [`crate::pipeline::gather`].
 
 use std::collections::HashMap;
@@ -104,11 +104,8 @@ mod tests {
 
     fn view(version: &str) -> RouteView {
         RouteView {
-            controller_uid: None,
-            policy_label: None,
-            resource_version: Some(version.into()),
-            rules: None,
-            answers: Vec::new(),
+            resource_version: version.parse().ok(),
+            ..RouteView::default()
         }
     }
 
