@@ -21,7 +21,8 @@
 //! waiting to be written are at their limit (`held_back`). A pass over every policy (the start,
 //! a regained leadership) otherwise builds a status per policy faster than they are written,
 //! each held until written: about 1.6 KiB a policy, 16 MiB at 10,000 policies. Held back, at
-//! most the limit waits; the pass takes as long, the status writer being its pace anyway.
+//! most the limit waits; the pass takes as long, the status writer being its pace anyway. The
+//! controller also holds the start-up pass back until every watch it reads has listed.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet, VecDeque},

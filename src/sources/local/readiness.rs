@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher;
+use smallvec::SmallVec;
 
 use crate::{
     digest::digest,
@@ -41,8 +42,9 @@ struct ServiceEntry {
     exists: bool,
     /// The relist of the Service watch that last listed it.
     listed: u32,
-    /// Each slice (a Service has one or a few).
-    slices: Vec<Slice>,
+    /// Each slice: a Service has one or a few, and one is held without an allocation (30,000
+    /// allocations fewer at 30,000 Services).
+    slices: SmallVec<[Slice; 1]>,
 }
 
 impl ServiceEntry {
@@ -54,8 +56,6 @@ impl ServiceEntry {
                 slice.listed = listed;
             }
             None => {
-                // Most Services have one slice: room for exactly the ones they have.
-                self.slices.reserve_exact(1);
                 self.slices.push(Slice {
                     name,
                     counts,
