@@ -140,10 +140,7 @@ impl Handle {
     /// Why the controller is not ready to serve, if it is not: a missing CRD that it needs
     /// (named, with how to install it), or watches that have not listed yet.
     pub fn not_ready(&self) -> Option<String> {
-        let used: Vec<RouteKind> = RouteKind::ALL
-            .into_iter()
-            .filter(|k| self.index.read().uses(*k))
-            .collect();
+        let used = self.used_route_kinds();
         let needed: Vec<NeededApi> = std::iter::once(NeededApi::FailoverPolicy)
             .chain(used.iter().map(|k| NeededApi::of_route(*k)))
             .collect();
@@ -167,13 +164,16 @@ impl Handle {
     /// Whether the start-up pass should wait: a watch that matters has not listed yet, for at
     /// most [`START_WAIT`] after `started`.
     fn start_waits(&self, started: Instant) -> bool {
-        started.elapsed() < START_WAIT && {
-            let used: Vec<RouteKind> = RouteKind::ALL
-                .into_iter()
-                .filter(|k| self.index.read().uses(*k))
-                .collect();
-            self.lists_pending(&used)
-        }
+        started.elapsed() < START_WAIT && self.lists_pending(&self.used_route_kinds())
+    }
+
+    /// The route kinds some policy outputs.
+    fn used_route_kinds(&self) -> Vec<RouteKind> {
+        let index = self.index.read();
+        RouteKind::ALL
+            .into_iter()
+            .filter(|k| index.uses(*k))
+            .collect()
     }
 }
 
