@@ -161,7 +161,7 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
         .sum();
     phases.end(&controller, n, "quiet").await;
     if o.relist {
-        startup::relist(&env, &controller, n).await;
+        startup::relist(&env, &controller, n, &[&splits.lists, &statuses.lists]).await;
         phases
             .end(
                 &controller,

@@ -123,17 +123,18 @@ pub fn print_memory(results: &[ScaleResult], idle_rss: f64) {
         "\nMemory by phase (peak RSS within the phase; RSS, heap and live allocations at its end; idle process {idle_rss:.1} MiB):\n"
     );
     println!(
-        "| policies | phase | peak RSS MiB | RSS MiB | heap MiB | live allocations | allocations made | KiB per policy above idle (peak) |"
+        "| policies | phase | peak RSS MiB | RSS MiB | of it file-backed MiB | heap MiB | live allocations | allocations made | KiB per policy above idle (peak) |"
     );
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in results {
         for m in &r.memory {
             println!(
-                "| {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {:.2} |",
+                "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {:.2} |",
                 r.policies,
                 m.phase,
                 m.peak_rss_mib,
                 m.rss_mib,
+                m.rss_file_mib,
                 m.heap_mib,
                 m.live_allocations,
                 m.allocations,

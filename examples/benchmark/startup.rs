@@ -2,7 +2,10 @@
 //! is in place, against a bare client making the same writes; restarted with everything in
 //! place; its CPU and memory.
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::atomic::Ordering,
+    time::{Duration, Instant},
+};
 
 use failover::{
     api::FailoverPolicy, route::trafficsplit::TrafficSplit, sources::watch::LIST_PAGE_SIZE,
@@ -20,9 +23,10 @@ use crate::{
     Options,
     apiserver::ControlPlaneLoad,
     latency::writes,
+    memory::status_kib,
     objects::{create_all, policy},
     support::{ControllerProcess, TestEnv, metric, repo_root},
-    watches::{SplitWatch, StatusWatch},
+    watches::{Lists, SplitWatch, StatusWatch, relisted},
 };
 
 /// The release controller (or `--controller-binary`) for `env`'s namespace.
@@ -61,14 +65,10 @@ pub fn usage(pid: u32) -> (f64, f64) {
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(0.0)
     };
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let hwm_kib = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0);
-    ((field(11) + field(12)) / ticks, hwm_kib / 1024.0)
+    (
+        (field(11) + field(12)) / ticks,
+        status_kib(pid, "VmHWM:") / 1024.0,
+    )
 }
 
 /// Waits until the controller's `/readyz` answers 200; returns how long that took.
@@ -87,6 +87,10 @@ pub async fn idle_rss(o: &Options) -> f64 {
     ready(&controller, Instant::now()).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (_, rss) = usage(controller.pid());
+    eprintln!(
+        "idle process: peak RSS {rss:.1} MiB, of it {:.1} MiB file-backed",
+        status_kib(controller.pid(), "RssFile:") / 1024.0
+    );
     drop(controller);
     env.cleanup().await;
     rss
@@ -195,8 +199,11 @@ async fn floor_writes(env: &TestEnv, floor: &TestEnv) -> Vec<(TrafficSplit, serd
 
 /// Restarts kube-apiserver under the running controller: the new server's watch cache starts
 /// at the current version, so every watch resumed from an older one is told it is gone and lists
-/// its kind again. Returns once the controller is ready and the relists have had 15 s.
-pub async fn relist(env: &TestEnv, controller: &ControllerProcess, n: usize) {
+/// its kind again. Returns once the controller is ready, the relists have had 15 s and the
+/// benchmark's own watches (`own`) have listed again, so that their relists, which wait out a
+/// backoff of up to 30 s after the server went away, do not fall into the next phase.
+pub async fn relist(env: &TestEnv, controller: &ControllerProcess, n: usize, own: &[&Lists]) {
+    let before: Vec<usize> = own.iter().map(|l| l.load(Ordering::SeqCst)).collect();
     let dir = env.cp.dir.to_string_lossy().to_string();
     for action in ["stop-component", "start-component"] {
         let out = env.cp.script(&[action, &dir, "kube-apiserver"]);
@@ -213,9 +220,14 @@ pub async fn relist(env: &TestEnv, controller: &ControllerProcess, n: usize) {
     let load_before = ControlPlaneLoad::now(env).await;
     ready(controller, Instant::now()).await;
     tokio::time::sleep(Duration::from_secs(15)).await;
+    let waited = Instant::now();
+    if !relisted(own, &before, Duration::from_secs(120)).await {
+        eprintln!("[{n}] the benchmark's own watches had not listed again after 120 s");
+    }
     let load = ControlPlaneLoad::now(env).await.since(load_before);
     eprintln!(
-        "[{n}] relist after the API server restarted, {}",
+        "[{n}] relist after the API server restarted (the benchmark's own watches listed again {:.1?} after the controller's 15 s), {}",
+        waited.elapsed(),
         load.describe()
     );
 }

@@ -4,7 +4,10 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    sync::{Arc, Mutex, PoisonError},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -21,23 +24,49 @@ use tokio::{sync::Notify, task::JoinHandle};
 
 use crate::objects::slice;
 
+/// How many lists a watch has completed (its first list, then one per relist).
+pub type Lists = Arc<AtomicUsize>;
+
 /// Runs `f` on every object a watch of `api` delivers, for as long as the task lives; errors are
-/// retried with backoff, so the stream itself never ends.
-fn on_each<K>(api: Api<K>, mut f: impl FnMut(K) + Send + 'static) -> JoinHandle<()>
+/// retried with backoff, so the stream itself never ends. Each list the watch completes is
+/// counted in the returned [`Lists`].
+fn on_each<K>(api: Api<K>, mut f: impl FnMut(K) + Send + 'static) -> (JoinHandle<()>, Lists)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    tokio::spawn(async move {
+    let lists = Lists::default();
+    let listed = lists.clone();
+    let task = tokio::spawn(async move {
         let mut s = watcher(api, watcher::Config::default())
             .default_backoff()
-            .applied_objects()
             .boxed();
         while let Some(event) = s.next().await {
-            if let Ok(object) = event {
-                f(object);
+            match event {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => f(o),
+                Ok(watcher::Event::InitDone) => {
+                    listed.fetch_add(1, Ordering::SeqCst);
+                }
+                _ => {}
             }
         }
-    })
+    });
+    (task, lists)
+}
+
+/// Waits, at most `timeout`, until each of `lists` has completed more lists than `before` says;
+/// returns whether they all did.
+pub async fn relisted(lists: &[&Lists], before: &[usize], timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let done = lists
+            .iter()
+            .zip(before)
+            .all(|(l, b)| l.load(Ordering::SeqCst) > *b);
+        if done || Instant::now() >= deadline {
+            return done;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Per TrafficSplit: when its weights last changed, and to what.
@@ -48,6 +77,7 @@ pub struct SplitWatch {
     changes: SplitChanges,
     notify: Arc<Notify>,
     task: JoinHandle<()>,
+    pub lists: Lists,
 }
 
 impl Drop for SplitWatch {
@@ -61,7 +91,7 @@ impl SplitWatch {
         let changes: SplitChanges = Arc::default();
         let notify = Arc::new(Notify::new());
         let (sink, wake) = (changes.clone(), notify.clone());
-        let task = on_each(api, move |ts: TrafficSplit| {
+        let (task, lists) = on_each(api, move |ts: TrafficSplit| {
             let weights: Vec<i64> = ts.spec.backends.iter().map(|b| b.weight).collect();
             let mut c = sink.lock().unwrap_or_else(PoisonError::into_inner);
             let entry = c
@@ -77,6 +107,7 @@ impl SplitWatch {
             changes,
             notify,
             task,
+            lists,
         }
     }
 
@@ -120,6 +151,7 @@ impl SplitWatch {
 pub struct StatusWatch {
     with_status: Arc<Mutex<HashSet<String>>>,
     task: JoinHandle<()>,
+    pub lists: Lists,
 }
 
 impl Drop for StatusWatch {
@@ -132,14 +164,18 @@ impl StatusWatch {
     pub fn start(api: Api<FailoverPolicy>) -> Self {
         let with_status: Arc<Mutex<HashSet<String>>> = Arc::default();
         let sink = with_status.clone();
-        let task = on_each(api, move |p: FailoverPolicy| {
+        let (task, lists) = on_each(api, move |p: FailoverPolicy| {
             if p.status.as_ref().is_some_and(|s| s.phase.is_some()) {
                 sink.lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .insert(p.name_any());
             }
         });
-        Self { with_status, task }
+        Self {
+            with_status,
+            task,
+            lists,
+        }
     }
 
     pub fn count(&self) -> usize {

@@ -136,8 +136,9 @@ pub type Queue = mpsc::UnboundedReceiver<String>;
 
 impl Statuses {
     /// The statuses that may wait at once before reconciles are held back: at most about
-    /// 1.6 MiB of statuses, and 64 rounds of the writer at its default concurrency of 16.
-    pub const LIMIT: usize = 1024;
+    /// 0.4 MiB of statuses, and 16 rounds of the writer at its default concurrency of 16, which
+    /// keeps it busy. 1,024 held 1.6 MiB more at the peak of a cold start.
+    pub const LIMIT: usize = 256;
 
     /// Nothing pending; the writer takes its work from the returned queue.
     pub fn new() -> (Self, Queue) {
