@@ -89,8 +89,9 @@ pub struct Options {
     /// Policies under the controller during the recovery scenario.
     #[arg(long, default_value_t = 1000)]
     recovery_scale: usize,
-    /// Restarts in place per scale; the tables show the first, the log every one.
-    #[arg(long, default_value_t = 1)]
+    /// Restarts in place per scale; the tables show their medians (the memory table the
+    /// first), the log every one.
+    #[arg(long, default_value_t = 3)]
     restarts_in_place: usize,
     /// The controller's --log-level (e.g. `info,failover=debug` to follow one change through
     /// it; its log is written to the system's temporary directory).
@@ -179,10 +180,13 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
     let mut memory = phases.measured;
     memory.extend(restarted.measured);
     let peak_rss_mib = memory.iter().map(|m| m.peak_rss_mib).fold(0.0, f64::max);
-    // More restarts, printed only (the table keeps the first).
+    let mut restarts = vec![restart];
     for _ in 1..o.restarts_in_place {
-        controller = startup::restart_in_place(&env, controller, n, o).await.0;
+        let (next, restart) = startup::restart_in_place(&env, controller, n, o).await;
+        controller = next;
+        restarts.push(restart);
     }
+    let restart = startup::Restart::median(&restarts);
     churn.abort();
     drop(controller);
     // The next scale (or the recovery scenario) starts once this one's objects are deleted.

@@ -242,6 +242,32 @@ pub struct Restart {
     pub lists_s: f64,
     /// Route, status and Event writes until it had reconciled every policy once.
     pub writes: f64,
+    /// Restarts this stands for (see [`Restart::median`]).
+    pub restarts: usize,
+}
+
+impl Restart {
+    /// The median ready time and the median bare list of several restarts, and the most writes
+    /// any of them made. One restart's ratio ranged from 0.59x to 1.42x within one run
+    /// (docs/bench-runs, 20261125-2218): the two times are each a few seconds of a shared,
+    /// busy API server, so a single pair says little.
+    pub fn median(all: &[Restart]) -> Restart {
+        let middle = |f: fn(&Restart) -> f64| {
+            let mut v: Vec<f64> = all.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            match v.len() {
+                0 => 0.0,
+                n if n % 2 == 1 => v[n / 2],
+                n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+            }
+        };
+        Restart {
+            ready_s: middle(|r| r.ready_s),
+            lists_s: middle(|r| r.lists_s),
+            writes: all.iter().map(|r| r.writes).fold(0.0, f64::max),
+            restarts: all.len(),
+        }
+    }
 }
 
 /// Stops the controller (SIGTERM) and starts a new one with every route and status in place.
@@ -293,6 +319,7 @@ pub async fn restart_in_place(
             ready_s,
             lists_s,
             writes,
+            restarts: 1,
         },
     )
 }
