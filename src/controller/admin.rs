@@ -2,10 +2,11 @@
 //! and `/readyz` (every CRD it needs installed, caches synced, and leader or standby state known;
 //! otherwise the reason).
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{convert::Infallible, net::SocketAddr, sync::Arc};
 
 use axum::{
-    Router, extract::State, http::StatusCode, http::header, response::IntoResponse, routing::get,
+    Router, body::Body, extract::State, http::StatusCode, http::header, response::IntoResponse,
+    routing::get,
 };
 use tokio::net::TcpListener;
 use tracing::info;
@@ -74,7 +75,9 @@ async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.metrics.encode(),
+        Body::from_stream(futures::stream::iter(
+            state.metrics.exposition().map(Ok::<_, Infallible>),
+        )),
     )
 }
 

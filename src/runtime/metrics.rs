@@ -8,11 +8,14 @@ use std::{
         OnceLock,
         atomic::{AtomicI64, AtomicU64},
     },
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::Duration,
 };
 
 use prometheus_client::{
-    encoding::{EncodeLabelSet, text::encode},
+    encoding::{
+        EncodeLabelSet,
+        text::{encode_eof, encode_registry},
+    },
     metrics::{
         counter::Counter,
         family::Family,
@@ -24,7 +27,10 @@ use prometheus_client::{
 
 use parking_lot::Mutex;
 
-use crate::runtime::policy_metrics::{PolicyLabels, PolicyTable};
+use crate::runtime::policy_metrics::{self, PolicyLabels, PolicyTable};
+
+/// The prefix of every series name.
+const PREFIX: &str = "failover";
 
 /// Every watch, as `watch_restarts` labels it.
 pub const WATCH_KINDS: [&str; 5] = [
@@ -132,7 +138,7 @@ impl Metrics {
             cluster_seen: Mutex::new(HashMap::new()),
             heap: Default::default(),
             heap_source: OnceLock::new(),
-            registry: Registry::with_prefix("failover"),
+            registry: Registry::with_prefix(PREFIX),
         };
         m.register_all();
         m.register_gauges();
@@ -175,7 +181,6 @@ impl Metrics {
         for (name, help, family) in by_kind {
             r.register(name, help, family.clone());
         }
-        r.register_collector(Box::new(self.policies.clone()));
     }
 
     fn register_gauges(&mut self) {
@@ -232,10 +237,14 @@ impl Metrics {
 
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0);
+        self.exposition().collect()
+    }
+
+    /// The text exposition in chunks, each encoded when the iterator is advanced: the
+    /// controller's own series first, then the per-policy ones (see
+    /// [`PolicyTable::exposition`]), then the end marker.
+    pub fn exposition(&self) -> impl Iterator<Item = String> + Send + use<> {
+        let now = policy_metrics::unix_now();
         for (cluster, at) in self.cluster_seen.lock().iter() {
             let labels = ClusterLabels {
                 cluster: cluster.clone(),
@@ -251,10 +260,13 @@ impl Metrics {
                 gauge.set(value);
             }
         }
-        let mut out = String::new();
+        let (mut head, mut tail) = (String::new(), String::new());
         // Writing into a String cannot fail.
-        let _ = encode(&mut out, &self.registry);
-        out
+        let _ = encode_registry(&mut head, &self.registry);
+        let _ = encode_eof(&mut tail);
+        std::iter::once(head)
+            .chain(self.policies.exposition(PREFIX))
+            .chain(std::iter::once(tail))
     }
 
     /// Reads the heap with `read` at each scrape (the binary owns the allocator that counts).
