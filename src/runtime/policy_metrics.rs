@@ -8,9 +8,9 @@
 //!
 //! A scrape writes them a chunk of [`CHUNK`] policies at a time, each chunk encoded when the
 //! response asks for it: at 10,000 policies the whole text is 2.96 MB, and built at once it was
-//! the peak of the process (48.3 MiB at the end of the cold start, 45.6 MiB around it,
-//! docs/benchmarks.md). The table is ordered by namespace and name, so a chunk resumes after
-//! the last policy of the one before, whatever changed in between.
+//! the peak of the process (48.3 MiB at the end of the cold start against 45.6 MiB after it;
+//! docs/bench-runs, 20261126-0124). The table is ordered by namespace and name, so a chunk
+//! resumes after the last policy of the one before, whatever changed in between.
 
 use std::{
     collections::BTreeMap,
