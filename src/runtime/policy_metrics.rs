@@ -8,8 +8,8 @@
 //!
 //! A scrape writes them a chunk of [`CHUNK`] policies at a time, each chunk encoded when the
 //! response asks for it: at 10,000 policies the whole text is 2.96 MB, and built at once it was
-//! the peak of the process (48.3 MiB at the end of the cold start against 45.6 MiB after it;
-//! docs/bench-runs, 20261126-0124). The table is ordered by namespace and name, so a chunk
+//! the peak of the process (47.0 MiB at 10,000 policies before, 40.4 MiB in chunks; docs/bench-runs,
+//! 20261125-2205 and 20261126-0156). The table is ordered by namespace and name, so a chunk
 //! resumes after the last policy of the one before, whatever changed in between.
 
 use std::{
@@ -218,12 +218,12 @@ impl Iterator for Chunks {
         let _ = encode_registry(&mut text, &registry);
         if !std::mem::take(&mut self.first) {
             // The series' HELP and TYPE lines belong to its first chunk only.
-            let samples = text
+            let descriptor = text
                 .split_inclusive('\n')
                 .take_while(|line| line.starts_with("# "))
                 .map(str::len)
                 .sum::<usize>();
-            text.drain(..samples);
+            text.drain(..descriptor);
         }
         Some(text)
     }
