@@ -11,7 +11,7 @@ use failover::api::{FailoverPolicy, Phase};
 use kube::api::PostParams;
 use support::{
     ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WEB_BACKENDS,
-    condition_reason, metric, metric_sum, phase, wait_until, weights,
+    condition_reason, counted_writes, metric, metric_sum, phase, wait_until, weights,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -393,21 +393,7 @@ async fn flapping_within_the_holds_never_moves_traffic() {
     let controller = env.with_controller(&[]).await;
     env.apply(&PolicyBuilder::web().holds("2s", "2s"));
     env.wait_weights("web", &ON_WEB, WAIT).await;
-    // The create is visible before the controller has counted it: wait for the count.
-    let counted = wait_until(WAIT, || async {
-        metric(
-            &controller.admin_get("/metrics").await.1,
-            "failover_api_writes_total{kind=\"trafficsplit\"}",
-        )
-        .is_some_and(|n| n >= 1.0)
-    })
-    .await;
-    assert!(counted);
-    let writes_before = metric(
-        &controller.admin_get("/metrics").await.1,
-        "failover_api_writes_total{kind=\"trafficsplit\"}",
-    )
-    .unwrap_or(0.0);
+    let writes_before = counted_writes(&controller, "trafficsplit", 1.0, WAIT).await;
     // Ten changes a second for four seconds; the primary is never down for 2s in a row. Ends ready.
     toggle(&env, "web", 40, Duration::from_millis(100)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -427,11 +413,7 @@ async fn flapping_without_holds_ends_right_with_bounded_writes() {
         return;
     };
     let controller = env.routing_to_web(&PolicyBuilder::web(), WAIT).await;
-    let writes_before = metric(
-        &controller.admin_get("/metrics").await.1,
-        "failover_api_writes_total{kind=\"trafficsplit\"}",
-    )
-    .unwrap_or(0.0);
+    let writes_before = counted_writes(&controller, "trafficsplit", 1.0, WAIT).await;
     let changes = toggle(&env, "web", 41, Duration::from_millis(50)).await;
     // 41 changes end with the primary not ready.
     env.wait_weights("web", &ON_EAST, WAIT).await;

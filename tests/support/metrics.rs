@@ -1,8 +1,9 @@
 //! Reading the controller's Prometheus text exposition.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
-use super::ControllerProcess;
+use super::{ControllerProcess, wait_until};
 
 /// The sum of every sample of a metric family (all label sets) in a Prometheus text exposition.
 pub fn metric_sum(text: &str, family: &str) -> f64 {
@@ -34,4 +35,24 @@ pub async fn api_writes(controller: &ControllerProcess, kinds: &[&str]) -> HashM
             (k.to_string(), metric(&text, &series).unwrap_or(0.0))
         })
         .collect()
+}
+
+/// The controller's `kind` writes once it has counted at least `at_least` of them. A write is
+/// visible in the cluster a moment before the controller counts it, so a count read right after
+/// the cluster shows a write can miss that write. Panics when the count never gets there.
+pub async fn counted_writes(
+    controller: &ControllerProcess,
+    kind: &str,
+    at_least: f64,
+    timeout: Duration,
+) -> f64 {
+    let series = format!("failover_api_writes_total{{kind=\"{kind}\"}}");
+    let read =
+        || async { metric(&controller.admin_get("/metrics").await.1, &series).unwrap_or(0.0) };
+    let reached = wait_until(timeout, || async { read().await >= at_least }).await;
+    assert!(
+        reached,
+        "the controller never counted {at_least} {kind} writes"
+    );
+    read().await
 }
