@@ -135,7 +135,7 @@ async fn client(args: &Args) -> anyhow::Result<kube::Client> {
             .await
             .context("no kubeconfig and not in a cluster")?,
     };
-    kube::Client::try_from(config).context("building the API client")
+    failover::runtime::api_client::client(config).context("building the API client")
 }
 
 /// Resolves when SIGTERM or SIGINT arrives.

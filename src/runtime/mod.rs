@@ -1,9 +1,10 @@
-//! What every step of the pipeline runs against, below the sources and the steps: the metrics
-//! registry ([`metrics`], the per-policy series in [`policy_metrics`]), this replica's
+//! What every step of the pipeline runs against, below the sources and the steps: the API
+//! client ([`api_client`]), the metrics registry ([`metrics`], the per-policy series in [`policy_metrics`]), this replica's
 //! leadership ([`leader`]), the one leader-gated door every write goes through ([`gate`]), and
 //! the memory of what this replica wrote or is about to write
 //! ([`written`]), and the memory a burst freed handed back to the system ([`heap`]).
 
+pub mod api_client;
 pub mod gate;
 pub mod heap;
 pub mod leader;

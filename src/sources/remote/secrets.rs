@@ -19,7 +19,7 @@ use super::{CLUSTER_LABEL, Clusters, DEFAULT_STALE_AFTER, Declared, STALE_AFTER_
 use crate::{
     api::rules::parse_duration,
     message,
-    runtime::metrics::Metrics,
+    runtime::{api_client, metrics::Metrics},
     sources::watch::{Report, describe, events},
     tenancy::{NAMESPACES_ANNOTATION, NamespaceGrants},
 };
@@ -132,7 +132,7 @@ async fn client_of(secret: &Secret) -> Result<(Client, Declared), String> {
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| format!("its kubeconfig is not usable: {}", message::with_causes(&e)))?;
-    let client = Client::try_from(config).map_err(|e| {
+    let client = api_client::client(config).map_err(|e| {
         format!(
             "no client from its kubeconfig: {}",
             message::with_causes(&e)

@@ -1,0 +1,45 @@
+//! The API client: kube's client stack, with Nagle's algorithm off on its sockets.
+//!
+//! kube's own client (`kube::Client::try_from(Config)`) leaves `TCP_NODELAY` unset (kube-rs
+//! issue 2056). A new connection's TLS handshake ends in small writes (with a client
+//! certificate: the certificate, its proof and the Finished message), and the request that
+//! follows waits for the server's delayed acknowledgement of them: a request on a new
+//! connection took 40 to 45 ms against a local API server where an established one answers in
+//! 1 to 5 ms. The controller opens a connection per watch when it starts (each streamed-list
+//! probe ends its own), so that wait was most of the start-up of a controller with nothing to
+//! do (docs/benchmarks.md, "Memory").
+//!
+//! The stack is otherwise kube's, built from the same `Config` parts: the base URI, the
+//! server-side retry of 429 and 503 answers, the authentication, the extra headers, the TLS
+//! connector (with the configured server name) and the connect, read and write timeouts. Only
+//! kube's debug span per request is left out.
+
+use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioExecutor};
+use kube::client::{ConfigExt as _, retry::RetryPolicy};
+use tower::{BoxError, ServiceBuilder, retry::RetryLayer};
+
+/// A client for `config`'s API server whose sockets send each write at once.
+pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    let mut connector =
+        hyper_timeout::TimeoutConnector::new(config.rustls_https_connector_with_connector(http)?);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(connector);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(
+            config
+                .default_retry
+                .then(|| RetryLayer::new(RetryPolicy::server_retry())),
+        )
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(http);
+    Ok(kube::Client::new(service, config.default_namespace))
+}
