@@ -18,8 +18,12 @@ use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioExecutor};
 use kube::client::{ConfigExt as _, retry::RetryPolicy};
 use tower::{BoxError, ServiceBuilder, retry::RetryLayer};
 
-/// A client for `config`'s API server whose sockets send each write at once.
+/// A client for `config`'s API server whose sockets send each write at once. A kubeconfig that
+/// names a proxy gets kube's own client, which says whether it can use that proxy.
 pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    if config.proxy_url.is_some() {
+        return kube::Client::try_from(config);
+    }
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
