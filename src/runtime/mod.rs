@@ -1,7 +1,7 @@
 //! What every step of the pipeline runs against, below the sources and the steps: the API
-//! client ([`api_client`]), the metrics registry ([`metrics`], the per-policy series in [`policy_metrics`]), this replica's
-//! leadership ([`leader`]), the one leader-gated door every write goes through ([`gate`]), and
-//! the memory of what this replica wrote or is about to write
+//! client ([`api_client`]), the metrics registry ([`metrics`], the per-policy series in
+//! [`policy_metrics`]), this replica's leadership ([`leader`]), the one leader-gated door every
+//! write goes through ([`gate`]), the memory of what this replica wrote or is about to write
 //! ([`written`]), and the memory a burst freed handed back to the system ([`heap`]).
 
 pub mod api_client;

@@ -31,8 +31,10 @@ pub async fn api_writes(controller: &ControllerProcess, kinds: &[&str]) -> HashM
     kinds
         .iter()
         .map(|k| {
-            let series = format!("failover_api_writes_total{{kind=\"{k}\"}}");
-            (k.to_string(), metric(&text, &series).unwrap_or(0.0))
+            (
+                k.to_string(),
+                metric(&text, &writes_series(k)).unwrap_or(0.0),
+            )
         })
         .collect()
 }
@@ -46,7 +48,7 @@ pub async fn counted_writes(
     at_least: f64,
     timeout: Duration,
 ) -> f64 {
-    let series = format!("failover_api_writes_total{{kind=\"{kind}\"}}");
+    let series = writes_series(kind);
     let read =
         || async { metric(&controller.admin_get("/metrics").await.1, &series).unwrap_or(0.0) };
     let reached = wait_until(timeout, || async { read().await >= at_least }).await;
@@ -55,4 +57,9 @@ pub async fn counted_writes(
         "the controller never counted {at_least} {kind} writes"
     );
     read().await
+}
+
+/// The series counting the controller's API writes of `kind`.
+fn writes_series(kind: &str) -> String {
+    format!("failover_api_writes_total{{kind=\"{kind}\"}}")
 }
