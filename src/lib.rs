@@ -12,7 +12,7 @@
 //! | floor | modules | what they are |
 //! |---|---|---|
 //! | api | [`api`] | the CRD's types, its validation rules, status types, condition types and reasons |
-//! | ground | [`message`], [`digest`], [`route`], [`observation`], [`policy`], [`tenancy`], [`crd`] | shared vocabulary: one-line messages, digests of values only compared, the route kinds, what is known of a backend, a policy in validated form, what a policy's author may reach, the CRD's YAML |
+//! | ground | [`message`], [`digest`], [`health_query`], [`route`], [`observation`], [`policy`], [`tenancy`], [`crd`] | shared vocabulary: one-line messages, digests of values only compared, a health query parsed once within its cost limits, the route kinds, what is known of a backend, a policy in validated form, what a policy's author may reach, the CRD's YAML |
 //! | runtime | [`runtime`] | what every step runs against: metrics, leadership, the leader-gated door for writes, the memory of writes |
 //! | watch, observe | [`sources`] | what feeds the decision: the list-and-watch helper, the local caches and index, remote clusters, health queries, and which policies a change wakes |
 //! | validate | [`pipeline::validate`] | a [`policy::ValidPolicy`], every value parsed, or the problems |
@@ -28,6 +28,7 @@ pub mod api;
 pub mod controller;
 pub mod crd;
 pub mod digest;
+pub mod health_query;
 pub mod message;
 pub mod observation;
 pub mod pipeline;
@@ -56,6 +57,7 @@ pub const LAYERS: &[Layer] = &[
         modules: &[
             "message",
             "digest",
+            "health_query",
             "route",
             "observation",
             "policy",

@@ -14,6 +14,7 @@ use failover::{
         leader::{self, Leadership, LeaseSettings},
         metrics::Metrics,
     },
+    tenancy::Gateways,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 use tokio::sync::watch;
@@ -92,6 +93,12 @@ struct Args {
     #[arg(long, env = "PROMETHEUS_NAMESPACE_LABEL", default_value = "namespace")]
     prometheus_namespace_label: String,
 
+    /// Gateways of other namespaces that policies' HTTPRoutes may attach to, each
+    /// `namespace/name` or `namespace/*` (comma-separated). A policy always may attach to a
+    /// Gateway of its own namespace; any other is left out of its route (`GatewayNotAllowed`).
+    #[arg(long, env = "ALLOWED_GATEWAYS", value_delimiter = ',')]
+    allowed_gateways: Vec<String>,
+
     /// Namespace of the Secrets that declare remote clusters (labelled `failover.dev/cluster`);
     /// default: the Pod's namespace, else `default`.
     #[arg(long)]
@@ -168,6 +175,7 @@ async fn main() -> anyhow::Result<()> {
     if args.leader_elect && args.renew_deadline >= args.lease_duration {
         anyhow::bail!("--renew-deadline must be shorter than --lease-duration");
     }
+    let allowed_gateways = Gateways::parse(&args.allowed_gateways).map_err(anyhow::Error::msg)?;
     let client = client(&args).await?;
     let metrics = Arc::new(Metrics::new());
     metrics.read_heap_with(heap);
@@ -182,7 +190,10 @@ async fn main() -> anyhow::Result<()> {
     // Shutdown: stop taking work, finish in-flight writes within the grace period, then release
     // the lease so a standby takes over at once.
     let stopping = stopping();
-    let settings = settings(&args, &identity);
+    let settings = Settings {
+        allowed_gateways,
+        ..settings(&args, &identity)
+    };
     let (handle, run) = controller::start(
         client.clone(),
         settings,
@@ -229,6 +240,7 @@ fn settings(args: &Args, identity: &str) -> Settings {
         prometheus_allowed_addresses: args.prometheus_allowed_addresses.clone(),
         prometheus_namespace_label: Some(args.prometheus_namespace_label.clone())
             .filter(|l| !l.is_empty()),
+        allowed_gateways: Gateways::default(),
     }
 }
 

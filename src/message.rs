@@ -18,14 +18,26 @@ pub const MAX_MESSAGE: usize = 200;
 /// What stands in for a hidden credential.
 pub const REDACTED: &str = "[redacted]";
 
-/// `text` as one line: its first line only, runs of white space as one space, credentials
-/// hidden, at most [`MAX_MESSAGE`] characters (cut at a word, ending with `...`).
+/// `text` as one line: its first line only, runs of white space as one space, control and
+/// bidirectional-formatting characters dropped, credentials hidden, at most [`MAX_MESSAGE`]
+/// characters (cut at a word, ending with `...`).
 pub fn line(text: &str) -> String {
     let first = text
         .split(['\n', '\r'])
         .map(str::trim)
         .find(|l| !l.is_empty())
         .unwrap_or("");
+    let printable: String;
+    let first = if first.chars().any(unprintable) {
+        printable = first
+            .chars()
+            .map(|c| if c == '\t' { ' ' } else { c })
+            .filter(|c| !unprintable(*c))
+            .collect();
+        printable.as_str()
+    } else {
+        first
+    };
     let mut one = String::with_capacity(first.len().min(4 * MAX_MESSAGE));
     let mut hide_next = false;
     for word in first.split_whitespace() {
@@ -43,6 +55,31 @@ pub fn line(text: &str) -> String {
         }
     }
     bounded(one)
+}
+
+/// A character that must not reach a terminal from a message: a C0 or C1 control character
+/// (an escape sequence starts with one and can move the cursor or rewrite lines) or a Unicode
+/// formatting character that reorders or hides text (bidirectional overrides, zero-width ones).
+pub fn unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+}
+
+/// `text` for a terminal, whole: every [`unprintable`] character written as its escape
+/// (`\u{1b}`), so what a status holds is shown, never obeyed. For what the plugin prints.
+pub fn escaped(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(unprintable) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unprintable(c) {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Keys whose value is a credential.
@@ -170,12 +207,41 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Whatever an error says, the message is one line of at most MAX_MESSAGE characters.
+        /// Whatever an error says, the message is one line of at most MAX_MESSAGE characters,
+        /// with no control character.
         #[test]
         fn any_text_becomes_one_bounded_line(text in "(?s).{0,2000}") {
             let said = line(&text);
             proptest::prop_assert!(said.chars().count() <= MAX_MESSAGE);
             proptest::prop_assert!(!said.contains('\n') && !said.contains('\r'));
+            proptest::prop_assert!(!said.chars().any(unprintable), "{:?}", said);
+        }
+
+        /// Escape sequences, C1 controls and bidirectional overrides among words never reach a
+        /// message, and the words around them do.
+        #[test]
+        fn control_characters_never_reach_a_message(
+            words in proptest::collection::vec("[a-z]{1,8}", 1..6),
+            controls in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::char::range('\u{0}', '\u{1f}'),
+                    proptest::char::range('\u{7f}', '\u{9f}'),
+                    proptest::char::range('\u{202a}', '\u{202e}'),
+                ],
+                1..6,
+            ),
+        ) {
+            let mut text = String::new();
+            for (i, word) in words.iter().enumerate() {
+                text.push_str(word);
+                text.push(controls[i % controls.len()]);
+                text.push_str("[1A[2K");
+            }
+            let said = line(&text);
+            proptest::prop_assert!(!said.chars().any(unprintable), "{:?}", said);
+            let shown = escaped(&text);
+            proptest::prop_assert!(!shown.chars().any(unprintable), "{:?}", shown);
+            proptest::prop_assert!(shown.contains(words[0].as_str()));
         }
 
         /// A token anywhere in a kubeconfig an error quotes never shows.
@@ -196,6 +262,14 @@ mod tests {
             let said = line(&text);
             proptest::prop_assert!(!said.contains(&token), "{}", said);
         }
+    }
+
+    #[test]
+    fn an_escape_sequence_in_a_query_is_neither_written_nor_obeyed() {
+        let query = "sum(x{a=~\"\u{1b}[1A\u{1b}[2K(\"})";
+        assert_eq!(line(query), "sum(x{a=~\"[1A[2K(\"})");
+        assert_eq!(escaped(query), "sum(x{a=~\"\\u{1b}[1A\\u{1b}[2K(\"})");
+        assert_eq!(line("a\tb\u{202e}c"), "a bc");
     }
 
     #[test]

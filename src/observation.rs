@@ -80,6 +80,12 @@ impl ServiceKey {
     }
 }
 
+impl fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
 /// A policy by namespace and name.
 pub type PolicyKey = ServiceKey;
 

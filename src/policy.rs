@@ -2,10 +2,11 @@
 //! step. The sources that need part of it (the health pollers) and every later step read these
 //! types; only [`crate::pipeline::validate`] builds them.
 
-use std::{fmt, time::Duration};
+use std::{fmt, sync::Arc, time::Duration};
 
 use crate::{
     api::{NoData, Strategy, WhenNoneReady},
+    health_query::HealthQuery,
     observation::RemoteService,
     route::RouteTarget,
 };
@@ -24,6 +25,9 @@ impl fmt::Display for SpecProblem {
         write!(f, "{}: {}", self.field, self.message)
     }
 }
+
+/// A policy as validated once per generation: its valid form, or its problems.
+pub type Validated = Result<Arc<ValidPolicy>, Arc<[SpecProblem]>>;
 
 /// A backend of a valid policy.
 #[derive(Clone, Debug, PartialEq)]
@@ -94,8 +98,9 @@ pub struct ValidPolicy {
 pub struct Health {
     /// Prometheus' address, when the policy sets one.
     pub address: Option<String>,
-    /// The query, with `{{service}}` and `{{namespace}}` to fill in.
-    pub query: String,
+    /// The query, parsed within its cost limits, with `{{service}}` and `{{namespace}}` to
+    /// fill in.
+    pub query: Arc<HealthQuery>,
     /// The threshold.
     pub bound: Bound,
     /// How often the queries run.
@@ -114,13 +119,6 @@ pub enum Bound {
 }
 
 impl Health {
-    /// The query for one backend.
-    pub fn query_for(&self, namespace: &str, service: &str) -> String {
-        self.query
-            .replace("{{service}}", service)
-            .replace("{{namespace}}", namespace)
-    }
-
     /// Whether a value (`None`: no data) is healthy.
     pub fn healthy(&self, value: Option<f64>) -> bool {
         match (value, self.bound) {

@@ -8,27 +8,31 @@
 //! - **Addresses** ([`Addresses`]): a health query goes only to an address the admin allowed
 //!   (`--prometheus-allowed-addresses`, and always `--prometheus-address`). Any other is refused
 //!   before a request is sent.
-//! - **Series** ([`scope_query`]): every selector of a health query gets the policy's namespace
-//!   as a matcher on the namespace label (`--prometheus-namespace-label`, default `namespace`),
-//!   so a query reads only its namespace's series; a selector naming another namespace is
-//!   refused. The query is parsed and printed again by the `promql-parser` crate, the parser
-//!   prom-label-proxy's approach needs (a selector can hide in any function, aggregation,
-//!   subquery or `or` branch; editing the text would miss one). Measured on a release build:
-//!   scoping `errors{service="web"}` takes 2.8 µs, a two-selector error ratio with `or` 96 µs;
-//!   it runs when a policy with a health query changes, never per query sent. The crate adds
-//!   0.9 MB to the release binary (17.2 to 18.1 MB). Templates owned by the admin were the
-//!   other way: they take from authors the PromQL they know and add an object to manage.
+//! - **Series** ([`crate::health_query`]): every selector of a health query gets the policy's
+//!   namespace as a matcher on the namespace label (`--prometheus-namespace-label`, default
+//!   `namespace`), so a query reads only its namespace's series; a selector naming another
+//!   namespace, and `info()`, are refused. The query is parsed and printed again by the
+//!   `promql-parser` crate, the parser prom-label-proxy's approach needs (a selector can hide in
+//!   any function, aggregation, subquery or `or` branch; editing the text would miss one), once
+//!   per policy generation and within cost limits. Measured on a release build: scoping
+//!   `errors{service="web"}` takes 2.8 µs, a two-selector error ratio with `or` 96 µs. The
+//!   crate adds 0.9 MB to the release binary (17.2 to 18.1 MB). Templates owned by the admin
+//!   were the other way: they take from authors the PromQL they know and add an object to
+//!   manage.
 //! - **Remote namespaces** ([`NamespaceGrants`]): a policy reads the readiness of a remote
 //!   namespace only when the cluster's Secret grants it to the policy's namespace (annotation
 //!   [`NAMESPACES_ANNOTATION`]; without it, each namespace reads its namesake only). A refused
 //!   namespace is not watched.
 //!
-//! Each refusal names the field and the rule, in the policy's status.
-
-use promql_parser::{
-    label::{MatchOp, Matcher, Matchers},
-    parser::{self, Expr, VectorSelector},
-};
+//! - **Gateways** ([`Gateways`]): a policy's HTTPRoute attaches to a Gateway of its own
+//!   namespace, or of another namespace only where the admin allowed it (`--allowed-gateways`):
+//!   a Gateway's `allowedRoutes` admits routes, not the tenants who would have the controller
+//!   write them, and a tenant without any right on HTTPRoutes must not get one on a shared
+//!   Gateway. A Gateway not allowed is left out of the route (`Attached=False`, reason
+//!   `GatewayNotAllowed`).
+//!
+//! Each refusal names the field and the rule, in the policy's status, and never what the admin
+//! allowed or granted to others.
 
 /// The annotation of a cluster Secret that grants policy namespaces remote namespaces:
 /// `from=to` pairs separated by commas, `*` for any on either side.
@@ -68,89 +72,49 @@ impl Addresses {
         })
     }
 
-    /// Why `address` is refused, naming the field and the rule.
+    /// Why `address` is refused, naming the field and the rule, never the addresses the admin
+    /// allowed (a tenant reads this in its status).
     pub fn refusal(&self, address: &str) -> String {
-        let allowed = if self.allowed.is_empty() {
-            "none".to_string()
-        } else {
-            self.allowed.join(", ")
-        };
         format!(
-            "spec.health.prometheus.address {address} is not an address the controller may ask (--prometheus-allowed-addresses: {allowed}); no query is sent"
+            "spec.health.prometheus.address {address} is not one the cluster admin allows (--prometheus-allowed-addresses); no query is sent"
         )
     }
 }
 
-/// `query` reading only the series of `namespace`: every selector matches `label` equal to it.
-/// With no label (the admin turned scoping off), the query as written.
-pub fn scope_query(query: &str, label: Option<&str>, namespace: &str) -> Result<String, String> {
-    let Some(label) = label else {
-        return Ok(query.to_string());
-    };
-    let mut expr = parser::parse(query).map_err(|e| {
-        format!(
-            "spec.health.prometheus.query does not parse: {}",
-            crate::message::line(&e)
-        )
-    })?;
-    scope(&mut expr, label, namespace)?;
-    Ok(expr.to_string())
+/// The Gateways of other namespaces that policies may attach their HTTPRoutes to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Gateways {
+    /// `(namespace, name)` pairs; `*` as the name allows every Gateway of the namespace.
+    allowed: Vec<(String, String)>,
 }
 
-fn scope(expr: &mut Expr, label: &str, namespace: &str) -> Result<(), String> {
-    match expr {
-        Expr::Aggregate(e) => {
-            scope(&mut e.expr, label, namespace)?;
-            match &mut e.param {
-                Some(param) => scope(param, label, namespace),
-                None => Ok(()),
-            }
-        }
-        Expr::Unary(e) => scope(&mut e.expr, label, namespace),
-        Expr::Binary(e) => {
-            scope(&mut e.lhs, label, namespace)?;
-            scope(&mut e.rhs, label, namespace)
-        }
-        Expr::Paren(e) => scope(&mut e.expr, label, namespace),
-        Expr::Subquery(e) => scope(&mut e.expr, label, namespace),
-        Expr::NumberLiteral(_) | Expr::StringLiteral(_) => Ok(()),
-        Expr::VectorSelector(vs) => scope_selector(vs, label, namespace),
-        Expr::MatrixSelector(ms) => scope_selector(&mut ms.vs, label, namespace),
-        Expr::Call(call) => call
-            .args
-            .args
-            .iter_mut()
-            .try_for_each(|arg| scope(arg, label, namespace)),
-        Expr::Extension(_) => Err(
-            "spec.health.prometheus.query has a part that cannot be scoped to its namespace".into(),
-        ),
+impl Gateways {
+    /// The allowed Gateways, each `namespace/name` or `namespace/*`.
+    pub fn parse(allowed: &[String]) -> Result<Self, String> {
+        let allowed = allowed
+            .iter()
+            .map(|g| g.trim())
+            .filter(|g| !g.is_empty())
+            .map(|g| {
+                g.split_once('/')
+                    .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+                    .map(|(ns, name)| (ns.to_string(), name.to_string()))
+                    .ok_or_else(|| {
+                        format!("--allowed-gateways: {g:?} is not namespace/name or namespace/*")
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self { allowed })
     }
-}
 
-/// Adds `label="namespace"` to a selector (to each branch of an `or` selector); refuses one that
-/// already matches the label any other way.
-fn scope_selector(vs: &mut VectorSelector, label: &str, namespace: &str) -> Result<(), String> {
-    let Matchers {
-        matchers,
-        or_matchers,
-    } = &mut vs.matchers;
-    let branches: Vec<&mut Vec<Matcher>> = if or_matchers.is_empty() {
-        vec![matchers]
-    } else {
-        or_matchers.iter_mut().collect()
-    };
-    for branch in branches {
-        if let Some(m) = branch.iter().find(|m| m.name == label) {
-            if matches!(m.op, MatchOp::Equal) && m.value == namespace {
-                continue;
-            }
-            return Err(format!(
-                "spec.health.prometheus.query selects {m}; a policy reads only the series of its namespace ({label}=\"{namespace}\" is added to every selector)"
-            ));
-        }
-        branch.push(Matcher::new(MatchOp::Equal, label, namespace));
+    /// Whether a policy of `policy_namespace` may attach to the Gateway `namespace/name`.
+    pub fn allows(&self, policy_namespace: &str, namespace: &str, name: &str) -> bool {
+        namespace == policy_namespace
+            || self
+                .allowed
+                .iter()
+                .any(|(ns, n)| ns == namespace && (n == "*" || n == name))
     }
-    Ok(())
 }
 
 /// Which policy namespaces may read which namespaces of one remote cluster.
@@ -170,17 +134,20 @@ impl NamespaceGrants {
             .split([',', '\n'])
             .map(str::trim)
             .filter(|p| !p.is_empty())
-            .map(|pair| {
+            .enumerate()
+            .map(|(at, pair)| {
+                // Errors name the pair by position: a tenant may read them in its status.
+                let at = at + 1;
                 let (from, to) = pair.split_once('=').ok_or_else(|| {
                     format!(
-                        "{NAMESPACES_ANNOTATION}: {pair:?} is not policy-namespace=remote-namespace"
+                        "{NAMESPACES_ANNOTATION}: pair {at} is not policy-namespace=remote-namespace"
                     )
                 })?;
                 let (from, to) = (from.trim(), to.trim());
                 for side in [from, to] {
                     if side != "*" && crate::api::rules::dns1123_label(side, &()).is_err() {
                         return Err(format!(
-                            "{NAMESPACES_ANNOTATION}: {side:?} is not a namespace or *"
+                            "{NAMESPACES_ANNOTATION}: pair {at} holds something that is not a namespace or *"
                         ));
                     }
                 }
@@ -200,7 +167,19 @@ impl NamespaceGrants {
         }
     }
 
-    /// The rule in words, for a refusal.
+    /// The rule a refusal names, without another namespace's grants (a tenant reads it).
+    pub fn rule(&self) -> String {
+        match &self.pairs {
+            None => format!(
+                "without the {NAMESPACES_ANNOTATION} annotation on its Secret, each namespace reads its namesake only"
+            ),
+            Some(_) => {
+                format!("its Secret's {NAMESPACES_ANNOTATION} annotation grants no such pair")
+            }
+        }
+    }
+
+    /// The grants in words, for the controller's log (the admin's own text).
     pub fn describe(&self) -> String {
         match &self.pairs {
             None => format!(
@@ -222,59 +201,6 @@ impl NamespaceGrants {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn scoped(query: &str) -> Result<String, String> {
-        scope_query(query, Some("namespace"), "shop")
-    }
-
-    #[test]
-    fn every_selector_reads_only_the_policys_namespace() {
-        for (query, expected) in [
-            (
-                r#"errors{service="web"}"#,
-                r#"errors{service="web",namespace="shop"}"#,
-            ),
-            (
-                r#"sum(rate(a[5m])) / sum(rate(b{code=~"5.."}[5m]))"#,
-                r#"sum(rate(a{namespace="shop"}[5m])) / sum(rate(b{code=~"5..",namespace="shop"}[5m]))"#,
-            ),
-            (
-                "max_over_time(up[10m:1m]) or vector(0)",
-                r#"max_over_time(up{namespace="shop"}[10m:1m]) or vector(0)"#,
-            ),
-            (
-                r#"topk(1, x{namespace="shop"})"#,
-                r#"topk(1, x{namespace="shop"})"#,
-            ),
-            ("time()", "time()"),
-        ] {
-            let got = scoped(query).expect(query);
-            let printed = |q: &str| parser::parse(q).map(|e| e.to_string());
-            assert_eq!(printed(&got), printed(expected), "{query}");
-        }
-    }
-
-    #[test]
-    fn a_selector_naming_another_namespace_any_way_is_refused_naming_the_field() {
-        for query in [
-            r#"errors{namespace="payments"}"#,
-            r#"errors{namespace=~".*"}"#,
-            r#"errors{namespace!="shop"}"#,
-            r#"sum(x) + on() group_left count(y{namespace=~"shop|payments"})"#,
-        ] {
-            let refused = scoped(query).expect_err(query);
-            assert!(
-                refused.starts_with("spec.health.prometheus.query selects namespace"),
-                "{refused}"
-            );
-        }
-        let broken = scoped("sum(").expect_err("does not parse");
-        assert!(broken.starts_with("spec.health.prometheus.query does not parse"));
-        assert_eq!(
-            scope_query("x{namespace=\"a\"}", None, "shop").as_deref(),
-            Ok("x{namespace=\"a\"}")
-        );
-    }
 
     #[test]
     fn only_allowed_addresses_and_the_paths_below_them_are_asked() {
@@ -300,11 +226,24 @@ mod tests {
             assert!(!addresses.allows(no), "{no}");
         }
         assert!(!Addresses::new(&[], None).allows("http://prometheus:9090"));
+        let refusal = addresses.refusal("http://x:1");
         assert!(
-            Addresses::new(&[], None)
-                .refusal("http://x:1")
-                .contains("(--prometheus-allowed-addresses: none)")
+            refusal.contains("not one the cluster admin allows (--prometheus-allowed-addresses)")
+                && !refusal.contains("prom.monitoring"),
+            "{refusal}"
         );
+    }
+
+    #[test]
+    fn a_gateway_of_another_namespace_is_attached_to_only_where_the_admin_allowed_it() {
+        let gateways =
+            Gateways::parse(&["infra/public".into(), "shared/*".into()]).expect("allowed");
+        assert!(gateways.allows("shop", "shop", "own"), "its own namespace");
+        assert!(gateways.allows("shop", "infra", "public"));
+        assert!(gateways.allows("shop", "shared", "any"));
+        assert!(!gateways.allows("shop", "infra", "internal"));
+        assert!(!Gateways::default().allows("shop", "infra", "public"));
+        assert!(Gateways::parse(&["public".into()]).is_err());
     }
 
     #[test]
@@ -324,5 +263,13 @@ mod tests {
         for bad in ["shop", "shop=Shop", "a=b=c"] {
             assert!(NamespaceGrants::parse(Some(bad)).is_err(), "{bad}");
         }
+        let refused =
+            NamespaceGrants::parse(Some("a=b,secret-team=vault,Bad")).expect_err("the third pair");
+        assert!(
+            refused.ends_with("pair 3 is not policy-namespace=remote-namespace")
+                && !refused.contains("vault"),
+            "{refused}"
+        );
+        assert!(!granted.rule().contains("shared"), "{}", granted.rule());
     }
 }

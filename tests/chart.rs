@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use failover::api::Phase;
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{ResourceExt, api::PostParams};
+use serde::Deserialize;
 use support::{ControllerProcess, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, WAIT, helm, ok};
 
 const CHART: &str = "charts/failover-controller";
@@ -65,6 +66,10 @@ async fn rendered_manifests_pass_a_server_side_dry_run() {
             "networkPolicy.remoteClusters.to[0].ipBlock.cidr=203.0.113.10/32",
             "--set",
             "prometheusAllowedAddresses[0]=http://prometheus.monitoring:9090",
+            "--set",
+            "allowedGateways={infra/public,shared/*}",
+            "--set",
+            "userRoles.create=false",
             "--set",
             "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=zone",
             "--set",
@@ -124,6 +129,8 @@ async fn helm_install_creates_every_object() {
         ("rolebinding", &format!("{full}-cluster-secrets"), true),
         ("clusterrole", cluster.as_str(), false),
         ("clusterrolebinding", cluster.as_str(), false),
+        ("clusterrole", &format!("{cluster}-policy-edit"), false),
+        ("clusterrole", &format!("{cluster}-policy-view"), false),
         ("crd", "failoverpolicies.failover.dev", false),
     ] {
         let out = if namespaced {
@@ -161,9 +168,202 @@ async fn helm_install_creates_every_object() {
         &helm(&env, &["uninstall", &release, "--namespace", &env.ns]),
         "helm uninstall",
     );
-    support::kubectl(
-        env.cp,
-        &["delete", "clusterrole", &cluster, "--ignore-not-found"],
+    for role in [
+        cluster.clone(),
+        format!("{cluster}-policy-edit"),
+        format!("{cluster}-policy-view"),
+    ] {
+        support::kubectl(
+            env.cp,
+            &["delete", "clusterrole", &role, "--ignore-not-found"],
+        );
+    }
+    env.cleanup().await;
+}
+
+/// Release and namespace of the charts rendered by `render`; its cluster-scoped objects are
+/// named `<namespace>-<release>-failover-controller`.
+const RENDER_NAMESPACE: &str = "failover-system";
+const RENDER_CLUSTER_NAME: &str = "failover-system-fc-failover-controller";
+
+/// The objects of the chart rendered by `helm template` with these `--set` values.
+fn render(env: &TestEnv, sets: &[&str]) -> Vec<serde_json::Value> {
+    let mut args = vec!["template", "fc", CHART, "--namespace", RENDER_NAMESPACE];
+    for set in sets {
+        args.extend_from_slice(&["--set", *set]);
+    }
+    let rendered = ok(&helm(env, &args), &format!("helm template with {sets:?}"));
+    serde_yaml::Deserializer::from_str(&rendered)
+        .map(|document| serde_json::Value::deserialize(document).expect("rendered YAML"))
+        .filter(|object| !object.is_null())
+        .collect()
+}
+
+/// The rendered object of this kind and name, if any.
+fn find<'a>(
+    objects: &'a [serde_json::Value],
+    kind: &str,
+    name: &str,
+) -> Option<&'a serde_json::Value> {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+}
+
+/// The verbs a role's rules grant on `resource` of `group`, in rule order.
+fn verbs(role: &serde_json::Value, group: &str, resource: &str) -> Vec<String> {
+    let names = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect()
+    };
+    role["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|rule| {
+            names(&rule["apiGroups"]).iter().any(|g| g == group)
+                && names(&rule["resources"]).iter().any(|r| r == resource)
+        })
+        .flat_map(|rule| names(&rule["verbs"]))
+        .collect()
+}
+
+/// The controller deletes a route it owns when an older policy holds the same apex Service, so
+/// its ClusterRole grants `delete` on both kinds of route, while policies stay read-only to it.
+#[tokio::test]
+async fn the_controllers_cluster_role_lets_it_delete_the_routes_it_yields() {
+    let Some(env) = TestEnv::new("chart-route-delete").await else {
+        return;
+    };
+    let objects = render(&env, &[]);
+    let role = find(&objects, "ClusterRole", RENDER_CLUSTER_NAME).expect("controller ClusterRole");
+    let route_verbs = ["get", "list", "watch", "create", "patch", "delete"];
+    assert_eq!(
+        verbs(role, "split.smi-spec.io", "trafficsplits"),
+        route_verbs
+    );
+    assert_eq!(
+        verbs(role, "gateway.networking.k8s.io", "httproutes"),
+        route_verbs
+    );
+    assert_eq!(
+        verbs(role, "failover.dev", "failoverpolicies"),
+        ["get", "list", "watch"],
+        "the controller never writes a policy's spec"
+    );
+    env.cleanup().await;
+}
+
+/// Like cert-manager's and Argo Rollouts', the chart's user roles aggregate into the built-in
+/// `edit`/`admin` (write policies) and `view` (read them); neither grants the status
+/// subresource, which only the controller writes. `userRoles.create=false` leaves them out.
+#[tokio::test]
+async fn the_chart_ships_aggregated_roles_for_policy_authors_and_viewers() {
+    let Some(env) = TestEnv::new("chart-user-roles").await else {
+        return;
+    };
+    let objects = render(&env, &[]);
+    let edit_name = format!("{RENDER_CLUSTER_NAME}-policy-edit");
+    let view_name = format!("{RENDER_CLUSTER_NAME}-policy-view");
+    let edit = find(&objects, "ClusterRole", &edit_name).expect("policy-edit ClusterRole");
+    let view = find(&objects, "ClusterRole", &view_name).expect("policy-view ClusterRole");
+
+    let labels = &edit["metadata"]["labels"];
+    assert_eq!(
+        labels["rbac.authorization.k8s.io/aggregate-to-edit"],
+        "true"
+    );
+    assert_eq!(
+        labels["rbac.authorization.k8s.io/aggregate-to-admin"],
+        "true"
+    );
+    assert!(
+        labels["rbac.authorization.k8s.io/aggregate-to-view"].is_null(),
+        "viewers must not gain write verbs: {labels}"
+    );
+    assert_eq!(labels["app.kubernetes.io/instance"], "fc");
+    let labels = &view["metadata"]["labels"];
+    assert_eq!(
+        labels["rbac.authorization.k8s.io/aggregate-to-view"],
+        "true"
+    );
+    assert!(labels["rbac.authorization.k8s.io/aggregate-to-edit"].is_null());
+    assert!(labels["rbac.authorization.k8s.io/aggregate-to-admin"].is_null());
+    assert_eq!(labels["app.kubernetes.io/instance"], "fc");
+
+    assert_eq!(
+        verbs(edit, "failover.dev", "failoverpolicies"),
+        [
+            "get",
+            "list",
+            "watch",
+            "create",
+            "update",
+            "patch",
+            "delete",
+            "deletecollection"
+        ]
+    );
+    assert_eq!(
+        verbs(view, "failover.dev", "failoverpolicies"),
+        ["get", "list", "watch"]
+    );
+    for role in [edit, view] {
+        assert_eq!(
+            role["rules"].as_array().map(Vec::len),
+            Some(1),
+            "one rule, on failoverpolicies only: {role}"
+        );
+        assert!(
+            !role.to_string().contains("failoverpolicies/status"),
+            "only the controller writes status: {role}"
+        );
+    }
+
+    let objects = render(&env, &["userRoles.create=false"]);
+    for name in [&edit_name, &view_name] {
+        assert!(
+            find(&objects, "ClusterRole", name).is_none(),
+            "{name} rendered with userRoles.create=false"
+        );
+    }
+    assert!(find(&objects, "ClusterRole", RENDER_CLUSTER_NAME).is_some());
+    env.cleanup().await;
+}
+
+/// `allowedGateways` reaches the controller as one comma-joined `--allowed-gateways`; by default
+/// no such argument is passed (a policy attaches only to Gateways of its own namespace).
+#[tokio::test]
+async fn allowed_gateways_reach_the_controller_only_when_set() {
+    let Some(env) = TestEnv::new("chart-allowed-gateways").await else {
+        return;
+    };
+    let args = |sets: &[&str]| -> Vec<String> {
+        let objects = render(&env, sets);
+        let deployment =
+            find(&objects, "Deployment", "fc-failover-controller").expect("Deployment");
+        deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .map(|a| a.as_str().expect("arg").to_string())
+            .collect()
+    };
+    let set = args(&["allowedGateways={infra/public,shared/*}"]);
+    assert_eq!(
+        set.iter()
+            .filter(|a| a.starts_with("--allowed-gateways"))
+            .collect::<Vec<_>>(),
+        ["--allowed-gateways=infra/public,shared/*"],
+        "{set:?}"
+    );
+    let default = args(&[]);
+    assert!(
+        !default.iter().any(|a| a.starts_with("--allowed-gateways")),
+        "{default:?}"
     );
     env.cleanup().await;
 }

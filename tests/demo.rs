@@ -172,8 +172,8 @@ fn the_demo_shows_every_step_of_a_failover_and_leaves_nothing_behind() {
     let over = run.step("once failoverAfter has passed");
     expect_every_route(&over, false);
     expect(&over, "api-ordered", &[0, 1, 0]);
-    expect(&over, "search-equal", &[0, 1, 1, 1]);
-    expect(&over, "checkout-weighted", &[0, 300, 100]);
+    expect(&over, "suggest-equal", &[0, 1, 1, 1]);
+    expect(&over, "cart-weighted", &[0, 300, 100]);
     expect(&over, "catalog-proportional", &[0, 10000, 0]);
     expect(&over, "orders", &[0, 1, 0]);
     let back_held = run.step("the primaries are ready again");
@@ -316,7 +316,7 @@ const WITHOUT_EXTERNALS: [(&str, &str, &str, &str, &str); 4] = [
         "is not declared",
     ),
     (
-        "checkout-health",
+        "reviews-health",
         HEALTH_QUERY_FAILED,
         "True",
         health::HEALTH_QUERY_FAILED,
@@ -356,10 +356,16 @@ async fn every_sample_applies_and_reaches_its_documented_condition() {
         if policy.spec.output == Output::HttpRoute {
             env.cp.install_gateway_api();
         }
-        // The Prometheus a health sample asks is the controller's, as the chart sets it.
+        // The Prometheus a health sample asks is the controller's, and the Gateway of another
+        // namespace the admin allows, as the chart sets them.
         let _controller = ControllerProcess::start(
             &env,
-            &["--prometheus-address", "http://prometheus.monitoring:9090"],
+            &[
+                "--prometheus-address",
+                "http://prometheus.monitoring:9090",
+                "--allowed-gateways",
+                "default/edge",
+            ],
         );
         let relative = format!("samples/{file}");
         let out = env.kubectl(&["apply", "-f", &relative]);

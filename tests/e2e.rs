@@ -443,3 +443,88 @@ async fn one_failover_costs_one_split_write_and_one_status_write() {
     );
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn two_policies_on_one_apex_give_one_route_and_deleting_the_older_hands_it_over() {
+    let Some(env) = TestEnv::new("apex-conflict").await else {
+        return;
+    };
+    env.ready_backends(&["api-a", "api-b", "api-c"]).await;
+    let on_api = |name: &str, primary: &str| {
+        PolicyBuilder::named(name, primary, &["api-b"]).spec(|s| s.service = "api".into())
+    };
+    env.apply(&on_api("api-first", "api-a"));
+    // creationTimestamp counts seconds: the second policy is younger by at least one.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    env.apply(&on_api("api-second", "api-c"));
+    // The younger one's route as an earlier release would have left it: owned by it, in place.
+    let younger = env.policy("api-second").await.expect("the younger policy");
+    let leftover: TrafficSplit = serde_json::from_value(serde_json::json!({
+        "apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit",
+        "metadata": {"name": "api-second", "labels": {"failover.dev/policy": "api-second"},
+            "ownerReferences": [{"apiVersion": "failover.dev/v1alpha1", "kind": "FailoverPolicy",
+                "name": "api-second", "uid": younger.uid(), "controller": true}]},
+        "spec": {"service": "api", "backends": [{"service": "api-c", "weight": 1}, {"service": "api-b", "weight": 0}]}
+    }))
+    .expect("split");
+    let splits = env.api::<TrafficSplit>();
+    splits
+        .create(&PostParams::default(), &leftover)
+        .await
+        .expect("creating the leftover route");
+
+    let _controller = ControllerProcess::start(&env, &[]);
+    env.wait_weights("api-first", &[("api-a", 1), ("api-b", 0)], WAIT)
+        .await;
+    let p = env
+        .wait_policy("api-second", WAIT, ready::APEX_CONFLICT, |p| {
+            condition_reason(p, READY).as_deref() == Some(ready::APEX_CONFLICT)
+        })
+        .await;
+    let message = p
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == READY))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "apex Service api is routed by policy {}/api-first",
+            env.ns
+        )),
+        "{message}"
+    );
+    let routes_of_api = || async {
+        splits
+            .list(&Default::default())
+            .await
+            .map(|l| {
+                l.items
+                    .into_iter()
+                    .filter(|s| s.spec.service == "api")
+                    .map(|s| s.name_any())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    let one = wait_until(WAIT, || async { routes_of_api().await == ["api-first"] }).await;
+    assert!(one, "routes of api: {:?}", routes_of_api().await);
+    eprintln!("the younger policy says: {message}");
+
+    // Deleting the older policy hands the apex over.
+    let out = env.kubectl(&["delete", "failoverpolicy", "api-first"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    env.wait_weights("api-second", &[("api-c", 1), ("api-b", 0)], WAIT)
+        .await;
+    env.wait_policy("api-second", WAIT, ready::PRIMARY_ACTIVE, |p| {
+        condition_reason(p, READY).as_deref() == Some(ready::PRIMARY_ACTIVE)
+    })
+    .await;
+    let handed = wait_until(WAIT, || async { routes_of_api().await == ["api-second"] }).await;
+    assert!(handed, "routes of api: {:?}", routes_of_api().await);
+    env.cleanup().await;
+}

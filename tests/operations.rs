@@ -118,7 +118,10 @@ async fn readyz_turns_ready_only_after_caches_synced() {
     assert_eq!(controller.admin_get("/healthz").await.0, 200);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (code, body) = controller.admin_get("/readyz").await;
-    assert_eq!((code, body.as_str()), (503, "caches not synced"));
+    assert_eq!(
+        (code, body.as_str()),
+        (503, "caches not synced (not listed yet: endpointslice)")
+    );
     // Granting the missing permission lets the watch start; readiness follows.
     env.grant(
         "slices",

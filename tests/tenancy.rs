@@ -6,13 +6,22 @@
 
 mod support;
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
 
-use failover::api::conditions::{CLUSTERS_REACHABLE, HEALTH_QUERY_FAILED, clusters, health};
+use failover::api::conditions::{
+    ATTACHED, CLUSTERS_REACHABLE, HEALTH_QUERY_FAILED, READY, attached, clusters, health, ready,
+};
 use failover::api::{FailoverPolicy, ReadinessFrom};
+use kube::api::DynamicObject;
 use support::{
-    ControllerProcess, Exporter, ON_WEB, PolicyBuilder, PrometheusServer, Tenant, TestEnv, WAIT,
-    condition, remote_control_plane, weights,
+    ControllerProcess, Exporter, ON_EAST, ON_WEB, PolicyBuilder, PrometheusServer, Tenant, TestEnv,
+    WAIT, WEB_BACKENDS, condition, http_get, remote_control_plane, wait_until, weights,
 };
 
 /// A condition's message as the tenant reads it with kubectl.
@@ -50,7 +59,7 @@ async fn a_tenant_cannot_send_health_queries_to_an_address_the_admin_did_not_all
     let (_, _, message) = condition(&p, HEALTH_QUERY_FAILED).expect("condition");
     assert!(
         message.contains(&format!(
-            "spec.health.prometheus.address {forbidden} is not an address the controller may ask"
+            "spec.health.prometheus.address {forbidden} is not one the cluster admin allows"
         )) && message.contains("--prometheus-allowed-addresses"),
         "{message}"
     );
@@ -196,20 +205,308 @@ async fn a_tenant_reads_only_the_remote_namespaces_the_cluster_grants_its_namesp
 }
 
 #[tokio::test]
-async fn the_tenants_role_lets_it_write_policies_and_read_nothing_else() {
+async fn the_charts_roles_let_a_tenant_write_policies_and_nothing_else_and_aggregate_into_edit_and_view()
+ {
     let Some(env) = TestEnv::new("tenant-role").await else {
         return;
+    };
+    let can = |tenant: &Tenant, verb: &str, resource: &str| {
+        // `resource/status` asks for the subresource (kubectl reads `a/b` as a name).
+        let (resource, subresource) = match resource.split_once('/') {
+            Some((resource, sub)) => (resource, Some(format!("--subresource={sub}"))),
+            None => (resource, None),
+        };
+        let mut args = vec!["auth", "can-i", verb, resource];
+        args.extend(subresource.as_deref());
+        let out = tenant.kubectl(&args);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
     let tenant = env.tenant();
     for (verb, resource, allowed) in [
         ("create", "failoverpolicies.failover.dev", "yes"),
+        ("delete", "failoverpolicies.failover.dev", "yes"),
+        ("patch", "failoverpolicies.failover.dev/status", "no"),
         ("get", "secrets", "no"),
         ("get", "endpointslices.discovery.k8s.io", "no"),
         ("create", "trafficsplits.split.smi-spec.io", "no"),
+        ("create", "httproutes.gateway.networking.k8s.io", "no"),
     ] {
-        let out = tenant.kubectl(&["auth", "can-i", verb, resource]);
-        let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        assert_eq!(said, allowed, "can the tenant {verb} {resource}?");
+        assert_eq!(
+            can(&tenant, verb, resource),
+            allowed,
+            "can the tenant {verb} {resource}?"
+        );
     }
+    // The cluster's own edit and view roles take them in (kube-controller-manager aggregates).
+    let editor = env.tenant_bound("editor", "edit");
+    let viewer = env.tenant_bound("viewer", "view");
+    let aggregated = wait_until(WAIT, || async {
+        can(&editor, "create", "failoverpolicies.failover.dev") == "yes"
+            && can(&viewer, "list", "failoverpolicies.failover.dev") == "yes"
+    })
+    .await;
+    assert!(aggregated, "edit and view never took in the chart's roles");
+    assert_eq!(
+        can(&viewer, "create", "failoverpolicies.failover.dev"),
+        "no"
+    );
+    let reader = env.tenant_bound("reader", support::POLICY_VIEW_ROLE);
+    for (verb, allowed) in [("list", "yes"), ("watch", "yes"), ("update", "no")] {
+        assert_eq!(
+            can(&reader, verb, "failoverpolicies.failover.dev"),
+            allowed,
+            "{verb}"
+        );
+    }
+    env.cleanup().await;
+}
+
+/// A health query of `matchers` regex matchers, each `regex` (as written in PromQL).
+fn query_of(matchers: usize, regex: &str) -> String {
+    let all: Vec<String> = (0..matchers)
+        .map(|i| format!(r#"l{i}=~"{regex}""#))
+        .collect();
+    format!("x{{{}}}", all.join(","))
+}
+
+#[tokio::test]
+async fn a_costly_health_query_is_refused_at_apply_or_by_validation_within_100ms_of_cpu() {
+    let Some(env) = TestEnv::new("tenant-costly").await else {
+        return;
+    };
+    let controller = env
+        .with_controller(&["--prometheus-address", "http://127.0.0.1:9"])
+        .await;
+    let tenant = env.tenant();
+    // 210 matchers of \w{100}, 3,468 characters: valid PromQL, seconds of regex compiling.
+    let flood = query_of(210, r"\\w{100}");
+    assert!(flood.len() > 3400 && flood.len() <= 4096, "{}", flood.len());
+    let out = tenant.apply_refused(&PolicyBuilder::web_with_health(None, &flood).yaml());
+    assert!(
+        out.contains(failover::api::rules::REGEX_MATCHERS_MESSAGE)
+            && out.contains(failover::api::rules::REPETITION_MESSAGE),
+        "{out}"
+    );
+    eprintln!("kubectl apply refused 4 KiB of costly matchers: {out}");
+
+    // Within what CEL can see (8 matchers, two-digit counts), too costly to compile.
+    let before = controller.cpu_time();
+    let costly = query_of(8, r"\\pL{40}");
+    tenant.apply(&PolicyBuilder::web_with_health(None, &costly).yaml());
+    let p = env
+        .wait_policy("web", WAIT, ready::INVALID_SPEC, |p| {
+            condition(p, READY).is_some_and(|c| c.1 == ready::INVALID_SPEC)
+        })
+        .await;
+    let used = controller.cpu_time().saturating_sub(before);
+    let (_, _, message) = condition(&p, READY).expect("condition");
+    assert!(
+        message.contains("spec.health.prometheus.query") && message.contains("256 KiB"),
+        "{message}"
+    );
+    eprintln!(
+        "validation refused 8 costly regexes using {used:?} of the controller's CPU (the whole process, everything it did meanwhile): {message}"
+    );
+    assert!(used <= Duration::from_millis(100), "{used:?}");
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_tenant_editing_a_query_at_the_limits_every_second_does_not_stop_another_namespaces_failover()
+ {
+    let Some(noisy) = TestEnv::dedicated("noisy-tenant").await else {
+        return;
+    };
+    let quiet = TestEnv::on(noisy.cp, "quiet-tenant")
+        .await
+        .expect("a second namespace");
+    for env in [&noisy, &quiet] {
+        env.ready_backends(&WEB_BACKENDS).await;
+    }
+    let controller = ControllerProcess::start_cluster_wide(
+        &noisy,
+        &["--prometheus-address", "http://127.0.0.1:9"],
+    );
+    // The same names in both namespaces: policy, apex, route.
+    quiet.apply(&PolicyBuilder::web());
+    quiet.wait_weights("web", &ON_WEB, WAIT).await;
+    let tenant = noisy.tenant();
+    let at_limits = [
+        failover::health_query::at_every_limit(),
+        format!("{} * 1", failover::health_query::at_every_limit()),
+    ];
+    tenant.apply(&PolicyBuilder::web_with_health(None, &at_limits[0]).yaml());
+    noisy
+        .wait_policy("web", WAIT, "the query at the limits accepted", |p| {
+            condition(p, READY).is_some_and(|c| c.0 == "True")
+        })
+        .await;
+
+    // The noisy tenant changes its query every second (a new generation to validate each
+    // time); /healthz is asked every 200 ms.
+    let stop = Arc::new(AtomicBool::new(false));
+    let edited = Arc::new(AtomicUsize::new(0));
+    let edits = {
+        let (stop, edited, queries) = (stop.clone(), edited.clone(), at_limits.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let n = edited.fetch_add(1, Ordering::Relaxed) + 1;
+                tenant.apply(&PolicyBuilder::web_with_health(None, &queries[n % 2]).yaml());
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+    };
+    let admin = controller.admin_addr().await;
+    let probes = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut slowest = (Duration::ZERO, 200u16);
+            let mut count = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                let (code, _) = http_get(&admin, "/healthz");
+                let took = started.elapsed();
+                if took > slowest.0 || code != 200 {
+                    slowest = (took.max(slowest.0), code);
+                }
+                count += 1;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            (count, slowest)
+        })
+    };
+
+    // Meanwhile, the quiet namespace's primary fails and recovers, five times, a round every
+    // 1.5 s, each failover while the noisy tenant's edits are under way.
+    let mut took = Vec::new();
+    for _ in 0..5 {
+        let round = Instant::now();
+        let lost = Instant::now();
+        quiet.set_endpoints("web", 0, 1).await;
+        quiet.wait_weights("web", &ON_EAST, WAIT).await;
+        took.push(lost.elapsed());
+        quiet.set_endpoints("web", 1, 0).await;
+        quiet.wait_weights("web", &ON_WEB, WAIT).await;
+        tokio::time::sleep(Duration::from_millis(1500).saturating_sub(round.elapsed())).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    edits.join().expect("the noisy tenant's edits");
+    let edited = edited.load(Ordering::Relaxed);
+    let (probed, (slowest, code)) = probes.join().expect("probes");
+    took.sort();
+    eprintln!(
+        "with {edited} edits of a query at the limits, 5 failovers in another namespace took {took:?}; {probed} /healthz probes, the slowest {slowest:?}"
+    );
+    assert!(edited >= 5, "the noisy tenant edited {edited} times");
+    assert!(
+        took.iter().all(|t| *t < Duration::from_secs(2)),
+        "each failover lands in its usual time (under 300 ms without the noise): {took:?}"
+    );
+    assert!(
+        code == 200 && slowest < Duration::from_secs(1),
+        "every /healthz answered 200 within 1 s: slowest {slowest:?}, code {code}"
+    );
+    // Nothing of the noisy namespace reached the quiet one: its own route, its own status.
+    let p = quiet.policy("web").await.expect("the quiet policy");
+    let status = serde_json::to_string(&p.status).unwrap_or_default();
+    assert!(
+        !status.contains("HealthQuery") && !status.contains(&noisy.ns),
+        "{status}"
+    );
+    assert_eq!(quiet.split_weights("web").await, Some(weights(&ON_WEB)));
+}
+
+#[tokio::test]
+async fn an_escape_sequence_in_a_query_reaches_no_status_log_or_plugin_output() {
+    let Some(env) = TestEnv::new("tenant-escape").await else {
+        return;
+    };
+    let controller = env
+        .with_controller(&["--prometheus-address", "http://127.0.0.1:9"])
+        .await;
+    let tenant = env.tenant();
+    // Cursor up, erase the line, and an unclosed group: an invalid regex whose error quotes it.
+    let query = "x{a=~\"\u{1b}[1A\u{1b}[2K(\"}";
+    tenant.apply(&PolicyBuilder::web_with_health(None, query).yaml());
+    let p = env
+        .wait_policy("web", WAIT, ready::INVALID_SPEC, |p| {
+            condition(p, READY).is_some_and(|c| c.1 == ready::INVALID_SPEC)
+        })
+        .await;
+    let (_, _, message) = condition(&p, READY).expect("condition");
+    assert!(
+        message.contains("[1A[2K("),
+        "the text stays, the escapes go: {message}"
+    );
+    let status = serde_json::to_string(&p.status).unwrap_or_default();
+    assert!(
+        !status.contains('\u{1b}') && !status.contains("\\u001b"),
+        "{status}"
+    );
+    let shown = support::kubectl_failover(&env, &["status", "web"]);
+    let printed = String::from_utf8_lossy(&shown.stdout);
+    assert!(!printed.contains('\u{1b}'), "{printed}");
+    assert!(
+        !controller.logs().contains('\u{1b}'),
+        "the log holds an escape character"
+    );
+    eprintln!("the operator reads: {message}");
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_gateway_of_another_namespace_is_attached_to_only_where_the_admin_allowed_it() {
+    let Some(env) = TestEnv::new("tenant-gateway").await else {
+        return;
+    };
+    env.cp.install_gateway_api();
+    let tenant = env.tenant();
+    let policy = PolicyBuilder::web().on_gateway("infra", "public");
+    let parents = |route: &DynamicObject| -> Vec<String> {
+        route.data["spec"]["parentRefs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    p["namespace"].as_str().unwrap_or(""),
+                    p["name"].as_str().unwrap_or("")
+                )
+            })
+            .collect()
+    };
+    let routes: kube::Api<DynamicObject> = kube::Api::namespaced_with(
+        env.client.clone(),
+        &env.ns,
+        &failover::route::httproute::resource(),
+    );
+    {
+        let _c = env.with_controller(&[]).await;
+        tenant.apply(&policy.yaml());
+        let p = env
+            .wait_policy("web", WAIT, attached::GATEWAY_NOT_ALLOWED, |p| {
+                condition(p, ATTACHED).is_some_and(|c| c.1 == attached::GATEWAY_NOT_ALLOWED)
+            })
+            .await;
+        let (_, _, message) = condition(&p, ATTACHED).expect("condition");
+        assert!(message.contains("Gateway infra/public"), "{message}");
+        let route = routes
+            .get("web")
+            .await
+            .expect("the route, attached to nothing");
+        assert!(parents(&route).is_empty(), "{:?}", parents(&route));
+        eprintln!("the tenant sees: Attached: {}", seen_by(&tenant, ATTACHED));
+    }
+    // The admin allows that Gateway: the route attaches to it.
+    let _c = ControllerProcess::start(&env, &["--allowed-gateways", "infra/public"]);
+    let attached = wait_until(WAIT, || async {
+        routes
+            .get("web")
+            .await
+            .is_ok_and(|r| parents(&r) == ["infra/public"])
+    })
+    .await;
+    assert!(attached, "the allowed Gateway is never a parent");
     env.cleanup().await;
 }

@@ -429,7 +429,7 @@ async fn a_route_a_gateway_refuses_is_written_but_shows_as_not_attached() {
         "creating the Gateway",
     );
     env.ready_backends(&support::WEB_BACKENDS).await;
-    let _c = support::ControllerProcess::start(&env, &[]);
+    let _c = support::ControllerProcess::start(&env, &["--allowed-gateways", "default/*"]);
     env.apply(
         &PolicyBuilder::web()
             .on_gateway("default", &format!("private-{}", env.ns))

@@ -23,7 +23,7 @@ use crate::{
 };
 
 /// How many turns the three sources of changes take.
-const BLOCKS: usize = 10;
+pub const BLOCKS: usize = 10;
 /// How long a change may take before it counts as lost.
 const LOST_AFTER: Duration = Duration::from_secs(30);
 
@@ -66,9 +66,9 @@ pub async fn settle(controller: &ControllerProcess) {
 
 /// What one source of changes measured over its turns.
 #[derive(Default)]
-struct Phase {
-    samples: Vec<Duration>,
-    lost: usize,
+pub struct Phase {
+    pub samples: Vec<Duration>,
+    pub lost: usize,
     load: Option<ControlPlaneLoad>,
 }
 
@@ -200,7 +200,7 @@ fn cpu(controller: &ControllerProcess) -> f64 {
 }
 
 /// One change: written, then waited for; `None` when it was not seen within [`LOST_AFTER`].
-async fn timed(
+pub async fn timed(
     slices: &Api<EndpointSlice>,
     watch: &SplitWatch,
     name: &str,
@@ -213,7 +213,7 @@ async fn timed(
     Some((seen.saturating_duration_since(acked), acked_at))
 }
 
-fn record(
+pub fn record(
     phase: &mut Phase,
     change: Option<(Duration, chrono::DateTime<chrono::Utc>)>,
     name: &str,
@@ -295,7 +295,7 @@ pub async fn status_target(env: &TestEnv) -> (TestEnv, StatusTarget) {
 /// The slowest changes of a run, with the wall-clock time their write was acknowledged, to find
 /// them in the controller's log.
 #[derive(Default)]
-struct Slowest(Vec<(Duration, chrono::DateTime<chrono::Utc>, String)>);
+pub struct Slowest(Vec<(Duration, chrono::DateTime<chrono::Utc>, String)>);
 
 impl Slowest {
     const KEPT: usize = 3;

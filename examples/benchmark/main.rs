@@ -13,6 +13,8 @@
 //! - cold start: controller start → every route and status in place, against the same writes
 //!   issued by a bare client at the same concurrency;
 //! - restart with everything in place: ready time and writes (none expected);
+//! - at `--noisy-neighbour-at` policies: the latency again, in turns with and without a policy
+//!   whose health query sits at every cost limit being edited every second;
 //! - CPU seconds, peak RSS, and KiB per policy above the idle process;
 //! - what the controller's writes cost the API server: a TrafficSplit apply by the object's shape
 //!   and a status write by the way it is written (`probe`);
@@ -29,6 +31,7 @@ mod support;
 mod apiserver;
 mod latency;
 mod memory;
+mod neighbour;
 mod objects;
 mod probe;
 mod recovery;
@@ -93,6 +96,10 @@ pub struct Options {
     /// first), the log every one.
     #[arg(long, default_value_t = 3)]
     restarts_in_place: usize,
+    /// The scale at which latency is measured again with a noisy neighbour (a policy with a
+    /// health query at every cost limit, edited every second); 0: not measured.
+    #[arg(long, default_value_t = 1000)]
+    noisy_neighbour_at: usize,
     /// The controller's --log-level (e.g. `info,failover=debug` to follow one change through
     /// it; its log is written to the system's temporary directory).
     #[arg(long, default_value = "warn")]
@@ -153,6 +160,11 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
             .end(&controller, n, &format!("churn {}/s", o.high_churn))
             .await;
     }
+    let neighbour = if n == o.noisy_neighbour_at {
+        Some(neighbour::measure(&env, &splits, n, o).await)
+    } else {
+        None
+    };
     let quiet_before = latency::writes(&controller).await;
     tokio::time::sleep(Duration::from_secs(o.quiet_seconds)).await;
     let quiet: f64 = latency::writes(&controller)
@@ -195,6 +207,7 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
     ScaleResult {
         policies: n,
         latency,
+        neighbour,
         writes_in_quiet_period: quiet,
         quiet_seconds: o.quiet_seconds,
         cold_start_s: cold.as_secs_f64(),

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use crate::{
-    latency::Latency, memory::PhaseMemory, recovery::Recovery, startup::Restart, traffic::Traffic,
+    latency::Latency, memory::PhaseMemory, neighbour::Neighbour, recovery::Recovery,
+    startup::Restart, traffic::Traffic,
 };
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -39,6 +40,8 @@ pub fn percentiles(mut samples: Vec<Duration>) -> Percentiles {
 pub struct ScaleResult {
     pub policies: usize,
     pub latency: Vec<Latency>,
+    /// The latency with and without a noisy neighbour, at the scale it was measured.
+    pub neighbour: Option<Neighbour>,
     pub writes_in_quiet_period: f64,
     pub quiet_seconds: u64,
     pub cold_start_s: f64,
@@ -497,6 +500,34 @@ fn start_verdicts(r: &ScaleResult) -> [Verdict; 2] {
     ]
 }
 
+/// A noisy neighbour slows no one: p50 and p99 within 1.2x the same changes without it.
+fn neighbour_verdict(r: &ScaleResult) -> Option<Verdict> {
+    let nb = r.neighbour.as_ref()?;
+    let (p50, p99) = (
+        ratio(nb.noisy.p50_ms, nb.quiet.p50_ms),
+        ratio(nb.noisy.p99_ms, nb.quiet.p99_ms),
+    );
+    Some(measured_verdict(
+        format!(
+            "noisy neighbour at {} policies: p50 and p99 within 1.2x the same changes without it",
+            r.policies
+        ),
+        &[&nb.quiet, &nb.noisy],
+        || {
+            format!(
+                "p50 {:.1} / {:.1} ms ({p50:.2}x), p99 {:.1} / {:.1} ms ({p99:.2}x) without / with {} edits of a query at every limit; lost {:?}",
+                nb.quiet.p50_ms,
+                nb.noisy.p50_ms,
+                nb.quiet.p99_ms,
+                nb.noisy.p99_ms,
+                nb.edits,
+                nb.lost
+            )
+        },
+        || p50 <= 1.2 && p99 <= 1.2 && nb.lost == [0, 0],
+    ))
+}
+
 fn recovery_verdicts(recovery: &[Recovery]) -> Vec<Verdict> {
     recovery
         .iter()
@@ -536,6 +567,7 @@ fn recovery_verdicts(recovery: &[Recovery]) -> Vec<Verdict> {
 /// not measured.
 pub fn print_targets(results: &[ScaleResult], recovery: &[Recovery], traffic: &Traffic) -> usize {
     let mut all = latency_verdicts(results);
+    all.extend(results.iter().filter_map(neighbour_verdict));
     all.extend(process_verdicts(results));
     all.extend(recovery_verdicts(recovery));
     all.extend(traffic_verdicts(traffic));

@@ -31,6 +31,11 @@ use crate::{
 
 /// The release controller (or `--controller-binary`) for `env`'s namespace.
 pub fn start_controller(env: &TestEnv, o: &Options) -> ControllerProcess {
+    start_controller_with(env, o, &[])
+}
+
+/// The same, with more arguments.
+pub fn start_controller_with(env: &TestEnv, o: &Options, extra: &[&str]) -> ControllerProcess {
     let binary = o
         .controller_binary
         .clone()
@@ -41,32 +46,22 @@ pub fn start_controller(env: &TestEnv, o: &Options) -> ControllerProcess {
         env,
         &env.cp.kubeconfig,
         &[
-            "--log-level",
-            &o.controller_log,
-            "--concurrency",
-            &concurrency,
-        ],
+            &[
+                "--log-level",
+                &o.controller_log,
+                "--concurrency",
+                &concurrency,
+            ],
+            extra,
+        ]
+        .concat(),
     )
 }
 
 /// CPU seconds and peak RSS (MiB) of a process.
 pub fn usage(pid: u32) -> (f64, f64) {
-    let ticks = 100.0;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
-    let field = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
     (
-        (field(11) + field(12)) / ticks,
+        crate::support::cpu_seconds(pid),
         status_kib(pid, "VmHWM:") / 1024.0,
     )
 }

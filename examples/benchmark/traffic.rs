@@ -30,7 +30,7 @@ use tokio::task::JoinHandle;
 use crate::{
     Options,
     report::{Percentiles, percentiles},
-    startup::start_controller,
+    startup::start_controller_with,
     support::{
         Answer, ControlPlane, Load, Running, TestEnv, install_crds, ok, start_control_plane_with,
     },
@@ -188,7 +188,8 @@ async fn measure(env: &TestEnv, o: &Options) -> Traffic {
     env.backend("web-east", 1);
     env.wait_ready_replicas("web", 1, ROUND_LIMIT).await;
     env.wait_ready_replicas("web-east", 1, ROUND_LIMIT).await;
-    let controller = start_controller(env, o);
+    // The Gateway is in another namespace: the cluster admin allows it, as the chart would.
+    let controller = start_controller_with(env, o, &["--allowed-gateways", "default/edge"]);
     let policy = json!({"apiVersion": "failover.dev/v1alpha1", "kind": "FailoverPolicy",
         "metadata": {"name": "web"},
         "spec": {"service": "web", "primary": "web", "secondaries": [{"service": "web-east"}],

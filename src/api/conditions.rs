@@ -54,6 +54,9 @@ pub mod ready {
     pub const TRAFFIC_SPLIT_CRD_MISSING: &str = "TrafficSplitCRDMissing";
     /// The HTTPRoute CRD is not installed.
     pub const HTTP_ROUTE_CRD_MISSING: &str = "HTTPRouteCRDMissing";
+    /// An older policy routes the same apex Service (or hostname and path on a Gateway
+    /// listener); this one writes no route.
+    pub const APEX_CONFLICT: &str = "ApexConflict";
 }
 
 /// Reasons of the `Degraded` condition.
@@ -110,6 +113,9 @@ pub mod attached {
     pub const NOT_ACCEPTED: &str = "NotAccepted";
     /// No controller has answered for some parent yet.
     pub const NO_ANSWER: &str = "NoAnswer";
+    /// A Gateway of another namespace that the cluster admin does not allow policies of this
+    /// namespace to attach to (`--allowed-gateways`): the route is not attached to it.
+    pub const GATEWAY_NOT_ALLOWED: &str = "GatewayNotAllowed";
 }
 
 /// Reasons of the Events that announce a transition (besides `FailedOver` and

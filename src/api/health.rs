@@ -5,7 +5,9 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::rules::{self, GO_DURATION, MAX_DURATION_LENGTH, MAX_SUBDOMAIN, PROMETHEUS_ADDRESS};
+use super::rules::{
+    self, GO_DURATION, MAX_DURATION_LENGTH, MAX_QUERY_LENGTH, MAX_SUBDOMAIN, PROMETHEUS_ADDRESS,
+};
 
 /// Health beyond readiness.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Validate)]
@@ -38,9 +40,13 @@ pub struct PrometheusHealth {
     /// `sum(rate(errors_total{service="{{service}}"}[1m])) / sum(rate(requests_total{service="{{service}}"}[1m]))`.
     /// Every selector reads the policy's namespace only: `namespace="<it>"` (the controller's
     /// `--prometheus-namespace-label`) is added to each; one that names another namespace is
-    /// refused (reason `QueryNotAllowed`).
-    #[schemars(length(min = 1, max = 4096))]
-    #[garde(length(min = 1, max = 4096))]
+    /// refused (reason `QueryNotAllowed`). Its cost is bounded: at most 4096 characters, 8
+    /// regex matchers (`=~`, `!~`), no counted repetition of three digits (`{100}`), and each
+    /// regex at most 256 characters that compiles to at most 256 KiB.
+    #[schemars(length(min = 1, max = MAX_QUERY_LENGTH))]
+    #[x_kube(validation = rules::regex_matchers_rule())]
+    #[x_kube(validation = rules::repetition_rule())]
+    #[garde(length(min = 1, max = MAX_QUERY_LENGTH))]
     pub query: String,
 
     /// The backend is unhealthy while the value is above this (an error ratio, say).

@@ -332,6 +332,40 @@ pub fn health_interval_rule() -> kube::core::Rule {
     .message(HEALTH_INTERVAL_MESSAGE)
 }
 
+// The cost limits of a health query (see `crate::health_query`, which checks them all).
+
+/// Longest query, in characters (the CRD's bound too).
+pub const MAX_QUERY_LENGTH: usize = 4096;
+/// Most regex matchers (`=~`, `!~`) a query may hold.
+pub const MAX_REGEX_MATCHERS: usize = 8;
+/// Longest regex value, in characters.
+pub const MAX_REGEX_LENGTH: usize = 256;
+/// Most bytes one regex may compile to (the regex crate's default is 10 MiB).
+pub const REGEX_SIZE_LIMIT: usize = 256 * 1024;
+/// A counted repetition of three digits or more (`{100}`, `{1,100}`): refused anywhere in the
+/// query, by the CRD's CEL rule and by the controller's check (`health_query`) alike.
+pub const LONG_REPETITION: &str = r"[{]([0-9]+,)?[0-9]{3}";
+
+/// The message for too many regex matchers.
+pub const REGEX_MATCHERS_MESSAGE: &str =
+    "may hold at most 8 regex matchers (=~ or !~): each is compiled as a regular expression";
+/// The message for a long counted repetition.
+pub const REPETITION_MESSAGE: &str =
+    "may not hold a counted repetition of three digits or more, such as {100}";
+
+/// The CEL rule on the query: at most [`MAX_REGEX_MATCHERS`] regex matchers.
+pub fn regex_matchers_rule() -> kube::core::Rule {
+    kube::core::Rule::new(format!(
+        "self.split('=~').size() + self.split('!~').size() - 2 <= {MAX_REGEX_MATCHERS}"
+    ))
+    .message(REGEX_MATCHERS_MESSAGE)
+}
+
+/// The CEL rule on the query: no counted repetition of three digits.
+pub fn repetition_rule() -> kube::core::Rule {
+    kube::core::Rule::new(format!("!self.matches('{LONG_REPETITION}')")).message(REPETITION_MESSAGE)
+}
+
 /// The message for a health query interval under one second.
 pub const HEALTH_INTERVAL_MESSAGE: &str = "must be at least 1s";
 

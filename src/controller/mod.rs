@@ -56,7 +56,7 @@ use crate::{
         wake::Wake,
         watch::WatchContext,
     },
-    tenancy::Addresses,
+    tenancy::{Addresses, Gateways},
 };
 
 /// How the controller runs.
@@ -77,6 +77,8 @@ pub struct Settings {
     /// The label that scopes every selector of a health query to the policy's namespace
     /// (`None`: queries are sent as written).
     pub prometheus_namespace_label: Option<String>,
+    /// The Gateways of other namespaces that policies' HTTPRoutes may attach to.
+    pub allowed_gateways: Gateways,
 }
 
 impl Default for Settings {
@@ -89,6 +91,7 @@ impl Default for Settings {
             prometheus_address: None,
             prometheus_allowed_addresses: Vec::new(),
             prometheus_namespace_label: Some("namespace".to_string()),
+            allowed_gateways: Gateways::default(),
         }
     }
 }
@@ -137,34 +140,42 @@ impl Handle {
         }
     }
 
-    /// Why the controller is not ready to serve, if it is not: a missing CRD that it needs
-    /// (named, with how to install it), or watches that have not listed yet.
+    /// Why the controller is not ready to serve, if it is not: the FailoverPolicy CRD missing,
+    /// or the watches every decision reads (FailoverPolicies, EndpointSlices, Services) not
+    /// listed yet. What policies ask for never counts: a route kind (its CRD missing, or its
+    /// watch refused) is the concern of the policies that output it (their `Ready` condition,
+    /// a log line, the `failover_missing_api` metric), so no tenant's policy takes a replica
+    /// out of rotation.
     pub fn not_ready(&self) -> Option<String> {
-        let used = self.used_route_kinds();
-        let needed: Vec<NeededApi> = std::iter::once(NeededApi::FailoverPolicy)
-            .chain(used.iter().map(|k| NeededApi::of_route(*k)))
-            .collect();
-        let missing = self.apis.missing_among(&needed);
+        let missing = self.apis.missing_among(&[NeededApi::FailoverPolicy]);
         if !missing.is_empty() {
             return Some(missing.join("; "));
         }
-        self.lists_pending(&used)
-            .then(|| "caches not synced".to_string())
+        let pending = self.pending_lists(&[]);
+        (!pending.is_empty())
+            .then(|| format!("caches not synced (not listed yet: {})", pending.join(", ")))
     }
 
-    /// Whether a watch that matters has not listed yet; a route watch matters only while a
-    /// policy outputs that kind (`used`), and one whose API is missing never lists.
-    fn lists_pending(&self, used: &[RouteKind]) -> bool {
-        self.caches.synced.pending().into_iter().any(|kind| {
-            RouteKind::of_watch(kind).is_none_or(|k| used.contains(&k))
-                && NeededApi::of_watch(kind).is_none_or(|api| !self.apis.is_missing(api))
-        })
+    /// The watches that have not listed yet, of those that matter: a route watch only while a
+    /// policy outputs that kind (`used`) and its API is not missing (it never lists then).
+    fn pending_lists(&self, used: &[RouteKind]) -> Vec<&'static str> {
+        self.caches
+            .synced
+            .pending()
+            .into_iter()
+            .filter(|kind| match RouteKind::of_watch(kind) {
+                None => true,
+                Some(route) => {
+                    used.contains(&route) && !self.apis.is_missing(NeededApi::of_route(route))
+                }
+            })
+            .collect()
     }
 
     /// Whether the start-up pass should wait: a watch that matters has not listed yet, for at
     /// most [`START_WAIT`] after `started`.
     fn start_waits(&self, started: Instant) -> bool {
-        started.elapsed() < START_WAIT && self.lists_pending(&self.used_route_kinds())
+        started.elapsed() < START_WAIT && !self.pending_lists(&self.used_route_kinds()).is_empty()
     }
 
     /// The route kinds some policy outputs.
@@ -214,7 +225,12 @@ pub fn start(
         usize::from(settings.concurrency),
     );
     let (caches, apis) = (handle.caches.clone(), handle.apis.clone());
-    let context = Arc::new(Context::new(caches, gate.clone(), apis.clone()));
+    let context = Arc::new(Context::new(
+        caches,
+        gate.clone(),
+        apis.clone(),
+        settings.allowed_gateways.clone(),
+    ));
     let requests = requests(policy_requests, queued, leadership, apis);
     let statuses = gate.clone();
     let (lists, started) = (handle.clone(), Instant::now());

@@ -5,13 +5,16 @@
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use kube::Client;
+use kube::{Client, ResourceExt, runtime::watcher};
 use parking_lot::RwLock;
+use tracing::warn;
 
 use super::runner::Request;
 use crate::{
     api::FailoverPolicy,
+    observation::PolicyKey,
     pipeline::validate::validate,
+    policy::{SpecProblem, Validated},
     runtime::{
         gate::WriteGate,
         policy_metrics::PolicyLabels,
@@ -58,42 +61,114 @@ pub fn policy_requests(
         Arc::new(feed.watch.clone()),
     );
     let mut watermark = Watermark::default();
-    events.flat_map(move |event| {
-        let event = event.modify(slim::<FailoverPolicy>);
-        // Statuses this replica wrote are forgotten once the table has them.
-        let seen = watermark.after(&event, event_version(&event));
-        let changes = feed.table.write().apply(event);
-        if let Some(version) = seen {
-            feed.gate.recent_status.seen_through("", version);
-        }
-        let requests: Vec<Request> = changes
-            .iter()
-            .filter_map(|c| follow(&feed, &client, c))
-            .collect();
-        futures::stream::iter(requests)
-    })
+    let table = feed.table.clone();
+    events
+        .map(|event| event.modify(slim::<FailoverPolicy>))
+        .then(move |event| validated(table.clone(), event))
+        .flat_map(move |(event, fresh)| {
+            // Statuses this replica wrote are forgotten once the table has them.
+            let seen = watermark.after(&event, event_version(&event));
+            let changes = feed.table.write().apply(event, fresh);
+            if let Some(version) = seen {
+                feed.gate.recent_status.seen_through("", version);
+            }
+            let requests: Vec<Request> = changes
+                .iter()
+                .flat_map(|c| follow(&feed, &client, c))
+                .collect();
+            futures::stream::iter(requests)
+        })
 }
 
-/// Brings the index, the remote watches, the health pollers and the metrics in line with one
-/// change; the request it makes, if any.
-fn follow(feed: &PolicyFeed, client: &Client, change: &Change) -> Option<Request> {
-    let request = match change {
-        Change::Applied { policy, previous } => {
+/// What validating one policy should cost at most: a query at every limit of
+/// `crate::health_query` is checked and parsed well within it. Longer is logged, for the
+/// limits' sake.
+const VALIDATION_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The event, and its policy as validated when the table holds no validation of its
+/// generation. A policy with a health query is validated on a blocking thread, one at a time:
+/// its query's regexes are compiled (within the limits of `crate::health_query`, at most a few
+/// milliseconds each), never on the thread that serves `/healthz` and renews the Lease.
+async fn validated(
+    table: Arc<RwLock<PolicyTable>>,
+    event: watcher::Event<FailoverPolicy>,
+) -> (watcher::Event<FailoverPolicy>, Option<Validated>) {
+    static ONE_AT_A_TIME: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+    let policy = match &event {
+        watcher::Event::Apply(p) | watcher::Event::InitApply(p) => p,
+        _ => return (event, None),
+    };
+    if !table.read().needs_validation(policy) {
+        return (event, None);
+    }
+    let fresh = if policy.spec.health.is_none() {
+        validation(policy)
+    } else {
+        let _turn = ONE_AT_A_TIME.acquire().await;
+        let copy = policy.clone();
+        tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let valid = validation(&copy);
+            let took = started.elapsed();
+            if took > VALIDATION_BUDGET {
+                warn!(
+                    namespace = copy.namespace().unwrap_or_default(),
+                    policy = copy.name_any(),
+                    took_ms = took.as_millis() as u64,
+                    "validating a policy took longer than its budget"
+                );
+            }
+            valid
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(Arc::from([SpecProblem {
+                field: "spec".into(),
+                message: "could not be validated".into(),
+            }]))
+        })
+    };
+    (event, Some(fresh))
+}
+
+fn validation(policy: &FailoverPolicy) -> Validated {
+    validate(policy).map(Arc::new).map_err(Arc::from)
+}
+
+/// Brings the index, the claims, the remote watches, the health pollers and the metrics in
+/// line with one change; the requests it makes (the policy, and the policies whose claim
+/// changed hands).
+fn follow(feed: &PolicyFeed, client: &Client, change: &Change) -> Vec<Request> {
+    let requests: Vec<PolicyKey> = match change {
+        Change::Applied {
+            policy,
+            previous,
+            revalidated,
+        } => {
             feed.index.write().upsert(previous.as_deref(), policy);
-            follow_health(&feed.caches.health, policy);
-            Some(Request::One(key_of(policy)?))
+            if let Some(valid) = revalidated {
+                follow_health(&feed.caches.health, policy, valid);
+            }
+            let handed = feed
+                .caches
+                .claims
+                .write()
+                .upsert(previous.as_deref(), policy);
+            key_of(policy).into_iter().chain(handed).collect()
         }
         Change::Deleted(policy) => {
             feed.index.write().remove(policy);
-            let key = key_of(policy)?;
-            feed.caches.health.follow(key.clone(), None, None);
-            feed.watch.metrics.forget_policy(&PolicyLabels {
-                namespace: key.namespace.to_string(),
-                policy: key.name.into(),
-            });
-            None
+            let handed = feed.caches.claims.write().remove(policy);
+            if let Some(key) = key_of(policy) {
+                feed.caches.health.follow(key.clone(), None, None);
+                feed.watch.metrics.forget_policy(&PolicyLabels {
+                    namespace: key.namespace.to_string(),
+                    policy: key.name.into(),
+                });
+            }
+            handed
         }
-        Change::Listed => Some(Request::Listed),
+        Change::Listed => return vec![Request::Listed],
     };
     // Remote clusters watch exactly the namespaces policies read from; the cluster Secrets are
     // watched once any policy reads from a remote cluster.
@@ -106,17 +181,13 @@ fn follow(feed: &PolicyFeed, client: &Client, change: &Change) -> Option<Request
             feed.watch.metrics.clone(),
         ));
     });
-    request
+    requests.into_iter().map(Request::One).collect()
 }
 
 /// Each valid policy with a health query gets a poller; a changed, invalid or deleted policy's
-/// follows. The poller gets the policy as the validate step makes it.
-fn follow_health(health: &Health, policy: &FailoverPolicy) {
+/// follows. The poller gets the policy as the validate step made it.
+fn follow_health(health: &Health, policy: &FailoverPolicy, valid: &Validated) {
     let Some(key) = key_of(policy) else { return };
-    let valid = policy
-        .spec
-        .health
-        .as_ref()
-        .and_then(|_| validate(policy).ok());
-    health.follow(key, Some(policy), valid.as_ref());
+    let valid = valid.as_deref().ok().filter(|v| v.health.is_some());
+    health.follow(key, Some(policy), valid);
 }

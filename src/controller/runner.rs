@@ -35,8 +35,9 @@ use parking_lot::RwLock;
 use tokio::time::Instant;
 
 use crate::{
-    api::FailoverPolicy, observation::PolicyKey, pipeline::reconcile::Next,
-    sources::local::policies::PolicyTable,
+    observation::PolicyKey,
+    pipeline::reconcile::Next,
+    sources::local::policies::{Held, PolicyTable},
 };
 
 /// A request for work.
@@ -158,7 +159,7 @@ pub async fn run<F, Fut>(
     reconcile: F,
     shutdown: impl Future<Output = ()>,
 ) where
-    F: Fn(Arc<FailoverPolicy>) -> Fut,
+    F: Fn(Held) -> Fut,
     Fut: Future<Output = Next>,
 {
     let mut queue = Queue::default();

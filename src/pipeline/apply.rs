@@ -5,24 +5,26 @@
 //!   the cache has not seen yet is never adopted); if one exists, read it and go on as below;
 //! - a route not controlled by this policy: [`Applied::Conflict`], untouched;
 //! - a route that says what the plan says (and carries the policy label): nothing is written;
-//! - otherwise: one server-side apply with the controller's field manager.
+//! - otherwise: one server-side apply with the controller's field manager;
+//! - an older policy holds the apex: the route this policy owns is deleted ([`withdraw`]).
 //!
 //! A route this replica wrote wins over an older cached copy until the cache catches up, so a
 //! stale cache never causes a second write.
 
 use kube::{
     Api, Resource,
-    api::{DynamicObject, Patch, PatchParams, PostParams},
+    api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions},
 };
 use tracing::{debug, info};
 
 use crate::{
     api::FailoverPolicy,
     message::describe,
+    observation::PolicyKey,
     policy::ValidPolicy,
     route::{FIELD_MANAGER, RouteKey, RouteRules, RouteTarget, RouteView, RulesDigest, metadata},
     runtime::gate::{NotLeader, WriteGate},
-    sources::local::apis::NeededApi,
+    sources::local::{apis::NeededApi, claims::Claim},
 };
 
 /// The route a plan asks for.
@@ -88,6 +90,14 @@ pub enum Applied {
     Failed(ApplyError),
     /// The CRD of the route's kind is not installed: nothing was written.
     ApiMissing(NeededApi),
+    /// An older policy holds what this one would route (`claim`): no route is written, and the
+    /// route this policy owned, if any, is deleted.
+    Yielded {
+        /// What the older policy holds.
+        claim: Claim,
+        /// The older policy.
+        holder: PolicyKey,
+    },
 }
 
 /// Why writing the route failed.
@@ -138,6 +148,48 @@ impl ApplyError {
     pub fn namespace_terminating(&self) -> bool {
         matches!(self, ApplyError::Api { source: kube::Error::Api(e), .. }
             if e.code == 403 && e.message.contains("being terminated"))
+    }
+}
+
+/// Deletes the route this policy owns, once it yields its claim to an older policy (so one
+/// route, not two, says where the apex's traffic goes); `current` is the cached view of it.
+/// The delete is conditioned on the version seen, so a route changed meanwhile is left to the
+/// next reconcile.
+pub async fn withdraw(
+    gate: &WriteGate,
+    desired: &DesiredRoute,
+    current: Option<RouteView>,
+    claim: Claim,
+    holder: PolicyKey,
+) -> Applied {
+    let Some(view) = current.filter(|v| v.owned_by(&desired.owner_uid)) else {
+        return Applied::Yielded { claim, holder };
+    };
+    if let Err(e) = gate.ensure_leader() {
+        return Applied::Failed(e.into());
+    }
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        gate.client.clone(),
+        &desired.namespace,
+        &desired.target.resource(),
+    );
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            resource_version: view.resource_version.map(|v| v.to_string()),
+            uid: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(&desired.target.name, &params).await {
+        Ok(_) => {
+            gate.metrics.write(desired.target.kind().metric_label());
+            info!(kind = desired.target.kind().as_str(), route = %desired.target.name, %claim, holder = %holder, "deleted route: an older policy holds its apex");
+            Applied::Yielded { claim, holder }
+        }
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {
+            Applied::Yielded { claim, holder }
+        }
+        Err(e) => Applied::Failed(ApplyError::api(desired, e)),
     }
 }
 

@@ -27,16 +27,20 @@ use crate::{
         decide::decide,
         gather,
         status::{self, Decided, Outcome, StatusInput},
-        validate::validate,
         write,
     },
-    policy::ValidPolicy,
-    route::RouteTarget,
+    policy::{ValidPolicy, Validated},
+    route::{ParentKind, RouteParent, RouteTarget},
     runtime::gate::{NotLeader, WriteGate},
     sources::{
         Caches,
-        local::apis::{Apis, NeededApi},
+        local::{
+            apis::{Apis, NeededApi},
+            claims::Claim,
+            policies::Held,
+        },
     },
+    tenancy::Gateways,
 };
 
 /// How often every policy is reconciled even without a trigger, as a safety net (it writes
@@ -116,17 +120,20 @@ pub struct Context {
     pub gate: Arc<WriteGate>,
     /// The APIs found missing.
     pub apis: Apis,
+    /// The Gateways of other namespaces that routes may attach to.
+    pub gateways: Gateways,
     /// Retry delays of the policies failing now.
     retries: Mutex<HashMap<PolicyKey, ExponentialBackoff>>,
 }
 
 impl Context {
     /// A context around the given parts.
-    pub fn new(caches: Caches, gate: Arc<WriteGate>, apis: Apis) -> Self {
+    pub fn new(caches: Caches, gate: Arc<WriteGate>, apis: Apis, gateways: Gateways) -> Self {
         Self {
             caches,
             gate,
             apis,
+            gateways,
             retries: Mutex::new(HashMap::new()),
         }
     }
@@ -157,32 +164,33 @@ fn whole_millis(delay: Duration) -> Duration {
     Duration::from_millis(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Reconciles one policy.
-#[tracing::instrument(skip_all, fields(namespace = policy.namespace().unwrap_or_default(), policy = policy.name_any()))]
-pub async fn reconcile(policy: Arc<FailoverPolicy>, ctx: Arc<Context>) -> Result<Next, Error> {
+/// Reconciles one policy, as the policy table holds it (validated once per generation).
+#[tracing::instrument(skip_all, fields(namespace = held.policy.namespace().unwrap_or_default(), policy = held.policy.name_any()))]
+pub async fn reconcile(held: Held, ctx: Arc<Context>) -> Result<Next, Error> {
+    let policy = &held.policy;
     if !ctx.gate.leadership.is_leader() || policy.meta().deletion_timestamp.is_some() {
         // Standbys keep their caches warm and write nothing; leadership triggers a full pass.
         return Ok(Next::Wait);
     }
     let started = Instant::now();
     debug!("reconcile started");
-    let result = run(&policy, &ctx).await;
+    let result = run(policy, &held.valid, &ctx).await;
     ctx.gate.metrics.observe_reconcile(started.elapsed());
     if result.is_ok() {
-        ctx.retries.lock().remove(&key(&policy));
+        ctx.retries.lock().remove(&key(policy));
     }
     result
 }
 
-/// The pipeline: validate → gather → decide → apply → status → write.
-async fn run(policy: &FailoverPolicy, ctx: &Context) -> Result<Next, Error> {
+/// The pipeline: (validated) → gather → decide → apply → status → write.
+async fn run(policy: &FailoverPolicy, valid: &Validated, ctx: &Context) -> Result<Next, Error> {
     let now = Utc::now();
     let previous = gather::previous_status(policy, &ctx.gate);
     let target = RouteTarget::of(policy);
-    let outcome = match validate(policy) {
-        Err(problems) => Outcome::Invalid(problems),
+    let outcome = match valid {
+        Err(problems) => Outcome::Invalid(problems.to_vec()),
         Ok(valid) => Outcome::Decided(Box::new(
-            act(policy, valid, previous.as_ref(), now, ctx).await?,
+            act(policy, valid.clone(), previous.as_ref(), now, ctx).await?,
         )),
     };
     let status = status::build(&StatusInput {
@@ -204,7 +212,7 @@ async fn run(policy: &FailoverPolicy, ctx: &Context) -> Result<Next, Error> {
 /// Gather, decide and apply for a valid policy.
 async fn act(
     policy: &FailoverPolicy,
-    valid: ValidPolicy,
+    valid: Arc<ValidPolicy>,
     previous: Option<&crate::api::FailoverPolicyStatus>,
     now: chrono::DateTime<Utc>,
     ctx: &Context,
@@ -212,12 +220,20 @@ async fn act(
     if !ctx.caches.wait_for_inputs().await {
         return Err(Error::CachesNotSynced);
     }
+    let (valid, refused_parents) = attachable(valid, &ctx.gateways);
     let inputs = gather::inputs(&valid, &ctx.caches);
     let plan = decide(&valid, &inputs.observations, previous, now);
     let desired =
         DesiredRoute::of(policy, &valid, &plan.routing.weights).ok_or(Error::MissingUid)?;
     let api = NeededApi::of_route(valid.route.kind());
-    let applied = if ctx.apis.is_missing(api) {
+    let held = ctx
+        .caches
+        .claims
+        .read()
+        .held_by_other(&key(policy), &Claim::of(policy));
+    let applied = if let Some((claim, holder)) = held {
+        apply::withdraw(&ctx.gate, &desired, inputs.route.clone(), claim, holder).await
+    } else if ctx.apis.is_missing(api) {
         Applied::ApiMissing(api)
     } else {
         apply::apply(&ctx.gate, &desired, inputs.route.clone(), valid.suspend).await
@@ -239,7 +255,31 @@ async fn act(
         plan,
         applied,
         route: inputs.route,
+        refused_parents,
     })
+}
+
+/// The policy with its route's Gateways of other namespaces that the cluster admin does not
+/// allow left out, and those Gateways.
+fn attachable(
+    valid: Arc<ValidPolicy>,
+    gateways: &Gateways,
+) -> (Arc<ValidPolicy>, Vec<RouteParent>) {
+    let namespace = valid.namespace.as_str();
+    let (route, refused) = valid.route.without_parents(|p| {
+        p.kind == ParentKind::Gateway
+            && !gateways.allows(
+                namespace,
+                p.namespace.as_deref().unwrap_or(namespace),
+                &p.name,
+            )
+    });
+    if refused.is_empty() {
+        return (valid, refused);
+    }
+    let mut allowed = (*valid).clone();
+    allowed.route = route;
+    (Arc::new(allowed), refused)
 }
 
 /// What to do after a reconcile: retry a failed write, requeue when a hold falls due, or wait.
@@ -248,8 +288,9 @@ fn next(outcome: Outcome) -> Result<Next, Error> {
         Outcome::Invalid(_) => Ok(Next::Wait),
         Outcome::Decided(d) => match d.applied {
             Applied::Failed(e) => Err(Error::Route(Box::new(e))),
-            // A missing CRD that turns up queues every policy.
-            Applied::Conflict | Applied::ApiMissing(_) => Ok(Next::Wait),
+            // A missing CRD that turns up queues every policy; a claim handed over wakes its
+            // claimants.
+            Applied::Conflict | Applied::ApiMissing(_) | Applied::Yielded { .. } => Ok(Next::Wait),
             Applied::Unchanged | Applied::Written | Applied::Suspended => {
                 Ok(d.plan.requeue_after.map_or(Next::Wait, Next::After))
             }
@@ -266,8 +307,9 @@ fn key(policy: &FailoverPolicy) -> PolicyKey {
 }
 
 /// Reconciles one policy and turns a failure into a retry: what the work queue runs.
-pub async fn reconcile_or_retry(policy: Arc<FailoverPolicy>, ctx: Arc<Context>) -> Next {
-    match reconcile(policy.clone(), ctx.clone()).await {
+pub async fn reconcile_or_retry(held: Held, ctx: Arc<Context>) -> Next {
+    let policy = held.policy.clone();
+    match reconcile(held, ctx.clone()).await {
         Ok(next) => next,
         Err(e) => error_policy(&policy, &e, &ctx),
     }

@@ -6,7 +6,7 @@
 //! through `garde`, the cross-field rules with the same messages and field paths as their CEL
 //! form. The API server checks them first; this step catches what reached the controller anyway.
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, sync::Arc};
 
 use garde::Validate;
 use kube::ResourceExt;
@@ -16,6 +16,7 @@ use crate::{
         FailoverPolicy, FailoverPolicySpec, Strategy,
         rules::{self, CrossFieldRule, MAX_HOLD, MAX_HOLD_MESSAGE, parse_duration},
     },
+    health_query::HealthQuery,
     observation::RemoteService,
     policy::{Backend, Bound, Health, Hold, Ramp, ReadinessRule, SpecProblem, ValidPolicy},
     route::RouteTarget,
@@ -219,18 +220,13 @@ fn health(spec: &FailoverPolicySpec, problems: &mut Vec<SpecProblem>) -> Option<
             "must be http://host:port",
         ));
     }
-    // A query that cannot parse could never run: its placeholders filled in with names, it is
-    // PromQL or the spec is invalid.
-    let filled = p
-        .query
-        .replace("{{service}}", "service")
-        .replace("{{namespace}}", "namespace");
-    if let Err(e) = promql_parser::parser::parse(&filled) {
-        problems.push(problem(
-            "spec.health.prometheus.query",
-            &format!("is not PromQL: {}", crate::message::line(&e)),
-        ));
-    }
+    // A query that cannot run within its cost limits, or cannot parse, could never run.
+    let query = HealthQuery::parse(&p.query)
+        .map_err(|why| {
+            let why = crate::message::line(&why);
+            problems.push(problem("spec.health.prometheus.query", &why));
+        })
+        .ok();
     let interval = hold(&p.interval, "spec.health.prometheus.interval", problems)?;
     if interval.after < std::time::Duration::from_secs(1) {
         problems.push(problem(
@@ -240,7 +236,7 @@ fn health(spec: &FailoverPolicySpec, problems: &mut Vec<SpecProblem>) -> Option<
     }
     Some(Health {
         address: p.address.clone(),
-        query: p.query.clone(),
+        query: Arc::new(query?),
         bound: bound?,
         interval,
         no_data: p.no_data,

@@ -208,6 +208,30 @@ impl From<Output> for RouteKind {
 }
 
 impl RouteTarget {
+    /// This route without the parents `refuse` says no to, and those parents (none for a
+    /// TrafficSplit, which has no parents).
+    pub fn without_parents(
+        &self,
+        refuse: impl Fn(&RouteParent) -> bool,
+    ) -> (RouteTarget, Vec<RouteParent>) {
+        let Shape::HttpRoute(http) = &self.shape else {
+            return (self.clone(), Vec::new());
+        };
+        let (refused, kept): (Vec<RouteParent>, Vec<RouteParent>) =
+            http.parents.iter().cloned().partition(|p| refuse(p));
+        let shape = Shape::HttpRoute(Box::new(HttpShape {
+            parents: kept,
+            ..(**http).clone()
+        }));
+        (
+            RouteTarget {
+                name: self.name.clone(),
+                shape,
+            },
+            refused,
+        )
+    }
+
     /// The route a policy generates: the name it sets (default: the policy's name) and the form.
     pub fn of(policy: &FailoverPolicy) -> Self {
         let spec = &policy.spec;

@@ -16,7 +16,7 @@ use parking_lot::RwLock;
 
 use self::{
     health::Health,
-    local::{readiness::ReadinessStore, routes::RouteStore, synced::Synced},
+    local::{claims::Claims, readiness::ReadinessStore, routes::RouteStore, synced::Synced},
     remote::Clusters,
 };
 
@@ -38,6 +38,8 @@ pub struct Caches {
     pub remote: Clusters,
     /// The readings of health queries.
     pub health: Health,
+    /// Which policy routes each apex Service and Gateway listener.
+    pub claims: Arc<RwLock<Claims>>,
 }
 
 impl Caches {
@@ -49,6 +51,7 @@ impl Caches {
             synced: Synced::default(),
             remote,
             health,
+            claims: Arc::default(),
         }
     }
 }

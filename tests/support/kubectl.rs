@@ -129,11 +129,45 @@ impl TestEnv {
     }
 }
 
-/// What a policy's author may do in the namespace it owns, and nothing else: FailoverPolicies.
-const AUTHOR_RULES: &str = "- apiGroups: [failover.dev]\n  resources: [failoverpolicies]\n  verbs: [get, list, watch, create, update, patch, delete]\n";
+/// The chart's aggregated ClusterRole for policy authors (`aggregate-to-edit`), as the chart
+/// names it for the release `failover-controller` in `failover-system`.
+pub const POLICY_EDIT_ROLE: &str = "failover-system-failover-controller-policy-edit";
+/// The chart's aggregated ClusterRole for policy readers (`aggregate-to-view`).
+pub const POLICY_VIEW_ROLE: &str = "failover-system-failover-controller-policy-view";
 
-/// A user bound to a Role of the test namespace that lets it write FailoverPolicies only: a
-/// tenant sharing the cluster.
+/// Renders the chart's user roles with helm and applies them (server-side, so tests running
+/// at once apply the same objects without conflict).
+pub fn install_user_roles(env: &TestEnv) {
+    let rendered = helm(
+        env,
+        &[
+            "template",
+            "failover-controller",
+            "charts/failover-controller",
+            "--namespace",
+            "failover-system",
+            "--show-only",
+            "templates/user-roles.yaml",
+        ],
+    );
+    let roles = ok(&rendered, "helm template of the user roles");
+    let out = kubectl_stdin(
+        env.cp,
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=failover-tests",
+            "-f",
+            "-",
+        ],
+        &roles,
+    );
+    ok(&out, "applying the chart's user roles");
+}
+
+/// A user bound in the test namespace to the chart's role for policy authors, which lets it
+/// write FailoverPolicies only: a tenant sharing the cluster.
 pub struct Tenant {
     kubeconfig: PathBuf,
     kubectl: PathBuf,
@@ -155,14 +189,46 @@ impl Tenant {
         );
         ok(&out, "kubectl apply as the tenant");
     }
+
+    /// `kubectl apply -f -` as the tenant, which must be refused; what kubectl said.
+    pub fn apply_refused(&self, yaml: &str) -> String {
+        let out = run(
+            &self.kubectl,
+            &self.kubeconfig,
+            &["apply", "-f", "-"],
+            Some(yaml),
+        );
+        assert!(
+            !out.status.success(),
+            "kubectl apply as the tenant was accepted"
+        );
+        String::from_utf8_lossy(&out.stderr).to_string()
+    }
 }
 
 impl TestEnv {
-    /// The tenant of this namespace: a ServiceAccount `author` bound to a Role that lets it
-    /// write FailoverPolicies here and nothing else.
+    /// The tenant of this namespace: a ServiceAccount `author` bound here (a RoleBinding) to
+    /// the chart's ClusterRole for policy authors, which lets it write FailoverPolicies and
+    /// nothing else.
     pub fn tenant(&self) -> Tenant {
-        let kubeconfig = self.service_account_kubeconfig("author");
-        self.grant("policy-author", "author", AUTHOR_RULES);
+        self.tenant_bound("author", POLICY_EDIT_ROLE)
+    }
+
+    /// A ServiceAccount of this namespace bound here to a ClusterRole (the chart's user roles
+    /// installed first), as a tenant.
+    pub fn tenant_bound(&self, name: &str, cluster_role: &str) -> Tenant {
+        install_user_roles(self);
+        let kubeconfig = self.service_account_kubeconfig(name);
+        let subject = format!("{}:{name}", self.ns);
+        let out = self.kubectl(&[
+            "create",
+            "rolebinding",
+            name,
+            &format!("--clusterrole={cluster_role}"),
+            "--serviceaccount",
+            &subject,
+        ]);
+        ok(&out, "binding the tenant");
         Tenant {
             kubeconfig,
             kubectl: self.cp.bin("kubectl"),

@@ -146,6 +146,9 @@ impl TestEnv {
             format!("watchNamespace={}", self.ns),
             "--set".into(),
             "logFormat=plain".into(),
+            // The proxy's Gateway `default/edge` serves every test's routes.
+            "--set".into(),
+            "allowedGateways={default/edge}".into(),
         ];
         for v in values {
             args.extend(["--set".to_string(), v.to_string()]);

@@ -45,10 +45,12 @@ impl PolicyBuilder {
         })
     }
 
-    /// A policy with this name, primary and secondaries, its apex Service `web`.
+    /// A policy with this name, primary and secondaries, its apex Service named as the policy.
     pub fn named(name: &str, primary: &str, secondaries: &[&str]) -> Self {
         let spec = FailoverPolicySpec {
-            service: "web".into(),
+            // Each policy routes its own apex (the one the policy is named for): two on one
+            // apex are a conflict.
+            service: name.into(),
             primary: primary.into(),
             secondaries: secondaries
                 .iter()
@@ -150,12 +152,14 @@ pub fn status_messages(p: &FailoverPolicy) -> Vec<(String, String)> {
 }
 
 /// Fails the test when a message of the status is longer than the controller promises, or is
-/// more than one line. Every status any test reads goes through here.
+/// more than one line, or holds a control character. Every status any test reads goes through
+/// here.
 fn check_messages(p: &FailoverPolicy) {
     for (what, message) in status_messages(p) {
         assert!(
-            message.chars().count() <= MAX_MESSAGE && !message.contains(['\n', '\r']),
-            "{what} has a message of {} characters, or more than one line: {message:?}",
+            message.chars().count() <= MAX_MESSAGE
+                && !message.chars().any(failover::message::unprintable),
+            "{what} has a message of {} characters, or more than one line, or a control character: {message:?}",
             message.chars().count()
         );
     }

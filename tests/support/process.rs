@@ -26,18 +26,33 @@ impl ControllerProcess {
 
     /// Starts `failover-controller` for one namespace with the given kubeconfig.
     pub fn start_with_kubeconfig(env: &TestEnv, kubeconfig: &Path, extra: &[&str]) -> Self {
-        let binary = option_env!("CARGO_BIN_EXE_failover-controller")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| repo_root().join("target/release/failover-controller"));
-        Self::start_binary(&binary, env, kubeconfig, extra)
+        Self::start_binary(&binary(), env, kubeconfig, extra)
+    }
+
+    /// Starts `failover-controller` for every namespace (on a control plane of the test's own:
+    /// on the shared one it would act on other tests' policies).
+    pub fn start_cluster_wide(env: &TestEnv, extra: &[&str]) -> Self {
+        Self::launch(&binary(), env, &env.cp.kubeconfig, None, extra)
     }
 
     /// Starts a given `failover-controller` binary for one namespace.
     pub fn start_binary(binary: &Path, env: &TestEnv, kubeconfig: &Path, extra: &[&str]) -> Self {
+        Self::launch(binary, env, kubeconfig, Some(&env.ns), extra)
+    }
+
+    fn launch(
+        binary: &Path,
+        env: &TestEnv,
+        kubeconfig: &Path,
+        namespace: Option<&str>,
+        extra: &[&str],
+    ) -> Self {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let log = std::env::temp_dir().join(format!("failover-controller-{}-{n}.log", env.ns));
         let file = std::fs::File::create(&log).expect("controller log file");
-        let mut args: Vec<&str> = vec!["--namespace", &env.ns];
+        let mut args: Vec<&str> = namespace
+            .map(|ns| vec!["--namespace", ns])
+            .unwrap_or_default();
         if !extra.contains(&"--log-level") {
             args.extend(["--log-level", "info,failover=debug"]);
         }
@@ -114,6 +129,11 @@ impl ControllerProcess {
         self.child.id()
     }
 
+    /// The CPU time the process has used so far.
+    pub fn cpu_time(&self) -> Duration {
+        Duration::from_secs_f64(cpu_seconds(self.child.id()))
+    }
+
     /// Freezes the process (SIGSTOP): it reads and writes nothing until [`Self::resume`], so a
     /// test can change the cluster and start a fault before the controller has reacted.
     pub fn pause(&self) {
@@ -140,6 +160,34 @@ impl ControllerProcess {
             .status();
         let _ = self.child.wait();
     }
+}
+
+/// The CPU time a process has used so far, user and system, in seconds (from `/proc`, in
+/// clock ticks of 10 ms).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command's name, which ends at the last ')'; utime and stime are
+    // fields 14 and 15 of the line, 12 and 13 after the name.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (field(11) + field(12)) / 100.0
+}
+
+/// The controller binary this test build made.
+fn binary() -> PathBuf {
+    option_env!("CARGO_BIN_EXE_failover-controller")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/release/failover-controller"))
 }
 
 impl Drop for ControllerProcess {

@@ -96,10 +96,19 @@ async fn main() -> ExitCode {
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", screen(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
+}
+
+/// What is printed, with every control character but the line breaks written as its escape: a
+/// status is anyone's text (a tenant's query quoted in it), and is shown, never obeyed.
+fn screen(text: &str) -> String {
+    text.split('\n')
+        .map(|line| failover::message::escaped(line).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -127,11 +136,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 (None, false) => api.list(&ListParams::default()).await?.items,
             };
-            print!("{}", show::render(&policies, output)?);
+            print!("{}", screen(&show::render(&policies, output)?));
         }
         Command::ExplainDecision { policy, output } => {
             let policy = get(&api, &policy, &namespace).await?;
-            print!("{}", explain::render(&policy, output)?);
+            print!("{}", screen(&explain::render(&policy, output)?));
         }
         Command::Pin { policy, backend } => edit::pin(&api, &policy, &backend).await?,
         Command::Unpin { policy } => edit::unpin(&api, &policy).await?,

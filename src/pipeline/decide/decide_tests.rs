@@ -86,10 +86,11 @@ pub(crate) fn decide(
         (Applied::Written, None)
     };
     let outcome = Outcome::Decided(Box::new(Decided {
-        policy: valid,
+        policy: valid.into(),
         plan: plan.clone(),
         applied,
         route,
+        refused_parents: Vec::new(),
     }));
     let status = build(&StatusInput {
         generation: None,

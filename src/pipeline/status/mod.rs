@@ -7,12 +7,16 @@
 //!   `<Kind>WriteFailed` with the API server's message;
 //! - an invalid spec: the previous status, `Ready=False` `InvalidSpec` naming the fields;
 //! - the route's CRD not installed: the backends as observed, `Ready=False` `<Kind>CRDMissing`
-//!   naming the CRD and how to install it.
+//!   naming the CRD and how to install it;
+//! - an older policy routing the same apex: the backends as observed, `Ready=False`
+//!   `ApexConflict` naming the claim and the policy that holds it.
 //!
 //! Conditions keep their `lastTransitionTime` while their status does not change.
 
 mod in_place;
 mod parents;
+
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
@@ -31,7 +35,7 @@ use crate::{
         },
     },
     policy::{SpecProblem, ValidPolicy},
-    route::{RouteKind, RouteTarget, RouteView},
+    route::{RouteKind, RouteParent, RouteTarget, RouteView},
 };
 
 /// What a reconcile came to.
@@ -47,13 +51,16 @@ pub enum Outcome {
 #[derive(Debug)]
 pub struct Decided {
     /// The validated policy.
-    pub policy: ValidPolicy,
+    pub policy: Arc<ValidPolicy>,
     /// The decision.
     pub plan: Plan,
     /// What the apply step did.
     pub applied: Applied,
     /// The route as the cluster had it when the decision was made (what gather read).
     pub route: Option<RouteView>,
+    /// The parents the policy asks for that the cluster admin does not allow (Gateways of
+    /// other namespaces not in `--allowed-gateways`): left out of the route.
+    pub refused_parents: Vec<RouteParent>,
 }
 
 /// Everything the status is built from.
@@ -98,10 +105,13 @@ fn decided_or_in_place(d: &Decided, input: &StatusInput) -> (FailoverPolicyStatu
     let mut verdicts = conditions::verdicts(&d.policy, &d.plan);
     let decided_active = status.active_backends.clone();
     let own = match &d.applied {
-        Applied::Conflict | Applied::ApiMissing(_) => None,
+        Applied::Conflict | Applied::ApiMissing(_) | Applied::Yielded { .. } => None,
         _ => d.route.as_ref(),
     };
-    status.route_parents = parents::states(input.target, &d.policy.namespace, own);
+    status.route_parents = parents::states(&d.policy.route, &d.policy.namespace, own);
+    status
+        .route_parents
+        .extend(parents::refused(&d.refused_parents, &d.policy.namespace));
     let ready = match &d.applied {
         Applied::Unchanged | Applied::Written | Applied::Suspended => None,
         Applied::Failed(error) => Some(failed(kind, error, &decided_active)),
@@ -111,6 +121,14 @@ fn decided_or_in_place(d: &Decided, input: &StatusInput) -> (FailoverPolicyStatu
             false,
             kind.crd_missing_reason(),
             api.missing_message(),
+        )),
+        Applied::Yielded { claim, holder } => Some(Verdict::new(
+            READY,
+            false,
+            ready::APEX_CONFLICT,
+            format!(
+                "{claim} is routed by policy {holder}, which is older, so this policy writes no route; delete one of the two, or give this one its own apex"
+            ),
         )),
     };
     if !matches!(d.applied, Applied::Unchanged | Applied::Written) {

@@ -54,32 +54,44 @@ pub fn states(
         .collect()
 }
 
+/// The parents the cluster admin does not allow, as states: not attached, and why.
+pub fn refused(parents: &[RouteParent], namespace: &str) -> Vec<RouteParentState> {
+    parents
+        .iter()
+        .map(|p| RouteParentState {
+            kind: p.kind.as_str().to_string(),
+            namespace: p.namespace.clone().unwrap_or_else(|| namespace.to_string()),
+            name: p.name.clone(),
+            section_name: p.section_name.clone(),
+            port: p.port,
+            accepted: Some("False".to_string()),
+            reason: Some(attached::GATEWAY_NOT_ALLOWED.to_string()),
+            message: Some(format!(
+                "the cluster admin does not allow routes of namespace {namespace} on it (--allowed-gateways)"
+            )),
+        })
+        .collect()
+}
+
 /// The `Attached` condition of an HTTPRoute's parents; `None` for a TrafficSplit.
 pub fn verdict(states: &[RouteParentState]) -> Option<Verdict> {
     if states.is_empty() {
         return None;
     }
-    let name = |s: &RouteParentState| format!("{} {}/{}", s.kind, s.namespace, s.name);
-    if let Some(refused) = states
-        .iter()
-        .find(|s| s.accepted.as_deref() == Some("False"))
-    {
-        return Some(Verdict::new(
-            ATTACHED,
-            false,
-            attached::NOT_ACCEPTED,
-            format!(
-                "{} did not accept the route: {}: {}",
-                name(refused),
-                refused.reason.as_deref().unwrap_or("no reason given"),
-                refused.message.as_deref().unwrap_or_default()
-            ),
-        ));
+    let not_allowed =
+        |s: &&RouteParentState| s.reason.as_deref() == Some(attached::GATEWAY_NOT_ALLOWED);
+    let refused = states.iter().find(not_allowed).or_else(|| {
+        states
+            .iter()
+            .find(|s| s.accepted.as_deref() == Some("False"))
+    });
+    if let Some(refused) = refused {
+        return Some(refusal(refused));
     }
     let waiting: Vec<String> = states
         .iter()
         .filter(|s| s.accepted.as_deref() != Some("True"))
-        .map(name)
+        .map(described)
         .collect();
     if !waiting.is_empty() {
         return Some(Verdict::new(
@@ -98,7 +110,39 @@ pub fn verdict(states: &[RouteParentState]) -> Option<Verdict> {
         attached::ACCEPTED,
         format!(
             "accepted by {}",
-            states.iter().map(name).collect::<Vec<_>>().join(", ")
+            states.iter().map(described).collect::<Vec<_>>().join(", ")
         ),
     ))
+}
+
+/// `Gateway infra/edge`, for messages.
+fn described(s: &RouteParentState) -> String {
+    format!("{} {}/{}", s.kind, s.namespace, s.name)
+}
+
+/// Why a parent is not attached: the cluster admin does not allow it, or its controller refused.
+fn refusal(refused: &RouteParentState) -> Verdict {
+    if refused.reason.as_deref() == Some(attached::GATEWAY_NOT_ALLOWED) {
+        return Verdict::new(
+            ATTACHED,
+            false,
+            attached::GATEWAY_NOT_ALLOWED,
+            format!(
+                "{} is not attached: {}",
+                described(refused),
+                refused.message.as_deref().unwrap_or_default()
+            ),
+        );
+    }
+    Verdict::new(
+        ATTACHED,
+        false,
+        attached::NOT_ACCEPTED,
+        format!(
+            "{} did not accept the route: {}: {}",
+            described(refused),
+            refused.reason.as_deref().unwrap_or("no reason given"),
+            refused.message.as_deref().unwrap_or_default()
+        ),
+    )
 }

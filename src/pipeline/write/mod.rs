@@ -62,7 +62,17 @@ pub fn report(
                     .set_last_transition(&labels, last.0.timestamp_millis() as f64 / 1000.0);
             }
         }
-        Applied::Conflict | Applied::Failed(_) | Applied::ApiMissing(_) => {}
+        Applied::Yielded { claim, holder } if wrote => publish(
+            gate,
+            policy,
+            EventType::Warning,
+            crate::api::conditions::ready::APEX_CONFLICT,
+            format!("{claim} is routed by the older policy {holder}; this policy writes no route"),
+        ),
+        Applied::Conflict
+        | Applied::Failed(_)
+        | Applied::ApiMissing(_)
+        | Applied::Yielded { .. } => {}
     }
 }
 

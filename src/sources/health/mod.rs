@@ -28,7 +28,7 @@ use crate::{
     observation::{PolicyKey, Reading, Sample},
     policy::{self, ValidPolicy},
     runtime::metrics::Metrics,
-    tenancy::{Addresses, scope_query},
+    tenancy::Addresses,
 };
 
 /// The last answer recorded in a policy's status for this backend, to carry the verdict over a
@@ -128,19 +128,22 @@ impl Health {
                 message: self.reach.addresses.refusal(&address),
             });
         }
-        let label = self.reach.namespace_label.as_deref();
+        // Scoped once; each backend's query is that text with its names filled in.
+        let scoped = health
+            .query
+            .scoped(self.reach.namespace_label.as_deref(), &v.namespace)
+            .map_err(|message| Unasked {
+                refused: Some(QUERY_NOT_ALLOWED),
+                message: crate::message::line(&message),
+            })?;
         let queries = v
             .backends
             .iter()
             .map(|b| {
-                let query = health.query_for(&v.namespace, &b.service);
-                scope_query(&query, label, &v.namespace).map(|q| (b.service.clone(), q))
+                let query = scoped.for_backend(&v.namespace, &b.service);
+                (b.service.clone(), query)
             })
-            .collect::<Result<_, _>>()
-            .map_err(|message| Unasked {
-                refused: Some(QUERY_NOT_ALLOWED),
-                message,
-            })?;
+            .collect();
         Ok(Plan {
             health,
             address,

@@ -30,8 +30,15 @@ impl Default for Prometheus {
 }
 
 impl Prometheus {
-    /// The value of `query` now, at `address` (`http://host:port`).
+    /// The value of `query` now, at `address` (`http://host:port`); a failure as one clean line
+    /// (Prometheus' error quotes the tenant's query).
     pub async fn query(&self, address: &str, query: &str) -> Result<Option<f64>, String> {
+        self.ask(address, query)
+            .await
+            .map_err(|e| message::line(&e))
+    }
+
+    async fn ask(&self, address: &str, query: &str) -> Result<Option<f64>, String> {
         let url = format!(
             "{}/api/v1/query?query={}",
             address.trim_end_matches('/'),

@@ -6,11 +6,13 @@
 //! - [`routes`]: what each generated route in the cluster says ([`crate::route::RouteView`]);
 //! - [`policies`]: every FailoverPolicy, held once, relists applied in place;
 //! - [`index`]: which policies reference a Service or a route, so an event wakes only those;
+//! - [`claims`]: which policy routes each apex Service and Gateway listener (the oldest);
 //! - [`synced`]: which watches have delivered their first complete list;
 //! - [`apis`]: which CRDs the controller needs are not installed;
 //! - [`feeds`]: the watches of this cluster that fill the readiness counts and route views.
 
 pub mod apis;
+pub mod claims;
 pub mod feeds;
 pub mod index;
 pub mod policies;

@@ -23,13 +23,19 @@
 //! so choosing a better one later never touches the entries already held. The watch event's object itself feeds the index and the health pollers;
 //! the version it replaces (or the one deleted) is decoded once for the index, which keeps no
 //! copy of what each policy references.
+//!
+//! Beside it, each entry holds the policy as validated ([`Validated`]), once per generation:
+//! the policy watch validates a policy whose generation it has not seen (a health query's parse
+//! off the thread that serves `/healthz`), and every reconcile and the health pollers read that
+//! result. A change of metadata or status (an annotation, the controller's own status write)
+//! validates nothing again.
 
 use std::{collections::HashMap, sync::Arc};
 
 use kube::runtime::watcher;
 use tracing::warn;
 
-use crate::{api::FailoverPolicy, observation::PolicyKey};
+use crate::{api::FailoverPolicy, observation::PolicyKey, policy::Validated};
 
 /// What a watch event changed in the table.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,6 +46,8 @@ pub enum Change {
         policy: Arc<FailoverPolicy>,
         /// The version before.
         previous: Option<Box<FailoverPolicy>>,
+        /// The policy as validated, when this version was validated anew (a new generation).
+        revalidated: Option<Validated>,
     },
     /// The policy is gone (the version the table held).
     Deleted(Box<FailoverPolicy>),
@@ -57,6 +65,19 @@ struct Entry {
     version: Option<u64>,
     /// The relist that last listed it.
     listed: u32,
+    /// The policy as validated, and the generation validated.
+    valid: Validated,
+    generation: Option<i64>,
+    uid: Option<String>,
+}
+
+/// A policy as the table holds it: the object and its validated form.
+#[derive(Clone, Debug)]
+pub struct Held {
+    /// The policy.
+    pub policy: Arc<FailoverPolicy>,
+    /// Its spec as validated for its generation.
+    pub valid: Validated,
 }
 
 /// Every policy of the watched scope.
@@ -94,8 +115,24 @@ impl Dictionary {
 
 impl PolicyTable {
     /// The policy, if the table has it.
-    pub fn get(&self, key: &PolicyKey) -> Option<Arc<FailoverPolicy>> {
-        decode(key, self.entries.get(key)?).map(Arc::new)
+    pub fn get(&self, key: &PolicyKey) -> Option<Held> {
+        let entry = self.entries.get(key)?;
+        Some(Held {
+            policy: Arc::new(decode(key, entry)?),
+            valid: entry.valid.clone(),
+        })
+    }
+
+    /// Whether this version of a policy must be validated before [`Self::apply`] takes it: the
+    /// table holds no validation of its uid and generation.
+    pub fn needs_validation(&self, policy: &FailoverPolicy) -> bool {
+        let held = key_of(policy).and_then(|key| self.entries.get(&key));
+        match (held, policy.metadata.generation) {
+            (Some(entry), Some(generation)) => {
+                entry.generation != Some(generation) || entry.uid != policy.metadata.uid
+            }
+            _ => true,
+        }
     }
 
     /// Every policy's key.
@@ -108,15 +145,20 @@ impl PolicyTable {
         self.listed
     }
 
-    /// Applies one watch event; returns what changed.
-    pub fn apply(&mut self, event: watcher::Event<FailoverPolicy>) -> Vec<Change> {
+    /// Applies one watch event; returns what changed. `fresh` is the applied policy as
+    /// validated, when [`Self::needs_validation`] said so.
+    pub fn apply(
+        &mut self,
+        event: watcher::Event<FailoverPolicy>,
+        fresh: Option<Validated>,
+    ) -> Vec<Change> {
         match event {
             watcher::Event::Init => {
                 self.relist = self.relist.wrapping_add(1);
                 Vec::new()
             }
             watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
-                self.upsert(p).into_iter().collect()
+                self.upsert(p, fresh).into_iter().collect()
             }
             watcher::Event::Delete(p) => key_of(&p)
                 .and_then(|key| {
@@ -144,7 +186,7 @@ impl PolicyTable {
         }
     }
 
-    fn upsert(&mut self, policy: FailoverPolicy) -> Option<Change> {
+    fn upsert(&mut self, policy: FailoverPolicy, fresh: Option<Validated>) -> Option<Change> {
         let key = key_of(&policy)?;
         let listed = self.relist;
         let version = policy
@@ -153,13 +195,19 @@ impl PolicyTable {
             .as_deref()
             .and_then(|v| v.parse().ok());
         let mut previous = None;
+        let mut valid = fresh.clone();
         if let Some(entry) = self.entries.get_mut(&key) {
             entry.listed = listed;
             if version.is_some() && entry.version == version {
                 return None;
             }
             previous = decode(&key, entry).map(Box::new);
+            valid = valid.or_else(|| Some(entry.valid.clone()));
         }
+        let Some(valid) = valid else {
+            warn!(namespace = %key.namespace, policy = %key.name, "policy not validated; skipped");
+            return None;
+        };
         let json = match serde_json::to_vec(&policy) {
             Ok(json) => json,
             Err(e) => {
@@ -176,11 +224,15 @@ impl PolicyTable {
                 dictionary,
                 version,
                 listed,
+                valid,
+                generation: policy.metadata.generation,
+                uid: policy.metadata.uid.clone(),
             },
         );
         Some(Change::Applied {
             policy: Arc::new(policy),
             previous,
+            revalidated: fresh,
         })
     }
 }
@@ -220,6 +272,17 @@ mod tests {
         p
     }
 
+    /// Applies an event, validating (as nothing) what the table asks to have validated.
+    fn apply(table: &mut PolicyTable, event: watcher::Event<FailoverPolicy>) -> Vec<Change> {
+        let fresh = match &event {
+            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => table
+                .needs_validation(p)
+                .then(|| Err(Arc::from(Vec::new()))),
+            _ => None,
+        };
+        table.apply(event, fresh)
+    }
+
     fn names(changes: &[Change]) -> Vec<String> {
         changes
             .iter()
@@ -237,30 +300,32 @@ mod tests {
     fn a_relist_replaces_in_place_and_drops_what_it_did_not_list() {
         let mut table = PolicyTable::default();
         assert!(!table.listed());
-        table.apply(watcher::Event::Init);
+        apply(&mut table, watcher::Event::Init);
         assert_eq!(
-            names(&table.apply(watcher::Event::InitApply(policy("a", "1")))),
+            names(&apply(
+                &mut table,
+                watcher::Event::InitApply(policy("a", "1"))
+            )),
             ["+a"]
         );
-        table.apply(watcher::Event::InitApply(policy("b", "1")));
-        assert_eq!(names(&table.apply(watcher::Event::InitDone)), ["listed"]);
+        apply(&mut table, watcher::Event::InitApply(policy("b", "1")));
+        assert_eq!(
+            names(&apply(&mut table, watcher::Event::InitDone)),
+            ["listed"]
+        );
         assert!(table.listed());
 
-        table.apply(watcher::Event::Init);
+        apply(&mut table, watcher::Event::Init);
         // Unchanged: nothing to wake; changed: in the table at once, before the list ends.
-        assert!(
-            table
-                .apply(watcher::Event::InitApply(policy("a", "1")))
-                .is_empty()
-        );
-        table.apply(watcher::Event::InitApply(policy("c", "2")));
+        assert!(apply(&mut table, watcher::Event::InitApply(policy("a", "1"))).is_empty());
+        apply(&mut table, watcher::Event::InitApply(policy("c", "2")));
         assert!(table.get(&PolicyKey::new("ns", "c")).is_some());
         assert!(
             table.get(&PolicyKey::new("ns", "b")).is_some(),
             "a policy not listed yet still answers"
         );
         assert_eq!(
-            names(&table.apply(watcher::Event::InitDone)),
+            names(&apply(&mut table, watcher::Event::InitDone)),
             ["-b", "listed"]
         );
         let mut keys: Vec<String> = table.keys().into_iter().map(|k| k.name.into()).collect();
@@ -271,13 +336,13 @@ mod tests {
     #[test]
     fn a_new_version_replaces_the_policy_and_a_delete_removes_it() {
         let mut table = PolicyTable::default();
-        table.apply(watcher::Event::Apply(policy("a", "1")));
+        apply(&mut table, watcher::Event::Apply(policy("a", "1")));
         assert_eq!(
-            names(&table.apply(watcher::Event::Apply(policy("a", "2")))),
+            names(&apply(&mut table, watcher::Event::Apply(policy("a", "2")))),
             ["+a"]
         );
         assert_eq!(
-            names(&table.apply(watcher::Event::Delete(policy("a", "2")))),
+            names(&apply(&mut table, watcher::Event::Delete(policy("a", "2")))),
             ["-a"]
         );
         assert!(table.keys().is_empty());
@@ -298,16 +363,19 @@ mod tests {
         };
         let mut table = PolicyTable::default();
         // The first policy, without a status, is the dictionary until one with a status comes.
-        table.apply(watcher::Event::Apply(policy("plain", "1")));
-        table.apply(watcher::Event::Apply(with_status("first", "2")));
-        table.apply(watcher::Event::Apply(with_status("second", "3")));
+        apply(&mut table, watcher::Event::Apply(policy("plain", "1")));
+        apply(&mut table, watcher::Event::Apply(with_status("first", "2")));
+        apply(
+            &mut table,
+            watcher::Event::Apply(with_status("second", "3")),
+        );
         for (name, version) in [("plain", "1"), ("first", "2"), ("second", "3")] {
             let expected = if name == "plain" {
                 policy(name, version)
             } else {
                 with_status(name, version)
             };
-            let held = table.get(&PolicyKey::new("ns", name));
+            let held = table.get(&PolicyKey::new("ns", name)).map(|h| h.policy);
             assert_eq!(held.as_deref(), Some(&expected), "{name}");
         }
         let entry = &table.entries[&PolicyKey::new("ns", "second")];
@@ -317,6 +385,42 @@ mod tests {
             "{} bytes held for {} bytes of JSON",
             entry.packed.len(),
             json.len()
+        );
+    }
+
+    #[test]
+    fn a_policy_is_validated_once_per_generation() {
+        let mut table = PolicyTable::default();
+        let versioned = |version: &str, generation: i64| {
+            let mut p = policy("a", version);
+            p.metadata.generation = Some(generation);
+            p.metadata.uid = Some("uid-a".into());
+            p
+        };
+        assert!(table.needs_validation(&versioned("1", 1)));
+        table.apply(
+            watcher::Event::Apply(versioned("1", 1)),
+            Some(Err(Arc::from([]))),
+        );
+        // An annotation or a status write: a new version of the same generation.
+        assert!(!table.needs_validation(&versioned("2", 1)));
+        let changes = table.apply(watcher::Event::Apply(versioned("2", 1)), None);
+        assert!(matches!(
+            changes.as_slice(),
+            [Change::Applied {
+                revalidated: None,
+                ..
+            }]
+        ));
+        assert!(
+            table.needs_validation(&versioned("3", 2)),
+            "a new generation"
+        );
+        let mut recreated = versioned("4", 1);
+        recreated.metadata.uid = Some("uid-b".into());
+        assert!(
+            table.needs_validation(&recreated),
+            "a new object of the same name"
         );
     }
 }

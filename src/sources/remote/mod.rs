@@ -140,10 +140,10 @@ impl Clusters {
                 BackendObservation {
                     refused: true,
                     ..unavailable(format!(
-                        "cluster {} does not grant namespace {policy_namespace} its namespace {} ({}, on its Secret)",
+                        "cluster {} does not grant namespace {policy_namespace} its namespace {} ({})",
                         remote.cluster,
                         remote.namespace,
-                        grants.describe()
+                        grants.rule()
                     ))
                 }
             }
