@@ -6,24 +6,24 @@
 //! tenant's text, so before it is parsed [`HealthQuery::parse`] checks, in this order and each
 //! refusal naming its limit:
 //!
-//! 1. at most [`MAX_QUERY_LENGTH`] characters, [`MAX_REGEX_MATCHERS`] regex matchers (`=~` or `!~` anywhere in the text) and no
-//!    counted repetition of three digits (`{100}`): the CRD states both in CEL, so `kubectl
-//!    apply` refuses them first;
+//! 1. at most [`MAX_QUERY_LENGTH`] characters, [`MAX_REGEX_MATCHERS`] regex matchers (`=~` or
+//!    `!~` anywhere in the text) and no counted repetition of three digits (`{100}`): the CRD
+//!    states these too, so `kubectl apply` refuses them first;
 //! 2. each regex value at most [`MAX_REGEX_LENGTH`] characters, and compiled (as the parser
 //!    will: anchored, and with its escaping of `{` that starts no repetition) within
 //!    [`REGEX_SIZE_LIMIT`] bytes, which stops a compile early instead of at 10 MiB.
 //!
-//! Measured on a release build (the least of five compiles each): `\w{100}` took 126 ms to
-//! compile at the default limit and is refused at this one in under 1 ms. The costliest values
-//! that pass are short repetitions of large Unicode classes (`\pL{6}`, `\w{5}`,
-//! `(?i)\pL{6}`: one more repetition is refused), 1.2 to 1.6 ms each; `5..`, `.*` and
-//! `(GET|POST).*` take under 0.3 ms. A query at
-//! every limit ([`at_every_limit`]) is what the benchmark's noisy neighbour edits every second.
+//! What these checks cost, and what a query at every limit ([`at_every_limit`]) costs to check
+//! and parse, is printed by `cargo run --release --example query_cost` (a kept run is cited in
+//! docs/security.md); the benchmark's noisy neighbour edits a policy holding such a query every
+//! second.
 //!
 //! **Once.** The pipeline parses a query when a policy's generation changes, never per event,
-//! per reconcile or per backend: `{{service}}` and `{{namespace}}` are parsed as markers that
-//! are plain label-value text, the parsed query is scoped to the namespace and printed once
-//! ([`HealthQuery::scoped`]), and each backend's query is that text with the markers replaced
+//! per reconcile or per backend. `{{service}}` and `{{namespace}}` are parsed as markers that
+//! are plain label-value text; every selector gets a marker label equal to the namespace; the
+//! query is printed, and the parsed form (with the regexes its parser compiled) is dropped. The
+//! controller's namespace label takes the marker's place in that text
+//! ([`HealthQuery::scoped`]), and each backend's query is the text with its names filled in
 //! ([`ScopedQuery::for_backend`]). Service and namespace names are DNS labels, so they need no
 //! escaping in a string or a regex.
 //!
@@ -33,7 +33,7 @@
 //! selector that matches the label any other way is refused, and so is `info()`, which reads
 //! `target_info` series of its own choosing, outside any selector.
 
-use std::{fmt, sync::LazyLock};
+use std::sync::LazyLock;
 
 use crate::api::rules::{
     LONG_REPETITION, MAX_QUERY_LENGTH, MAX_REGEX_LENGTH, MAX_REGEX_MATCHERS,
@@ -51,67 +51,51 @@ static LONG_REPETITION_RE: LazyLock<Option<regex::Regex>> =
 const SERVICE_MARKER: &str = "__failover_service__";
 /// What stands for `{{namespace}}` while the query is parsed and scoped.
 const NAMESPACE_MARKER: &str = "__failover_namespace__";
+/// What stands for the namespace label (`--prometheus-namespace-label`) in the scoped text.
+const LABEL_MARKER: &str = "__failover_label__";
 
-/// A query that passed the limits and parses, placeholders kept as markers.
-#[derive(Clone)]
+/// A query that passed the limits and parses, held as text: scoped by a marker label, with its
+/// placeholders as markers, and what scoping by a real label must refuse. The parsed query (and
+/// the regexes its parser compiled, up to [`REGEX_SIZE_LIMIT`] each) is dropped once the text is
+/// printed, so a policy holds a few KiB whatever its query compiles to.
+#[derive(Clone, Debug, PartialEq)]
 pub struct HealthQuery {
     written: String,
-    parsed: Expr,
-}
-
-impl fmt::Debug for HealthQuery {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("HealthQuery").field(&self.written).finish()
-    }
-}
-
-impl PartialEq for HealthQuery {
-    fn eq(&self, other: &Self) -> bool {
-        self.written == other.written
-    }
+    /// The policy's namespace, for messages.
+    namespace: String,
+    /// Every selector with `LABEL_MARKER="<namespace>"` added, printed.
+    template: String,
+    /// The matchers of the query, by label name, that do not select exactly the policy's
+    /// namespace: scoping by that label refuses them.
+    others: Vec<(String, String)>,
+    /// The query calls `info()`.
+    calls_info: bool,
 }
 
 impl HealthQuery {
-    /// Checks the limits, then parses; the refusal says which rule the query breaks (without
-    /// the field's name: the caller names it).
-    pub fn parse(written: &str) -> Result<Self, String> {
-        let length = written.chars().count();
-        if length > MAX_QUERY_LENGTH {
-            return Err(format!(
-                "holds {length} characters; at most {MAX_QUERY_LENGTH} are allowed"
-            ));
-        }
-        let strings = Strings::of(written)?;
-        if strings.outside.iter().any(|o| o.contains("{{")) {
-            return Err(
-                "places {{service}} and {{namespace}} outside a string: they fill in label values"
-                    .into(),
-            );
-        }
-        if strings.regex_matchers > MAX_REGEX_MATCHERS {
-            return Err(format!(
-                "holds {} regex matchers; it {REGEX_MATCHERS_MESSAGE}",
-                strings.regex_matchers
-            ));
-        }
-        if LONG_REPETITION_RE
-            .as_ref()
-            .is_none_or(|re| re.is_match(written))
-        {
-            return Err(REPETITION_MESSAGE.into());
-        }
-        for value in &strings.regexes {
-            check_regex(value)?;
-        }
+    /// Checks the limits, then parses and prints the query scoped to `namespace` by a marker
+    /// label; the refusal says which rule the query breaks (without the field's name: the caller
+    /// names it).
+    pub fn parse(written: &str, namespace: &str) -> Result<Self, String> {
+        check_cost(written)?;
         let marked = written
             .replace("{{service}}", SERVICE_MARKER)
             .replace("{{namespace}}", NAMESPACE_MARKER);
-        let parsed = parser::parse(&marked)
+        let mut parsed = parser::parse(&marked)
             .map_err(|e| format!("is not PromQL: {}", crate::message::line(&e)))?;
-        Ok(Self {
+        let mut query = Self {
             written: written.to_string(),
-            parsed,
-        })
+            namespace: namespace.to_string(),
+            template: String::new(),
+            others: Vec::new(),
+            calls_info: false,
+        };
+        scope(&mut parsed, &mut |vs| query.scope_selector(vs, namespace))
+            .map_err(|why| format!("has {why}"))?;
+        let calls_info = calls(&parsed, "info");
+        query.calls_info = calls_info;
+        query.template = parsed.to_string();
+        Ok(query)
     }
 
     /// The query as its author wrote it.
@@ -119,9 +103,9 @@ impl HealthQuery {
         &self.written
     }
 
-    /// The query reading only the series of `namespace` (every selector matches `label` equal
-    /// to it), printed once; with no label (the admin turned scoping off), as written.
-    pub fn scoped(&self, label: Option<&str>, namespace: &str) -> Result<ScopedQuery, String> {
+    /// The query reading only the series of its namespace (every selector matches `label`
+    /// equal to it); with no label (the admin turned scoping off), as written.
+    pub fn scoped(&self, label: Option<&str>) -> Result<ScopedQuery, String> {
         let Some(label) = label else {
             return Ok(ScopedQuery {
                 text: self
@@ -130,11 +114,50 @@ impl HealthQuery {
                     .replace("{{namespace}}", NAMESPACE_MARKER),
             });
         };
-        let mut expr = self.parsed.clone();
-        scope(&mut expr, label, namespace)?;
+        if self.calls_info {
+            return Err("spec.health.prometheus.query calls info(), which reads series outside the selectors scoped to its namespace".into());
+        }
+        if let Some((_, shown)) = self.others.iter().find(|(name, _)| name == label) {
+            return Err(format!(
+                "spec.health.prometheus.query selects {shown}; a policy reads only the series of its namespace ({label}=\"{}\" is added to every selector)",
+                self.namespace
+            ));
+        }
+        let name = if is_label_name(label) {
+            label.to_string()
+        } else {
+            format!("\"{}\"", label.replace('\\', "\\\\").replace('"', "\\\""))
+        };
         Ok(ScopedQuery {
-            text: expr.to_string(),
+            text: self.template.replace(LABEL_MARKER, &name),
         })
+    }
+
+    /// Adds the marker label to a selector (to each branch of an `or` selector), and notes the
+    /// matchers that select anything but the policy's namespace.
+    fn scope_selector(&mut self, vs: &mut VectorSelector, namespace: &str) {
+        let Matchers {
+            matchers,
+            or_matchers,
+        } = &mut vs.matchers;
+        let branches: Vec<&mut Vec<Matcher>> = if or_matchers.is_empty() {
+            vec![matchers]
+        } else {
+            or_matchers.iter_mut().collect()
+        };
+        for branch in branches {
+            for m in branch.iter() {
+                let own = m.value == namespace || m.value == NAMESPACE_MARKER;
+                if !(matches!(m.op, MatchOp::Equal) && own) {
+                    let shown = m
+                        .to_string()
+                        .replace(SERVICE_MARKER, "{{service}}")
+                        .replace(NAMESPACE_MARKER, "{{namespace}}");
+                    self.others.push((m.name.clone(), shown));
+                }
+            }
+            branch.push(Matcher::new(MatchOp::Equal, LABEL_MARKER, NAMESPACE_MARKER));
+        }
     }
 }
 
@@ -151,6 +174,48 @@ impl ScopedQuery {
             .replace(SERVICE_MARKER, service)
             .replace(NAMESPACE_MARKER, namespace)
     }
+}
+
+/// The lexical limits and each regex's compiled size, before anything is parsed.
+fn check_cost(written: &str) -> Result<(), String> {
+    let length = written.chars().count();
+    if length > MAX_QUERY_LENGTH {
+        return Err(format!(
+            "holds {length} characters; at most {MAX_QUERY_LENGTH} are allowed"
+        ));
+    }
+    let strings = Strings::of(written)?;
+    if strings.outside.iter().any(|o| o.contains("{{")) {
+        return Err(
+            "places {{service}} and {{namespace}} outside a string: they fill in label values"
+                .into(),
+        );
+    }
+    if strings.regex_matchers > MAX_REGEX_MATCHERS {
+        return Err(format!(
+            "holds {} regex matchers; it {REGEX_MATCHERS_MESSAGE}",
+            strings.regex_matchers
+        ));
+    }
+    if LONG_REPETITION_RE
+        .as_ref()
+        .is_none_or(|re| re.is_match(written))
+    {
+        return Err(REPETITION_MESSAGE.into());
+    }
+    strings
+        .regexes
+        .iter()
+        .try_for_each(|value| check_regex(value))
+}
+
+/// Whether `name` is written bare in a selector (else it is quoted, as Prometheus 3 allows).
+fn is_label_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// What a lexical pass finds in a query: its regex values, how many regex matchers it has, and
@@ -293,67 +358,58 @@ fn starts_repetition(text: &str) -> bool {
     !low.is_empty() && digits(low) && digits(high)
 }
 
-fn scope(expr: &mut Expr, label: &str, namespace: &str) -> Result<(), String> {
+/// Applies `selector` to every selector of the query, wherever it hides (a function, an
+/// aggregation, a subquery, either side of a binary operation).
+fn scope(
+    expr: &mut Expr,
+    selector: &mut impl FnMut(&mut VectorSelector),
+) -> Result<(), &'static str> {
     match expr {
         Expr::Aggregate(e) => {
-            scope(&mut e.expr, label, namespace)?;
+            scope(&mut e.expr, selector)?;
             match &mut e.param {
-                Some(param) => scope(param, label, namespace),
+                Some(param) => scope(param, selector),
                 None => Ok(()),
             }
         }
-        Expr::Unary(e) => scope(&mut e.expr, label, namespace),
+        Expr::Unary(e) => scope(&mut e.expr, selector),
         Expr::Binary(e) => {
-            scope(&mut e.lhs, label, namespace)?;
-            scope(&mut e.rhs, label, namespace)
+            scope(&mut e.lhs, selector)?;
+            scope(&mut e.rhs, selector)
         }
-        Expr::Paren(e) => scope(&mut e.expr, label, namespace),
-        Expr::Subquery(e) => scope(&mut e.expr, label, namespace),
+        Expr::Paren(e) => scope(&mut e.expr, selector),
+        Expr::Subquery(e) => scope(&mut e.expr, selector),
         Expr::NumberLiteral(_) | Expr::StringLiteral(_) => Ok(()),
-        Expr::VectorSelector(vs) => scope_selector(vs, label, namespace),
-        Expr::MatrixSelector(ms) => scope_selector(&mut ms.vs, label, namespace),
-        Expr::Call(call) if call.func.name == "info" => Err(
-            "spec.health.prometheus.query calls info(), which reads series outside the selectors scoped to its namespace".into(),
-        ),
+        Expr::VectorSelector(vs) => {
+            selector(vs);
+            Ok(())
+        }
+        Expr::MatrixSelector(ms) => {
+            selector(&mut ms.vs);
+            Ok(())
+        }
         Expr::Call(call) => call
             .args
             .args
             .iter_mut()
-            .try_for_each(|arg| scope(arg, label, namespace)),
-        Expr::Extension(_) => Err(
-            "spec.health.prometheus.query has a part that cannot be scoped to its namespace".into(),
-        ),
+            .try_for_each(|arg| scope(arg, selector)),
+        Expr::Extension(_) => Err("a part that cannot be scoped to its namespace"),
     }
 }
 
-/// Adds `label="namespace"` to a selector (to each branch of an `or` selector); refuses one that
-/// already matches the label any other way.
-fn scope_selector(vs: &mut VectorSelector, label: &str, namespace: &str) -> Result<(), String> {
-    let Matchers {
-        matchers,
-        or_matchers,
-    } = &mut vs.matchers;
-    let branches: Vec<&mut Vec<Matcher>> = if or_matchers.is_empty() {
-        vec![matchers]
-    } else {
-        or_matchers.iter_mut().collect()
-    };
-    for branch in branches {
-        if let Some(m) = branch.iter().find(|m| m.name == label) {
-            let own = m.value == namespace || m.value == NAMESPACE_MARKER;
-            if matches!(m.op, MatchOp::Equal) && own {
-                continue;
-            }
-            return Err(format!(
-                "spec.health.prometheus.query selects {}; a policy reads only the series of its namespace ({label}=\"{namespace}\" is added to every selector)",
-                m.to_string()
-                    .replace(SERVICE_MARKER, "{{service}}")
-                    .replace(NAMESPACE_MARKER, "{{namespace}}")
-            ));
+/// Whether the query calls the function `name` anywhere.
+fn calls(expr: &Expr, name: &str) -> bool {
+    match expr {
+        Expr::Aggregate(e) => {
+            calls(&e.expr, name) || e.param.as_ref().is_some_and(|p| calls(p, name))
         }
-        branch.push(Matcher::new(MatchOp::Equal, label, namespace));
+        Expr::Unary(e) => calls(&e.expr, name),
+        Expr::Binary(e) => calls(&e.lhs, name) || calls(&e.rhs, name),
+        Expr::Paren(e) => calls(&e.expr, name),
+        Expr::Subquery(e) => calls(&e.expr, name),
+        Expr::Call(call) => call.func.name == name || call.args.args.iter().any(|a| calls(a, name)),
+        _ => false,
     }
-    Ok(())
 }
 
 /// A query at every limit that passes them: 4,000 characters, [`MAX_REGEX_MATCHERS`] matchers,
@@ -382,8 +438,8 @@ mod tests {
     use super::*;
 
     fn scoped(query: &str) -> Result<String, String> {
-        HealthQuery::parse(query)?
-            .scoped(Some("namespace"), "shop")
+        HealthQuery::parse(query, "shop")?
+            .scoped(Some("namespace"))
             .map(|q| q.for_backend("shop", "web"))
     }
 
@@ -408,9 +464,13 @@ mod tests {
             ),
             (
                 r#"topk(1, x{namespace="{{namespace}}", job=~"{{service}}-.*"})"#,
-                r#"topk(1, x{namespace="shop", job=~"web-.*"})"#,
+                r#"topk(1, x{namespace="shop", job=~"web-.*", namespace="shop"})"#,
             ),
             ("time()", "time()"),
+            (
+                r#"y{"k8s.namespace"="shop"}"#,
+                r#"y{"k8s.namespace"="shop",namespace="shop"}"#,
+            ),
         ] {
             let got = scoped(query).expect(query);
             assert_eq!(printed(&got), printed(expected), "{query}");
@@ -433,10 +493,15 @@ mod tests {
         }
         let info = scoped(r#"info(rate(http_requests_total[5m]))"#).expect_err("info");
         assert!(info.contains("calls info()"), "{info}");
-        let unscoped = HealthQuery::parse(r#"x{namespace="a",s="{{service}}"}"#)
-            .and_then(|q| q.scoped(None, "shop"))
+        let unscoped = HealthQuery::parse(r#"x{namespace="a",s="{{service}}"}"#, "shop")
+            .and_then(|q| q.scoped(None))
             .map(|q| q.for_backend("shop", "web"));
         assert_eq!(unscoped.as_deref(), Ok(r#"x{namespace="a",s="web"}"#));
+        // A label that is not a bare name is quoted, as Prometheus 3 reads it.
+        let dotted = HealthQuery::parse("up", "shop")
+            .and_then(|q| q.scoped(Some("k8s.namespace.name")))
+            .map(|q| q.for_backend("shop", "web"));
+        assert_eq!(dotted.as_deref(), Ok(r#"up{"k8s.namespace.name"="shop"}"#));
     }
 
     #[test]
@@ -457,11 +522,14 @@ mod tests {
             (r#"x{a="b}"#.to_string(), "never ends"),
             ("{{service}}_total".to_string(), "outside a string"),
         ] {
-            let refused = HealthQuery::parse(&query).expect_err(&query);
+            let refused = HealthQuery::parse(&query, "shop").expect_err(&query);
             assert!(refused.contains(says), "{query}: {refused}");
         }
         // What the lexical pass skips: strings and comments.
-        let fine = HealthQuery::parse("x{a=\"=~ !~ =~\"} # =~ =~ =~ =~ =~ =~ =~ =~ =~ \"\n");
+        let fine = HealthQuery::parse(
+            "x{a=\"=~ !~ =~\"} # =~ =~ =~ =~ =~ =~ =~ =~ =~ \"\n",
+            "shop",
+        );
         assert!(fine.is_ok(), "{fine:?}");
     }
 
@@ -494,7 +562,7 @@ mod tests {
         assert_eq!(Strings::of(&query).map(|s| s.regex_matchers).ok(), Some(8));
         assert_eq!(query.len(), 4000);
         let started = Instant::now();
-        let parsed = HealthQuery::parse(&query);
+        let parsed = HealthQuery::parse(&query, "shop");
         eprintln!(
             "a query at every limit checked and parsed in {:?}",
             started.elapsed()
@@ -506,7 +574,7 @@ mod tests {
         /// Whatever the text, the check ends in a bounded time and never panics.
         #[test]
         fn any_text_is_checked_without_a_panic(query in "(?s).{0,300}") {
-            let _ = HealthQuery::parse(&query);
+            let _ = HealthQuery::parse(&query, "shop");
         }
     }
 }

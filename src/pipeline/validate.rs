@@ -27,7 +27,8 @@ pub fn validate_spec(spec: &FailoverPolicySpec) -> Result<(), Vec<SpecProblem>> 
     let mut problems = Vec::new();
     let _ = holds(spec, &mut problems);
     let _ = ramp(spec, &mut problems);
-    let _ = health(spec, &mut problems);
+    // The namespace only sorts which matchers scoping refuses; validity does not depend on it.
+    let _ = health(spec, "namespace", &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -57,7 +58,7 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
         String::new()
     });
     let ramp = ramp(spec, &mut problems);
-    let health = health(spec, &mut problems);
+    let health = health(spec, &namespace, &mut problems);
     let (Some((failover_after, failback_after)), true) = (holds, problems.is_empty()) else {
         return Err(problems);
     };
@@ -199,7 +200,11 @@ fn http_route_checks(spec: &FailoverPolicySpec) -> Vec<(bool, &'static CrossFiel
 }
 
 /// The Prometheus health check of `spec.health`, with its rules checked.
-fn health(spec: &FailoverPolicySpec, problems: &mut Vec<SpecProblem>) -> Option<Health> {
+fn health(
+    spec: &FailoverPolicySpec,
+    namespace: &str,
+    problems: &mut Vec<SpecProblem>,
+) -> Option<Health> {
     let p = spec.health.as_ref()?.prometheus.as_ref()?;
     let bound = match (p.max, p.min) {
         (Some(max), None) => Some(Bound::Max(max)),
@@ -221,7 +226,7 @@ fn health(spec: &FailoverPolicySpec, problems: &mut Vec<SpecProblem>) -> Option<
         ));
     }
     // A query that cannot run within its cost limits, or cannot parse, could never run.
-    let query = HealthQuery::parse(&p.query)
+    let query = HealthQuery::parse(&p.query, namespace)
         .map_err(|why| {
             let why = crate::message::line(&why);
             problems.push(problem("spec.health.prometheus.query", &why));

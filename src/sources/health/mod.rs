@@ -131,7 +131,7 @@ impl Health {
         // Scoped once; each backend's query is that text with its names filled in.
         let scoped = health
             .query
-            .scoped(self.reach.namespace_label.as_deref(), &v.namespace)
+            .scoped(self.reach.namespace_label.as_deref())
             .map_err(|message| Unasked {
                 refused: Some(QUERY_NOT_ALLOWED),
                 message: crate::message::line(&message),
