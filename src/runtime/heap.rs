@@ -37,7 +37,8 @@ pub async fn trim_after_bursts(heap: impl Fn() -> i64) {
 /// blocking thread, whose allocations glibc serves from an arena of that thread's own. Without
 /// it, the noisy-neighbour phase at 1,000 policies (a query at every limit compiled every
 /// second) ended at 28.1 MiB RSS against 24.6 MiB at the end of the phase before, with the heap
-/// at 5.9 against 5.0 MiB (docs/bench-runs, run 20261126-1141).
+/// at 5.9 against 5.0 MiB (docs/bench-runs, run 20261126-1141); with it, 26.2 against
+/// 25.4 MiB, the heap at 6.2 against 5.3 MiB (run 20261126-1150).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn trim() {
     // SAFETY: malloc_trim takes no pointer and only releases memory malloc holds free.
