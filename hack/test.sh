@@ -4,7 +4,8 @@
 # lint and all tests (unit, property, the integration tests against a real local control plane,
 # and the tests on a real node, which install containerd, runc and the CNI plugins from Debian's
 # packages and build the controller's image from the Dockerfile; FAILOVER_SKIP_NODE_TESTS=1 skips
-# those, loudly).
+# those, loudly). Every test binary runs even when one fails; the end lists every failed test,
+# and the figures the tests measured are in target/test-figures.log.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -28,10 +29,19 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 # Every test skipped on purpose is recorded here (tests/support/skips.rs) and counted below.
 skips=$(mktemp "${TMPDIR:-/tmp}/failover-skips.XXXXXX")
-trap 'rm -f "$skips"' EXIT
 export FAILOVER_SKIPS_FILE=$skips
-status=0
-cargo test --workspace --all-targets --locked "$@" || status=$?
+# Every figure a test measured is appended here (tests/support: `figure`), so a run's figures can
+# be kept (docs/bench-runs) and cited.
+mkdir -p target
+export FAILOVER_FIGURES_FILE=$PWD/target/test-figures.log
+: > "$FAILOVER_FIGURES_FILE"
+output=$(mktemp "${TMPDIR:-/tmp}/failover-test-output.XXXXXX")
+trap 'rm -f "$skips" "$output"' EXIT
+# --no-fail-fast: a failing test binary does not hide the others; the failures are listed below.
+set +e
+cargo test --workspace --all-targets --locked --no-fail-fast "$@" 2>&1 | tee "$output"
+status=${PIPESTATUS[0]}
+set -e
 
 echo "== skipped tests"
 if [[ ! -s "$skips" ]]; then
@@ -45,5 +55,15 @@ else
       status=1
     fi
   done < "$skips"
+fi
+echo "== test figures"
+echo "$(wc -l < "$FAILOVER_FIGURES_FILE") figures in target/test-figures.log"
+echo "== failed tests"
+if grep -E '^test .+ \.\.\. FAILED$' "$output"; then
+  status=1
+elif [[ "$status" == 0 ]]; then
+  echo "none"
+else
+  echo "none by name; cargo test exited $status (a build or a test binary failed: see above)"
 fi
 exit "$status"

@@ -153,7 +153,7 @@ fn the_demo_shows_every_step_of_a_failover_and_leaves_nothing_behind() {
     let _one = ONE_DEMO_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let run = ScriptRun::of("hack/demo.sh", &[], DEMO_LIMIT);
     run.assert_success("hack/demo.sh");
-    eprintln!("hack/demo.sh ran in {:.1?}", run.took);
+    support::figure(format!("hack/demo.sh ran in {:.1?}", run.took));
 
     let invalid = run.step("an invalid policy is rejected");
     assert!(
@@ -195,7 +195,7 @@ fn the_node_demo_moves_real_readiness_and_leaves_nothing_behind() {
     let _one = ONE_DEMO_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let run = ScriptRun::of("hack/demo.sh", &["--node"], DEMO_LIMIT);
     run.assert_success("hack/demo.sh --node");
-    eprintln!("hack/demo.sh --node ran in {:.1?}", run.took);
+    support::figure(format!("hack/demo.sh --node ran in {:.1?}", run.took));
     for (prefix, weights, answering) in [
         ("every backend Pod is ready", [1, 0, 0], "web"),
         (
@@ -385,7 +385,7 @@ async fn every_sample_applies_and_reaches_its_documented_condition() {
             .flat_map(|s| &s.conditions)
             .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
             .collect();
-        eprintln!("{file}: {name}: {}", conditions.join(" | "));
+        support::figure(format!("{file}: {name}: {}", conditions.join(" | ")));
         env.cleanup().await;
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

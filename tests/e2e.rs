@@ -234,10 +234,10 @@ async fn failover_after_holds_traffic_until_due() {
         "failback after {:?}",
         back.elapsed()
     );
-    eprintln!(
+    support::figure(format!(
         "failoverAfter 3s took {held:?}; failbackAfter 2s took {:?}",
         back.elapsed()
-    );
+    ));
     env.cleanup().await;
 }
 
@@ -436,11 +436,11 @@ async fn one_failover_costs_one_split_write_and_one_status_write() {
         policies.iter().map(|(_, p)| &p.status).collect::<Vec<_>>()
     );
     let seen = splits[0].0;
-    eprintln!(
+    support::figure(format!(
         "failover latency: EndpointSlice write acknowledged after {:?}; TrafficSplit change seen by a watch {:?} after the acknowledgement",
         acked - started,
         seen.saturating_duration_since(acked)
-    );
+    ));
     env.cleanup().await;
 }
 
@@ -481,12 +481,7 @@ async fn two_policies_on_one_apex_give_one_route_and_deleting_the_older_hands_it
             condition_reason(p, READY).as_deref() == Some(ready::APEX_CONFLICT)
         })
         .await;
-    let message = p
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == READY))
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let (_, _, message) = support::condition(&p, READY).unwrap_or_default();
     assert!(
         message.contains(&format!(
             "apex Service api is routed by policy {}/api-first",
@@ -509,7 +504,7 @@ async fn two_policies_on_one_apex_give_one_route_and_deleting_the_older_hands_it
     };
     let one = wait_until(WAIT, || async { routes_of_api().await == ["api-first"] }).await;
     assert!(one, "routes of api: {:?}", routes_of_api().await);
-    eprintln!("the younger policy says: {message}");
+    support::figure(format!("the younger policy says: {message}"));
 
     // Deleting the older policy hands the apex over.
     let out = env.kubectl(&["delete", "failoverpolicy", "api-first"]);

@@ -144,7 +144,7 @@ async fn the_longest_and_oddest_accepted_names_work_end_to_end() {
             "{}: no FailedOver Event on the policy",
             case.what
         );
-        eprintln!("works end to end: {}", case.what);
+        support::figure(format!("works end to end: {}", case.what));
     }
     env.cleanup().await;
 }
@@ -211,7 +211,9 @@ async fn each_missing_crd_is_named_and_picked_up_once_installed() {
     let metrics = first.admin_get("/metrics").await.1;
     let series = "failover_missing_api{crd=\"failoverpolicies.failover.dev\"}";
     assert_eq!(metric(&metrics, series), Some(1.0), "{metrics}");
-    eprintln!("missing FailoverPolicy CRD named after {took:?}: {body}");
+    support::figure(format!(
+        "missing FailoverPolicy CRD named after {took:?}: {body}"
+    ));
     drop(first);
 
     apply_crd(&env.client, &failover_policy_crd()).await;
@@ -232,7 +234,7 @@ async fn each_missing_crd_is_named_and_picked_up_once_installed() {
         "httproutes.gateway.networking.k8s.io",
     ] {
         let took = logged(&controller, crd).await;
-        eprintln!("missing {crd} named after {took:?}");
+        support::figure(format!("missing {crd} named after {took:?}"));
     }
     // A route CRD a policy needs is that policy's concern: the controller stays ready, for
     // every probe over 5 s (it turned 503 within 5 s when a tenant's policy could hold it).
@@ -248,7 +250,10 @@ async fn each_missing_crd_is_named_and_picked_up_once_installed() {
     }
     let not_ready: Vec<_> = answers.iter().filter(|(code, _)| *code != 200).collect();
     assert!(not_ready.is_empty(), "/readyz: {not_ready:?}");
-    eprintln!("/readyz answered 200 to all {} probes", answers.len());
+    support::figure(format!(
+        "/readyz answered 200 to all {} probes",
+        answers.len()
+    ));
     let missing =
         |p: &FailoverPolicy| condition(p, READY).is_some_and(|(_, r, _)| r.ends_with("CRDMissing"));
     let p = env

@@ -87,10 +87,10 @@ async fn outage_loses_no_transition(test: &str, component: &str) {
     let changed = Instant::now();
     env.set_endpoints("web", 1, 0).await;
     env.wait_weights("web", &ON_WEB, WAIT).await;
-    eprintln!(
+    support::figure(format!(
         "{component} down 5 s: API serving again {serving:?} after restart; converged {converged:?} after restart; a later change applied in {:?}",
         changed.elapsed()
-    );
+    ));
     drop(controller);
     let _ = env.cp.script(&["stop", env.cp.dir.to_str().expect("dir")]);
 }
@@ -136,10 +136,10 @@ async fn controller_killed_before_its_write_converges_after_restart() {
         })
         .await;
     assert_eq!(p.status.expect("status").active_backends, vec!["web-west"]);
-    eprintln!(
+    support::figure(format!(
         "controller SIGKILL: converged {:?} after restart",
         restarted.elapsed()
-    );
+    ));
     env.cleanup().await;
 }
 
@@ -213,7 +213,7 @@ async fn denied_writes_are_reported_then_retried_until_they_land() {
         "logs carry the API server's message, not a client dump:\n{}",
         controller.logs()
     );
-    eprintln!("a denied write, as the status says it: {message}");
+    support::figure(format!("a denied write, as the status says it: {message}"));
     assert_eq!(
         phase(&p),
         Some(Phase::Primary),
@@ -236,10 +236,10 @@ async fn denied_writes_are_reported_then_retried_until_they_land() {
         "failover_reconcile_errors_total{kind=\"route_write\"}",
     )
     .unwrap_or(0.0);
-    eprintln!(
+    support::figure(format!(
         "denied writes: converged {:?} after the permission returned ({errors} failed attempts, backoff capped at 10s)",
         restored.elapsed()
-    );
+    ));
     assert!(
         (1.0..30.0).contains(&errors),
         "retries are backed off: {errors}"
@@ -372,7 +372,9 @@ async fn five_hundred_policies_sharing_one_primary_all_fail_over() {
     let text = controller.admin_get("/metrics").await.1;
     let errors = metric_sum(&text, "failover_reconcile_errors_total");
     assert_eq!(errors, 0.0);
-    eprintln!("500 policies sharing one primary: all TrafficSplits failed over in {took:?}");
+    support::figure(format!(
+        "500 policies sharing one primary: all TrafficSplits failed over in {took:?}"
+    ));
     env.cleanup().await;
 }
 
@@ -432,6 +434,8 @@ async fn flapping_without_holds_ends_right_with_bounded_writes() {
         writes >= 1.0 && writes <= changes as f64,
         "{writes} TrafficSplit writes for {changes} readiness changes"
     );
-    eprintln!("flapping without holds: {changes} readiness changes, {writes} TrafficSplit writes");
+    support::figure(format!(
+        "flapping without holds: {changes} readiness changes, {writes} TrafficSplit writes"
+    ));
     env.cleanup().await;
 }

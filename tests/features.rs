@@ -392,7 +392,9 @@ async fn a_failback_ramp_moves_the_primary_share_through_its_steps_and_aborts_on
         done >= Duration::from_millis(3900),
         "the ramp ended after {done:?}"
     );
-    eprintln!("ramp 25% at {first:?}, 50% at {second:?}, 100% at {done:?} (every 2 s)");
+    support::figure(format!(
+        "ramp 25% at {first:?}, 50% at {second:?}, 100% at {done:?} (every 2 s)"
+    ));
 
     // A second failover and failback, and the primary fails during the ramp.
     env.apply(&ramped("0s"));
@@ -419,9 +421,9 @@ async fn a_failback_ramp_moves_the_primary_share_through_its_steps_and_aborts_on
     env.set_endpoints("web", 0, 1).await;
     env.wait_weights("web", &ON_EAST, Duration::from_secs(10))
         .await;
-    eprintln!(
+    support::figure(format!(
         "a failure during the ramp sent traffic back in {:?}",
         failed.elapsed()
-    );
+    ));
     env.cleanup().await;
 }

@@ -40,6 +40,13 @@ async fn an_error_ratio_over_the_threshold_fails_over_and_prometheus_down_keeps_
     exporter.set(&[("web", 0.9), ("web-east", 0.0), ("web-west", 0.0)]);
     env.wait_weights("web", &ON_EAST, WAIT).await;
     let failover = bad.elapsed();
+    // The next scrape (every 1 s) brings the value in, the next query (every 1 s) reads it:
+    // within two of each, with a second to spare for the write and the route read.
+    let bound = Duration::from_secs(2 * (1 + 1) + 1);
+    assert!(
+        failover <= bound,
+        "failed over {failover:.1?} after the ratio rose, more than {bound:?}"
+    );
     // The status follows the route (it is written in the background): wait for the reading.
     let reading = |p: &FailoverPolicy| {
         p.status
@@ -80,10 +87,10 @@ async fn an_error_ratio_over_the_threshold_fails_over_and_prometheus_down_keeps_
     env.wait_weights("web", &ON_WEB, WAIT).await;
     env.wait_policy("web", WAIT, "queries answer again", |p| !query_failed(p))
         .await;
-    eprintln!(
-        "error ratio over the threshold → failover {failover:.1?}; Prometheus back with the ratio under → failback {:.1?} (scrape and query every 1 s)",
+    support::figure(format!(
+        "error ratio over the threshold → failover {failover:.1?} (bound 5 s); Prometheus back with the ratio under → failback {:.1?} (scrape and query every 1 s)",
         good.elapsed()
-    );
+    ));
     env.cleanup().await;
 }
 
@@ -148,10 +155,10 @@ async fn a_prometheus_answering_html_or_ten_megabytes_is_reported_in_one_line() 
             condition(p, HEALTH_QUERY_FAILED).is_some_and(|c| c.2.contains("more than 1 MiB"))
         })
         .await;
-    eprintln!(
+    support::figure(format!(
         "HTML: {said}\n10 MB: {}",
         condition(&big, HEALTH_QUERY_FAILED).expect("condition").2
-    );
+    ));
     env.wait_weights("web", &ON_WEB, WAIT).await;
     env.cleanup().await;
 }

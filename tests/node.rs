@@ -29,10 +29,10 @@ async fn installed(
     }
     let started = Instant::now();
     env.install_controller(chart);
-    eprintln!(
+    support::figure(format!(
         "chart installed → controller Pod Ready in {:.1?}",
         started.elapsed()
-    );
+    ));
     env.apply(&policy);
     env.wait_weights("web", &ON_WEB, WAIT).await;
     Some(env)
@@ -92,10 +92,10 @@ async fn the_chart_runs_the_image_and_fails_over_on_real_readiness_probes() {
     let passed = Instant::now();
     env.set_backend_ready("web", true).await;
     env.wait_weights("web", &ON_WEB, WAIT).await;
-    eprintln!(
+    support::figure(format!(
         "probe failure → TrafficSplit change {failover:.1?}; probe pass → failback {:.1?} (probe period 1 s)",
         passed.elapsed()
-    );
+    ));
     env.cleanup().await;
 }
 
@@ -144,10 +144,10 @@ async fn a_rolling_update_that_keeps_two_ready_endpoints_never_fails_over() {
         "the rollout was watched: {} reads",
         seen.len()
     );
-    eprintln!(
+    support::figure(format!(
         "rolling update of 3 Pods in {took:.1?}: {} reads of the weights, all on the primary",
         seen.len()
-    );
+    ));
     env.cleanup().await;
 }
 
@@ -217,11 +217,11 @@ async fn a_replacement_controller_pod_completes_a_failover_its_predecessor_did_n
     let by = failed_over_by(&env, &old[0]).await;
     let new = env.pods_of(CONTROLLER).await;
     assert!(new.contains(&by), "{by} is the replacement Pod: {new:?}");
-    eprintln!(
+    support::figure(format!(
         "failover completed by the replacement Pod {by} {:.1?} after the old one was deleted, {:.1?} after the failoverAfter hold (10 s) fell due",
         deleted.elapsed(),
         pending.elapsed().saturating_sub(Duration::from_secs(10))
-    );
+    ));
     env.cleanup().await;
 }
 
@@ -253,10 +253,10 @@ async fn killing_the_leader_pod_hands_over_to_the_standby() {
     .await;
     assert!(handed, "the Lease moved to the standby");
     assert_eq!(leader(&env), by, "the new leader completed the failover");
-    eprintln!(
+    support::figure(format!(
         "leader Pod killed → failover completed by the standby {by} in {took:.1?}, {:.1?} after the failoverAfter hold (6 s) fell due (lease 4 s)",
         pending.elapsed().saturating_sub(Duration::from_secs(6))
-    );
+    ));
     let _ = node_kubectl(env.cp, &["get", "nodes"]);
     env.cleanup().await;
 }

@@ -294,8 +294,8 @@ async fn one_leader_writes_and_a_standby_takes_over_after_sigkill_and_sigterm() 
         released.is_some_and(|at| seen[at + 1..].iter().any(Option::is_some)),
         "after SIGTERM the Lease is released, then taken by the standby: {seen:?}"
     );
-    eprintln!(
+    support::figure(format!(
         "takeover: after SIGKILL {sigkill_takeover:?} (lease 4s), after SIGTERM {sigterm_takeover:?}"
-    );
+    ));
     env.cleanup().await;
 }

@@ -45,7 +45,7 @@ async fn status_prints_a_backend_table_and_the_conditions_within_100_columns() {
         return;
     };
     let text = ok(failover(&env, &["status", "web"]));
-    eprintln!("kubectl failover status web:\n{text}");
+    support::figure(format!("kubectl failover status web:\n{text}"));
     fits_100_columns(&text);
     for expected in [
         "SERVICE",
@@ -105,7 +105,7 @@ async fn explain_decision_names_the_rule_and_when_a_hold_falls_due() {
     })
     .await;
     let text = ok(failover(&env, &["explain-decision", "web"]));
-    eprintln!("kubectl failover explain-decision web:\n{text}");
+    support::figure(format!("kubectl failover explain-decision web:\n{text}"));
     fits_100_columns(&text);
     let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(text.contains("Rule: FailoverPending"), "{text}");
@@ -227,7 +227,7 @@ async fn a_suspended_policy_with_its_primary_down_shows_the_frozen_route_everywh
 
     // kubectl get: NAME PRIMARY ACTIVE PHASE READY AGE; Active is the frozen route's backend.
     let listed = support::ok(&env.kubectl(&["get", "failoverpolicies"]), "kubectl get");
-    eprintln!("kubectl get failoverpolicies:\n{listed}");
+    support::figure(format!("kubectl get failoverpolicies:\n{listed}"));
     let row: Vec<&str> = listed
         .lines()
         .find(|l| l.starts_with("web "))
@@ -242,7 +242,7 @@ async fn a_suspended_policy_with_its_primary_down_shows_the_frozen_route_everywh
 
     // kubectl failover status: the primary keeps weight 1 although it is not ready.
     let text = ok(failover(&env, &["status", "web"]));
-    eprintln!("kubectl failover status web:\n{text}");
+    support::figure(format!("kubectl failover status web:\n{text}"));
     let row = |service: &str| -> Vec<String> {
         text.lines()
             .filter(|l| l.contains("primary") || l.contains("secondary"))
@@ -258,7 +258,7 @@ async fn a_suspended_policy_with_its_primary_down_shows_the_frozen_route_everywh
 
     // explain-decision: suspended, where the route stays and where traffic would go.
     let text = ok(failover(&env, &["explain-decision", "web"]));
-    eprintln!("kubectl failover explain-decision web:\n{text}");
+    support::figure(format!("kubectl failover explain-decision web:\n{text}"));
     let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(text.contains("Rule: Suspended"), "{text}");
     assert!(

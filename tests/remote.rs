@@ -148,11 +148,11 @@ async fn readiness_comes_from_the_cluster_that_runs_the_backend() {
         local_ms.push(flip(&env, &env, &ON_WEB, (1, 0)).await);
         local_ms.push(flip(&env, &env, &ON_EAST, (0, 1)).await);
     }
-    eprintln!(
+    support::figure(format!(
         "remote EndpointSlice change → local TrafficSplit change: median {} ms (a local change: median {} ms), 10 changes each",
         median(remote_ms),
         median(local_ms)
-    );
+    ));
     env.wait_weights("web", &ON_EAST, WAIT).await;
     env.cleanup().await;
 }
@@ -267,10 +267,10 @@ async fn a_silent_cluster_counts_as_not_ready_after_stale_after_and_not_before()
         failed_back - ready_since >= chrono::Duration::seconds(3),
         "failbackAfter held: primary ready at {ready_since}, traffic back at {failed_back}"
     );
-    eprintln!(
+    support::figure(format!(
         "staleAfter {stale}: traffic left the silent cluster {left:.1?} after its API server stopped ({message}); re-read and back {reread:.1?} after it started again; the primary read from it {:.1?} later (failbackAfter 3 s)",
         (failed_back - ready_since).to_std().unwrap_or_default()
-    );
+    ));
     env.cleanup().await;
 }
 
@@ -302,10 +302,10 @@ async fn wrong_credentials_are_reported_with_the_api_servers_words_and_a_fix_rec
             backend_message(p, "web-east").contains("Unauthorized")
         })
         .await;
-    eprintln!(
+    support::figure(format!(
         "rotated to a wrong token: {}",
         backend_message(&p, "web-east")
-    );
+    ));
     env.declare_cluster("east", &east.kubeconfig, "2s").await;
     env.wait_weights("web", &ON_EAST, WAIT).await;
     env.cleanup().await;
@@ -331,10 +331,10 @@ async fn a_deleted_cluster_secret_makes_its_backends_not_ready_with_a_clear_mess
             backend_message(p, "web-east").starts_with("cluster east is not declared")
         })
         .await;
-    eprintln!(
+    support::figure(format!(
         "a deleted cluster Secret: {}",
         backend_message(&p, "web-east")
-    );
+    ));
     env.cleanup().await;
 }
 
@@ -422,7 +422,7 @@ async fn a_broken_cluster_secret_says_why_in_one_line_and_never_its_content() {
                 "{what}: {field} quotes the Secret: {message}"
             );
         }
-        eprintln!("{what}: {}", backend_message(&p, "web-east"));
+        support::figure(format!("{what}: {}", backend_message(&p, "web-east")));
         env.declare_cluster("east", &east.kubeconfig, "2s").await;
         env.wait_weights("web", &ON_EAST, WAIT).await;
     }

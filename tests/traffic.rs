@@ -22,6 +22,14 @@ const WAIT: Duration = Duration::from_secs(90);
 const RATE: u32 = 50;
 /// The longest any load runs.
 const LOAD_LIMIT: Duration = Duration::from_secs(240);
+/// The most requests an unplanned failover may lose at [`RATE`]: 0.3 s of them. The requests
+/// sent between the primary's endpoints leaving the proxy and the proxy applying the route to
+/// the secondary fail: the benchmark's rounds lost 4 to 8 each at 100 requests/s, 40 to 80 ms of
+/// them (docs/bench-runs/20261125-1842-ba850d3-full.log). A primary failing for 2 s loses 100
+/// (`a_primary_failing_for_2_s_breaks_the_unplanned_failover_bound`).
+const LOST_IN_A_FAILOVER: usize = 15;
+/// How far, in points, the share of requests the primary answers may be from a ramp step's.
+const RAMP_TOLERANCE: i64 = 5;
 
 /// One scenario at a time: they share the node, the proxy and two cores, and a scenario's
 /// requests must not time out for want of CPU another one takes.
@@ -118,6 +126,55 @@ fn failed(answers: &[Answer], since: Instant) -> Vec<&Answer> {
         .collect()
 }
 
+/// An unplanned failover lost at most [`LOST_IN_A_FAILOVER`] requests sent from `broken` on,
+/// and none sent after the secondary first answered (`switched`: the proxy applied the route).
+fn within_failover_bound(
+    answers: &[Answer],
+    broken: Instant,
+    switched: Instant,
+) -> Result<(), String> {
+    let lost = failed(answers, broken);
+    let after: Vec<&&Answer> = lost.iter().filter(|a| a.sent > switched).collect();
+    if !after.is_empty() {
+        return Err(format!(
+            "requests failed after the proxy sent traffic to the secondary: {after:?}"
+        ));
+    }
+    if lost.len() > LOST_IN_A_FAILOVER {
+        return Err(format!(
+            "the failover lost {} requests, more than {LOST_IN_A_FAILOVER}",
+            lost.len()
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn a_primary_failing_for_2_s_breaks_the_unplanned_failover_bound() {
+    let broken = Instant::now();
+    let at = |ms: u64| broken + Duration::from_millis(ms);
+    let every = 1000 / u64::from(RATE);
+    // Requests every 20 ms for 5 s: the first 2 s fail, then the secondary answers.
+    let answers = |failing_ms: u64| -> Vec<Answer> {
+        (0..5000 / every)
+            .map(|i| {
+                let sent = at(i * every);
+                let failing = i * every < failing_ms;
+                Answer {
+                    sent,
+                    took: Duration::from_millis(2),
+                    status: if failing { 503 } else { 200 },
+                    backend: (!failing).then(|| "web-east".to_string()),
+                }
+            })
+            .collect()
+    };
+    let switched = |failing_ms: u64| at(failing_ms);
+    assert!(within_failover_bound(&answers(2000), broken, switched(2000)).is_err());
+    // What the benchmark measured, up to 80 ms of requests, passes.
+    assert!(within_failover_bound(&answers(80), broken, switched(80)).is_ok());
+}
+
 /// When the first and last request `backend` answered were sent.
 fn answered_by(answers: &[Answer], backend: &str) -> Option<(Instant, Instant)> {
     let sent: Vec<Instant> = answers
@@ -142,18 +199,16 @@ async fn the_primarys_pods_failing_their_probe_move_requests_to_the_secondary() 
     let (_, last_web) = answered_by(&answers, "web").expect("web answered before");
     let (first_east, _) = answered_by(&answers, "web-east").expect("web-east answers");
     let lost = failed(&answers, broken);
-    eprintln!(
-        "unplanned failover at {RATE} req/s: {} of {} requests failed; last answered by web {:.0?} after the probe file was removed, first by web-east after {:.0?}",
+    support::figure(format!(
+        "unplanned failover at {RATE} req/s: {} of {} requests failed (bound {LOST_IN_A_FAILOVER}); last answered by web {:.0?} after the probe file was removed, first by web-east after {:.0?}",
         lost.len(),
         answers.len(),
         last_web.saturating_duration_since(broken),
         first_east.saturating_duration_since(broken)
-    );
-    let after_switch: Vec<&&Answer> = lost.iter().filter(|a| a.sent > first_east).collect();
-    assert!(
-        after_switch.is_empty(),
-        "requests failed after the proxy sent traffic to web-east: {after_switch:?}"
-    );
+    ));
+    if let Err(why) = within_failover_bound(&answers, broken, first_east) {
+        panic!("{why}");
+    }
     env.cleanup().await;
 }
 
@@ -177,10 +232,10 @@ async fn pinning_to_a_secondary_and_unpinning_while_traffic_flows_loses_no_reque
     env.wait_http_route_weights("web", &ON_WEB, WAIT).await;
     settled_on(&load, "web").await;
     let answers = load.stop().await;
-    eprintln!(
+    support::figure(format!(
         "pin and unpin at {RATE} req/s: {:?}",
         by_backend(&answers, switching, Instant::now())
-    );
+    ));
     assert_eq!(
         failed(&answers, switching),
         Vec::<&Answer>::new(),
@@ -247,7 +302,9 @@ async fn a_failback_ramp_shares_requests_by_its_steps() {
             (w[0].0, share, window.len())
         })
         .collect();
-    eprintln!("failback ramp, (step %, share answered by the primary %, requests): {shares:?}");
+    support::figure(format!(
+        "failback ramp, (step %, share answered by the primary %, requests): {shares:?}"
+    ));
     let expected: Vec<i64> = vec![25, 50];
     assert_eq!(
         shares.iter().map(|s| s.0).collect::<Vec<_>>(),
@@ -256,8 +313,8 @@ async fn a_failback_ramp_shares_requests_by_its_steps() {
     );
     for (step, share, requests) in &shares {
         assert!(
-            (share - step).abs() <= 10 && *requests >= 100,
-            "step {step}%: the primary answered {share}% of {requests} requests"
+            (share - step).abs() <= RAMP_TOLERANCE && *requests >= 300,
+            "step {step}%: the primary answered {share}% of {requests} requests (±{RAMP_TOLERANCE} points)"
         );
     }
     assert_eq!(
@@ -309,10 +366,10 @@ async fn killing_the_controller_pod_while_traffic_flows_loses_no_request_and_kee
     assert!(replaced, "the controller's Pod was not replaced");
     settled_on(&load, "web").await;
     let answers = load.stop().await;
-    eprintln!(
+    support::figure(format!(
         "controller Pod killed at {RATE} req/s: {:?}",
         by_backend(&answers, killed, Instant::now())
-    );
+    ));
     assert!(
         !route_moved.get(),
         "the route changed while the controller was away"
@@ -382,6 +439,7 @@ async fn half_the_primarys_requests_failing_fails_over_on_the_proxys_metrics() {
     let broken = Instant::now();
     env.set_backend_failing("web", 50).await;
     env.wait_http_route_weights("web", &ON_EAST, WAIT).await;
+    let moved = broken.elapsed();
     settled_on(&load, "web-east").await;
     let after = Instant::now();
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -389,15 +447,22 @@ async fn half_the_primarys_requests_failing_fails_over_on_the_proxys_metrics() {
     let since = |t: Instant| answers.iter().filter(move |a| a.sent >= t);
     let errors_after = since(after).filter(|a| a.failed()).count();
     let requests_after = since(after).count();
-    eprintln!(
-        "the primary answering 500 to half its requests: failed over {:.1?} later; {} of {} requests failed meanwhile; afterwards {errors_after} of {requests_after}",
+    support::figure(format!(
+        "the primary answering 500 to half its requests: the route moved {moved:.1?} later (bound 9 s), requests settled on the secondary {:.1?} later; {} of {} requests failed meanwhile; afterwards {errors_after} of {requests_after}",
         after.saturating_duration_since(broken),
         since(broken).filter(|a| a.failed()).count(),
         since(broken).count()
-    );
+    ));
     assert!(
         requests_after > 0 && errors_after * 100 < requests_after,
         "the error rate clients see is back under 1%: {errors_after} of {requests_after}"
+    );
+    // The ratio crosses 0.2 within the query's 5 s window of 1 s scrapes, then the next query
+    // (every 1 s) sees it: the route moves within window + scrape + interval, 2 s to spare.
+    let bound = Duration::from_secs(5 + 1 + 1 + 2);
+    assert!(
+        moved <= bound,
+        "the route moved {moved:.1?} after the primary began failing, more than {bound:?}"
     );
     // Once traffic left the primary, its reading has no data (healthy): failbackAfter holds it.
     let p = env.policy("web").await.expect("policy");

@@ -281,10 +281,14 @@ fn traffic_verdicts(t: &Traffic) -> Vec<Verdict> {
         verdict(
             "traffic: 0 failed requests on planned switches and ramps",
             format!(
-                "pins and unpins {} of {}, ramps {} of {}",
-                t.planned.0, t.planned.1, t.ramp.0, t.ramp.1
+                "pins and unpins {} of {} ({} switches not written or never settled), ramps {} of {}",
+                t.planned.0, t.planned.1, t.unsettled_switches, t.ramp.0, t.ramp.1
             ),
-            t.planned.0 == 0 && t.ramp.0 == 0 && t.planned.1 > 0 && t.ramp.1 > 0,
+            t.planned.0 == 0
+                && t.ramp.0 == 0
+                && t.unsettled_switches == 0
+                && t.planned.1 > 0
+                && t.ramp.1 > 0,
         ),
         verdict(
             "traffic: unplanned failover loses no request after the proxy applied the route",
@@ -594,4 +598,33 @@ pub fn print_targets(results: &[ScaleResult], recovery: &[Recovery], traffic: &T
         all.len()
     );
     missed + unmeasured
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured_traffic() -> Traffic {
+        Traffic {
+            rate: 50,
+            ramp: (0, 900),
+            planned: (0, 1200),
+            ..Default::default()
+        }
+    }
+
+    fn planned(t: &Traffic) -> Option<bool> {
+        traffic_verdicts(t)
+            .into_iter()
+            .find(|v| v.target.contains("planned switches"))
+            .and_then(|v| v.met)
+    }
+
+    #[test]
+    fn a_pin_that_never_settles_makes_the_planned_switch_verdict_missed() {
+        let mut t = measured_traffic();
+        assert_eq!(planned(&t), Some(true));
+        t.unsettled_switches = 1;
+        assert_eq!(planned(&t), Some(false));
+    }
 }

@@ -80,6 +80,9 @@ pub struct Traffic {
     /// Failed requests and all requests during failback ramps, and during pins and unpins.
     pub ramp: (usize, usize),
     pub planned: (usize, usize),
+    /// Pins and unpins whose write failed or whose traffic never settled on the backend: each
+    /// makes the planned switches a failed measurement.
+    pub unsettled_switches: usize,
     pub ours: Percentiles,
     pub whole: Percentiles,
 }
@@ -223,7 +226,7 @@ async fn measure(env: &TestEnv, o: &Options) -> Traffic {
     };
     if settle(&load, "web").await {
         rounds(env, &load, (&pods, &slices, &routes), o, &mut t).await;
-        t.planned = pins(env, &load, o.traffic_rounds).await;
+        (t.planned, t.unsettled_switches) = pins(env, &load, o.traffic_rounds).await;
     } else {
         t.failed_rounds = o.traffic_rounds;
         eprintln!("[traffic] the proxy never answered from web");
@@ -338,10 +341,13 @@ async fn rounds(
 }
 
 /// Pins the policy to web-east and unpins it, `n` times, counting the requests of the switches.
-async fn pins(env: &TestEnv, load: &Running, n: usize) -> (usize, usize) {
+/// `n` pins to web-east and unpins; returns (failed requests, requests) during them, and how
+/// many switches failed to be written or never settled.
+async fn pins(env: &TestEnv, load: &Running, n: usize) -> ((usize, usize), usize) {
     let api: Api<FailoverPolicy> = env.api();
     let params = PatchParams::apply("bench-pin").force();
     let started = Instant::now();
+    let mut unsettled = 0;
     for _ in 0..n {
         for (pin, backend) in [
             (json!("web-east"), "web-east"),
@@ -356,9 +362,10 @@ async fn pins(env: &TestEnv, load: &Running, n: usize) -> (usize, usize) {
             };
             if let Err(e) = api.patch("web", &params, &Patch::Apply(&body)).await {
                 eprintln!("[traffic] pinning failed: {e}");
-            }
-            if !settle(load, backend).await {
+                unsettled += 1;
+            } else if !settle(load, backend).await {
                 eprintln!("[traffic] the pin to {backend} never settled");
+                unsettled += 1;
             }
         }
     }
@@ -367,5 +374,8 @@ async fn pins(env: &TestEnv, load: &Running, n: usize) -> (usize, usize) {
         .into_iter()
         .filter(|a| a.sent >= started)
         .collect();
-    (during.iter().filter(|a| a.failed()).count(), during.len())
+    (
+        (during.iter().filter(|a| a.failed()).count(), during.len()),
+        unsettled,
+    )
 }

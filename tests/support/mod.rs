@@ -68,6 +68,29 @@ pub use skips::*;
 #[allow(unused_imports)]
 pub use traffic::*;
 
+/// Prints a figure a test measured and, when `FAILOVER_FIGURES_FILE` names a file (the test
+/// command sets it), appends it there as `<test>: <figure>`, so that a run's figures can be kept
+/// and cited, not only printed.
+pub fn figure(text: String) {
+    use std::io::Write as _;
+    eprintln!("{text}");
+    let Some(path) = std::env::var_os("FAILOVER_FIGURES_FILE") else {
+        return;
+    };
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("unnamed")
+        .to_string();
+    let line = format!("{test}: {}\n", text.replace('\n', " | "));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path);
+    if let Ok(mut file) = file {
+        let _ = file.write_all(line.as_bytes());
+    }
+}
+
 /// How long end-to-end tests wait for the controller to converge.
 pub const WAIT: Duration = Duration::from_secs(30);
 

@@ -65,6 +65,7 @@ impl Answer {
 pub struct Running {
     answers: Arc<Mutex<Vec<Answer>>>,
     task: tokio::task::JoinHandle<()>,
+    stop: Arc<tokio::sync::Notify>,
     /// When it started.
     pub started: Instant,
 }
@@ -97,17 +98,26 @@ impl Load {
         }
         let answers = Arc::new(Mutex::new(Vec::new()));
         let started = Instant::now();
-        let task = tokio::spawn(send(self, uri, answers.clone(), started));
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let task = tokio::spawn(send(self, uri, answers.clone(), started, stop.clone()));
         Ok(Running {
             answers,
             task,
+            stop,
             started,
         })
     }
 }
 
-/// Sends every request of the load at its time, until `limit`.
-async fn send(load: Load, uri: hyper::Uri, answers: Arc<Mutex<Vec<Answer>>>, started: Instant) {
+/// Sends every request of the load at its time, until `limit` or until told to stop; then waits
+/// for the requests in flight (each within its timeout), so every request sent is counted.
+async fn send(
+    load: Load,
+    uri: hyper::Uri,
+    answers: Arc<Mutex<Vec<Answer>>>,
+    started: Instant,
+    stop: Arc<tokio::sync::Notify>,
+) {
     let client: Client<HttpConnector, Empty<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
@@ -118,7 +128,10 @@ async fn send(load: Load, uri: hyper::Uri, answers: Arc<Mutex<Vec<Answer>>>, sta
         if at.duration_since(started) >= load.limit {
             break;
         }
-        tokio::time::sleep_until(at.into()).await;
+        tokio::select! {
+            () = tokio::time::sleep_until(at.into()) => {}
+            () = stop.notified() => break,
+        }
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             // Too many in flight: this request is refused here, as failed.
             record(
@@ -208,9 +221,10 @@ impl Running {
         self.task.is_finished()
     }
 
-    /// Stops sending (requests in flight are dropped) and returns every answer.
+    /// Stops sending, waits for the requests in flight (each answered or timed out, so counted
+    /// as served or failed) and returns every answer.
     pub async fn stop(self) -> Vec<Answer> {
-        self.task.abort();
+        self.stop.notify_one();
         let _ = self.task.await;
         std::mem::take(
             &mut *self
