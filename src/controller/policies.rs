@@ -13,7 +13,7 @@ use super::runner::Request;
 use crate::{
     api::FailoverPolicy,
     observation::PolicyKey,
-    pipeline::validate::validate,
+    pipeline::validate::validated,
     policy::{SpecProblem, Validated},
     runtime::{
         gate::WriteGate,
@@ -65,7 +65,7 @@ pub fn policy_requests(
     let table = feed.table.clone();
     events
         .map(|event| event.modify(slim::<FailoverPolicy>))
-        .then(move |event| validated(table.clone(), event))
+        .then(move |event| validation(table.clone(), event))
         .flat_map(move |(event, fresh)| {
             // Statuses this replica wrote are forgotten once the table has them.
             let seen = watermark.after(&event, event_version(&event));
@@ -86,11 +86,11 @@ pub fn policy_requests(
 /// limits' sake.
 const VALIDATION_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// The event, and its policy as validated when the table holds no validation of its
-/// generation. A policy with a health query is validated on a blocking thread, one at a time:
-/// its query's regexes are compiled (within the limits of `crate::health_query`, at most a few
-/// milliseconds each), never on the thread that serves `/healthz` and renews the Lease.
-async fn validated(
+/// The event, and its policy as validated when it has a health query and the table holds no
+/// validation of its generation: on a blocking thread, one at a time, as its query's regexes
+/// are compiled (within the limits of `crate::health_query`, a few milliseconds each), never on
+/// the thread that serves `/healthz` and renews the Lease.
+async fn validation(
     table: Arc<RwLock<PolicyTable>>,
     event: watcher::Event<FailoverPolicy>,
 ) -> (watcher::Event<FailoverPolicy>, Option<Validated>) {
@@ -102,40 +102,32 @@ async fn validated(
     if !table.read().needs_validation(policy) {
         return (event, None);
     }
-    let fresh = if policy.spec.health.is_none() {
-        validation(policy)
-    } else {
-        let _turn = ONE_AT_A_TIME.acquire().await;
-        let copy = policy.clone();
-        tokio::task::spawn_blocking(move || {
-            let started = std::time::Instant::now();
-            let valid = validation(&copy);
-            let took = started.elapsed();
-            if took > VALIDATION_BUDGET {
-                warn!(
-                    namespace = copy.namespace().unwrap_or_default(),
-                    policy = copy.name_any(),
-                    took_ms = took.as_millis() as u64,
-                    "validating a policy took longer than its budget"
-                );
-            }
-            // What compiling the query's regexes freed stays in this thread's arena otherwise.
-            heap::trim();
-            valid
-        })
-        .await
-        .unwrap_or_else(|_| {
-            Err(Arc::from([SpecProblem {
-                field: "spec".into(),
-                message: "could not be validated".into(),
-            }]))
-        })
-    };
+    let _turn = ONE_AT_A_TIME.acquire().await;
+    let copy = policy.clone();
+    let fresh = tokio::task::spawn_blocking(move || {
+        let started = std::time::Instant::now();
+        let valid = validated(&copy);
+        let took = started.elapsed();
+        if took > VALIDATION_BUDGET {
+            warn!(
+                namespace = copy.namespace().unwrap_or_default(),
+                policy = copy.name_any(),
+                took_ms = took.as_millis() as u64,
+                "validating a policy took longer than its budget"
+            );
+        }
+        // What compiling the query's regexes freed stays in this thread's arena otherwise.
+        heap::trim();
+        valid
+    })
+    .await
+    .unwrap_or_else(|_| {
+        Err(Arc::from([SpecProblem {
+            field: "spec".into(),
+            message: "could not be validated".into(),
+        }]))
+    });
     (event, Some(fresh))
-}
-
-fn validation(policy: &FailoverPolicy) -> Validated {
-    validate(policy).map(Arc::new).map_err(Arc::from)
 }
 
 /// Brings the index, the claims, the remote watches, the health pollers and the metrics in
@@ -149,8 +141,16 @@ fn follow(feed: &PolicyFeed, client: &Client, change: &Change) -> Vec<Request> {
             revalidated,
         } => {
             feed.index.write().upsert(previous.as_deref(), policy);
-            if let Some(valid) = revalidated {
-                follow_health(&feed.caches.health, policy, valid);
+            let had_health = previous.as_ref().is_some_and(|p| p.spec.health.is_some());
+            match revalidated {
+                Some(valid) => follow_health(&feed.caches.health, policy, valid),
+                // A health query removed: its poller stops.
+                None if had_health && policy.spec.health.is_none() => {
+                    if let Some(key) = key_of(policy) {
+                        feed.caches.health.follow(key, Some(policy), None);
+                    }
+                }
+                None => {}
             }
             let handed = feed
                 .caches

@@ -27,6 +27,7 @@ use crate::{
         decide::decide,
         gather,
         status::{self, Decided, Outcome, StatusInput},
+        validate::validated,
         write,
     },
     policy::{ValidPolicy, Validated},
@@ -174,7 +175,10 @@ pub async fn reconcile(held: Held, ctx: Arc<Context>) -> Result<Next, Error> {
     }
     let started = Instant::now();
     debug!("reconcile started");
-    let result = run(policy, &held.valid, &ctx).await;
+    // A policy with a health query comes validated for its generation; any other validates
+    // here, in microseconds.
+    let valid = held.valid.clone().unwrap_or_else(|| validated(policy));
+    let result = run(policy, &valid, &ctx).await;
     ctx.gate.metrics.observe_reconcile(started.elapsed());
     if result.is_ok() {
         ctx.retries.lock().remove(&key(policy));

@@ -18,7 +18,9 @@ use crate::{
     },
     health_query::HealthQuery,
     observation::RemoteService,
-    policy::{Backend, Bound, Health, Hold, Ramp, ReadinessRule, SpecProblem, ValidPolicy},
+    policy::{
+        Backend, Bound, Health, Hold, Ramp, ReadinessRule, SpecProblem, ValidPolicy, Validated,
+    },
     route::RouteTarget,
 };
 
@@ -43,6 +45,11 @@ fn holds(spec: &FailoverPolicySpec, problems: &mut Vec<SpecProblem>) -> Option<(
     let failover_after = hold(&spec.failover_after, "spec.failoverAfter", problems);
     let failback_after = hold(&spec.failback_after, "spec.failbackAfter", problems);
     Some((failover_after?, failback_after?))
+}
+
+/// A policy as validated, in the form the pipeline holds it.
+pub fn validated(policy: &FailoverPolicy) -> Validated {
+    validate(policy).map(Arc::new).map_err(Arc::from)
 }
 
 /// Validates a policy; every problem found is returned.
