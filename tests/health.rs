@@ -34,6 +34,19 @@ async fn an_error_ratio_over_the_threshold_fails_over_and_prometheus_down_keeps_
         "last_over_time(backend_error_ratio{service=\"{{service}}\"}[5s])",
     ));
     env.wait_weights("web", &ON_WEB, WAIT).await;
+    // The failover is timed from a poller that reads Prometheus: wait for its first reading, so a
+    // poller still pausing after queries that failed before Prometheus answered (the pause doubles
+    // up to eight intervals) is not part of the figure.
+    let reading = |p: &FailoverPolicy| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.backends.first())
+            .and_then(|b| b.health.clone())
+    };
+    env.wait_policy("web", WAIT, "the primary's first reading", |p| {
+        reading(p).is_some_and(|r| r.value == Some(0.01) && r.healthy)
+    })
+    .await;
 
     // All endpoints ready, but 90% of the primary's requests fail: fail over.
     let bad = Instant::now();
@@ -48,12 +61,6 @@ async fn an_error_ratio_over_the_threshold_fails_over_and_prometheus_down_keeps_
         "failed over {failover:.1?} after the ratio rose, more than {bound:?}"
     );
     // The status follows the route (it is written in the background): wait for the reading.
-    let reading = |p: &FailoverPolicy| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.backends.first())
-            .and_then(|b| b.health.clone())
-    };
     let p = env
         .wait_policy("web", WAIT, "the primary's reading", |p| {
             reading(p).is_some_and(|r| !r.healthy)
