@@ -161,17 +161,30 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
             .await;
     }
     let neighbour = if n == o.noisy_neighbour_at {
-        Some(neighbour::measure(&env, &splits, n, o).await)
+        let measured = neighbour::measure(&env, &splits, n, o).await;
+        // The neighbour's last edit and its deletion are the controller's to finish before the
+        // quiet minute, and its memory is a phase of its own.
+        latency::settle(&controller).await;
+        phases.end(&controller, n, memory::NOISY_NEIGHBOUR).await;
+        Some(measured)
     } else {
         None
     };
     let quiet_before = latency::writes(&controller).await;
     tokio::time::sleep(Duration::from_secs(o.quiet_seconds)).await;
-    let quiet: f64 = latency::writes(&controller)
+    let quiet_writes: Vec<(String, f64)> = latency::writes(&controller)
         .await
-        .iter()
-        .map(|(k, v)| v - quiet_before.get(k).copied().unwrap_or(0.0))
-        .sum();
+        .into_iter()
+        .map(|(k, v)| {
+            let before = quiet_before.get(&k).copied().unwrap_or(0.0);
+            (k, v - before)
+        })
+        .filter(|(_, w)| *w > 0.0)
+        .collect();
+    if !quiet_writes.is_empty() {
+        eprintln!("[{n}] writes in the quiet period, by kind: {quiet_writes:?}");
+    }
+    let quiet: f64 = quiet_writes.iter().map(|(_, w)| w).sum();
     phases.end(&controller, n, "quiet").await;
     if o.relist {
         startup::relist(&env, &controller, n, &[&splits.lists, &statuses.lists]).await;
@@ -191,7 +204,12 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
         .await;
     let mut memory = phases.measured;
     memory.extend(restarted.measured);
-    let peak_rss_mib = memory.iter().map(|m| m.peak_rss_mib).fold(0.0, f64::max);
+    // The neighbour's phase measures one costly policy, not the scale's cost per policy.
+    let peak_rss_mib = memory
+        .iter()
+        .filter(|m| m.phase != memory::NOISY_NEIGHBOUR)
+        .map(|m| m.peak_rss_mib)
+        .fold(0.0, f64::max);
     let mut restarts = vec![restart];
     for _ in 1..o.restarts_in_place {
         let (next, restart) = startup::restart_in_place(&env, controller, n, o).await;

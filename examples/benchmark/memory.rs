@@ -5,6 +5,10 @@
 
 use crate::support::{ControllerProcess, metric};
 
+/// The phase of the noisy neighbour's edits: one costly policy's memory, which the cost per
+/// policy leaves out.
+pub const NOISY_NEIGHBOUR: &str = "noisy neighbour (one policy's query at every limit)";
+
 /// One phase's memory.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PhaseMemory {

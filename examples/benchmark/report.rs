@@ -430,6 +430,7 @@ fn process_verdicts(results: &[ScaleResult]) -> Vec<Verdict> {
     let peak_phase = judged
         .memory
         .iter()
+        .filter(|m| m.phase != crate::memory::NOISY_NEIGHBOUR)
         .max_by(|a, b| a.peak_rss_mib.total_cmp(&b.peak_rss_mib))
         .map_or("no phase measured", |m| m.phase.as_str());
     v.push(verdict(
