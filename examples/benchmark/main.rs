@@ -184,7 +184,8 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
     if !quiet_writes.is_empty() {
         eprintln!("[{n}] writes in the quiet period, by kind: {quiet_writes:?}");
     }
-    let quiet: f64 = quiet_writes.iter().map(|(_, w)| w).sum();
+    // A float sum of nothing is -0.0, which would print as "-0".
+    let quiet: f64 = quiet_writes.iter().map(|(_, w)| w).sum::<f64>() + 0.0;
     phases.end(&controller, n, "quiet").await;
     if o.relist {
         startup::relist(&env, &controller, n, &[&splits.lists, &statuses.lists]).await;
