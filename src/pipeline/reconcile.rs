@@ -175,8 +175,8 @@ pub async fn reconcile(held: Held, ctx: Arc<Context>) -> Result<Next, Error> {
     }
     let started = Instant::now();
     debug!("reconcile started");
-    // A policy with a health query comes validated for its generation; any other validates
-    // here, in microseconds.
+    // A policy with a health query comes validated for its generation; any other (no regex
+    // to compile) is validated here.
     let valid = held.valid.clone().unwrap_or_else(|| validated(policy));
     let result = run(policy, &valid, &ctx).await;
     ctx.gate.metrics.observe_reconcile(started.elapsed());

@@ -29,7 +29,7 @@
 //! generation it has not seen (its query's check and parse, which compiles regexes, off the
 //! thread that serves `/healthz`), and every reconcile and the health poller read that result.
 //! A change of metadata or status (an annotation, the controller's own status write) validates
-//! nothing again. Any other policy validates in microseconds and each reconcile validates it:
+//! nothing again. Any other policy (no regex to compile) is validated by each reconcile:
 //! holding every policy's validated form took the churn phase at 10,000 policies from a peak of
 //! 40.2 to 55.1 MiB, its heap from 16.6 to 28.3 MiB and its live allocations from 93,445 to
 //! 241,178 (docs/bench-runs, runs 20261126-0156 and 20261126-1222, the second stopped by hand).
@@ -70,11 +70,25 @@ struct Entry {
     version: Option<u64>,
     /// The relist that last listed it.
     listed: u32,
-    /// The policy as validated (a policy with a health query only), and the generation
-    /// validated.
-    valid: Option<Validated>,
-    generation: Option<i64>,
+    /// The policy as validated, for a policy with a health query only.
+    valid: Option<Validation>,
+}
+
+/// A policy as validated, and which policy and generation it is of.
+#[derive(Debug)]
+struct Validation {
+    valid: Validated,
     uid: Option<String>,
+    generation: Option<i64>,
+}
+
+impl Validation {
+    /// Whether this is the validation of `policy`'s uid and generation.
+    fn of(&self, policy: &FailoverPolicy) -> bool {
+        self.generation.is_some()
+            && policy.metadata.generation == self.generation
+            && policy.metadata.uid == self.uid
+    }
 }
 
 /// A policy as the table holds it: the object and, for a policy with a health query, its
@@ -127,7 +141,7 @@ impl PolicyTable {
         let entry = self.entries.get(key)?;
         Some(Held {
             policy: Arc::new(decode(key, entry)?),
-            valid: entry.valid.clone(),
+            valid: entry.valid.as_ref().map(|v| v.valid.clone()),
         })
     }
 
@@ -139,11 +153,8 @@ impl PolicyTable {
 
     /// The validation the table holds of this policy's uid and generation.
     fn held_validation(&self, policy: &FailoverPolicy) -> Option<Validated> {
-        let entry = self.entries.get(&key_of(policy)?)?;
-        let same = policy.metadata.generation.is_some()
-            && entry.generation == policy.metadata.generation
-            && entry.uid == policy.metadata.uid;
-        entry.valid.clone().filter(|_| same)
+        let held = self.entries.get(&key_of(policy)?)?.valid.as_ref()?;
+        held.of(policy).then(|| held.valid.clone())
     }
 
     /// Every policy's key.
@@ -206,7 +217,14 @@ impl PolicyTable {
             .as_deref()
             .and_then(|v| v.parse().ok());
         let valid = match policy.spec.health {
-            Some(_) => fresh.clone().or_else(|| self.held_validation(&policy)),
+            Some(_) => fresh
+                .clone()
+                .or_else(|| self.held_validation(&policy))
+                .map(|valid| Validation {
+                    valid,
+                    uid: policy.metadata.uid.clone(),
+                    generation: policy.metadata.generation,
+                }),
             None => None,
         };
         let mut previous = None;
@@ -234,8 +252,6 @@ impl PolicyTable {
                 version,
                 listed,
                 valid,
-                generation: policy.metadata.generation,
-                uid: policy.metadata.uid.clone(),
             },
         );
         Some(Change::Applied {
