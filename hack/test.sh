@@ -26,6 +26,10 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== the API and core crates on their own (no API client reaches them)"
+# A workspace build unifies kube's features: only a build of these crates alone shows that they
+# use nothing of kube's client.
+cargo check -p failover-api -p failover-core --all-targets --locked
 echo "== cargo test"
 # Every test skipped on purpose is recorded here (tests/support/skips.rs) and counted below.
 skips=$(mktemp "${TMPDIR:-/tmp}/failover-skips.XXXXXX")

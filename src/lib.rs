@@ -5,66 +5,50 @@
 //! HTTPRoute) whose weights send the traffic to the primary while it is ready and to the
 //! secondaries otherwise.
 //!
-//! Data flows one way. The folders are the floors of the building, from the ground up; a module
-//! imports only from its own floor or the floors below, and no two modules import each other
-//! ([`LAYERS`] states the order once; `tests/architecture.rs` holds the code to it):
+//! Data flows one way, through three crates, each a floor Cargo holds (a crate cannot name the
+//! one above it):
+//!
+//! - `failover-api` ([`api`]): the CRD's types, its validation rules, status types, condition
+//!   types and reasons;
+//! - `failover-core`: pure, no API client: the shared vocabulary ([`message`], [`digest`],
+//!   [`health_query`], [`route`], [`observation`], [`policy`], [`tenancy`], [`apis`],
+//!   [`applied`], [`crd`]), then [`validate`], [`decide`] and [`status`];
+//! - `failover-controller` (this crate): the I/O around them, from the ground up:
 //!
 //! | floor | modules | what they are |
 //! |---|---|---|
-//! | api | [`api`] | the CRD's types, its validation rules, status types, condition types and reasons |
-//! | ground | [`message`], [`digest`], [`health_query`], [`route`], [`observation`], [`policy`], [`tenancy`], [`crd`] | shared vocabulary: one-line messages, digests of values only compared, a health query parsed once within its cost limits, the route kinds, what is known of a backend, a policy in validated form, what a policy's author may reach, the CRD's YAML |
-//! | runtime | [`runtime`] | what every step runs against: metrics, leadership, the leader-gated door for writes, the memory of writes |
+//! | runtime | [`runtime`] | what every step runs against: the API client, metrics, leadership, the leader-gated door for writes, the memory of writes, the backoff |
 //! | watch, observe | [`sources`] | what feeds the decision: the list-and-watch helper, the local caches and index, remote clusters, health queries, and which policies a change wakes |
-//! | validate | [`pipeline::validate`] | a [`policy::ValidPolicy`], every value parsed, or the problems |
 //! | gather | [`pipeline::gather`] | read what a decision needs from the sources |
-//! | decide | [`pipeline::decide`] | pure: weights, holds, transition, conditions |
-//! | apply | [`pipeline::apply`] | write the route; an outcome |
-//! | status | [`pipeline::status`] | pure: the one place a status is built |
+//! | apply | [`pipeline::apply`] | write the route; what it did, or why it could not |
 //! | write | [`pipeline::write`] | queue the status (written in the background), Events, metrics |
-//! | reconcile | [`pipeline::reconcile`] | the steps above as named calls, and what happens next |
+//! | reconcile | [`pipeline::reconcile`] | the steps as named calls, and what happens next |
 //! | controller | [`controller`] | the running controller: wiring, the work queue, the policy watch, the admin server |
+//!
+//! Within this crate, a module imports only from its own floor or the floors below
+//! ([`LAYERS`] states the order once; the architecture test holds the code to it).
 
-pub mod api;
+pub use failover_core::{
+    api, apis, applied, crd, decide, digest, health_query, message, observation, policy, route,
+    status, tenancy, validate,
+};
+
 pub mod controller;
-pub mod crd;
-pub mod digest;
-pub mod health_query;
-pub mod message;
-pub mod observation;
 pub mod pipeline;
-pub mod policy;
-pub mod route;
 pub mod runtime;
 pub mod sources;
-pub mod tenancy;
 
-/// One floor of the building: its name and the module paths (below `crate::`) on it.
+/// One floor of this crate: its name and the module paths (below `crate::`) on it.
 pub struct Layer {
     /// The floor's name, as in the table above.
     pub name: &'static str,
-    /// The modules on it, by path (`pipeline::decide` covers every module below it).
+    /// The modules on it, by path (`pipeline::write` covers every module below it).
     pub modules: &'static [&'static str],
 }
 
-/// The floors from the ground up: a module may import only from its own floor or a lower one.
+/// This crate's floors from the ground up: a module may import only from its own floor or a
+/// lower one (the crates below are below them all).
 pub const LAYERS: &[Layer] = &[
-    Layer {
-        name: "api",
-        modules: &["api"],
-    },
-    Layer {
-        name: "ground",
-        modules: &[
-            "message",
-            "digest",
-            "health_query",
-            "route",
-            "observation",
-            "policy",
-            "tenancy",
-            "crd",
-        ],
-    },
     Layer {
         name: "runtime",
         modules: &["runtime"],
@@ -74,24 +58,12 @@ pub const LAYERS: &[Layer] = &[
         modules: &["sources"],
     },
     Layer {
-        name: "validate",
-        modules: &["pipeline::validate"],
-    },
-    Layer {
         name: "gather",
         modules: &["pipeline::gather"],
     },
     Layer {
-        name: "decide",
-        modules: &["pipeline::decide"],
-    },
-    Layer {
         name: "apply",
         modules: &["pipeline::apply"],
-    },
-    Layer {
-        name: "status",
-        modules: &["pipeline::status"],
     },
     Layer {
         name: "write",

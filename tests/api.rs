@@ -9,7 +9,7 @@ use std::{fs, path::PathBuf};
 use failover::{
     api::{FailoverPolicy, FailoverPolicySpec},
     crd,
-    pipeline::validate::{validate, validate_spec},
+    validate::{validate, validate_spec},
 };
 use serde::Deserialize;
 use support::{TestEnv, repo_root};

@@ -1,7 +1,7 @@
 //! The API reference in Markdown (`docs/api-reference.md`), generated from the CRD's schema,
 //! descriptions, printer columns and CEL rules.
 
-use failover::crd::failover_policy_crd;
+use failover_core::crd::failover_policy_crd;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceColumnDefinition, CustomResourceDefinitionVersion,
 };

@@ -13,7 +13,7 @@ mod api_reference;
 
 use anyhow::Context;
 use clap::Parser;
-use failover::crd;
+use failover_core::crd;
 
 /// Prints the FailoverPolicy CRD (and optionally the SMI TrafficSplit CRD) as YAML.
 #[derive(Parser, Debug)]

@@ -24,7 +24,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::{FutureExt, Stream, StreamExt, channel::mpsc};
+use futures::{FutureExt, Stream, StreamExt, channel::mpsc, future::BoxFuture};
 use kube::Client;
 use parking_lot::RwLock;
 use tracing::{info, warn};
@@ -35,6 +35,7 @@ use self::{
     triggers::queue_everything,
 };
 use crate::{
+    apis::WatchKind,
     observation::PolicyKey,
     pipeline::{
         reconcile::{Context, Error, reconcile_or_retry},
@@ -152,18 +153,20 @@ impl Handle {
             return Some(missing.join("; "));
         }
         let pending = self.pending_lists(&[]);
-        (!pending.is_empty())
-            .then(|| format!("caches not synced (not listed yet: {})", pending.join(", ")))
+        (!pending.is_empty()).then(|| {
+            let pending: Vec<&str> = pending.iter().map(|k| k.as_str()).collect();
+            format!("caches not synced (not listed yet: {})", pending.join(", "))
+        })
     }
 
     /// The watches that have not listed yet, of those that matter: a route watch only while a
     /// policy outputs that kind (`used`) and its API is not missing (it never lists then).
-    fn pending_lists(&self, used: &[RouteKind]) -> Vec<&'static str> {
+    fn pending_lists(&self, used: &[RouteKind]) -> Vec<WatchKind> {
         self.caches
             .synced
             .pending()
             .into_iter()
-            .filter(|kind| match RouteKind::of_watch(kind) {
+            .filter(|kind| match kind.route() {
                 None => true,
                 Some(route) => {
                     used.contains(&route) && !self.apis.is_missing(NeededApi::of_route(route))
@@ -185,6 +188,35 @@ impl Handle {
             .into_iter()
             .filter(|k| index.uses(*k))
             .collect()
+    }
+}
+
+/// What holds reconciles back: the statuses waiting to be written at their limit, or, for at most
+/// [`START_WAIT`] after the start, a watch that matters not listed yet.
+struct StartUp {
+    gate: Arc<WriteGate>,
+    handle: Handle,
+    started: Instant,
+}
+
+impl runner::HoldBack for StartUp {
+    fn holds(&self) -> bool {
+        self.gate.statuses.full() || self.handle.start_waits(self.started)
+    }
+
+    fn released(&self) -> BoxFuture<'static, ()> {
+        let left = self.gate.statuses.left();
+        let listed = self.handle.caches.synced.changed();
+        let apis = self.handle.apis.changed();
+        let deadline = tokio::time::Instant::from_std(self.started + START_WAIT);
+        Box::pin(async move {
+            tokio::select! {
+                () = left => {}
+                () = listed => {}
+                () = apis => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        })
     }
 }
 
@@ -232,13 +264,16 @@ pub fn start(
         settings.allowed_gateways.clone(),
     ));
     let requests = requests(policy_requests, queued, leadership, apis);
-    let statuses = gate.clone();
-    let (lists, started) = (handle.clone(), Instant::now());
+    let held_back = StartUp {
+        gate: gate.clone(),
+        handle: handle.clone(),
+        started: Instant::now(),
+    };
     let controller = runner::run(
         table,
         requests,
         usize::from(settings.concurrency),
-        move || statuses.statuses.full() || lists.start_waits(started),
+        held_back,
         move |policy| reconcile_or_retry(policy, context.clone()),
         shutdown.clone(),
     );
@@ -340,7 +375,7 @@ async fn run_beside(work: impl Future<Output = ()>, helper: impl Future<Output =
 /// that never fills.
 async fn stopped_before_policies_listed(shutdown: impl Future<Output = ()>, synced: Synced) {
     shutdown.await;
-    if !synced.pending().contains(&"failoverpolicy") {
+    if !synced.pending().contains(&WatchKind::FailoverPolicy) {
         std::future::pending::<()>().await;
     }
 }

@@ -12,15 +12,10 @@ use tracing::warn;
 use super::runner::Request;
 use crate::{
     api::FailoverPolicy,
+    apis::WatchKind,
     observation::PolicyKey,
-    pipeline::validate::validated,
     policy::{SpecProblem, Validated},
-    runtime::{
-        gate::WriteGate,
-        heap,
-        policy_metrics::PolicyLabels,
-        written::{Watermark, event_version},
-    },
+    runtime::{gate::WriteGate, heap, policy_metrics::PolicyLabels},
     sources::{
         Caches,
         health::Health,
@@ -31,6 +26,7 @@ use crate::{
         remote::secrets,
         watch::{WatchContext, events, scoped, slim},
     },
+    validate::validated,
 };
 
 /// What the policy watch feeds.
@@ -57,21 +53,19 @@ pub fn policy_requests(
     let client = client.clone();
     let events = events(
         scoped(&client, ns),
-        "failoverpolicy",
+        WatchKind::FailoverPolicy,
         Default::default(),
         Arc::new(feed.watch.clone()),
     );
-    let mut watermark = Watermark::default();
     let table = feed.table.clone();
     events
         .map(|event| event.modify(slim::<FailoverPolicy>))
         .then(move |event| validation(table.clone(), event))
         .flat_map(move |(event, fresh)| {
+            let (changes, seen) = feed.table.write().apply(event, fresh);
             // Statuses this replica wrote are forgotten once the table has them.
-            let seen = watermark.after(&event, event_version(&event));
-            let changes = feed.table.write().apply(event, fresh);
             if let Some(version) = seen {
-                feed.gate.recent_status.seen_through("", version);
+                feed.gate.recent_status.seen_through(version, |_| true);
             }
             let requests: Vec<Request> = changes
                 .iter()

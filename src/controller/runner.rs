@@ -30,7 +30,7 @@ use std::{
     sync::Arc,
 };
 
-use futures::{Stream, StreamExt, stream::FuturesUnordered};
+use futures::{Stream, StreamExt, future::BoxFuture, stream::FuturesUnordered};
 use parking_lot::RwLock;
 use tokio::time::Instant;
 
@@ -56,8 +56,14 @@ type Key = PolicyKey;
 /// Room kept in the queue when it drains.
 const SPARE: usize = 256;
 
-/// How often a runner held back looks again.
-const HELD_BACK_RECHECK: std::time::Duration = std::time::Duration::from_millis(5);
+/// What holds reconciles back (`holds`), and a notice that this may have changed (`released`).
+pub trait HoldBack {
+    /// Whether no reconcile may start now.
+    fn holds(&self) -> bool;
+    /// Resolves when what holds reconciles back may have let go; it hears every change from
+    /// the moment it is made, so it is made before the check that decides to wait for it.
+    fn released(&self) -> BoxFuture<'static, ()>;
+}
 
 /// The queue's bookkeeping, apart from the running futures.
 #[derive(Default)]
@@ -150,12 +156,12 @@ impl Queue {
 }
 
 /// Runs `reconcile` for every requested policy until `shutdown`, then waits for the running ones;
-/// starts none while `held_back` says so.
+/// starts none while `held_back` holds them.
 pub async fn run<F, Fut>(
     table: Arc<RwLock<PolicyTable>>,
     requests: impl Stream<Item = Request>,
     concurrency: usize,
-    held_back: impl Fn() -> bool,
+    held_back: impl HoldBack,
     reconcile: F,
     shutdown: impl Future<Output = ()>,
 ) where
@@ -168,11 +174,15 @@ pub async fn run<F, Fut>(
     let mut shutdown = std::pin::pin!(shutdown);
     let (mut ready, mut stopping) = (table.read().listed(), false);
     loop {
-        let mut waiting_room = false;
+        let mut released = None;
         while ready && !stopping && running.len() < concurrency.max(1) {
-            if held_back() {
-                waiting_room = queue.has_ready();
-                break;
+            if queue.has_ready() && held_back.holds() {
+                let notice = held_back.released();
+                // Checked again once the notice hears: a release in between is not missed.
+                if held_back.holds() {
+                    released = Some(notice);
+                    break;
+                }
             }
             let Some(key) = queue.take() else { break };
             let policy = table.read().get(&key);
@@ -199,7 +209,7 @@ pub async fn run<F, Fut>(
                 None => stopping = true,
             },
             () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => queue.fire(Instant::now()),
-            () = tokio::time::sleep(HELD_BACK_RECHECK), if waiting_room => {}
+            () = async { if let Some(notice) = released.as_mut() { notice.await } }, if released.is_some() => {}
         }
     }
 }

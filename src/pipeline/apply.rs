@@ -1,5 +1,5 @@
 //! Step 6 of the pipeline: makes the generated route say what the plan says, and tells what it
-//! did as a value ([`Applied`]); errors never escape as anything else.
+//! did ([`Applied`]) or why it could not ([`ApplyError`]).
 //!
 //! - no route in the cache: create it (a create, never an apply, so a route of that name that
 //!   the cache has not seen yet is never adopted); if one exists, read it and go on as below;
@@ -17,14 +17,17 @@ use kube::{
 };
 use tracing::{debug, info};
 
+pub use crate::applied::Applied;
+use crate::route::Claim;
 use crate::{
     api::FailoverPolicy,
-    message::describe,
     observation::PolicyKey,
     policy::ValidPolicy,
     route::{FIELD_MANAGER, RouteKey, RouteRules, RouteTarget, RouteView, RulesDigest, metadata},
-    runtime::gate::{NotLeader, WriteGate},
-    sources::local::{apis::NeededApi, claims::Claim},
+    runtime::{
+        api_client::{describe, namespace_terminating},
+        gate::{NotLeader, WriteGate},
+    },
 };
 
 /// The route a plan asks for.
@@ -68,36 +71,6 @@ impl DesiredRoute {
     fn key(&self) -> RouteKey {
         self.target.key(&self.namespace)
     }
-
-    fn recent_key(&self) -> String {
-        let key = self.key();
-        format!("{}/{}/{}", key.kind.as_str(), key.namespace, key.name)
-    }
-}
-
-/// What the apply step did.
-#[derive(Debug)]
-pub enum Applied {
-    /// The route already said what the plan says.
-    Unchanged,
-    /// The route was created or updated.
-    Written,
-    /// `spec.suspend` is set: nothing was written.
-    Suspended,
-    /// A route of this name exists and is not controlled by this policy; it was left untouched.
-    Conflict,
-    /// Writing failed; the route is as it was.
-    Failed(ApplyError),
-    /// The CRD of the route's kind is not installed: nothing was written.
-    ApiMissing(NeededApi),
-    /// An older policy holds what this one would route (`claim`): no route is written, and the
-    /// route this policy owned, if any, is deleted.
-    Yielded {
-        /// What the older policy holds.
-        claim: Claim,
-        /// The older policy.
-        holder: PolicyKey,
-    },
 }
 
 /// Why writing the route failed.
@@ -146,8 +119,7 @@ impl ApplyError {
 
     /// The write was refused because the namespace is being deleted.
     pub fn namespace_terminating(&self) -> bool {
-        matches!(self, ApplyError::Api { source: kube::Error::Api(e), .. }
-            if e.code == 403 && e.message.contains("being terminated"))
+        matches!(self, ApplyError::Api { source, .. } if namespace_terminating(source))
     }
 }
 
@@ -161,13 +133,11 @@ pub async fn withdraw(
     current: Option<RouteView>,
     claim: Claim,
     holder: PolicyKey,
-) -> Applied {
+) -> Result<Applied, ApplyError> {
     let Some(view) = current.filter(|v| v.owned_by(&desired.owner_uid)) else {
-        return Applied::Yielded { claim, holder };
+        return Ok(Applied::Yielded { claim, holder });
     };
-    if let Err(e) = gate.ensure_leader() {
-        return Applied::Failed(e.into());
-    }
+    gate.ensure_leader()?;
     let api: Api<DynamicObject> = Api::namespaced_with(
         gate.client.clone(),
         &desired.namespace,
@@ -184,12 +154,12 @@ pub async fn withdraw(
         Ok(_) => {
             gate.metrics.write(desired.target.kind().metric_label());
             info!(kind = desired.target.kind().as_str(), route = %desired.target.name, %claim, holder = %holder, "deleted route: an older policy holds its apex");
-            Applied::Yielded { claim, holder }
+            Ok(Applied::Yielded { claim, holder })
         }
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {
-            Applied::Yielded { claim, holder }
+            Ok(Applied::Yielded { claim, holder })
         }
-        Err(e) => Applied::Failed(ApplyError::api(desired, e)),
+        Err(e) => Err(ApplyError::api(desired, e)),
     }
 }
 
@@ -199,13 +169,11 @@ pub async fn apply(
     desired: &DesiredRoute,
     current: Option<RouteView>,
     suspend: bool,
-) -> Applied {
+) -> Result<Applied, ApplyError> {
     if suspend {
-        return Applied::Suspended;
+        return Ok(Applied::Suspended);
     }
-    write(gate, desired, current)
-        .await
-        .unwrap_or_else(Applied::Failed)
+    write(gate, desired, current).await
 }
 
 async fn write(
@@ -231,7 +199,7 @@ async fn write(
     let labelled = current.labelled_for(&desired.policy);
     let rules = gate
         .recent_routes
-        .newer_than_version(&desired.recent_key(), current.resource_version)
+        .newer_than(&desired.key(), current.resource_version)
         .or(current.rules);
     if labelled && rules.is_some_and(|r| r.says(&desired.rules)) {
         return Ok(Applied::Unchanged);
@@ -285,7 +253,7 @@ fn written(gate: &WriteGate, desired: &DesiredRoute, answer: &DynamicObject, wha
     let kind = desired.target.kind();
     gate.metrics.write(kind.metric_label());
     gate.recent_routes.record(
-        desired.recent_key(),
+        desired.key(),
         answer.meta().resource_version.as_deref(),
         RulesDigest::of(&desired.rules),
     );

@@ -12,9 +12,9 @@ use tower_test::mock::{self, Handle};
 use super::*;
 use crate::{
     api::{FailoverPolicy, FailoverPolicySpec, SecondaryBackend},
-    pipeline::validate::validate,
     route::RouteKind,
     runtime::{leader::Leadership, metrics::Metrics},
+    validate::validate,
 };
 
 const SPLITS: &str = "/apis/split.smi-spec.io/v1alpha2/namespaces/ns/trafficsplits";
@@ -103,12 +103,12 @@ async fn a_missing_route_is_created_and_remembered() {
     });
     let applied = apply(&gate, &want, None, false).await;
     server.await.expect("server");
-    assert!(matches!(applied, Applied::Written), "{applied:?}");
+    assert!(matches!(applied, Ok(Applied::Written)), "{applied:?}");
     // The cache catches up with an older copy first: the write just made wins, nothing is
     // written again.
     let stale = view(UID, "4", &[0, 1]);
     let again = apply(&gate, &want, Some(stale), false).await;
-    assert!(matches!(again, Applied::Unchanged), "{again:?}");
+    assert!(matches!(again, Ok(Applied::Unchanged)), "{again:?}");
 }
 
 #[tokio::test]
@@ -116,7 +116,7 @@ async fn a_route_owned_by_someone_else_is_a_conflict_and_untouched() {
     let (gate, api) = gate();
     let foreign = view("someone-else", "3", &[1, 0]);
     let applied = apply(&gate, &desired(&[1, 0]), Some(foreign), false).await;
-    assert!(matches!(applied, Applied::Conflict), "{applied:?}");
+    assert!(matches!(applied, Ok(Applied::Conflict)), "{applied:?}");
     assert_no_request(api).await;
 }
 
@@ -142,7 +142,7 @@ async fn a_create_that_finds_a_foreign_route_is_a_conflict() {
     });
     let applied = apply(&gate, &desired(&[1, 0]), None, false).await;
     server.await.expect("server");
-    assert!(matches!(applied, Applied::Conflict), "{applied:?}");
+    assert!(matches!(applied, Ok(Applied::Conflict)), "{applied:?}");
 }
 
 #[tokio::test]
@@ -166,7 +166,7 @@ async fn a_failed_write_is_an_outcome_with_the_api_servers_words() {
     let current = view(UID, "3", &[1, 0]);
     let applied = apply(&gate, &desired(&[0, 1]), Some(current), false).await;
     server.await.expect("server");
-    let Applied::Failed(error) = applied else {
+    let Err(error) = applied else {
         panic!("expected a failure, got {applied:?}");
     };
     assert_eq!(
@@ -191,10 +191,10 @@ async fn a_route_that_differs_is_applied_once_then_left_alone() {
     let want = desired(&[0, 1]);
     let applied = apply(&gate, &want, Some(view(UID, "7", &[1, 0])), false).await;
     server.await.expect("server");
-    assert!(matches!(applied, Applied::Written), "{applied:?}");
+    assert!(matches!(applied, Ok(Applied::Written)), "{applied:?}");
     // The route cache has not caught up (still version 7): the write just made wins.
     let again = apply(&gate, &want, Some(view(UID, "7", &[1, 0])), false).await;
-    assert!(matches!(again, Applied::Unchanged), "{again:?}");
+    assert!(matches!(again, Ok(Applied::Unchanged)), "{again:?}");
     assert_eq!(
         gate.metrics
             .encode()
@@ -223,7 +223,7 @@ async fn a_suspended_policy_writes_nothing() {
         true,
     )
     .await;
-    assert!(matches!(applied, Applied::Suspended), "{applied:?}");
+    assert!(matches!(applied, Ok(Applied::Suspended)), "{applied:?}");
     assert_no_request(api).await;
 }
 
@@ -233,7 +233,7 @@ async fn a_standby_writes_nothing() {
     gate.leadership = Leadership::pending();
     let applied = apply(&gate, &desired(&[0, 1]), None, false).await;
     assert!(
-        matches!(applied, Applied::Failed(ApplyError::NotLeader(_))),
+        matches!(applied, Err(ApplyError::NotLeader(_))),
         "{applied:?}"
     );
     assert_no_request(api).await;

@@ -10,7 +10,7 @@ use crate::{
     observation::{BackendObservation, PolicyKey},
     policy::ValidPolicy,
     route::RouteView,
-    runtime::{gate::WriteGate, written::status_key},
+    runtime::{gate::WriteGate, written::StatusKey},
     sources::Caches,
 };
 
@@ -57,10 +57,11 @@ pub fn inputs(policy: &ValidPolicy, caches: &Caches) -> Inputs {
 /// The status the policy has: the one this replica queued and has not written yet, else the one
 /// it wrote last while the cache is older, else the cached one.
 pub fn previous_status(policy: &FailoverPolicy, gate: &WriteGate) -> Option<FailoverPolicyStatus> {
-    let key = status_key(policy);
+    let key = StatusKey::of(policy);
+    let cached = policy.meta().resource_version.as_deref();
     gate.statuses.pending(&key).or_else(|| {
         gate.recent_status
-            .newer_than(&key, policy.meta().resource_version.as_deref())
+            .newer_than(&key, cached.and_then(|v| v.parse().ok()))
             .or_else(|| policy.status.clone())
     })
 }

@@ -4,13 +4,12 @@
 //! validate → gather → decide (pure) → apply → status (pure) → write
 //! ```
 //!
-//! [`reconcile`] sequences them. A step imports only from the steps before it and from the floors
-//! below (`crate::LAYERS`).
+//! The pure steps (validate, decide, status) are the core crate's ([`crate::validate`],
+//! [`crate::decide`], [`crate::status`]); the steps here read the sources or write to the API
+//! server. [`reconcile`] sequences them all. A step imports only from the steps before it and
+//! from the floors below (`crate::LAYERS`).
 
 pub mod apply;
-pub mod decide;
 pub mod gather;
 pub mod reconcile;
-pub mod status;
-pub mod validate;
 pub mod write;

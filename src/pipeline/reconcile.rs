@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use backon::ExponentialBackoff;
 use chrono::Utc;
 use kube::{Resource, ResourceExt};
 use parking_lot::Mutex;
@@ -21,18 +21,18 @@ use tracing::{debug, warn};
 
 use crate::{
     api::FailoverPolicy,
+    decide::decide,
     observation::PolicyKey,
     pipeline::{
         apply::{self, Applied, ApplyError, DesiredRoute},
-        decide::decide,
-        gather,
-        status::{self, Decided, Outcome, StatusInput},
-        validate::validated,
-        write,
+        gather, write,
     },
     policy::{ValidPolicy, Validated},
     route::{ParentKind, RouteParent, RouteTarget},
-    runtime::gate::{NotLeader, WriteGate},
+    runtime::{
+        gate::{NotLeader, WriteGate},
+        retry,
+    },
     sources::{
         Caches,
         local::{
@@ -41,17 +41,14 @@ use crate::{
             policies::Held,
         },
     },
+    status::{self, Decided, Outcome, StatusInput},
     tenancy::Gateways,
+    validate::validated,
 };
 
 /// How often every policy is reconciled even without a trigger, as a safety net (it writes
 /// nothing when all is in place). One timer for all policies, not one per policy.
 pub const RESYNC: Duration = Duration::from_secs(600);
-/// First retry delay of a failed reconcile; it doubles per failure in a row.
-const RETRY_FIRST: Duration = Duration::from_millis(200);
-/// Longest retry delay of a failed reconcile.
-const RETRY_MAX: Duration = Duration::from_secs(10);
-
 /// What a reconcile wants next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Next {
@@ -104,7 +101,11 @@ impl Error {
     }
 
     fn not_leader(&self) -> bool {
-        self.kind() == "not_leader"
+        match self {
+            Error::NotLeader(_) => true,
+            Error::Route(e) => matches!(**e, ApplyError::NotLeader(_)),
+            Error::CachesNotSynced | Error::MissingUid => false,
+        }
     }
 
     /// The write was refused because the namespace is being deleted.
@@ -141,28 +142,13 @@ impl Context {
 
     /// The delay before retrying a policy that failed again: 200 ms doubling up to 10 s.
     fn next_retry(&self, policy: &PolicyKey) -> Duration {
-        self.retries
-            .lock()
-            .entry(policy.clone())
-            .or_insert_with(|| retry_delays().build())
-            .next()
-            .map_or(RETRY_MAX, whole_millis)
+        retry::next(
+            self.retries
+                .lock()
+                .entry(policy.clone())
+                .or_insert_with(retry::delays),
+        )
     }
-}
-
-/// Retry delays of a failing policy: kube-runtime's backoff crate, no jitter (one retry per
-/// policy, not a herd), never giving up.
-fn retry_delays() -> ExponentialBuilder {
-    ExponentialBuilder::default()
-        .with_min_delay(RETRY_FIRST)
-        .with_max_delay(RETRY_MAX)
-        .with_factor(2.0)
-        .without_max_times()
-}
-
-/// A delay to the whole millisecond (the backoff multiplies in floating point).
-fn whole_millis(delay: Duration) -> Duration {
-    Duration::from_millis(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Reconciles one policy, as the policy table holds it (validated once per generation).
@@ -191,11 +177,13 @@ async fn run(policy: &FailoverPolicy, valid: &Validated, ctx: &Context) -> Resul
     let now = Utc::now();
     let previous = gather::previous_status(policy, &ctx.gate);
     let target = RouteTarget::of(policy);
-    let outcome = match valid {
-        Err(problems) => Outcome::Invalid(problems.to_vec()),
-        Ok(valid) => Outcome::Decided(Box::new(
-            act(policy, valid.clone(), previous.as_ref(), now, ctx).await?,
-        )),
+    let (outcome, failure) = match valid {
+        Err(problems) => (Outcome::Invalid(problems.to_vec()), None),
+        Ok(valid) => {
+            let (decided, failure) =
+                act(policy, valid.clone(), previous.as_ref(), now, ctx).await?;
+            (Outcome::Decided(Box::new(decided)), failure)
+        }
     };
     let status = status::build(&StatusInput {
         generation: policy.meta().generation,
@@ -210,7 +198,7 @@ async fn run(policy: &FailoverPolicy, valid: &Validated, ctx: &Context) -> Resul
         .statuses
         .queue(policy, status.clone(), previous.as_ref());
     write::report(&ctx.gate, policy, &target, &outcome, &status, wrote);
-    next(outcome)
+    next(outcome, failure)
 }
 
 /// Gather, decide and apply for a valid policy.
@@ -220,7 +208,7 @@ async fn act(
     previous: Option<&crate::api::FailoverPolicyStatus>,
     now: chrono::DateTime<Utc>,
     ctx: &Context,
-) -> Result<Decided, Error> {
+) -> Result<(Decided, Option<ApplyError>), Error> {
     if !ctx.caches.wait_for_inputs().await {
         return Err(Error::CachesNotSynced);
     }
@@ -238,29 +226,31 @@ async fn act(
     let applied = if let Some((claim, holder)) = held {
         apply::withdraw(&ctx.gate, &desired, inputs.route.clone(), claim, holder).await
     } else if ctx.apis.is_missing(api) {
-        Applied::ApiMissing(api)
+        Ok(Applied::ApiMissing(api))
     } else {
         apply::apply(&ctx.gate, &desired, inputs.route.clone(), valid.suspend).await
     };
-    let applied = match applied {
-        Applied::Failed(ApplyError::NotLeader(e)) => return Err(Error::NotLeader(e)),
+    let (applied, failure) = match applied {
+        Ok(applied) => (applied, None),
+        Err(ApplyError::NotLeader(e)) => return Err(Error::NotLeader(e)),
         // The API server does not serve the route's kind: its CRD is not installed.
-        Applied::Failed(e) if e.not_found() => {
+        Err(e) if e.not_found() => {
             ctx.apis.missing(api);
-            Applied::ApiMissing(api)
+            (Applied::ApiMissing(api), None)
         }
-        applied => applied,
+        Err(e) => (Applied::Failed(e.to_string()), Some(e)),
     };
     if let Applied::ApiMissing(api) = applied {
         ctx.apis.needed(api);
     }
-    Ok(Decided {
+    let decided = Decided {
         policy: valid,
         plan,
         applied,
         route: inputs.route,
         refused_parents,
-    })
+    };
+    Ok((decided, failure))
 }
 
 /// The policy with its route's Gateways of other namespaces that the cluster admin does not
@@ -287,11 +277,14 @@ fn attachable(
 }
 
 /// What to do after a reconcile: retry a failed write, requeue when a hold falls due, or wait.
-fn next(outcome: Outcome) -> Result<Next, Error> {
+fn next(outcome: Outcome, failure: Option<ApplyError>) -> Result<Next, Error> {
+    if let Some(e) = failure {
+        return Err(Error::Route(Box::new(e)));
+    }
     match outcome {
         Outcome::Invalid(_) => Ok(Next::Wait),
         Outcome::Decided(d) => match d.applied {
-            Applied::Failed(e) => Err(Error::Route(Box::new(e))),
+            Applied::Failed(_) => Ok(Next::Wait),
             // A missing CRD that turns up queues every policy; a claim handed over wakes its
             // claimants.
             Applied::Conflict | Applied::ApiMissing(_) | Applied::Yielded { .. } => Ok(Next::Wait),
@@ -336,19 +329,4 @@ pub fn error_policy(policy: &FailoverPolicy, error: &Error, ctx: &Context) -> Ne
         "reconcile failed"
     );
     Next::After(delay)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_from_200ms_and_caps_at_10s() {
-        let delays: Vec<Duration> = retry_delays().build().take(9).map(whole_millis).collect();
-        assert_eq!(delays[0], Duration::from_millis(200));
-        assert_eq!(delays[1], Duration::from_millis(400));
-        assert_eq!(delays[5], Duration::from_millis(6400));
-        assert_eq!(delays[6], Duration::from_secs(10));
-        assert_eq!(delays[8], Duration::from_secs(10));
-    }
 }

@@ -47,3 +47,25 @@ pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
         .service(http);
     Ok(kube::Client::new(service, config.default_namespace))
 }
+
+/// An API error as a short sentence: the API server's own message and reason, not the client's
+/// debug dump.
+pub fn describe(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if !status.message.is_empty() && !status.reason.is_empty() => {
+            crate::message::line(&format!("{} ({})", status.message, status.reason))
+        }
+        kube::Error::Api(status) if !status.message.is_empty() => {
+            crate::message::line(&status.message)
+        }
+        kube::Error::Api(status) => {
+            crate::message::line(&format!("HTTP {} {}", status.code, status.reason))
+        }
+        other => crate::message::with_causes(other),
+    }
+}
+
+/// Whether the API server refused a write because the namespace is being deleted.
+pub fn namespace_terminating(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(e) if e.code == 403 && e.message.contains("being terminated"))
+}

@@ -11,11 +11,11 @@ use kube::{
 
 use crate::{
     api::FailoverPolicyStatus,
-    route::{FIELD_MANAGER, RulesDigest},
+    route::{FIELD_MANAGER, RouteKey, RulesDigest},
     runtime::{
         leader::Leadership,
         metrics::Metrics,
-        written::{Queue, Recent, Statuses},
+        written::{Queue, Recent, StatusKey, Statuses},
     },
 };
 
@@ -35,9 +35,9 @@ pub struct WriteGate {
     /// Event recorder.
     pub recorder: Recorder,
     /// Routes written, until the route cache shows them.
-    pub recent_routes: Recent<RulesDigest>,
+    pub recent_routes: Recent<RouteKey, RulesDigest>,
     /// Statuses written, until the policy cache shows them.
-    pub recent_status: Recent<FailoverPolicyStatus>,
+    pub recent_status: Recent<StatusKey, FailoverPolicyStatus>,
     /// Statuses queued, until they are written.
     pub statuses: Statuses,
 }
@@ -79,34 +79,4 @@ impl WriteGate {
             Err(NotLeader)
         }
     }
-}
-
-/// An API error as a short sentence for people: the API server's own message and reason, not
-/// the client's debug dump.
-pub fn describe(error: &kube::Error) -> String {
-    let text = match error {
-        kube::Error::Api(status) if !status.message.is_empty() && !status.reason.is_empty() => {
-            format!("{} ({})", status.message, status.reason)
-        }
-        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
-        kube::Error::Api(status) => format!("HTTP {} {}", status.code, status.reason),
-        other => with_causes(other),
-    };
-    crate::message::line(&text)
-}
-
-/// An error and the causes under it, as one line: `client error (Connect): tcp connect error:
-/// Connection refused (os error 111)`.
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(c) = cause {
-        let line = c.to_string();
-        if !text.contains(&line) {
-            text.push_str(": ");
-            text.push_str(&line);
-        }
-        cause = c.source();
-    }
-    text
 }

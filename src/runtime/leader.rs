@@ -41,7 +41,7 @@ use kube::{
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::{message::describe, runtime::metrics::Metrics};
+use crate::runtime::{api_client::describe, metrics::Metrics};
 
 /// What this replica is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

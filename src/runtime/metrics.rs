@@ -27,19 +27,14 @@ use prometheus_client::{
 
 use parking_lot::Mutex;
 
-use crate::runtime::policy_metrics::{self, PolicyLabels, PolicyTable};
+use crate::{
+    apis::WatchKind,
+    runtime::policy_metrics::{self, PolicyLabels, PolicyTable},
+};
 
 /// The prefix of every series name.
 const PREFIX: &str = "failover";
 
-/// Every watch, as `watch_restarts` labels it.
-pub const WATCH_KINDS: [&str; 5] = [
-    "endpointslice",
-    "service",
-    "failoverpolicy",
-    "trafficsplit",
-    "httproute",
-];
 /// Every kind of API write, as `api_writes` labels it.
 pub const WRITE_KINDS: [&str; 5] = ["trafficsplit", "httproute", "status", "event", "lease"];
 
@@ -143,7 +138,7 @@ impl Metrics {
         m.register_all();
         m.register_gauges();
         // Known bounded series start at zero, so rates and alerts work before the first event.
-        for kind in WATCH_KINDS {
+        for kind in WatchKind::LOCAL {
             m.watch_restart_counter(kind);
         }
         for crd in CRDS {
@@ -220,9 +215,9 @@ impl Metrics {
         );
     }
 
-    fn watch_restart_counter(&self, kind: &str) -> Counter {
+    fn watch_restart_counter(&self, kind: WatchKind) -> Counter {
         self.watch_restarts.get_or_create_owned(&KindLabels {
-            kind: kind.to_string(),
+            kind: kind.as_str().to_string(),
         })
     }
 
@@ -350,10 +345,10 @@ impl Metrics {
     }
 
     /// Counts one watch restart of a kind.
-    pub fn watch_restart(&self, kind: &str) {
+    pub fn watch_restart(&self, kind: WatchKind) {
         self.watch_restarts
             .get_or_create(&KindLabels {
-                kind: kind.to_string(),
+                kind: kind.as_str().to_string(),
             })
             .inc();
     }

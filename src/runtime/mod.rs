@@ -2,7 +2,7 @@
 //! client ([`api_client`]), the metrics registry ([`metrics`], the per-policy series in
 //! [`policy_metrics`]), this replica's leadership ([`leader`]), the one leader-gated door every
 //! write goes through ([`gate`]), the memory of what this replica wrote or is about to write
-//! ([`written`]), and the memory a burst freed handed back to the system ([`heap`]).
+//! ([`written`]), the backoff of failed writes ([`retry`]), and the memory a burst freed handed back to the system ([`heap`]).
 
 pub mod api_client;
 pub mod gate;
@@ -10,4 +10,5 @@ pub mod heap;
 pub mod leader;
 pub mod metrics;
 pub mod policy_metrics;
+pub mod retry;
 pub mod written;

@@ -10,21 +10,25 @@
 //!   yet, newest per policy. The gather step reads them as a policy's previous status; the
 //!   writer (`pipeline::write::statuses`) takes its work from the [`Queue`].
 
-use std::{collections::HashMap, time::Duration};
+use std::{collections::HashMap, future::Future, hash::Hash, sync::Arc};
 
 use futures::channel::mpsc;
-use kube::{Resource, ResourceExt, runtime::watcher};
+use kube::ResourceExt;
 use parking_lot::Mutex;
+use tokio::sync::Notify;
 
-use crate::api::{FailoverPolicy, FailoverPolicyStatus};
+use crate::{
+    api::{FailoverPolicy, FailoverPolicyStatus},
+    observation::PolicyKey,
+};
 
 /// Recent writes of one kind of value, by object key.
 #[derive(Debug)]
-pub struct Recent<T> {
-    entries: Mutex<HashMap<String, (u64, T)>>,
+pub struct Recent<K, T> {
+    entries: Mutex<HashMap<K, (u64, T)>>,
 }
 
-impl<T> Default for Recent<T> {
+impl<K, T> Default for Recent<K, T> {
     fn default() -> Self {
         Self {
             entries: Mutex::new(HashMap::new()),
@@ -32,9 +36,9 @@ impl<T> Default for Recent<T> {
     }
 }
 
-impl<T: Clone> Recent<T> {
+impl<K: Hash + Eq, T: Clone> Recent<K, T> {
     /// Remembers a write that the API server acknowledged at `written_version`.
-    pub fn record(&self, key: String, written_version: Option<&str>, value: T) {
+    pub fn record(&self, key: K, written_version: Option<&str>, value: T) {
         if let Some(version) = written_version.and_then(|v| v.parse::<u64>().ok()) {
             self.entries.lock().insert(key, (version, value));
         }
@@ -42,12 +46,7 @@ impl<T: Clone> Recent<T> {
 
     /// The value written last when the cache (at `cached_version`) has not caught up with it;
     /// once it has, the entry is dropped and the cache wins.
-    pub fn newer_than(&self, key: &str, cached_version: Option<&str>) -> Option<T> {
-        self.newer_than_version(key, cached_version.and_then(|v| v.parse::<u64>().ok()))
-    }
-
-    /// [`Recent::newer_than`] with the cache's version already a number.
-    pub fn newer_than_version(&self, key: &str, cached_version: Option<u64>) -> Option<T> {
+    pub fn newer_than(&self, key: &K, cached_version: Option<u64>) -> Option<T> {
         let mut entries = self.entries.lock();
         let (written, value) = entries.get(key)?;
         match cached_version {
@@ -58,81 +57,66 @@ impl<T: Clone> Recent<T> {
             }
         }
     }
-}
 
-impl<T> Recent<T> {
-    /// Forgets the writes of keys starting with `prefix` that one watch has delivered: it sent an
-    /// event at `version`, and a watch sends events in the order of their versions, so every
+    /// Forgets the writes of the keys `of_watch` selects that one watch has delivered: it sent
+    /// an event at `version`, and a watch sends events in the order of their versions, so every
     /// write up to it is in its cache. Without this, a write nobody reconciled again stayed
     /// (a status per policy after the start-up pass: 7 MiB at 10,000 policies).
-    pub fn seen_through(&self, prefix: &str, version: u64) {
+    pub fn seen_through(&self, version: u64, of_watch: impl Fn(&K) -> bool) {
         let mut entries = self.entries.lock();
         if entries.is_empty() {
             return;
         }
-        entries.retain(|key, (written, _)| !(key.starts_with(prefix) && *written <= version));
+        entries.retain(|key, (written, _)| !(of_watch(key) && *written <= version));
         if entries.is_empty() {
             entries.shrink_to(64);
         }
     }
 }
 
-/// The version up to which one watch's cache is complete, event by event: an applied or deleted
-/// object's version at once; during a relist, whose objects come in no order of versions, the
-/// highest listed version once it has ended.
-#[derive(Debug, Default)]
-pub struct Watermark {
-    relist: Option<u64>,
+/// The key under which a policy's status waits and its written status is remembered: the
+/// policy and its uid (a policy deleted and created again under its name is another one).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct StatusKey {
+    /// The policy.
+    pub policy: PolicyKey,
+    /// Its uid.
+    pub uid: Box<str>,
 }
 
-impl Watermark {
-    /// The version the cache is complete up to after `event` (whose object has `version`).
-    pub fn after<K>(&mut self, event: &watcher::Event<K>, version: Option<u64>) -> Option<u64> {
-        match event {
-            watcher::Event::Apply(_) | watcher::Event::Delete(_) => version,
-            watcher::Event::Init => {
-                self.relist = Some(0);
-                None
-            }
-            watcher::Event::InitApply(_) => {
-                if let (Some(highest), Some(v)) = (self.relist.as_mut(), version) {
-                    *highest = (*highest).max(v);
-                }
-                None
-            }
-            watcher::Event::InitDone => self.relist.take(),
+impl StatusKey {
+    /// The key of a policy's status.
+    pub fn of(policy: &FailoverPolicy) -> Self {
+        Self {
+            policy: PolicyKey::new(
+                policy.metadata.namespace.as_deref().unwrap_or_default(),
+                &policy.name_any(),
+            ),
+            uid: policy.uid().unwrap_or_default().into(),
         }
     }
 }
 
-/// The resource version of an event's object, as a number (etcd-backed API servers issue them
-/// so); `None` for an event without an object.
-pub fn event_version<K: Resource>(event: &watcher::Event<K>) -> Option<u64> {
-    match event {
-        watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o) => {
-            o.meta().resource_version.as_deref()?.parse().ok()
-        }
-        watcher::Event::Init | watcher::Event::InitDone => None,
-    }
-}
-
-/// One policy's newest status, not written yet.
-struct Pending {
-    namespace: String,
-    name: String,
-    status: FailoverPolicyStatus,
-    /// Bumped by each newer status, so the writer knows whether it wrote the newest.
-    version: u64,
+/// One policy's newest status, not written yet, and its version: bumped by each newer status,
+/// so the writer knows whether it wrote the newest.
+#[derive(Clone, Debug)]
+pub struct Newest {
+    /// The status.
+    pub status: FailoverPolicyStatus,
+    /// Its version.
+    pub version: u64,
 }
 
 /// The statuses waiting to be written, by policy.
 pub struct Statuses {
-    pending: Mutex<HashMap<String, Pending>>,
-    queue: mpsc::UnboundedSender<String>,
+    pending: Mutex<HashMap<StatusKey, Newest>>,
+    queue: mpsc::UnboundedSender<StatusKey>,
+    /// Notified whenever a pending status leaves.
+    left: Arc<Notify>,
 }
 
 /// The policies whose status waits, in the order they were queued.
-pub type Queue = mpsc::UnboundedReceiver<String>;
+pub type Queue = mpsc::UnboundedReceiver<StatusKey>;
 
 impl Statuses {
     /// The statuses that may wait at once before reconciles are held back: at most about
@@ -146,12 +130,13 @@ impl Statuses {
         let statuses = Self {
             pending: Mutex::default(),
             queue,
+            left: Arc::default(),
         };
         (statuses, receiver)
     }
 
-    /// The status queued or being written for a policy (its key), newer than any cache.
-    pub fn pending(&self, key: &str) -> Option<FailoverPolicyStatus> {
+    /// The status queued or being written for a policy, newer than any cache.
+    pub fn pending(&self, key: &StatusKey) -> Option<FailoverPolicyStatus> {
         self.pending.lock().get(key).map(|p| p.status.clone())
     }
 
@@ -165,7 +150,7 @@ impl Statuses {
         if current == Some(&status) {
             return false;
         }
-        let key = status_key(policy);
+        let key = StatusKey::of(policy);
         let mut pending = self.pending.lock();
         match pending.get_mut(&key) {
             // Its writer is at work and writes this one next.
@@ -174,15 +159,7 @@ impl Statuses {
                 p.version += 1;
             }
             None => {
-                pending.insert(
-                    key.clone(),
-                    Pending {
-                        namespace: policy.namespace().unwrap_or_default(),
-                        name: policy.name_any(),
-                        status,
-                        version: 0,
-                    },
-                );
+                pending.insert(key.clone(), Newest { status, version: 0 });
                 // The receiver lives as long as the controller; after it, nothing is written.
                 let _ = self.queue.unbounded_send(key);
             }
@@ -198,26 +175,28 @@ impl Statuses {
 
     /// Waits until every queued status is written (or dropped).
     pub async fn flushed(&self) {
-        while !self.pending.lock().is_empty() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        loop {
+            let left = self.left.notified();
+            if self.pending.lock().is_empty() {
+                return;
+            }
+            left.await;
         }
     }
 
-    /// The newest status queued for a policy (its key): namespace, name, status and version.
-    pub fn newest(&self, key: &str) -> Option<(String, String, FailoverPolicyStatus, u64)> {
-        let pending = self.pending.lock();
-        let p = pending.get(key)?;
-        Some((
-            p.namespace.clone(),
-            p.name.clone(),
-            p.status.clone(),
-            p.version,
-        ))
+    /// Resolves when a pending status leaves (written or dropped), from the moment it is called.
+    pub fn left(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.left.clone().notified_owned()
+    }
+
+    /// The newest status queued for a policy.
+    pub fn newest(&self, key: &StatusKey) -> Option<Newest> {
+        self.pending.lock().get(key).cloned()
     }
 
     /// Drops a policy's entry once `version` is written (or not worth writing); returns false
     /// when a newer status came meanwhile.
-    pub fn done(&self, key: &str, version: Option<u64>) -> bool {
+    pub fn done(&self, key: &StatusKey, version: Option<u64>) -> bool {
         let mut pending = self.pending.lock();
         if version.is_some_and(|v| pending.get(key).is_some_and(|p| p.version != v)) {
             return false;
@@ -227,18 +206,10 @@ impl Statuses {
         if pending.is_empty() {
             pending.shrink_to(64);
         }
+        drop(pending);
+        self.left.notify_waiters();
         true
     }
-}
-
-/// The key under which a policy's written status is remembered.
-pub fn status_key(policy: &FailoverPolicy) -> String {
-    format!(
-        "{}/{}/{}",
-        policy.namespace().unwrap_or_default(),
-        policy.name_any(),
-        policy.uid().unwrap_or_default()
-    )
 }
 
 #[cfg(test)]
@@ -247,50 +218,37 @@ mod tests {
 
     #[test]
     fn a_watch_that_delivered_a_later_version_forgets_the_writes_before_it() {
-        let recent: Recent<&str> = Recent::default();
-        recent.record("trafficsplit/ns/a".into(), Some("10"), "a");
-        recent.record("trafficsplit/ns/b".into(), Some("20"), "b");
-        recent.record("httproute/ns/c".into(), Some("5"), "c");
-        recent.seen_through("trafficsplit/", 15);
-        assert_eq!(recent.newer_than("trafficsplit/ns/a", Some("1")), None);
-        assert_eq!(recent.newer_than("trafficsplit/ns/b", Some("1")), Some("b"));
+        let recent: Recent<(bool, &str), &str> = Recent::default();
+        recent.record((true, "a"), Some("10"), "a");
+        recent.record((true, "b"), Some("20"), "b");
+        recent.record((false, "c"), Some("5"), "c");
+        recent.seen_through(15, |(split, _)| *split);
+        assert_eq!(recent.newer_than(&(true, "a"), Some(1)), None);
+        assert_eq!(recent.newer_than(&(true, "b"), Some(1)), Some("b"));
         assert_eq!(
-            recent.newer_than("httproute/ns/c", Some("1")),
+            recent.newer_than(&(false, "c"), Some(1)),
             Some("c"),
             "another watch's writes stay"
         );
     }
 
     #[test]
-    fn a_relist_sets_the_watermark_only_when_it_ends() {
-        let mut mark = Watermark::default();
-        assert_eq!(
-            mark.after(&watcher::Event::<()>::Apply(()), Some(7)),
-            Some(7)
-        );
-        assert_eq!(mark.after(&watcher::Event::<()>::Init, None), None);
-        assert_eq!(mark.after(&watcher::Event::InitApply(()), Some(30)), None);
-        assert_eq!(mark.after(&watcher::Event::InitApply(()), Some(20)), None);
-        assert_eq!(mark.after(&watcher::Event::<()>::InitDone, None), Some(30));
-    }
-
-    #[test]
     fn recent_writes_win_until_the_cache_catches_up() {
-        let recent: Recent<&str> = Recent::default();
-        recent.record("a".into(), Some("10"), "written");
-        assert_eq!(recent.newer_than("a", Some("9")), Some("written"));
+        let recent: Recent<&str, &str> = Recent::default();
+        recent.record("a", Some("10"), "written");
+        assert_eq!(recent.newer_than(&"a", Some(9)), Some("written"));
         assert_eq!(
-            recent.newer_than("a", Some("10")),
+            recent.newer_than(&"a", Some(10)),
             None,
             "caught up: the cache wins"
         );
         assert_eq!(
-            recent.newer_than("a", Some("9")),
+            recent.newer_than(&"a", Some(9)),
             None,
             "and the entry is gone"
         );
-        recent.record("b".into(), Some("not-a-number"), "written");
-        assert_eq!(recent.newer_than("b", Some("1")), None);
+        recent.record("b", Some("not-a-number"), "written");
+        assert_eq!(recent.newer_than(&"b", Some(1)), None);
     }
 
     use crate::api::{FailoverPolicySpec, Phase};
@@ -313,14 +271,14 @@ mod tests {
     fn the_newest_status_waits_once_per_policy_and_is_read_as_the_previous_one() {
         let (statuses, mut queue) = Statuses::new();
         let p = policy();
-        let key = status_key(&p);
+        let key = StatusKey::of(&p);
         assert!(!statuses.queue(&p, phase(Phase::Primary), Some(&phase(Phase::Primary))));
         assert!(statuses.queue(&p, phase(Phase::FailedOver), None));
         assert!(statuses.queue(&p, phase(Phase::Primary), None));
         assert_eq!(statuses.pending(&key), Some(phase(Phase::Primary)));
         assert_eq!(queue.try_recv().ok(), Some(key.clone()));
         assert!(queue.try_recv().is_err(), "one writer per policy");
-        let (_, _, _, version) = statuses.newest(&key).expect("pending");
+        let version = statuses.newest(&key).expect("pending").version;
         assert!(!statuses.done(&key, Some(version - 1)), "a newer one came");
         assert!(statuses.done(&key, Some(version)));
         assert_eq!(statuses.pending(&key), None);

@@ -1,12 +1,14 @@
 //! What feeds the decision, each source keeping small facts and waking the policies a change
-//! concerns: the list-and-watch helper every watch goes through ([`watch`]), the local caches and
-//! the index fed by this cluster's watches ([`local`]), readiness read from other clusters
+//! concerns: the list-and-watch helper every watch goes through ([`watch`]), the one store every
+//! watched kind is kept in ([`store`]), the local caches and the index fed by this cluster's
+//! watches ([`local`]), readiness read from other clusters
 //! ([`remote`]), Prometheus health queries ([`health`]), and the wake-ups ([`wake`]).
 //! [`Caches`] is what the gather step reads.
 
 pub mod health;
 pub mod local;
 pub mod remote;
+pub mod store;
 pub mod wake;
 pub mod watch;
 
@@ -14,14 +16,14 @@ use std::{sync::Arc, time::Duration};
 
 use parking_lot::RwLock;
 
+use crate::apis::WatchKind;
+
 use self::{
     health::Health,
     local::{claims::Claims, readiness::ReadinessStore, routes::RouteStore, synced::Synced},
     remote::Clusters,
 };
 
-/// Watch kinds a decision needs listed before it can trust the caches.
-pub const DECISION_INPUTS: [&str; 2] = ["endpointslice", "service"];
 /// How long a reconcile waits for those caches before it gives up and retries.
 const SYNC_WAIT: Duration = Duration::from_secs(10);
 
@@ -59,12 +61,14 @@ impl Caches {
 impl Caches {
     /// Waits until the readiness caches have listed; `false` after [`SYNC_WAIT`].
     pub async fn wait_for_inputs(&self) -> bool {
-        self.synced.wait_for(&DECISION_INPUTS, SYNC_WAIT).await
+        self.synced
+            .wait_for(&WatchKind::DECISION_INPUTS, SYNC_WAIT)
+            .await
     }
 
     /// Whether the readiness caches have listed once. Until then no reconcile can decide (each
     /// waits for them), so a readiness change has nobody to wake.
     pub fn inputs_listed(&self) -> bool {
-        self.synced.all_done(&DECISION_INPUTS)
+        self.synced.all_done(&WatchKind::DECISION_INPUTS)
     }
 }

@@ -19,11 +19,9 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
 use crate::{
+    apis::WatchKind,
     runtime::metrics::Metrics,
-    sources::local::{
-        apis::{Apis, NeededApi},
-        synced::Synced,
-    },
+    sources::local::{apis::Apis, synced::Synced},
 };
 
 /// First retry delay of a failed watch.
@@ -45,13 +43,13 @@ pub const LIST_PAGE_SIZE: u32 = 500;
 /// Where a watch reports what happens to it.
 pub trait Report: Send + Sync {
     /// The watch is about to start.
-    fn starting(&self, _kind: &'static str) {}
+    fn starting(&self, _kind: WatchKind) {}
     /// An event arrived (the API server answers).
-    fn event(&self, _kind: &'static str) {}
+    fn event(&self, _kind: WatchKind) {}
     /// A complete list arrived.
-    fn listed(&self, kind: &'static str);
+    fn listed(&self, kind: WatchKind);
     /// The watch failed; it retries with backoff.
-    fn failed(&self, kind: &'static str, error: &watcher::Error);
+    fn failed(&self, kind: WatchKind, error: &watcher::Error);
 }
 
 /// The local cluster's watches: first lists in [`Synced`], missing CRDs in [`Apis`], errors in
@@ -67,24 +65,24 @@ pub struct WatchContext {
 }
 
 impl Report for WatchContext {
-    fn starting(&self, kind: &'static str) {
+    fn starting(&self, kind: WatchKind) {
         self.synced.expect(kind);
     }
 
-    fn listed(&self, kind: &'static str) {
+    fn listed(&self, kind: WatchKind) {
         if self.synced.done(kind) {
-            info!(kind, "first list received");
+            info!(%kind, "first list received");
         }
-        if let Some(api) = NeededApi::of_watch(kind) {
+        if let Some(api) = kind.api() {
             self.apis.present(api);
         }
     }
 
-    fn failed(&self, kind: &'static str, error: &watcher::Error) {
+    fn failed(&self, kind: WatchKind, error: &watcher::Error) {
         self.metrics.watch_restart(kind);
-        match NeededApi::of_watch(kind).filter(|_| not_found(error)) {
+        match kind.api().filter(|_| not_found(error)) {
             Some(api) => self.apis.missing(api),
-            None => warn!(kind, error = %describe(error), "watch failed; retrying"),
+            None => warn!(%kind, error = %describe(error), "watch failed; retrying"),
         }
     }
 }
@@ -95,7 +93,7 @@ impl Report for WatchContext {
 /// in pages of [`LIST_PAGE_SIZE`] objects.
 pub fn events<K>(
     api: Api<K>,
-    kind: &'static str,
+    kind: WatchKind,
     config: watcher::Config,
     report: Arc<dyn Report>,
 ) -> impl Stream<Item = watcher::Event<K>> + Send + 'static + use<K>
@@ -112,7 +110,7 @@ where
 /// A raw watch with backoff, its errors and first lists reported.
 fn reported<K>(
     raw: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-    kind: &'static str,
+    kind: WatchKind,
     report: Arc<dyn Report>,
 ) -> impl Stream<Item = watcher::Event<K>> + Send + 'static
 where
@@ -211,7 +209,7 @@ pub fn describe(error: &watcher::Error) -> String {
     match error {
         watcher::Error::InitialListFailed(e)
         | watcher::Error::WatchStartFailed(e)
-        | watcher::Error::WatchFailed(e) => crate::message::describe(e),
+        | watcher::Error::WatchFailed(e) => crate::runtime::api_client::describe(e),
         watcher::Error::WatchError(status) => format!("{} ({})", status.message, status.reason),
         other => other.to_string(),
     }

@@ -12,13 +12,11 @@ use tracing::{info, warn};
 
 use crate::{
     api::{FailoverPolicy, FailoverPolicyStatus, Phase},
-    pipeline::{
-        apply::Applied,
-        decide::plan::{Announcement, Transition},
-        status::Outcome,
-    },
+    applied::Applied,
+    decide::plan::{Announcement, Transition},
     route::RouteTarget,
     runtime::{gate::WriteGate, policy_metrics::PolicyLabels},
+    status::Outcome,
 };
 
 /// Events and metrics for what a reconcile did; `wrote` tells whether its status was new.
@@ -132,7 +130,7 @@ fn publish(
         match recorder.publish(&event, &reference).await {
             Ok(()) => metrics.write("event"),
             Err(e) => {
-                warn!(error = %crate::message::describe(&e), reason, "could not record Event")
+                warn!(error = %crate::runtime::api_client::describe(&e), reason, "could not record Event")
             }
         }
     });

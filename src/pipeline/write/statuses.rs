@@ -14,9 +14,8 @@
 //!   (the new leader decides again).
 //! - On shutdown, what is queued is written within the shutdown grace period.
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
-use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::StreamExt;
 use kube::{
     Api, Resource,
@@ -27,11 +26,12 @@ use tracing::{debug, warn};
 
 use crate::{
     api::{FailoverPolicy, FailoverPolicyStatus},
-    message::describe,
     route::FIELD_MANAGER,
     runtime::{
+        api_client::{describe, namespace_terminating},
         gate::{NotLeader, WriteGate},
-        written::Queue,
+        retry,
+        written::{Newest, Queue, StatusKey},
     },
 };
 
@@ -54,10 +54,11 @@ pub async fn run(gate: Arc<WriteGate>, queue: Queue, concurrency: usize) {
 }
 
 /// Writes the newest status of one policy until it is written, superseded by none, or dropped.
-async fn write_newest(gate: &WriteGate, key: String) {
-    let mut delays = retry_delays().build();
-    while let Some((namespace, name, status, version)) = gate.statuses.newest(&key) {
-        match apply(gate, &namespace, &name, &status).await {
+async fn write_newest(gate: &WriteGate, key: StatusKey) {
+    let mut delays = retry::delays();
+    let (namespace, name) = (&key.policy.namespace, &key.policy.name);
+    while let Some(Newest { status, version }) = gate.statuses.newest(&key) {
+        match apply(gate, namespace, name, &status).await {
             Ok(resource_version) => {
                 // Remembered before it leaves the queue: a reconcile never sees an older one.
                 gate.recent_status
@@ -72,7 +73,7 @@ async fn write_newest(gate: &WriteGate, key: String) {
                 return;
             }
             Err(e) => {
-                let delay = delays.next().unwrap_or(Duration::from_secs(10));
+                let delay = retry::next(&mut delays);
                 gate.metrics.error("status_write");
                 warn!(%namespace, policy = %name, error = %e, retry_in_ms = delay.as_millis() as u64, "status write failed");
                 tokio::time::sleep(delay).await;
@@ -81,23 +82,13 @@ async fn write_newest(gate: &WriteGate, key: String) {
     }
 }
 
-/// Retry delays of a failing status write: 200 ms doubling to 10 s.
-fn retry_delays() -> ExponentialBuilder {
-    ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(200))
-        .with_max_delay(Duration::from_secs(10))
-        .with_factor(2.0)
-        .without_max_times()
-}
-
 /// A write that can never succeed: not the leader, the policy deleted, its namespace going away.
 fn gone(error: &StatusError) -> bool {
     match error {
         StatusError::NotLeader(_) => true,
-        StatusError::Api(kube::Error::Api(e)) => {
-            e.code == 404 || (e.code == 403 && e.message.contains("being terminated"))
+        StatusError::Api(e) => {
+            matches!(e, kube::Error::Api(e) if e.code == 404) || namespace_terminating(e)
         }
-        StatusError::Api(_) => false,
     }
 }
 

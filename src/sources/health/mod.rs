@@ -331,7 +331,7 @@ mod tests {
     }
 
     fn plan(p: &FailoverPolicy) -> Plan {
-        let v = crate::pipeline::validate::validate(p).expect("valid");
+        let v = crate::validate::validate(p).expect("valid");
         let health = v.health.clone().expect("health");
         store()
             .plan(&v, health)
@@ -363,11 +363,7 @@ mod tests {
             h.address = Some("http://169.254.169.254".into());
         }
         let health = store();
-        health.follow(
-            key(),
-            Some(&p),
-            crate::pipeline::validate::validate(&p).ok().as_ref(),
-        );
+        health.follow(key(), Some(&p), crate::validate::validate(&p).ok().as_ref());
         assert!(health.pollers.lock().is_empty(), "no poller, so no request");
         let reading = health.reading(&key(), "web-primary").expect("reading");
         assert_eq!(reading.refused, Some(ADDRESS_NOT_ALLOWED));

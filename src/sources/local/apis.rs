@@ -19,74 +19,11 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use crate::{route::RouteKind, runtime::metrics::Metrics};
+pub use crate::apis::NeededApi;
+use crate::runtime::metrics::Metrics;
 
 /// How often a missing API is named again in the log while it stays missing.
 const LOG_EVERY: Duration = Duration::from_secs(60);
-
-/// An API the controller needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum NeededApi {
-    /// The FailoverPolicy CRD.
-    FailoverPolicy,
-    /// The SMI TrafficSplit CRD.
-    TrafficSplit,
-    /// The Gateway API HTTPRoute CRD.
-    HttpRoute,
-}
-
-impl NeededApi {
-    /// The API whose watch has this kind name.
-    pub fn of_watch(kind: &str) -> Option<Self> {
-        match kind {
-            "failoverpolicy" => Some(NeededApi::FailoverPolicy),
-            "trafficsplit" => Some(NeededApi::TrafficSplit),
-            "httproute" => Some(NeededApi::HttpRoute),
-            _ => None,
-        }
-    }
-
-    /// The API a route kind is written through.
-    pub fn of_route(kind: RouteKind) -> Self {
-        match kind {
-            RouteKind::TrafficSplit => NeededApi::TrafficSplit,
-            RouteKind::HttpRoute => NeededApi::HttpRoute,
-        }
-    }
-
-    /// The CRD's name.
-    pub fn crd(self) -> &'static str {
-        match self {
-            NeededApi::FailoverPolicy => "failoverpolicies.failover.dev",
-            NeededApi::TrafficSplit => "trafficsplits.split.smi-spec.io",
-            NeededApi::HttpRoute => "httproutes.gateway.networking.k8s.io",
-        }
-    }
-
-    /// How to install it.
-    pub fn install(self) -> &'static str {
-        match self {
-            NeededApi::FailoverPolicy => {
-                "install the chart (it ships the CRD) or run: cargo run --bin crd-gen | kubectl apply -f -"
-            }
-            NeededApi::TrafficSplit => {
-                "install a mesh's SMI extension, or the chart with --set trafficSplitCRD.install=true, or run: cargo run --bin crd-gen -- --with-traffic-split | kubectl apply -f -"
-            }
-            NeededApi::HttpRoute => {
-                "install the Gateway API's standard CRDs (v1), e.g. kubectl apply -f https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.6.3/standard-install.yaml"
-            }
-        }
-    }
-
-    /// One sentence: what is missing and how to install it.
-    pub fn missing_message(self) -> String {
-        format!(
-            "the CRD {} is not installed; {}",
-            self.crd(),
-            self.install()
-        )
-    }
-}
 
 #[derive(Debug, Default)]
 struct State {
@@ -100,6 +37,8 @@ pub struct Apis {
     states: Arc<Mutex<HashMap<NeededApi, State>>>,
     metrics: Arc<Metrics>,
     returned: Arc<watch::Sender<u64>>,
+    /// Bumped when an API is first found missing.
+    found_missing: Arc<watch::Sender<u64>>,
 }
 
 impl Apis {
@@ -109,6 +48,7 @@ impl Apis {
             states: Arc::default(),
             metrics,
             returned: Arc::new(watch::Sender::new(0)),
+            found_missing: Arc::new(watch::Sender::new(0)),
         }
     }
 
@@ -120,6 +60,9 @@ impl Apis {
             !std::mem::replace(&mut state.missing, true)
         };
         self.metrics.set_missing_api(api.crd(), true);
+        if first {
+            self.found_missing.send_modify(|n| *n += 1);
+        }
         match api {
             NeededApi::FailoverPolicy => self.log(api, |m| error!("{m}")),
             _ if first => info!(
@@ -160,6 +103,18 @@ impl Apis {
             .filter(|a| self.is_missing(**a))
             .map(|a| a.missing_message())
             .collect()
+    }
+
+    /// Resolves when an API is found missing or comes back, from the moment it is called.
+    pub fn changed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (mut missing, mut returned) =
+            (self.found_missing.subscribe(), self.returned.subscribe());
+        async move {
+            tokio::select! {
+                _ = missing.changed() => {}
+                _ = returned.changed() => {}
+            }
+        }
     }
 
     /// Ticks each time a missing API turns up, so the policies that waited for it are queued.

@@ -10,15 +10,13 @@ use kube::{Client, core::PartialObjectMeta, runtime::watcher};
 
 use super::readiness::SERVICE_NAME_LABEL;
 use crate::{
+    apis::WatchKind,
     route::{
         RouteKey, RouteKind, RouteView,
         httproute::HttpRoute,
         trafficsplit::{self, TrafficSplit},
     },
-    runtime::{
-        gate::WriteGate,
-        written::{Watermark, event_version},
-    },
+    runtime::gate::WriteGate,
     sources::{
         Caches,
         wake::Wake,
@@ -59,7 +57,7 @@ async fn readiness_feeds(feed: Feed) {
     let (client, caches, wake, watch) = (&feed.client, &feed.caches, &feed.wake, &feed.watch);
     let slices = events(
         scoped::<EndpointSlice>(client, ns),
-        "endpointslice",
+        WatchKind::EndpointSlice,
         watcher::Config::default().labels(SERVICE_NAME_LABEL),
         watch.clone(),
     )
@@ -72,7 +70,7 @@ async fn readiness_feeds(feed: Feed) {
     });
     let services = events(
         scoped::<PartialObjectMeta<Service>>(client, ns),
-        "service",
+        WatchKind::Service,
         watcher::Config::default(),
         watch.clone(),
     )
@@ -95,7 +93,7 @@ async fn route_feeds(feed: Feed) {
     let splits = feed_routes(
         events(
             scoped::<TrafficSplit>(client, ns),
-            "trafficsplit",
+            WatchKind::TrafficSplit,
             Default::default(),
             watch.clone(),
         ),
@@ -106,7 +104,7 @@ async fn route_feeds(feed: Feed) {
     let routes = feed_routes(
         events(
             scoped::<HttpRoute>(client, ns),
-            "httproute",
+            WatchKind::HttpRoute,
             Default::default(),
             watch.clone(),
         ),
@@ -123,11 +121,8 @@ async fn feed_routes<K: kube::Resource>(
     view: impl Fn(K) -> RouteView,
     feed: &Feed,
 ) {
-    let mut watermark = Watermark::default();
-    let written = format!("{}/", kind.as_str());
     stream
         .for_each(|event| {
-            let seen = watermark.after(&event, event_version(&event));
             let keyed = map_event(event, |object: K| {
                 let key = RouteKey {
                     kind,
@@ -141,9 +136,11 @@ async fn feed_routes<K: kube::Resource>(
                 };
                 (key, view(object))
             });
-            let changed = feed.caches.routes.write().apply(kind, keyed);
+            let (changed, seen) = feed.caches.routes.write().apply(kind, keyed);
             if let Some(version) = seen {
-                feed.gate.recent_routes.seen_through(&written, version);
+                feed.gate
+                    .recent_routes
+                    .seen_through(version, |k| k.kind == kind);
             }
             feed.wake.routes(changed);
             async {}

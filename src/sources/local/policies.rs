@@ -1,13 +1,8 @@
 //! The policy table: every FailoverPolicy of the watched scope, held once, keyed by namespace
 //! and name. The policy watch fills it and the work queue reads it.
 //!
-//! kube-runtime's reflector store held this before. It keeps the objects in a second map while a
-//! relist runs and swaps the maps at its end, so a relist (an API server restart, an expired
-//! watch) held every policy twice: at 10,000 policies the benchmark's relist phase peaked
-//! 29.5 MiB above the cold start (docs/bench-runs, run 20261125-1245). This table applies a
-//! relist in place: each listed policy replaces its entry at once and is stamped with the
-//! relist's number; at the end, the entries the list did not stamp are gone. A listed policy
-//! whose version did not change is no change at all: nothing is woken for it.
+//! The table is a [`Store`]: a relist is applied in place, and a listed policy whose version did
+//! not change is no change at all (nothing is woken for it, nothing is encoded).
 //!
 //! Each policy is held as its compact JSON, one allocation, and decoded when a reconcile takes
 //! it. Measured on a policy of the benchmark (three backends, its status written): 2,190 bytes
@@ -34,12 +29,17 @@
 //! 40.2 to 55.1 MiB, its heap from 16.6 to 28.3 MiB and its live allocations from 93,445 to
 //! 241,178 (docs/bench-runs, runs 20261126-0156 and 20261126-1222, the second stopped by hand).
 
-use std::{collections::HashMap, sync::Arc};
+use std::sync::Arc;
 
 use kube::runtime::watcher;
 use tracing::warn;
 
-use crate::{api::FailoverPolicy, observation::PolicyKey, policy::Validated};
+use crate::{
+    api::FailoverPolicy,
+    observation::PolicyKey,
+    policy::Validated,
+    sources::store::{self, Keep, Store},
+};
 
 /// What a watch event changed in the table.
 #[derive(Clone, Debug, PartialEq)]
@@ -68,8 +68,6 @@ struct Entry {
     dictionary: Arc<[u8]>,
     /// Its resource version, when it is a number (as etcd-backed API servers issue them).
     version: Option<u64>,
-    /// The relist that last listed it.
-    listed: u32,
     /// The policy as validated, for a policy with a health query only.
     valid: Option<Validation>,
 }
@@ -105,13 +103,52 @@ pub struct Held {
 /// Every policy of the watched scope.
 #[derive(Debug, Default)]
 pub struct PolicyTable {
-    entries: HashMap<PolicyKey, Entry>,
-    /// The number of the relist running or last run.
-    relist: u32,
-    /// A complete list has been applied.
-    listed: bool,
+    store: Store<PolicyKey, Entry>,
     /// What new entries are compressed against.
     dictionary: Dictionary,
+}
+
+/// How the table keeps a policy: packed, with its validation (fresh, or carried over from the
+/// version before); the applied policy itself is kept aside for the change it makes.
+struct Packing<'a> {
+    dictionary: &'a mut Dictionary,
+    valid: Option<Validation>,
+    applied: Option<Arc<FailoverPolicy>>,
+}
+
+impl Keep<FailoverPolicy> for Packing<'_> {
+    type Key = PolicyKey;
+    type Entry = Entry;
+
+    fn key(&self, policy: &FailoverPolicy) -> Option<PolicyKey> {
+        key_of(policy)
+    }
+
+    fn version(&self, policy: &FailoverPolicy) -> Option<u64> {
+        version_of(policy)
+    }
+
+    fn unchanged(&self, held: &Entry, policy: &FailoverPolicy) -> bool {
+        held.version.is_some() && held.version == version_of(policy)
+    }
+
+    fn entry(&mut self, policy: FailoverPolicy) -> Entry {
+        let json = serde_json::to_vec(&policy).unwrap_or_default();
+        let dictionary = self.dictionary.for_policy(&json, policy.status.is_some());
+        let entry = Entry {
+            packed: lz4_flex::block::compress_prepend_size_with_dict(&json, &dictionary)
+                .into_boxed_slice(),
+            dictionary,
+            version: version_of(&policy),
+            valid: self.valid.take(),
+        };
+        self.applied = Some(Arc::new(policy));
+        entry
+    }
+}
+
+fn version_of(policy: &FailoverPolicy) -> Option<u64> {
+    policy.metadata.resource_version.as_deref()?.parse().ok()
 }
 
 /// The JSON of one policy, new entries' dictionary: the first policy seen, until one with a
@@ -138,7 +175,7 @@ impl Dictionary {
 impl PolicyTable {
     /// The policy, if the table has it.
     pub fn get(&self, key: &PolicyKey) -> Option<Held> {
-        let entry = self.entries.get(key)?;
+        let entry = self.store.get(key)?;
         Some(Held {
             policy: Arc::new(decode(key, entry)?),
             valid: entry.valid.as_ref().map(|v| v.valid.clone()),
@@ -153,112 +190,66 @@ impl PolicyTable {
 
     /// The validation the table holds of this policy's uid and generation.
     fn held_validation(&self, policy: &FailoverPolicy) -> Option<Validated> {
-        let held = self.entries.get(&key_of(policy)?)?.valid.as_ref()?;
+        let held = self.store.get(&key_of(policy)?)?.valid.as_ref()?;
         held.of(policy).then(|| held.valid.clone())
     }
 
     /// Every policy's key.
     pub fn keys(&self) -> Vec<PolicyKey> {
-        self.entries.keys().cloned().collect()
+        self.store.keys().cloned().collect()
     }
 
     /// A complete list has been applied.
     pub fn listed(&self) -> bool {
-        self.listed
+        self.store.listed()
     }
 
-    /// Applies one watch event; returns what changed. `fresh` is the applied policy as
-    /// validated, when [`Self::needs_validation`] said so.
+    /// Applies one watch event; returns what changed, and the version through which the table
+    /// has every event of the policy watch, when this event moved it. `fresh` is the applied
+    /// policy as validated, when [`Self::needs_validation`] said so.
     pub fn apply(
         &mut self,
         event: watcher::Event<FailoverPolicy>,
         fresh: Option<Validated>,
-    ) -> Vec<Change> {
-        match event {
-            watcher::Event::Init => {
-                self.relist = self.relist.wrapping_add(1);
-                Vec::new()
+    ) -> (Vec<Change>, Option<u64>) {
+        let valid = match &event {
+            watcher::Event::Apply(p) | watcher::Event::InitApply(p) if p.spec.health.is_some() => {
+                fresh
+                    .clone()
+                    .or_else(|| self.held_validation(p))
+                    .map(|valid| Validation {
+                        valid,
+                        uid: p.metadata.uid.clone(),
+                        generation: p.metadata.generation,
+                    })
             }
-            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
-                self.upsert(p, fresh).into_iter().collect()
-            }
-            watcher::Event::Delete(p) => key_of(&p)
-                .and_then(|key| {
-                    Some(Change::Deleted(Box::new(decode(
-                        &key,
-                        &self.entries.remove(&key)?,
-                    )?)))
-                })
-                .into_iter()
-                .collect(),
-            watcher::Event::InitDone => {
-                let relist = self.relist;
-                let mut changes = Vec::new();
-                self.entries.retain(|key, e| {
-                    let kept = e.listed == relist;
-                    if !kept {
-                        changes.extend(decode(key, e).map(|p| Change::Deleted(Box::new(p))));
-                    }
-                    kept
-                });
-                self.listed = true;
-                changes.push(Change::Listed);
-                changes
-            }
-        }
-    }
-
-    fn upsert(&mut self, policy: FailoverPolicy, fresh: Option<Validated>) -> Option<Change> {
-        let key = key_of(&policy)?;
-        let listed = self.relist;
-        let version = policy
-            .metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse().ok());
-        let valid = match policy.spec.health {
-            Some(_) => fresh
-                .clone()
-                .or_else(|| self.held_validation(&policy))
-                .map(|valid| Validation {
-                    valid,
-                    uid: policy.metadata.uid.clone(),
-                    generation: policy.metadata.generation,
+            _ => None,
+        };
+        let mut packing = Packing {
+            dictionary: &mut self.dictionary,
+            valid,
+            applied: None,
+        };
+        let applied = self.store.apply(event, &mut packing);
+        let mut applied_policy = packing.applied;
+        let mut changes: Vec<Change> = applied
+            .changes
+            .into_iter()
+            .filter_map(|change| match change {
+                store::Change::Applied { key, previous } => Some(Change::Applied {
+                    policy: applied_policy.take()?,
+                    previous: previous.and_then(|p| decode(&key, &p)).map(Box::new),
+                    revalidated: fresh.clone(),
                 }),
-            None => None,
-        };
-        let mut previous = None;
-        if let Some(entry) = self.entries.get_mut(&key) {
-            entry.listed = listed;
-            if version.is_some() && entry.version == version {
-                return None;
-            }
-            previous = decode(&key, entry).map(Box::new);
+                store::Change::Deleted { key, entry } => {
+                    decode(&key, &entry).map(|p| Change::Deleted(Box::new(p)))
+                }
+            })
+            .collect();
+        if applied.listed {
+            changes.push(Change::Listed);
         }
-        let json = match serde_json::to_vec(&policy) {
-            Ok(json) => json,
-            Err(e) => {
-                warn!(namespace = %key.namespace, policy = %key.name, error = %e, "policy unencodable");
-                return None;
-            }
-        };
-        let dictionary = self.dictionary.for_policy(&json, policy.status.is_some());
-        self.entries.insert(
-            key,
-            Entry {
-                packed: lz4_flex::block::compress_prepend_size_with_dict(&json, &dictionary)
-                    .into_boxed_slice(),
-                dictionary,
-                version,
-                listed,
-                valid,
-            },
-        );
-        Some(Change::Applied {
-            policy: Arc::new(policy),
-            previous,
-            revalidated: fresh,
-        })
+        (changes, applied.complete_through)
     }
 }
 
@@ -305,7 +296,7 @@ mod tests {
                 .then(|| Err(Arc::from(Vec::new()))),
             _ => None,
         };
-        table.apply(event, fresh)
+        table.apply(event, fresh).0
     }
 
     fn names(changes: &[Change]) -> Vec<String> {
@@ -403,7 +394,10 @@ mod tests {
             let held = table.get(&PolicyKey::new("ns", name)).map(|h| h.policy);
             assert_eq!(held.as_deref(), Some(&expected), "{name}");
         }
-        let entry = &table.entries[&PolicyKey::new("ns", "second")];
+        let entry = table
+            .store
+            .get(&PolicyKey::new("ns", "second"))
+            .expect("held");
         let json = serde_json::to_vec(&with_status("second", "3")).unwrap_or_default();
         assert!(
             entry.packed.len() * 2 < json.len(),
@@ -437,7 +431,7 @@ mod tests {
         );
         // An annotation or a status write: a new version of the same generation.
         assert!(!table.needs_validation(&versioned("2", 1)));
-        let changes = table.apply(watcher::Event::Apply(versioned("2", 1)), None);
+        let (changes, _) = table.apply(watcher::Event::Apply(versioned("2", 1)), None);
         assert!(matches!(
             changes.as_slice(),
             [Change::Applied {

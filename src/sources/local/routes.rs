@@ -1,92 +1,89 @@
 //! What each generated route in the cluster says, kept as a [`RouteView`] per route (owner,
 //! label, version and a digest of its rules), never whole objects. Fed by the TrafficSplit and
-//! HTTPRoute watches; read by [`crate::pipeline::gather`].
-
-use std::collections::HashMap;
+//! HTTPRoute watches, one [`Store`] per kind; read by [`crate::pipeline::gather`].
 
 use kube::runtime::watcher;
 
-use crate::route::{RouteKey, RouteKind, RouteView};
+use crate::{
+    route::{RouteKey, RouteKind, RouteView},
+    sources::store::{Change, Keep, Store},
+};
+
+/// A route is kept as its view, already made by the watch.
+struct Views;
+
+impl Keep<(RouteKey, RouteView)> for Views {
+    type Key = RouteKey;
+    type Entry = RouteView;
+
+    fn key(&self, (key, _): &(RouteKey, RouteView)) -> Option<RouteKey> {
+        Some(key.clone())
+    }
+
+    fn version(&self, (_, view): &(RouteKey, RouteView)) -> Option<u64> {
+        view.resource_version
+    }
+
+    fn unchanged(&self, held: &RouteView, (_, view): &(RouteKey, RouteView)) -> bool {
+        held == view
+    }
+
+    fn entry(&mut self, (_, view): (RouteKey, RouteView)) -> RouteView {
+        view
+    }
+}
 
 /// Every route of the watched scope, by kind, namespace and name.
-///
-/// A relist is applied in place: each listed route replaces its view at once and is stamped with
-/// the relist's number (one count per kind); when the list ends, the routes of that kind it did
-/// not stamp are gone. Nothing is held twice.
 #[derive(Debug, Default)]
 pub struct RouteStore {
-    views: HashMap<RouteKey, (RouteView, u32)>,
-    relists: HashMap<RouteKind, u32>,
+    traffic_splits: Store<RouteKey, RouteView>,
+    http_routes: Store<RouteKey, RouteView>,
 }
 
 impl RouteStore {
+    fn of(&self, kind: RouteKind) -> &Store<RouteKey, RouteView> {
+        match kind {
+            RouteKind::TrafficSplit => &self.traffic_splits,
+            RouteKind::HttpRoute => &self.http_routes,
+        }
+    }
+
     /// What the cluster says of a route, if it exists.
     pub fn get(&self, key: &RouteKey) -> Option<&RouteView> {
-        self.views.get(key).map(|(view, _)| view)
+        self.of(key.kind).get(key)
     }
 
     /// Number of routes kept.
     pub fn len(&self) -> usize {
-        self.views.len()
+        self.traffic_splits.len() + self.http_routes.len()
     }
 
     /// No route is kept.
     pub fn is_empty(&self) -> bool {
-        self.views.is_empty()
+        self.len() == 0
     }
 
     /// Applies one watch event of routes of one kind, each already turned into its key and
-    /// view; returns the routes that changed.
+    /// view; returns the routes that changed, and the version through which the store has every
+    /// event of that kind's watch, when this event moved it.
     pub fn apply(
         &mut self,
         kind: RouteKind,
         event: watcher::Event<(RouteKey, RouteView)>,
-    ) -> Vec<RouteKey> {
-        match event {
-            watcher::Event::Apply((key, view)) | watcher::Event::InitApply((key, view)) => {
-                self.set(key, view).into_iter().collect()
-            }
-            watcher::Event::Delete((key, _)) => {
-                self.views.remove(&key).map(|_| key).into_iter().collect()
-            }
-            watcher::Event::Init => {
-                let relist = self.relists.entry(kind).or_default();
-                *relist = relist.wrapping_add(1);
-                Vec::new()
-            }
-            watcher::Event::InitDone => self.drop_unlisted(kind),
-        }
-    }
-
-    fn set(&mut self, key: RouteKey, view: RouteView) -> Option<RouteKey> {
-        let relist = self.relists.get(&key.kind).copied().unwrap_or_default();
-        match self.views.get_mut(&key) {
-            Some((old, listed)) => {
-                *listed = relist;
-                (*old != view).then(|| {
-                    *old = view;
-                    key
-                })
-            }
-            None => {
-                self.views.insert(key.clone(), (view, relist));
-                Some(key)
-            }
-        }
-    }
-
-    /// Ends a relist of one kind: routes of that kind not listed are gone.
-    fn drop_unlisted(&mut self, kind: RouteKind) -> Vec<RouteKey> {
-        let relist = self.relists.get(&kind).copied().unwrap_or_default();
-        let mut gone = Vec::new();
-        self.views.retain(|key, (_, listed)| {
-            let kept = key.kind != kind || *listed == relist;
-            if !kept {
-                gone.push(key.clone());
-            }
-            kept
-        });
-        gone
+    ) -> (Vec<RouteKey>, Option<u64>) {
+        let store = match kind {
+            RouteKind::TrafficSplit => &mut self.traffic_splits,
+            RouteKind::HttpRoute => &mut self.http_routes,
+        };
+        let applied = store.apply(event, &mut Views);
+        let changed = applied
+            .changes
+            .into_iter()
+            .map(|change| match change {
+                Change::Applied { key, .. } | Change::Deleted { key, .. } => key,
+            })
+            .collect();
+        (changed, applied.complete_through)
     }
 }
 
@@ -118,13 +115,16 @@ mod tests {
         store.apply(hr, watcher::Event::Apply((key(hr, "a"), view("1"))));
         store.apply(ts, watcher::Event::Init);
         assert_eq!(
-            store.apply(ts, watcher::Event::InitApply((key(ts, "b"), view("2")))),
+            store
+                .apply(ts, watcher::Event::InitApply((key(ts, "b"), view("2"))))
+                .0,
             vec![key(ts, "b")],
             "a listed route is in place at once"
         );
         assert!(store.get(&key(ts, "a")).is_some(), "until the list ends");
-        let changed = store.apply(ts, watcher::Event::InitDone);
+        let (changed, complete_through) = store.apply(ts, watcher::Event::InitDone);
         assert_eq!(changed, vec![key(ts, "a")]);
+        assert_eq!(complete_through, Some(2));
         assert!(store.get(&key(ts, "a")).is_none());
         assert!(store.get(&key(hr, "a")).is_some(), "other kinds are kept");
     }
@@ -137,6 +137,7 @@ mod tests {
         assert!(
             store
                 .apply(ts, watcher::Event::Apply((key(ts, "a"), view("1"))))
+                .0
                 .is_empty()
         );
         assert_eq!(store.len(), 1);

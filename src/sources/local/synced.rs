@@ -5,10 +5,12 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use tokio::sync::watch;
 
+use crate::apis::WatchKind;
+
 /// The first-list state of every watch, by kind.
 #[derive(Clone, Debug)]
 pub struct Synced {
-    kinds: Arc<watch::Sender<BTreeMap<&'static str, bool>>>,
+    kinds: Arc<watch::Sender<BTreeMap<WatchKind, bool>>>,
 }
 
 impl Default for Synced {
@@ -21,20 +23,20 @@ impl Default for Synced {
 
 impl Synced {
     /// Registers a watch that has not listed yet.
-    pub fn expect(&self, kind: &'static str) {
+    pub fn expect(&self, kind: WatchKind) {
         self.kinds.send_modify(|k| {
             k.entry(kind).or_insert(false);
         });
     }
 
     /// Records that a watch has listed; returns whether it had not before.
-    pub fn done(&self, kind: &'static str) -> bool {
+    pub fn done(&self, kind: WatchKind) -> bool {
         self.kinds
             .send_if_modified(|k| k.insert(kind, true) != Some(true))
     }
 
     /// The watches that have not listed yet.
-    pub fn pending(&self) -> Vec<&'static str> {
+    pub fn pending(&self) -> Vec<WatchKind> {
         self.kinds
             .borrow()
             .iter()
@@ -44,16 +46,24 @@ impl Synced {
     }
 
     /// Whether all these watches have listed.
-    pub fn all_done(&self, kinds: &[&str]) -> bool {
+    pub fn all_done(&self, kinds: &[WatchKind]) -> bool {
         let listed = self.kinds.borrow();
         kinds.iter().all(|kind| listed.get(kind) == Some(&true))
     }
 
+    /// Resolves when a watch lists (or starts), from the moment it is called.
+    pub fn changed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.kinds.subscribe();
+        async move {
+            let _ = rx.changed().await;
+        }
+    }
+
     /// Waits up to `timeout` until these watches have listed; returns whether they have.
-    pub async fn wait_for(&self, kinds: &[&str], timeout: Duration) -> bool {
+    pub async fn wait_for(&self, kinds: &[WatchKind], timeout: Duration) -> bool {
         let mut rx = self.kinds.subscribe();
         let all =
-            |k: &BTreeMap<&'static str, bool>| kinds.iter().all(|kind| k.get(kind) == Some(&true));
+            |k: &BTreeMap<WatchKind, bool>| kinds.iter().all(|kind| k.get(kind) == Some(&true));
         tokio::time::timeout(timeout, rx.wait_for(all))
             .await
             .is_ok_and(|r| r.is_ok())
@@ -67,23 +77,16 @@ mod tests {
     #[tokio::test]
     async fn a_kind_is_pending_until_its_first_list_is_done() {
         let synced = Synced::default();
-        synced.expect("endpointslice");
-        synced.expect("service");
-        assert_eq!(synced.pending(), vec!["endpointslice", "service"]);
-        synced.done("endpointslice");
-        assert!(
-            !synced
-                .wait_for(&["endpointslice", "service"], Duration::from_millis(10))
-                .await
-        );
-        assert!(!synced.all_done(&["endpointslice", "service"]));
-        synced.done("service");
+        let inputs = WatchKind::DECISION_INPUTS;
+        synced.expect(WatchKind::EndpointSlice);
+        synced.expect(WatchKind::Service);
+        assert_eq!(synced.pending(), inputs);
+        synced.done(WatchKind::EndpointSlice);
+        assert!(!synced.wait_for(&inputs, Duration::from_millis(10)).await);
+        assert!(!synced.all_done(&inputs));
+        synced.done(WatchKind::Service);
         assert!(synced.pending().is_empty());
-        assert!(synced.all_done(&["endpointslice", "service"]));
-        assert!(
-            synced
-                .wait_for(&["endpointslice", "service"], Duration::from_millis(10))
-                .await
-        );
+        assert!(synced.all_done(&inputs));
+        assert!(synced.wait_for(&inputs, Duration::from_millis(10)).await);
     }
 }

@@ -13,9 +13,9 @@ use tokio::task::AbortHandle;
 
 use super::health::{Change, Health, State};
 use crate::{
-    message,
+    apis::WatchKind,
     observation::ServiceKey,
-    runtime::metrics::Metrics,
+    runtime::{api_client, metrics::Metrics},
     sources::{
         local::readiness::{ReadinessStore, SERVICE_NAME_LABEL},
         watch::{Report, describe, events},
@@ -46,8 +46,8 @@ pub struct Shared {
     client: Client,
     /// The namespaces watched.
     namespaces: Mutex<Vec<String>>,
-    /// For each watch (namespace/kind), whether it has listed since the watches last started.
-    listed: Mutex<BTreeMap<String, bool>>,
+    /// For each watch (namespace and kind), whether it has listed since the watches last started.
+    listed: Mutex<BTreeMap<(String, WatchKind), bool>>,
     /// The probe first, then the watches.
     tasks: Mutex<Vec<AbortHandle>>,
     metrics: Arc<Metrics>,
@@ -86,8 +86,9 @@ impl Shared {
             let mut listed = self.listed.lock();
             listed.clear();
             for ns in namespaces {
-                listed.insert(format!("{ns}/endpointslice"), false);
-                listed.insert(format!("{ns}/service"), false);
+                for kind in WatchKind::DECISION_INPUTS {
+                    listed.insert((ns.clone(), kind), false);
+                }
             }
         }
         for ns in namespaces {
@@ -108,23 +109,23 @@ struct ClusterReport {
 }
 
 impl Report for ClusterReport {
-    fn event(&self, _kind: &'static str) {
+    fn event(&self, _kind: WatchKind) {
         let change = self.shared.health.lock().answered();
         self.shared.changed(change);
     }
 
-    fn listed(&self, kind: &'static str) {
+    fn listed(&self, kind: WatchKind) {
         self.shared
             .listed
             .lock()
-            .insert(format!("{}/{kind}", self.namespace), true);
+            .insert((self.namespace.clone(), kind), true);
         if self.shared.all_listed() {
             let change = self.shared.health.lock().reread();
             self.shared.changed(change);
         }
     }
 
-    fn failed(&self, _kind: &'static str, error: &watcher::Error) {
+    fn failed(&self, _kind: WatchKind, error: &watcher::Error) {
         self.shared.metrics.cluster_watch_restart(&self.shared.name);
         let change = self.shared.health.lock().failed(describe(error));
         self.shared.changed(change);
@@ -214,7 +215,7 @@ async fn probe(shared: Arc<Shared>) {
                     }
                 }
                 Ok(Err(e)) => {
-                    let error = message::describe(&e);
+                    let error = api_client::describe(&e);
                     tracing::debug!(cluster = %shared.name, %error, "probe failed");
                     health.failed(error)
                 }
@@ -234,7 +235,7 @@ async fn watch_namespace(shared: Arc<Shared>, namespace: String) {
     });
     let slices = events(
         Api::<EndpointSlice>::namespaced(client.clone(), &namespace),
-        "endpointslice",
+        WatchKind::EndpointSlice,
         watcher::Config::default().labels(SERVICE_NAME_LABEL),
         report.clone(),
     )
@@ -247,7 +248,7 @@ async fn watch_namespace(shared: Arc<Shared>, namespace: String) {
     });
     let services = events(
         Api::<PartialObjectMeta<Service>>::namespaced(client, &namespace),
-        "service",
+        WatchKind::Service,
         watcher::Config::default(),
         report,
     )

@@ -18,6 +18,7 @@ use tracing::{info, warn};
 use super::{CLUSTER_LABEL, Clusters, DEFAULT_STALE_AFTER, Declared, STALE_AFTER_ANNOTATION};
 use crate::{
     api::rules::parse_duration,
+    apis::WatchKind,
     message,
     runtime::{api_client, metrics::Metrics},
     sources::watch::{Report, describe, events},
@@ -30,11 +31,11 @@ struct SecretsReport {
 }
 
 impl Report for SecretsReport {
-    fn listed(&self, _kind: &'static str) {}
+    fn listed(&self, _kind: WatchKind) {}
 
-    fn failed(&self, kind: &'static str, error: &watcher::Error) {
+    fn failed(&self, kind: WatchKind, error: &watcher::Error) {
         self.metrics.watch_restart(kind);
-        warn!(kind, error = %describe(error), "watch of the cluster Secrets failed; retrying");
+        warn!(%kind, error = %describe(error), "watch of the cluster Secrets failed; retrying");
     }
 }
 
@@ -54,7 +55,7 @@ pub async fn feed(client: Client, clusters: Clusters, metrics: Arc<Metrics>) {
     let mut listed: Option<BTreeSet<String>> = None;
     let mut stream = std::pin::pin!(events(
         api,
-        "secret",
+        WatchKind::Secret,
         watcher::Config::default().labels(CLUSTER_LABEL),
         report
     ));

@@ -6,8 +6,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::{
     CustomResource, CustomResourceExt,
-    api::ObjectMeta,
-    core::{ApiResource, DynamicObject, GroupVersionKind},
+    core::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta},
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

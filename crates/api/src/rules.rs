@@ -2,7 +2,7 @@
 //!
 //! Patterns, bounds and cross-field rules live here as named constants. The CRD schema reads them
 //! (OpenAPI bounds and patterns, CEL rules checked by the API server at `kubectl apply` time) and
-//! so does the controller's own validator ([`crate::pipeline::validate`]), which reports whatever reached it
+//! so does the controller's own validator (`failover_core::validate`), which reports whatever reached it
 //! without passing them (for example through a CRD installed from an older release) with the same
 //! message and field path.
 
@@ -67,7 +67,8 @@ pub(crate) static DNS1123_LABEL_RE: LazyLock<regex::Regex> =
     LazyLock::new(|| compiled(DNS1123_LABEL));
 pub(crate) static DNS1123_RE: LazyLock<regex::Regex> =
     LazyLock::new(|| compiled(DNS1123_SUBDOMAIN));
-pub(crate) static PROMETHEUS_ADDRESS_RE: LazyLock<regex::Regex> =
+/// [`PROMETHEUS_ADDRESS`], compiled (the validator checks `spec.health.prometheus.address`).
+pub static PROMETHEUS_ADDRESS_RE: LazyLock<regex::Regex> =
     LazyLock::new(|| compiled(PROMETHEUS_ADDRESS));
 pub(crate) static GO_DURATION_RE: LazyLock<regex::Regex> = LazyLock::new(|| compiled(GO_DURATION));
 pub(crate) static HOSTNAME_RE: LazyLock<regex::Regex> = LazyLock::new(|| compiled(HOSTNAME));
@@ -302,7 +303,10 @@ pub const OUTPUT_FIXED: CrossFieldRule = CrossFieldRule {
     field: ".output",
 };
 
-/// Longest policy name: the name is the value of the [`crate::route::POLICY_LABEL`] label on
+/// Label put on every generated route, naming its policy.
+pub const POLICY_LABEL: &str = "failover.dev/policy";
+
+/// Longest policy name: the name is the value of the [`POLICY_LABEL`] label on
 /// the generated route, and label values hold at most 63 characters.
 pub const MAX_POLICY_NAME: usize = MAX_LABEL;
 /// What is wrong with a longer name.
@@ -332,7 +336,7 @@ pub fn health_interval_rule() -> kube::core::Rule {
     .message(HEALTH_INTERVAL_MESSAGE)
 }
 
-// The cost limits of a health query (see `crate::health_query`, which checks them all).
+// The cost limits of a health query (see `failover_core::health_query`, which checks them all).
 
 /// Longest query, in characters (the CRD's bound too).
 pub const MAX_QUERY_LENGTH: usize = 4096;
@@ -403,7 +407,7 @@ mod tests {
     #[test]
     fn the_policy_name_message_states_the_bound_it_checks() {
         assert!(POLICY_NAME_MESSAGE.contains(&format!("at most {MAX_POLICY_NAME} characters")));
-        assert!(POLICY_NAME_MESSAGE.contains(crate::route::POLICY_LABEL));
+        assert!(POLICY_NAME_MESSAGE.contains(POLICY_LABEL));
     }
 
     #[test]

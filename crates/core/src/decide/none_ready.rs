@@ -36,7 +36,7 @@ pub fn primary_only(backends: usize) -> Vec<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{api::Strategy, pipeline::decide::tests::valid};
+    use crate::{api::Strategy, decide::tests::valid};
 
     #[test]
     fn keep_last_keeps_the_previous_weights_but_never_all_zero() {

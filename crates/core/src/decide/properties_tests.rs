@@ -27,8 +27,8 @@ use crate::{
         FailbackSpec, FailoverPolicySpec, FailoverPolicyStatus, HealthSpec, NoData,
         PrometheusHealth, RampSpec, Strategy, WhenNoneReady, conditions::ready,
     },
+    decide::strategy::PROPORTIONAL_TOTAL,
     observation::{BackendObservation, Reading, Sample},
-    pipeline::decide::strategy::PROPORTIONAL_TOTAL,
 };
 
 /// How many histories a run draws.

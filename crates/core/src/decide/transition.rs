@@ -134,7 +134,7 @@ pub fn times(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{api::Strategy, pipeline::decide::tests::valid};
+    use crate::{api::Strategy, decide::tests::valid};
 
     fn routing(phase: Phase, weights: Vec<i32>) -> Routing {
         Routing {

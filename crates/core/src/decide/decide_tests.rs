@@ -18,12 +18,10 @@ use crate::{
             ready, suspended,
         },
     },
-    pipeline::{
-        apply::Applied,
-        status::{Decided, Outcome, StatusInput, build},
-        validate::validate,
-    },
+    applied::Applied,
     route::{RouteTarget, RouteView, RulesDigest},
+    status::{Decided, Outcome, StatusInput, build},
+    validate::validate,
 };
 
 const CONDITION_READY: &str = READY;

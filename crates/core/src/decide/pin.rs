@@ -22,7 +22,7 @@ pub fn route(policy: &ValidPolicy) -> Option<Routing> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{api::Strategy, pipeline::decide::tests::valid};
+    use crate::{api::Strategy, decide::tests::valid};
 
     #[test]
     fn a_pin_sends_everything_to_its_backend_and_no_pin_decides_nothing() {

@@ -103,7 +103,7 @@ pub fn proportional_weights(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::decide::tests::valid;
+    use crate::decide::tests::valid;
 
     #[test]
     fn ordered_takes_the_first_ready_secondary_equal_takes_all_weighted_uses_weights() {

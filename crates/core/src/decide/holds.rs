@@ -102,7 +102,7 @@ pub fn requeue_after(rule: Rule, now: DateTime<Utc>) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{api::Strategy, pipeline::decide::tests::valid};
+    use crate::{api::Strategy, decide::tests::valid};
 
     fn state(ready: bool, since: i64) -> BackendState {
         BackendState {

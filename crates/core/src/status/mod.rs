@@ -26,14 +26,12 @@ use crate::{
         Timestamp,
         conditions::{READY, ready},
     },
-    message,
-    pipeline::{
-        apply::{Applied, ApplyError},
-        decide::{
-            Plan, Rule,
-            conditions::{self, Verdict},
-        },
+    applied::Applied,
+    decide::{
+        Plan, Rule,
+        conditions::{self, Verdict},
     },
+    message,
     policy::{SpecProblem, ValidPolicy},
     route::{RouteKind, RouteParent, RouteTarget, RouteView},
 };
@@ -281,7 +279,7 @@ fn conflict(kind: RouteKind, target: &RouteTarget, decided: &[String]) -> Verdic
     )
 }
 
-fn failed(kind: RouteKind, error: &ApplyError, decided: &[String]) -> Verdict {
+fn failed(kind: RouteKind, error: &str, decided: &[String]) -> Verdict {
     Verdict::new(
         READY,
         false,

@@ -3,7 +3,7 @@
 //! [`MAX_MESSAGE`] characters ([`line`]).
 //!
 //! Errors are described by what they say first and by their causes, each cause by its first
-//! line ([`describe`], [`with_causes`]): a parser's caret drawing or a dump of the input it
+//! line ([`with_causes`]): a parser's caret drawing or a dump of the input it
 //! choked on never reaches a reader. Errors about a Secret's content name the Secret and the
 //! position, never the content (see the remote clusters' Secret reader). As a second line of
 //! defence, [`line`] hides what looks like a credential: the value after `token`, `password`,
@@ -149,19 +149,6 @@ pub fn with_causes(error: &dyn std::error::Error) -> String {
         cause = c.source();
     }
     line(&text)
-}
-
-/// An API error as a short sentence: the API server's own message and reason, not the client's
-/// debug dump.
-pub fn describe(error: &kube::Error) -> String {
-    match error {
-        kube::Error::Api(status) if !status.message.is_empty() && !status.reason.is_empty() => {
-            line(&format!("{} ({})", status.message, status.reason))
-        }
-        kube::Error::Api(status) if !status.message.is_empty() => line(&status.message),
-        kube::Error::Api(status) => line(&format!("HTTP {} {}", status.code, status.reason)),
-        other => with_causes(other),
-    }
 }
 
 fn first_line(text: &str) -> String {

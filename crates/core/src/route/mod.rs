@@ -12,6 +12,7 @@
 //!
 //! A third output kind is a new module here plus one arm in each `match` of this file.
 
+pub mod claim;
 pub mod httproute;
 pub mod rules;
 pub mod trafficsplit;
@@ -19,11 +20,9 @@ pub mod trafficsplit;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::{
-    api::ObjectMeta,
-    core::{ApiResource, DynamicObject},
-};
+use kube::core::{ApiResource, DynamicObject, ObjectMeta};
 
+pub use self::claim::Claim;
 pub use self::rules::{ParentKind, RouteBackend, RouteParent, RouteRules, RulesDigest};
 use crate::{
     api::{FailoverPolicy, HttpRouteSpec, Output, TrafficSplitApiVersion, conditions::ready},
@@ -33,8 +32,7 @@ use crate::{
 
 /// The one field manager every write of this controller uses.
 pub const FIELD_MANAGER: &str = "failover-controller";
-/// Label put on every generated route, naming its policy.
-pub const POLICY_LABEL: &str = "failover.dev/policy";
+pub use crate::api::rules::POLICY_LABEL;
 /// The standard label naming the tool that manages an object.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 
@@ -124,15 +122,6 @@ impl RouteKind {
         match self {
             RouteKind::TrafficSplit => "TrafficSplit",
             RouteKind::HttpRoute => "HTTPRoute",
-        }
-    }
-
-    /// The route kind a watch of this name follows.
-    pub fn of_watch(watch: &str) -> Option<Self> {
-        match watch {
-            "trafficsplit" => Some(RouteKind::TrafficSplit),
-            "httproute" => Some(RouteKind::HttpRoute),
-            _ => None,
         }
     }
 

@@ -9,7 +9,7 @@ use crate::{
         BackendStatus, FailoverPolicyStatus, Phase,
         conditions::{READY, SUSPENDED, ready, suspended},
     },
-    pipeline::decide::{conditions::Verdict, plan::share},
+    decide::{conditions::Verdict, plan::share},
     policy::ValidPolicy,
     route::RouteView,
 };

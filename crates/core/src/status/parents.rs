@@ -7,8 +7,8 @@ use crate::{
         RouteParentState,
         conditions::{ATTACHED, attached},
     },
+    decide::conditions::Verdict,
     message,
-    pipeline::decide::conditions::Verdict,
     route::{RouteParent, RouteTarget, RouteView, Shape},
 };
 

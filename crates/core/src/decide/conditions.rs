@@ -319,7 +319,7 @@ fn degraded(plan: &Plan) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{api::Strategy, observation::BackendObservation, pipeline::decide::tests::valid};
+    use crate::{api::Strategy, decide::tests::valid, observation::BackendObservation};
 
     fn find<'a>(verdicts: &'a [Verdict], type_: &str) -> (&'a str, bool) {
         verdicts

@@ -1,5 +1,5 @@
 //! The observed state of a policy, as the controller writes it into `status`. Only
-//! [`crate::pipeline::status`] builds one.
+//! `failover_core::status` builds one.
 
 use std::fmt;
 

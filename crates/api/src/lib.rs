@@ -2,7 +2,7 @@
 //!
 //! Every doc comment on a field below becomes its `kubectl explain` description. Every validation
 //! rule comes from [`rules`], shared by the CRD schema (checked by the API server at
-//! `kubectl apply` time) and the controller's validator ([`crate::pipeline::validate`]). The status types
+//! `kubectl apply` time) and the controller's validator (`failover_core::validate`). The status types
 //! are in [`status`].
 
 // The `printcolumn(...)` entries of the derive repeat keys by design.

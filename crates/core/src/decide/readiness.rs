@@ -181,7 +181,7 @@ mod tests {
             backends: vec![BackendStatus {
                 ready_endpoints: 2,
                 total_endpoints: 3,
-                ..crate::pipeline::decide::tests::backend_status("web-east", 1)
+                ..crate::decide::tests::backend_status("web-east", 1)
             }],
             ..FailoverPolicyStatus::default()
         };

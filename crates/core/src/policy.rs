@@ -1,6 +1,6 @@
 //! A policy in the form the pipeline uses: every value of its spec parsed once, by the validate
 //! step. The sources that need part of it (the health pollers) and every later step read these
-//! types; only [`crate::pipeline::validate`] builds them.
+//! types; only [`crate::validate`] builds them.
 
 use std::{fmt, sync::Arc, time::Duration};
 

@@ -13,8 +13,7 @@ use std::collections::BTreeMap;
 
 use kube::{
     CustomResource,
-    api::ObjectMeta,
-    core::{ApiResource, DynamicObject},
+    core::{ApiResource, DynamicObject, ObjectMeta},
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -84,7 +84,7 @@ mod tests {
     use super::*;
     use crate::{
         api::Strategy,
-        pipeline::decide::tests::{backend_status as backend, valid},
+        decide::tests::{backend_status as backend, valid},
     };
 
     #[test]
