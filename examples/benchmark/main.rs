@@ -25,7 +25,7 @@
 //! and once, at `--recovery-scale`: kube-apiserver and etcd each restarted `--restarts` times,
 //! the first readiness change after each restart timed until applied.
 
-#[path = "../../tests/support/mod.rs"]
+#[path = "../../tests/it/support/mod.rs"]
 mod support;
 
 mod apiserver;

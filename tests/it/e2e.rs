@@ -1,8 +1,6 @@
 //! The controller end to end, run as in production (the `failover-controller` binary as a child
 //! process, one per test, watching the test's namespace) against the real control plane.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use failover::api::conditions::{READY, ready};
@@ -16,8 +14,9 @@ use kube::{
     api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
-use support::{
-    ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS,
+
+use crate::support::{
+    self, ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS,
     condition_reason, phase, routing_to_web, wait_until, weights,
 };
 

@@ -2,8 +2,6 @@
 //! ready-ratio thresholds, whenNoneReady, suspend, pin, and HTTPRoute output (Gateway API CRDs
 //! from the upstream module).
 
-mod support;
-
 use std::time::Duration;
 
 use failover::api::conditions::{PINNED, READY, SUSPENDED, ready};
@@ -12,8 +10,9 @@ use kube::{
     Api,
     api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
 };
-use support::{
-    ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS,
+
+use crate::support::{
+    self, ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS,
     condition, route_backend_weights, started, wait_until, weights,
 };
 

@@ -2,8 +2,6 @@
 //! a real API server, printer columns, `kubectl explain`, the generated CRD kept current, and
 //! the Rust-side validation agreeing with the CRD's rules.
 
-mod support;
-
 use std::{fs, path::PathBuf};
 
 use failover::{
@@ -12,7 +10,8 @@ use failover::{
     pipeline::validate::{validate, validate_spec},
 };
 use serde::Deserialize;
-use support::{TestEnv, repo_root};
+
+use crate::support::{self, TestEnv, repo_root};
 
 #[derive(Deserialize)]
 struct InvalidCase {
@@ -22,7 +21,7 @@ struct InvalidCase {
 }
 
 fn invalid_cases() -> Vec<InvalidCase> {
-    let text = fs::read_to_string(repo_root().join("tests/cases/invalid-policies.yaml"))
+    let text = fs::read_to_string(repo_root().join("tests/it/cases/invalid-policies.yaml"))
         .expect("reading invalid-policies.yaml");
     serde_yaml::from_str(&text).expect("parsing invalid-policies.yaml")
 }

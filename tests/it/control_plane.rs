@@ -1,8 +1,6 @@
 //! The local control plane itself: a real API server that stores objects, a controller-manager
 //! whose garbage collector works, `/readyz` through real kubectl, and a clean stop.
 
-mod support;
-
 use std::{path::Path, time::Duration};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServicePort, ServiceSpec};
@@ -10,7 +8,8 @@ use kube::{
     Api, ResourceExt,
     api::{DeleteParams, ObjectMeta, PostParams},
 };
-use support::{TestEnv, kubectl, start_control_plane, wait_until};
+
+use crate::support::{self, TestEnv, kubectl, start_control_plane, wait_until};
 
 #[tokio::test]
 async fn creates_namespace_and_service_and_reads_them_back() {

@@ -1,15 +1,16 @@
 //! The Helm chart with real helm and a real API server: lint, server-side dry run of the
 //! rendered manifests, install, and the controller running under exactly the chart's RBAC.
 
-mod support;
-
 use std::collections::BTreeMap;
 
 use failover::api::Phase;
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{ResourceExt, api::PostParams};
 use serde::Deserialize;
-use support::{ControllerProcess, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, WAIT, helm, ok};
+
+use crate::support::{
+    self, ControllerProcess, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, WAIT, helm, ok,
+};
 
 const CHART: &str = "charts/failover-controller";
 

@@ -4,8 +4,6 @@
 //! FailoverPolicy CRD only, so no tenant's policy takes the controller out of readiness) and
 //! picked up without a restart once installed.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use failover::api::conditions::{READY, ready};
@@ -15,9 +13,10 @@ use failover::{
     route::{RouteKind, trafficsplit::traffic_split_crd},
 };
 use kube::{Api, api::DynamicObject};
-use support::{
-    ControllerProcess, ON_WEB, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, apply_crd, condition,
-    condition_reason, metric, wait_until,
+
+use crate::support::{
+    self, ControllerProcess, ON_WEB, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, apply_crd,
+    condition, condition_reason, metric, wait_until,
 };
 
 /// A DNS-1035 label of exactly `len` characters starting with `prefix`.

@@ -4,8 +4,6 @@
 //! series, readiness read from a remote namespace its namespace is not granted. Each is refused
 //! with a condition naming the field and the rule, and what the tenant sees is printed.
 
-mod support;
-
 use std::{
     sync::{
         Arc,
@@ -19,9 +17,10 @@ use failover::api::conditions::{
 };
 use failover::api::{FailoverPolicy, ReadinessFrom};
 use kube::api::DynamicObject;
-use support::{
-    ControllerProcess, Exporter, ON_EAST, ON_WEB, PolicyBuilder, PrometheusServer, Tenant, TestEnv,
-    WAIT, WEB_BACKENDS, condition, http_get, remote_control_plane, wait_until, weights,
+
+use crate::support::{
+    self, ControllerProcess, Exporter, ON_EAST, ON_WEB, PolicyBuilder, PrometheusServer, Tenant,
+    TestEnv, WAIT, WEB_BACKENDS, condition, http_get, remote_control_plane, wait_until, weights,
 };
 
 /// A condition's message as the tenant reads it with kubectl.

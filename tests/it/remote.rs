@@ -4,15 +4,14 @@
 //! remote-discovery mode), silent clusters noticed after `staleAfter` and not before, wrong
 //! credentials and deleted Secrets reported.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use failover::api::conditions::{CLUSTERS_REACHABLE, clusters};
 use failover::api::{FailoverPolicy, ReadinessFrom};
-use support::{
-    ControlPlane, ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, RemotePlane, TestEnv,
-    WAIT, condition, remote_control_plane,
+
+use crate::support::{
+    self, ControlPlane, ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, RemotePlane,
+    TestEnv, WAIT, condition, remote_control_plane,
 };
 
 /// One remote cluster: its control plane (stopped when this is dropped), a namespace there with

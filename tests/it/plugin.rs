@@ -1,15 +1,14 @@
 //! The `kubectl failover` plugin, end to end: real kubectl finds `kubectl-failover` on the PATH
 //! (kubectl's own plugin discovery) and runs it against the real control plane.
 
-mod support;
-
 use std::process::Output;
 
 use failover::api::FailoverPolicy;
 use failover::api::conditions::{READY, SUSPENDED, ready, suspended};
-use support::{
-    ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT, condition_reason,
-    kubectl_failover as failover, weights,
+
+use crate::support::{
+    self, ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT,
+    condition_reason, kubectl_failover as failover, weights,
 };
 
 /// The plugin's standard output; fails the test when it did not succeed.

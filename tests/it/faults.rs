@@ -2,15 +2,14 @@
 //! failing writes, odd and large inputs, and flapping readiness. Each test waits a bounded time
 //! and asserts the final state; convergence times are printed for the record.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use failover::api::conditions::{READY, ready};
 use failover::api::{FailoverPolicy, Phase};
 use kube::api::PostParams;
-use support::{
-    ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WEB_BACKENDS,
+
+use crate::support::{
+    self, ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WEB_BACKENDS,
     condition_reason, counted_writes, metric, metric_sum, phase, wait_until, weights,
 };
 

@@ -3,8 +3,6 @@
 //! every step and for what it leaves behind; and every sample applied on its own, with the
 //! objects it needs, reaching the condition its documentation promises.
 
-mod support;
-
 use std::{collections::BTreeMap, sync::Mutex, time::Duration};
 
 use failover::api::conditions::{
@@ -15,9 +13,10 @@ use failover::{
     route::RouteTarget,
 };
 use serde::Deserialize;
-use support::{
-    ControllerProcess, ScriptRun, Step, TestEnv, WAIT, assert_node_possible, cluster_tests_skipped,
-    condition, node_tests_skipped, processes_naming, repo_root,
+
+use crate::support::{
+    self, ControllerProcess, ScriptRun, Step, TestEnv, WAIT, assert_node_possible,
+    cluster_tests_skipped, condition, node_tests_skipped, processes_naming, repo_root,
 };
 
 /// The demos run one at a time: each starts a control plane (and a node) of its own.

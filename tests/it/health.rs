@@ -2,14 +2,14 @@
 //! exporter the test controls, and the controller fails over on a backend's error ratio although
 //! all its endpoints are ready; Prometheus stopped keeps the last verdict and says so.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use failover::api::FailoverPolicy;
 use failover::api::conditions::{HEALTH_QUERY_FAILED, health};
-use support::{
-    Exporter, ON_EAST, ON_WEB, PolicyBuilder, PrometheusServer, TestEnv, WAIT, condition, weights,
+
+use crate::support::{
+    self, Exporter, ON_EAST, ON_WEB, PolicyBuilder, PrometheusServer, TestEnv, WAIT, condition,
+    weights,
 };
 
 fn query_failed(p: &FailoverPolicy) -> bool {

@@ -4,17 +4,17 @@
 //! which backend answered, and which failed. Each scenario asserts where the requests went and
 //! which were lost; the timings are printed for the record (the benchmark measures them).
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use failover::api::{
     HealthSpec, NoData, PrometheusHealth, RampSpec,
     conditions::{ATTACHED, READY, attached, ready},
 };
-use support::{
-    Answer, CONTROLLER, Load, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, PrometheusServer, Running,
-    TestEnv, by_backend, condition, condition_reason, kubectl_failover, ok, wait_until, weights,
+
+use crate::support::{
+    self, Answer, CONTROLLER, Load, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, PrometheusServer,
+    Running, TestEnv, by_backend, condition, condition_reason, kubectl_failover, ok, wait_until,
+    weights,
 };
 
 const WAIT: Duration = Duration::from_secs(90);

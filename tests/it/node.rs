@@ -4,12 +4,13 @@
 //! controller. Each scenario waits a bounded time and asserts the final state; the timings are
 //! printed for the record.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use failover::api::conditions::{READY, ready};
-use support::{CONTROLLER, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, node_kubectl, ok, wait_until};
+
+use crate::support::{
+    self, CONTROLLER, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, node_kubectl, ok, wait_until,
+};
 
 const WAIT: Duration = Duration::from_secs(90);
 

@@ -1,13 +1,11 @@
 //! Production operation against the real control plane: metrics and health endpoints, readiness
 //! gated on synced caches, leader election with takeover after SIGKILL and SIGTERM.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::{
-    ControllerProcess, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, api_writes,
-    metric, wait_until,
+use crate::support::{
+    self, ControllerProcess, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS,
+    api_writes, metric, wait_until,
 };
 
 #[tokio::test]
