@@ -25,6 +25,8 @@
 //! and once, at `--recovery-scale`: kube-apiserver and etcd each restarted `--restarts` times,
 //! the first readiness change after each restart timed until applied.
 
+// The tests' support; the benchmark uses a part of it.
+#[allow(dead_code, unused_imports, unused_macros)]
 #[path = "../../tests/it/support/mod.rs"]
 mod support;
 

@@ -11,7 +11,7 @@ use failover::{
 };
 use serde::Deserialize;
 
-use crate::support::{self, TestEnv, repo_root};
+use crate::support::{self, repo_root, test_env};
 
 #[derive(Deserialize)]
 struct InvalidCase {
@@ -138,9 +138,7 @@ fn has_unknown_fields(input: &serde_json::Value, roundtrip: &serde_json::Value) 
 
 #[tokio::test]
 async fn every_valid_sample_applies() {
-    let Some(env) = TestEnv::new("valid-samples").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     for file in yaml_files("samples") {
         let out = env.kubectl(&["apply", "-f", file.to_str().expect("path")]);
         assert!(
@@ -150,14 +148,11 @@ async fn every_valid_sample_applies() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn every_invalid_policy_is_rejected_naming_its_field() {
-    let Some(env) = TestEnv::new("invalid-table").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let cases = invalid_cases();
     let mut failures = Vec::new();
     for case in &cases {
@@ -186,14 +181,11 @@ async fn every_invalid_policy_is_rejected_naming_its_field() {
         "{} invalid policies rejected with a message naming the field",
         cases.len()
     ));
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn every_invalid_sample_is_rejected_with_its_documented_error() {
-    let Some(env) = TestEnv::new("invalid-samples").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     for file in yaml_files("samples/invalid") {
         let text = fs::read_to_string(&file).expect("sample");
         let documented: String = text
@@ -220,14 +212,11 @@ async fn every_invalid_sample_is_rejected_with_its_documented_error() {
             file.display()
         );
     }
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn trafficsplit_name_cannot_change() {
-    let Some(env) = TestEnv::new("immutable-name").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let policy = |split: &str| {
         format!(
             "apiVersion: failover.dev/v1alpha1\nkind: FailoverPolicy\nmetadata: {{name: web}}\nspec:\n  service: web\n  primary: web-a\n  secondaries: [{{service: web-b}}]\n  trafficSplit: {{name: {split}}}\n"
@@ -237,14 +226,11 @@ async fn trafficsplit_name_cannot_change() {
     let out = env.kubectl_stdin(&["apply", "-f", "-"], &policy("two"));
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("spec.trafficSplit.name"));
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn kubectl_get_shows_printer_columns_and_explain_shows_docs() {
-    let Some(env) = TestEnv::new("printer-columns").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     env.kubectl(&[
         "apply",
         "-f",
@@ -287,7 +273,6 @@ async fn kubectl_get_shows_printer_columns_and_explain_shows_docs() {
         text.contains("sends all of it to the first ready secondary in list order"),
         "{text}"
     );
-    env.cleanup().await;
 }
 
 /// Every text file of the repository's own that may cite a kept run: the docs, the README, the

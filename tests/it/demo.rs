@@ -3,7 +3,7 @@
 //! every step and for what it leaves behind; and every sample applied on its own, with the
 //! objects it needs, reaching the condition its documentation promises.
 
-use std::{collections::BTreeMap, sync::Mutex, time::Duration};
+use std::{collections::BTreeMap, time::Duration};
 
 use failover::api::conditions::{
     ATTACHED, DEGRADED, HEALTH_QUERY_FAILED, READY, attached, degraded, health,
@@ -15,12 +15,10 @@ use failover::{
 use serde::Deserialize;
 
 use crate::support::{
-    self, ControllerProcess, ScriptRun, Step, TestEnv, WAIT, assert_node_possible,
-    cluster_tests_skipped, condition, node_tests_skipped, processes_naming, repo_root,
+    self, ControllerProcess, ScriptRun, Step, WAIT, assert_node_possible, cluster_tests_skipped,
+    condition, node_tests_skipped, processes_naming, repo_root, test_env,
 };
 
-/// The demos run one at a time: each starts a control plane (and a node) of its own.
-static ONE_DEMO_AT_A_TIME: Mutex<()> = Mutex::new(());
 /// How long a demo may run, its first build of the controller included.
 const DEMO_LIMIT: Duration = Duration::from_secs(20 * 60);
 
@@ -149,7 +147,8 @@ fn the_demo_shows_every_step_of_a_failover_and_leaves_nothing_behind() {
     if cluster_tests_skipped("the demo") {
         return;
     }
-    let _one = ONE_DEMO_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // Alone: the demo starts a control plane (and a node) of its own.
+    let _alone = support::alone_blocking();
     let run = ScriptRun::of("hack/demo.sh", &[], DEMO_LIMIT);
     run.assert_success("hack/demo.sh");
     support::figure(format!("hack/demo.sh ran in {:.1?}", run.took));
@@ -191,7 +190,8 @@ fn the_node_demo_moves_real_readiness_and_leaves_nothing_behind() {
         return;
     }
     assert_node_possible();
-    let _one = ONE_DEMO_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // Alone: the demo starts a control plane (and a node) of its own.
+    let _alone = support::alone_blocking();
     let run = ScriptRun::of("hack/demo.sh", &["--node"], DEMO_LIMIT);
     run.assert_success("hack/demo.sh --node");
     support::figure(format!("hack/demo.sh --node ran in {:.1?}", run.took));
@@ -342,7 +342,7 @@ async fn every_sample_applies_and_reaches_its_documented_condition() {
     let mut failures = Vec::new();
     for (file, policy) in sample_policies() {
         let name = policy.metadata.name.clone().unwrap_or_default();
-        let Some(env) = TestEnv::new(&format!("sample-{name}")).await else {
+        let Some(env) = test_env!(&format!("sample-{name}")) else {
             return;
         };
         let backends: Vec<&str> = std::iter::once(policy.spec.primary.as_str())
@@ -385,7 +385,6 @@ async fn every_sample_applies_and_reaches_its_documented_condition() {
             .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
             .collect();
         support::figure(format!("{file}: {name}: {}", conditions.join(" | ")));
-        env.cleanup().await;
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -16,8 +16,8 @@ use kube::{
 };
 
 use crate::support::{
-    self, ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS,
-    condition_reason, phase, routing_to_web, wait_until, weights,
+    self, ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, WAIT, WEB_BACKENDS,
+    condition_reason, phase, routing_to_web, test_env, wait_until, weights,
 };
 
 #[tokio::test]
@@ -54,7 +54,6 @@ async fn routes_all_traffic_to_ready_primary_and_owns_the_split() {
         condition_reason(&env.policy("web").await.expect("policy"), READY).as_deref(),
         Some(ready::PRIMARY_ACTIVE)
     );
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -91,7 +90,6 @@ async fn fails_over_to_first_ready_secondary_and_kubectl_shows_it() {
     // An Event tells what happened, on the policy.
     let seen = env.wait_event("web", ready::FAILED_OVER, None, WAIT).await;
     assert!(seen, "a FailedOver Event is recorded");
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -104,14 +102,11 @@ async fn equal_strategy_splits_among_ready_secondaries() {
     env.set_endpoints("web", 0, 1).await;
     env.wait_weights("web", &[("web", 0), ("web-east", 1), ("web-west", 1)], WAIT)
         .await;
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn weighted_strategy_follows_weights() {
-    let Some(env) = TestEnv::new("weighted").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let _controller = env.with_controller(&[]).await;
     env.apply_policy(
         "apiVersion: failover.dev/v1alpha1\nkind: FailoverPolicy\nmetadata: {name: web}\nspec:\n  service: web\n  primary: web\n  strategy: Weighted\n  secondaries:\n    - {service: web-east, weight: 300}\n    - {service: web-west, weight: 700}\n",
@@ -131,7 +126,6 @@ async fn weighted_strategy_follows_weights() {
         WAIT,
     )
     .await;
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -146,7 +140,6 @@ async fn secondary_readiness_change_during_failover_moves_traffic() {
     env.wait_weights("web", &ON_WEST, WAIT).await;
     env.set_endpoints("web-east", 3, 0).await;
     env.wait_weights("web", &ON_EAST, WAIT).await;
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -167,7 +160,6 @@ async fn fails_back_when_primary_recovers() {
         .await;
     let s = p.status.expect("status");
     assert!(s.last_failback_time >= s.last_failover_time);
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -194,7 +186,6 @@ async fn keeps_weights_when_nothing_is_ready() {
     // (the status is written after the route, so the route is as decided).
     assert_eq!(env.split_weights("web").await, before);
     assert_eq!(before, Some(weights(&ON_WEST)));
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -237,14 +228,11 @@ async fn failover_after_holds_traffic_until_due() {
         "failoverAfter 3s took {held:?}; failbackAfter 2s took {:?}",
         back.elapsed()
     ));
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn foreign_traffic_split_is_never_touched() {
-    let Some(env) = TestEnv::new("conflict").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     env.ready_backends(&WEB_BACKENDS).await;
     let foreign = serde_json::json!({
         "apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit",
@@ -297,7 +285,6 @@ async fn foreign_traffic_split_is_never_touched() {
         .await
         .expect("delete");
     env.wait_weights("web", &ON_WEB, WAIT).await;
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -311,7 +298,6 @@ async fn hand_edit_of_the_split_is_reverted() {
         .await
         .expect("hand edit");
     env.wait_weights("web", &ON_WEB, WAIT).await;
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -328,14 +314,11 @@ async fn deleting_the_policy_garbage_collects_its_split() {
     })
     .await;
     assert!(gone, "the TrafficSplit was not garbage-collected");
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn missing_service_and_missing_slices_are_reported() {
-    let Some(env) = TestEnv::new("missing").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     env.create_service("web-east").await;
     env.ready_backends(&["web-west"]).await;
     let _controller = ControllerProcess::start(&env, &[]);
@@ -352,7 +335,6 @@ async fn missing_service_and_missing_slices_are_reported() {
         backends[1].message.as_deref(),
         Some("Service has no EndpointSlices")
     );
-    env.cleanup().await;
 }
 
 /// Changes seen by a watch, with the time each was seen.
@@ -440,14 +422,11 @@ async fn one_failover_costs_one_split_write_and_one_status_write() {
         acked - started,
         seen.saturating_duration_since(acked)
     ));
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn two_policies_on_one_apex_give_one_route_and_deleting_the_older_hands_it_over() {
-    let Some(env) = TestEnv::new("apex-conflict").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     env.ready_backends(&["api-a", "api-b", "api-c"]).await;
     let on_api = |name: &str, primary: &str| {
         PolicyBuilder::named(name, primary, &["api-b"]).spec(|s| s.service = "api".into())
@@ -520,5 +499,4 @@ async fn two_policies_on_one_apex_give_one_route_and_deleting_the_older_hands_it
     .await;
     let handed = wait_until(WAIT, || async { routes_of_api().await == ["api-second"] }).await;
     assert!(handed, "routes of api: {:?}", routes_of_api().await);
-    env.cleanup().await;
 }

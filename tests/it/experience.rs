@@ -16,7 +16,7 @@ use kube::{Api, api::DynamicObject};
 
 use crate::support::{
     self, ControllerProcess, ON_WEB, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, apply_crd,
-    condition, condition_reason, metric, wait_until,
+    condition, condition_reason, metric, test_env, wait_until,
 };
 
 /// A DNS-1035 label of exactly `len` characters starting with `prefix`.
@@ -119,9 +119,7 @@ async fn wait_route(env: &TestEnv, case: &Case, expected: [i64; 2]) {
 
 #[tokio::test]
 async fn the_longest_and_oddest_accepted_names_work_end_to_end() {
-    let Some(env) = TestEnv::new("names").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     env.cp.install_gateway_api();
     let _controller = ControllerProcess::start(&env, &[]);
     for case in cases() {
@@ -145,14 +143,11 @@ async fn the_longest_and_oddest_accepted_names_work_end_to_end() {
         );
         support::figure(format!("works end to end: {}", case.what));
     }
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_name_too_long_for_its_label_is_refused_at_apply_naming_the_field() {
-    let Some(env) = TestEnv::new("long-name").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let name = label("policy", 64);
     let out = env.kubectl_stdin(
         &["apply", "-f", "-"],
@@ -166,7 +161,6 @@ async fn a_name_too_long_for_its_label_is_refused_at_apply_naming_the_field() {
         stderr.contains("metadata.name must be at most 63 characters"),
         "{stderr}"
     );
-    env.cleanup().await;
 }
 
 /// Waits until the controller logs, at WARN or ERROR, that the CRD `crd` is missing and how to

@@ -10,7 +10,7 @@ use kube::api::PostParams;
 
 use crate::support::{
     self, ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WEB_BACKENDS,
-    condition_reason, counted_writes, metric, metric_sum, phase, wait_until, weights,
+    condition_reason, counted_writes, metric, metric_sum, phase, test_env, wait_until, weights,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -90,8 +90,6 @@ async fn outage_loses_no_transition(test: &str, component: &str) {
         "{component} down 5 s: API serving again {serving:?} after restart; converged {converged:?} after restart; a later change applied in {:?}",
         changed.elapsed()
     ));
-    drop(controller);
-    let _ = env.cp.script(&["stop", env.cp.dir.to_str().expect("dir")]);
 }
 
 #[tokio::test]
@@ -106,9 +104,7 @@ async fn etcd_restart_loses_no_transition() {
 
 #[tokio::test]
 async fn controller_killed_before_its_write_converges_after_restart() {
-    let Some(env) = TestEnv::new("crash").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let mut controller = env.routing_to_web(&PolicyBuilder::web(), WAIT).await;
     controller.pause();
     env.set_endpoints("web", 0, 1).await;
@@ -139,7 +135,6 @@ async fn controller_killed_before_its_write_converges_after_restart() {
         "controller SIGKILL: converged {:?} after restart",
         restarted.elapsed()
     ));
-    env.cleanup().await;
 }
 
 const CONTROLLER_RULES: &str = r#"
@@ -169,9 +164,7 @@ const SPLIT_WRITES: &str =
 /// once writes are allowed again the failover completes.
 #[tokio::test]
 async fn denied_writes_are_reported_then_retried_until_they_land() {
-    let Some(env) = TestEnv::new("denied").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let kubeconfig = env.service_account_kubeconfig("controller");
     env.grant("base", "controller", CONTROLLER_RULES);
     env.grant("split-writes", "controller", SPLIT_WRITES);
@@ -243,14 +236,11 @@ async fn denied_writes_are_reported_then_retried_until_they_land() {
         (1.0..30.0).contains(&errors),
         "retries are backed off: {errors}"
     );
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn policy_whose_services_do_not_exist_reports_them() {
-    let Some(env) = TestEnv::new("no-services").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let controller = ControllerProcess::start(&env, &[]);
     env.apply(&PolicyBuilder::web());
     let p = env
@@ -277,14 +267,11 @@ async fn policy_whose_services_do_not_exist_reports_them() {
     let text = controller.admin_get("/metrics").await.1;
     let errors = metric_sum(&text, "failover_reconcile_errors_total");
     assert_eq!(errors, 0.0, "no error storm");
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn deleting_the_namespace_under_the_policies_is_harmless() {
-    let Some(env) = TestEnv::new("ns-delete").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let mut controller = env.routing_to_web(&PolicyBuilder::web(), WAIT).await;
     let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
         kube::Api::all(env.client.clone());
@@ -314,9 +301,7 @@ async fn deleting_the_namespace_under_the_policies_is_harmless() {
 
 #[tokio::test]
 async fn five_hundred_policies_sharing_one_primary_all_fail_over() {
-    let Some(env) = TestEnv::new("shared-primary").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     env.ready_backends(&["shared", "east", "west"]).await;
     let controller = ControllerProcess::start(&env, &["--log-level", "warn"]);
     let api: kube::Api<FailoverPolicy> = env.api();
@@ -374,7 +359,8 @@ async fn five_hundred_policies_sharing_one_primary_all_fail_over() {
     support::figure(format!(
         "500 policies sharing one primary: all TrafficSplits failed over in {took:?}"
     ));
-    env.cleanup().await;
+    // A thousand objects to delete: gone before this test ends, not while the next ones run.
+    env.cleanup_and_wait(WAIT).await;
 }
 
 async fn toggle(env: &TestEnv, service: &str, times: usize, every: Duration) -> usize {
@@ -388,9 +374,7 @@ async fn toggle(env: &TestEnv, service: &str, times: usize, every: Duration) -> 
 
 #[tokio::test]
 async fn flapping_within_the_holds_never_moves_traffic() {
-    let Some(env) = TestEnv::new("flap-held").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let controller = env.with_controller(&[]).await;
     env.apply(&PolicyBuilder::web().holds("2s", "2s"));
     env.wait_weights("web", &ON_WEB, WAIT).await;
@@ -405,14 +389,11 @@ async fn flapping_within_the_holds_never_moves_traffic() {
     .unwrap_or(0.0);
     assert_eq!(writes_after, writes_before, "the TrafficSplit did not flap");
     assert_eq!(env.split_weights("web").await.map(|w| w[0].1), Some(1));
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn flapping_without_holds_ends_right_with_bounded_writes() {
-    let Some(env) = TestEnv::new("flap-free").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let controller = env.routing_to_web(&PolicyBuilder::web(), WAIT).await;
     let writes_before = counted_writes(&controller, "trafficsplit", 1.0, WAIT).await;
     let changes = toggle(&env, "web", 41, Duration::from_millis(50)).await;
@@ -436,5 +417,4 @@ async fn flapping_without_holds_ends_right_with_bounded_writes() {
     support::figure(format!(
         "flapping without holds: {changes} readiness changes, {writes} TrafficSplit writes"
     ));
-    env.cleanup().await;
 }

@@ -12,8 +12,8 @@ use kube::{
 };
 
 use crate::support::{
-    self, ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS,
-    condition, route_backend_weights, started, wait_until, weights,
+    self, ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, WAIT, WEB_BACKENDS,
+    condition, route_backend_weights, started, test_env, wait_until, weights,
 };
 
 #[tokio::test]
@@ -62,7 +62,6 @@ async fn proportional_spills_traffic_over_by_health() {
         WAIT,
     )
     .await;
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -79,7 +78,6 @@ async fn min_ready_ratio_fails_over_a_thinned_primary() {
     env.wait_weights("web", &ON_WEB, WAIT).await;
     env.set_endpoints("web", 4, 6).await;
     env.wait_weights("web", &ON_EAST, WAIT).await;
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -101,7 +99,6 @@ async fn when_none_ready_primary_sends_everything_to_the_primary() {
         p.status.as_ref().and_then(|s| s.phase) == Some(Phase::NoReadyBackend)
     })
     .await;
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -165,7 +162,6 @@ async fn suspend_freezes_the_split_and_the_status_shows_it_as_it_stands() {
         })
         .await;
     assert_eq!(p.status.and_then(|s| s.phase), Some(Phase::FailedOver));
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -206,7 +202,6 @@ async fn pin_overrides_readiness_and_warns_while_the_pinned_backend_is_down() {
     // Unpinning returns to the normal rules (the primary is ready).
     env.apply(&PolicyBuilder::web());
     env.wait_weights("web", &ON_WEB, WAIT).await;
-    env.cleanup().await;
 }
 
 /// The usual policy with output HTTPRoute to port 8080 of the backends.
@@ -222,9 +217,7 @@ fn http_route_policy(parent_port: Option<i32>) -> PolicyBuilder {
 
 #[tokio::test]
 async fn http_route_output_is_owned_kept_and_collected_like_a_traffic_split() {
-    let Some(env) = TestEnv::new("httproute").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     env.cp.install_gateway_api();
     env.ready_backends(&WEB_BACKENDS).await;
     // Started after the CRDs exist: the controller discovers the Gateway API at start.
@@ -307,14 +300,11 @@ async fn http_route_output_is_owned_kept_and_collected_like_a_traffic_split() {
         .await,
         "HTTPRoute not collected"
     );
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn foreign_http_route_is_never_touched() {
-    let Some(env) = TestEnv::new("httproute-conflict").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     env.cp.install_gateway_api();
     env.ready_backends(&WEB_BACKENDS).await;
     let routes: Api<DynamicObject> = Api::namespaced_with(
@@ -340,7 +330,6 @@ async fn foreign_http_route_is_never_touched() {
         after.metadata.resource_version,
         created.metadata.resource_version
     );
-    env.cleanup().await;
 }
 
 /// The usual policy with a failback ramp of 25%, 50%, 100%, each step 2 s.
@@ -424,5 +413,4 @@ async fn a_failback_ramp_moves_the_primary_share_through_its_steps_and_aborts_on
         "a failure during the ramp sent traffic back in {:?}",
         failed.elapsed()
     ));
-    env.cleanup().await;
 }

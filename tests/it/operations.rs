@@ -5,14 +5,12 @@ use std::time::{Duration, Instant};
 
 use crate::support::{
     self, ControllerProcess, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS,
-    api_writes, metric, wait_until,
+    api_writes, metric, test_env, wait_until,
 };
 
 #[tokio::test]
 async fn metrics_and_health_endpoints_report_a_failover() {
-    let Some(env) = TestEnv::new("metrics").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let controller = env.with_controller(&[]).await;
     assert_eq!(
         controller.admin_get("/healthz").await,
@@ -84,14 +82,11 @@ async fn metrics_and_health_endpoints_report_a_failover() {
             "{family} missing:\n{text}"
         );
     }
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn readyz_turns_ready_only_after_caches_synced() {
-    let Some(env) = TestEnv::new("readyz").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     // A service account that may do everything but list EndpointSlices: caches cannot sync.
     let kubeconfig = env.service_account_kubeconfig("controller");
     let rules = r#"
@@ -135,7 +130,6 @@ async fn readyz_turns_ready_only_after_caches_synced() {
         "/readyz did not turn ready after the caches could sync:\n{}",
         controller.logs()
     );
-    env.cleanup().await;
 }
 
 fn election_args(ns: &str) -> Vec<String> {
@@ -216,9 +210,7 @@ async fn writes(c: &ControllerProcess) -> f64 {
 
 #[tokio::test]
 async fn one_leader_writes_and_a_standby_takes_over_after_sigkill_and_sigterm() {
-    let Some(env) = TestEnv::new("leader").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     env.ready_backends(&WEB_BACKENDS).await;
     let args = election_args(&env.ns);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -295,5 +287,4 @@ async fn one_leader_writes_and_a_standby_takes_over_after_sigkill_and_sigterm() 
     support::figure(format!(
         "takeover: after SIGKILL {sigkill_takeover:?} (lease 4s), after SIGTERM {sigterm_takeover:?}"
     ));
-    env.cleanup().await;
 }

@@ -1,7 +1,8 @@
 //! Test support, split by concern:
 //!
 //! - [`cluster`]: a real local control plane (etcd, kube-apiserver, kube-controller-manager),
-//!   started once per test binary by `hack/control-plane.sh`, and one fresh namespace per test;
+//!   started once for the test binary by `hack/control-plane.sh`, and one fresh namespace per
+//!   test ([`test_env!`]), deleted when the test's environment is dropped;
 //! - [`kubectl`]: real kubectl, and RBAC helpers built on it;
 //! - [`backends`]: backend Services and their EndpointSlices;
 //! - [`policy`]: a typed policy builder and readers of what the controller made of a policy;
@@ -13,7 +14,8 @@
 //! - [`setup`]: the one way tests set up the usual scene, and the weights they expect;
 //! - [`script`]: the project's scripts run as a user runs them, their output read step by step;
 //! - [`skips`]: tests skipped on purpose, announced and recorded for the run's summary;
-//! - [`traffic`]: a load generator: real requests through the proxy, each answer recorded.
+//! - [`traffic`]: a load generator: real requests through the proxy, each answer recorded;
+//! - [`turns`]: which tests run beside which (a few run alone).
 //!
 //! `FAILOVER_TEST_KUBECONFIG=<path>` reuses a control plane that is already running;
 //! `FAILOVER_SKIP_CLUSTER_TESTS=1` skips the cluster tests, loudly; nothing else skips them.
@@ -36,6 +38,7 @@ pub mod script;
 pub mod setup;
 pub mod skips;
 pub mod traffic;
+pub mod turns;
 
 use std::{
     future::Future,
@@ -67,6 +70,8 @@ pub use setup::*;
 pub use skips::*;
 #[allow(unused_imports)]
 pub use traffic::*;
+#[allow(unused_imports)]
+pub use turns::*;
 
 /// Prints a figure a test measured and, when `FAILOVER_FIGURES_FILE` names a file (the test
 /// command sets it), appends it there as `<test>: <figure>`, so that a run's figures can be kept
@@ -89,6 +94,36 @@ pub fn figure(text: String) {
     if let Ok(mut file) = file {
         let _ = file.write_all(line.as_bytes());
     }
+}
+
+/// The frame of a cluster test: a fresh namespace on the shared control plane, named after the
+/// calling test function (or `test_env!(name)`), or `None` when cluster tests are skipped (the
+/// skip recorded). Dropping it deletes the namespace, also when the test fails.
+///
+/// ```ignore
+/// let Some(env) = test_env!() else { return };
+/// ```
+macro_rules! test_env {
+    () => {
+        $crate::support::TestEnv::new($crate::support::test_name(::std::any::type_name_of_val(&{
+            fn here() {}
+            here
+        })))
+        .await
+    };
+    ($name:expr) => {
+        $crate::support::TestEnv::new($name).await
+    };
+}
+pub(crate) use test_env;
+
+/// The name of the function that defines the item whose path `std::any::type_name_of_val`
+/// gave (`it::strategies::a_test::{{closure}}::here`: `a_test`).
+pub fn test_name(path: &'static str) -> &'static str {
+    path.rsplit("::")
+        .filter(|segment| !segment.starts_with('{'))
+        .nth(1)
+        .unwrap_or(path)
 }
 
 /// How long end-to-end tests wait for the controller to converge.
