@@ -6,19 +6,28 @@
 
 mod support;
 
-mod api;
+mod admin_endpoints;
 mod architecture;
 mod chart;
 mod control_plane;
+mod crd;
 mod demo;
-mod e2e;
-mod experience;
-mod faults;
-mod features;
-mod health;
+mod docs;
+mod health_queries;
+mod holds_and_ramps;
+mod leader_election;
+mod missing_crds;
+mod names;
 mod node;
-mod operations;
 mod plugin;
-mod remote;
+mod readiness;
+mod recovery;
+mod remote_clusters;
+mod route_ownership;
+mod samples;
+mod strategies;
+mod suspend_and_pin;
 mod tenancy;
 mod traffic;
+mod validation;
+mod writes_and_scale;

@@ -12,6 +12,7 @@
 //! - [`prometheus`]: a real Prometheus scraping an exporter the test controls;
 //! - [`remote`]: remote clusters (more control planes) and the Secrets that declare them;
 //! - [`setup`]: the one way tests set up the usual scene, and the weights they expect;
+//! - [`samples`]: the repository's sample policies;
 //! - [`script`]: the project's scripts run as a user runs them, their output read step by step;
 //! - [`skips`]: tests skipped on purpose, announced and recorded for the run's summary;
 //! - [`traffic`]: a load generator: real requests through the proxy, each answer recorded;
@@ -34,6 +35,7 @@ pub mod policy;
 pub mod process;
 pub mod prometheus;
 pub mod remote;
+pub mod samples;
 pub mod script;
 pub mod setup;
 pub mod skips;
@@ -62,6 +64,8 @@ pub use process::*;
 pub use prometheus::*;
 #[allow(unused_imports)]
 pub use remote::*;
+#[allow(unused_imports)]
+pub use samples::*;
 #[allow(unused_imports)]
 pub use script::*;
 #[allow(unused_imports)]
@@ -128,6 +132,15 @@ pub fn test_name(path: &'static str) -> &'static str {
 
 /// How long end-to-end tests wait for the controller to converge.
 pub const WAIT: Duration = Duration::from_secs(30);
+
+/// How long tests wait under a fault, or with many objects to go through.
+pub const LONG_WAIT: Duration = Duration::from_secs(60);
+
+/// Text with every run of white space made one space, to compare what a command printed
+/// whatever its line breaks and alignment.
+pub fn squash(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
 
 /// Root of the repository.
 pub fn repo_root() -> PathBuf {
