@@ -22,10 +22,6 @@
 //! `FAILOVER_SKIP_CLUSTER_TESTS=1` skips the cluster tests, loudly; nothing else skips them.
 //! Missing binaries fail the tests with the command that builds them.
 
-// Each test binary compiles its own copy of this module and uses a part of it; a helper no test
-// uses at all is caught by tests/architecture.rs (`every_test_helper_is_used_by_a_test`).
-#![allow(dead_code)]
-
 pub mod backends;
 pub mod cluster;
 pub mod kubectl;
@@ -48,33 +44,19 @@ use std::{
     time::{Duration, Instant},
 };
 
-#[allow(unused_imports)]
 pub use cluster::*;
-#[allow(unused_imports)]
 pub use kubectl::*;
-#[allow(unused_imports)]
 pub use metrics::*;
-#[allow(unused_imports)]
 pub use node::*;
-#[allow(unused_imports)]
 pub use policy::*;
-#[allow(unused_imports)]
 pub use process::*;
-#[allow(unused_imports)]
 pub use prometheus::*;
-#[allow(unused_imports)]
 pub use remote::*;
-#[allow(unused_imports)]
 pub use samples::*;
-#[allow(unused_imports)]
 pub use script::*;
-#[allow(unused_imports)]
 pub use setup::*;
-#[allow(unused_imports)]
 pub use skips::*;
-#[allow(unused_imports)]
 pub use traffic::*;
-#[allow(unused_imports)]
 pub use turns::*;
 
 /// Prints a figure a test measured and, when `FAILOVER_FIGURES_FILE` names a file (the test
