@@ -7,7 +7,7 @@
 //!
 //! Data flows one way. The folders are the floors of the building, from the ground up; a module
 //! imports only from its own floor or the floors below, and no two modules import each other
-//! ([`LAYERS`] states the order once; `tests/architecture.rs` holds the code to it):
+//! ([`LAYERS`] states the order once; `tests/it/architecture.rs` holds the code to it):
 //!
 //! | floor | modules | what they are |
 //! |---|---|---|
