@@ -31,10 +31,10 @@ echo "== the API and core crates on their own (no API client reaches them)"
 # use nothing of kube's client.
 cargo check -p failover-api -p failover-core --all-targets --locked
 echo "== cargo test"
-# Every test skipped on purpose is recorded here (tests/support/skips.rs) and counted below.
+# Every test skipped on purpose is recorded here (tests/it/support/skips.rs) and counted below.
 skips=$(mktemp "${TMPDIR:-/tmp}/failover-skips.XXXXXX")
 export FAILOVER_SKIPS_FILE=$skips
-# Every figure a test measured is appended here (tests/support: `figure`), so a run's figures can
+# Every figure a test measured is appended here (tests/it/support: `figure`), so a run's figures can
 # be kept (docs/bench-runs) and cited.
 mkdir -p target
 export FAILOVER_FIGURES_FILE=$PWD/target/test-figures.log

@@ -26,7 +26,7 @@
 //! | controller | [`controller`] | the running controller: wiring, the work queue, the policy watch, the admin server |
 //!
 //! Within this crate, a module imports only from its own floor or the floors below
-//! ([`LAYERS`] states the order once; the architecture test holds the code to it).
+//! ([`LAYERS`] states the order once; `tests/it/architecture.rs` holds the code to it).
 
 pub use failover_core::{
     api, apis, applied, crd, decide, digest, health_query, message, observation, policy, route,

@@ -268,7 +268,7 @@ impl Relays {
         for task in self.tasks {
             task.abort();
         }
-        self.status_owner.cleanup().await;
+        drop(self.status_owner);
     }
 }
 

@@ -25,7 +25,9 @@
 //! and once, at `--recovery-scale`: kube-apiserver and etcd each restarted `--restarts` times,
 //! the first readiness change after each restart timed until applied.
 
-#[path = "../../tests/support/mod.rs"]
+// The tests' support; the benchmark uses a part of it.
+#[allow(dead_code, unused_imports, unused_macros)]
+#[path = "../../tests/it/support/mod.rs"]
 mod support;
 
 mod apiserver;

@@ -189,5 +189,5 @@ async fn statuses(env: &TestEnv, n: usize) {
             cpu * 1000.0 / ROUNDS as f64
         );
     }
-    own.cleanup().await;
+    drop(own);
 }

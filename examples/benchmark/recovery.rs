@@ -278,6 +278,6 @@ pub async fn run(o: &Options) -> Vec<Recovery> {
         });
     }
     drop(controller);
-    env.cleanup().await;
+    drop(env);
     results
 }

@@ -87,7 +87,7 @@ pub async fn idle_rss(o: &Options) -> f64 {
         status_kib(controller.pid(), "RssFile:") / 1024.0
     );
     drop(controller);
-    env.cleanup().await;
+    drop(env);
     rss
 }
 

@@ -6,7 +6,7 @@
 
 // The tests' load generator; the command uses part of it.
 #[allow(dead_code)]
-#[path = "../../tests/support/traffic.rs"]
+#[path = "../../tests/it/support/traffic.rs"]
 mod traffic;
 
 use std::{io::Write, time::Duration};

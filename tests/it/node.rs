@@ -4,12 +4,13 @@
 //! controller. Each scenario waits a bounded time and asserts the final state; the timings are
 //! printed for the record.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use failover::api::conditions::{READY, ready};
-use support::{CONTROLLER, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, node_kubectl, ok, wait_until};
+
+use crate::support::{
+    self, CONTROLLER, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, node_kubectl, ok, wait_until,
+};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -96,7 +97,6 @@ async fn the_chart_runs_the_image_and_fails_over_on_real_readiness_probes() {
         "probe failure → TrafficSplit change {failover:.1?}; probe pass → failback {:.1?} (probe period 1 s)",
         passed.elapsed()
     ));
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -148,7 +148,6 @@ async fn a_rolling_update_that_keeps_two_ready_endpoints_never_fails_over() {
         "rolling update of 3 Pods in {took:.1?}: {} reads of the weights, all on the primary",
         seen.len()
     ));
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -166,7 +165,6 @@ async fn scaling_the_primary_to_zero_fails_over() {
         "scaling back",
     );
     env.wait_weights("web", &ON_WEB, WAIT).await;
-    env.cleanup().await;
 }
 
 /// Makes the primary's Pods fail their probes and waits until the policy holds the failover
@@ -222,7 +220,6 @@ async fn a_replacement_controller_pod_completes_a_failover_its_predecessor_did_n
         deleted.elapsed(),
         pending.elapsed().saturating_sub(Duration::from_secs(10))
     ));
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -258,5 +255,4 @@ async fn killing_the_leader_pod_hands_over_to_the_standby() {
         pending.elapsed().saturating_sub(Duration::from_secs(6))
     ));
     let _ = node_kubectl(env.cp, &["get", "nodes"]);
-    env.cleanup().await;
 }

@@ -1,8 +1,6 @@
 //! The local control plane itself: a real API server that stores objects, a controller-manager
 //! whose garbage collector works, `/readyz` through real kubectl, and a clean stop.
 
-mod support;
-
 use std::{path::Path, time::Duration};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServicePort, ServiceSpec};
@@ -10,13 +8,12 @@ use kube::{
     Api, ResourceExt,
     api::{DeleteParams, ObjectMeta, PostParams},
 };
-use support::{TestEnv, kubectl, start_control_plane, wait_until};
+
+use crate::support::{self, DedicatedPlane, kubectl, test_env, wait_until};
 
 #[tokio::test]
 async fn creates_namespace_and_service_and_reads_them_back() {
-    let Some(env) = TestEnv::new("roundtrip").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let services: Api<Service> = env.api();
     let svc = Service {
         metadata: ObjectMeta {
@@ -42,14 +39,11 @@ async fn creates_namespace_and_service_and_reads_them_back() {
         read.spec.and_then(|s| s.ports).map(|p| p[0].port),
         Some(8080)
     );
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn garbage_collector_deletes_dependents_of_a_deleted_owner() {
-    let Some(env) = TestEnv::new("gc").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let maps: Api<ConfigMap> = env.api();
     let owner = maps
         .create(
@@ -94,11 +88,11 @@ async fn garbage_collector_deletes_dependents_of_a_deleted_owner() {
         collected,
         "the garbage collector did not delete the dependent within 60s"
     );
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn readyz_answers_ok_through_kubectl() {
+    let _turn = support::turn().await;
     let Some(cp) = support::shared() else { return };
     let out = kubectl(cp, &["get", "--raw", "/readyz"]);
     assert!(
@@ -122,9 +116,11 @@ async fn a_second_instance_runs_beside_the_first_and_stops_cleanly() {
     let Some(first) = support::shared() else {
         return;
     };
-    let second = start_control_plane();
+    // Stopped by the test; on drop too, if the test fails before.
+    let plane = DedicatedPlane::start().await;
+    let second = plane.cp;
     assert_ne!(first.kubeconfig, second.kubeconfig);
-    for cp in [first, &second] {
+    for cp in [first, second] {
         let out = kubectl(cp, &["get", "--raw", "/readyz"]);
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
     }

@@ -4,17 +4,17 @@
 //! which backend answered, and which failed. Each scenario asserts where the requests went and
 //! which were lost; the timings are printed for the record (the benchmark measures them).
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use failover::api::{
     HealthSpec, NoData, PrometheusHealth, RampSpec,
     conditions::{ATTACHED, READY, attached, ready},
 };
-use support::{
-    Answer, CONTROLLER, Load, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, PrometheusServer, Running,
-    TestEnv, by_backend, condition, condition_reason, kubectl_failover, ok, wait_until, weights,
+
+use crate::support::{
+    self, Answer, CONTROLLER, Load, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, PrometheusServer,
+    Running, TestEnv, by_backend, condition, condition_reason, kubectl_failover, ok, wait_until,
+    weights,
 };
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -31,32 +31,28 @@ const LOST_IN_A_FAILOVER: usize = 15;
 /// How far, in points, the share of requests the primary answers may be from a ramp step's.
 const RAMP_TOLERANCE: i64 = 5;
 
-/// One scenario at a time: they share the node, the proxy and two cores, and a scenario's
-/// requests must not time out for want of CPU another one takes.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// Backends on the node, the chart installed, `policy` applied, its HTTPRoute attached to the
 /// Gateway and routing to the primary.
-async fn scene(
-    test: &str,
-    policy: PolicyBuilder,
-) -> Option<(TestEnv, tokio::sync::MutexGuard<'static, ()>)> {
-    let (env, turn) = stage(test).await?;
+async fn scene(test: &str, policy: PolicyBuilder) -> Option<TestEnv> {
+    let env = stage(test).await?;
     serve(&env, &[], policy).await;
-    Some((env, turn))
+    Some(env)
 }
 
-/// The test's turn, and its backends ready on the node.
-async fn stage(test: &str) -> Option<(TestEnv, tokio::sync::MutexGuard<'static, ()>)> {
-    let env = TestEnv::on_node(test).await?;
-    let turn = ONE_AT_A_TIME.lock().await;
+/// The test's namespace on the node, with the machine to itself (see [`on_node_alone`]): the
+/// scenarios share the node, the proxy and two cores, and a scenario's requests must not time
+/// out for want of CPU another test takes. Its backends ready on the node.
+///
+/// [`on_node_alone`]: TestEnv::on_node_alone
+async fn stage(test: &str) -> Option<TestEnv> {
+    let env = TestEnv::on_node_alone(test).await?;
     for (name, replicas) in [("web", 2), ("web-east", 1), ("web-west", 1)] {
         env.backend(name, replicas);
     }
     for (name, replicas) in [("web", 2), ("web-east", 1), ("web-west", 1)] {
         env.wait_ready_replicas(name, replicas, WAIT).await;
     }
-    Some((env, turn))
+    Some(env)
 }
 
 /// The chart installed with `values`, `policy` applied, its HTTPRoute attached to the Gateway
@@ -187,7 +183,7 @@ fn answered_by(answers: &[Answer], backend: &str) -> Option<(Instant, Instant)> 
 
 #[tokio::test]
 async fn the_primarys_pods_failing_their_probe_move_requests_to_the_secondary() {
-    let Some((env, _turn)) = scene("traffic-failover", on_edge("traffic-failover")).await else {
+    let Some(env) = scene("traffic-failover", on_edge("traffic-failover")).await else {
         return;
     };
     let load = flowing(&env, "traffic-failover", "web").await;
@@ -209,12 +205,11 @@ async fn the_primarys_pods_failing_their_probe_move_requests_to_the_secondary() 
     if let Err(why) = within_failover_bound(&answers, broken, first_east) {
         panic!("{why}");
     }
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn pinning_to_a_secondary_and_unpinning_while_traffic_flows_loses_no_request() {
-    let Some((env, _turn)) = scene("traffic-pin", on_edge("traffic-pin")).await else {
+    let Some(env) = scene("traffic-pin", on_edge("traffic-pin")).await else {
         return;
     };
     let load = flowing(&env, "traffic-pin", "web").await;
@@ -241,7 +236,6 @@ async fn pinning_to_a_secondary_and_unpinning_while_traffic_flows_loses_no_reque
         Vec::<&Answer>::new(),
         "a planned switch loses nothing"
     );
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -255,7 +249,7 @@ async fn a_failback_ramp_shares_requests_by_its_steps() {
             }),
         })
     });
-    let Some((env, _turn)) = scene("traffic-ramp", ramped).await else {
+    let Some(env) = scene("traffic-ramp", ramped).await else {
         return;
     };
     env.set_backend_ready("web", false).await;
@@ -322,12 +316,11 @@ async fn a_failback_ramp_shares_requests_by_its_steps() {
         Vec::<&Answer>::new(),
         "a ramp loses nothing"
     );
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn killing_the_controller_pod_while_traffic_flows_loses_no_request_and_keeps_the_route() {
-    let Some((env, _turn)) = scene(
+    let Some(env) = scene(
         "traffic-controller-killed",
         on_edge("traffic-controller-killed"),
     )
@@ -379,12 +372,11 @@ async fn killing_the_controller_pod_while_traffic_flows_loses_no_request_and_kee
         Vec::<&Answer>::new(),
         "the controller is not on the data path"
     );
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn half_the_primarys_requests_failing_fails_over_on_the_proxys_metrics() {
-    let Some((env, _turn)) = stage("traffic-health").await else {
+    let Some(env) = stage("traffic-health").await else {
         return;
     };
     let node_ip = env.cp.env("NODE_IP").expect("the node's address");
@@ -473,15 +465,13 @@ async fn half_the_primarys_requests_failing_fails_over_on_the_proxys_metrics() {
     );
     assert_eq!(env.http_route_weights("web").await, Some(weights(&ON_EAST)));
     drop(prometheus);
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_route_a_gateway_refuses_is_written_but_shows_as_not_attached() {
-    let Some(env) = TestEnv::on_node("traffic-refused").await else {
+    let Some(env) = TestEnv::on_node_alone("traffic-refused").await else {
         return;
     };
-    let _turn = ONE_AT_A_TIME.lock().await;
     // A Gateway whose only listener takes routes from its own namespace (default), not the
     // test's.
     let port = env.cp.env("PROXY_PORT").expect("the proxy's port");
@@ -523,5 +513,4 @@ async fn a_route_a_gateway_refuses_is_written_but_shows_as_not_attached() {
     assert_eq!(parents[0].accepted.as_deref(), Some("False"));
     let private = format!("private-{}", env.ns);
     let _ = support::kubectl(env.cp, &["delete", "gateway", "-n", "default", &private]);
-    env.cleanup().await;
 }

@@ -2,14 +2,14 @@
 //! exporter the test controls, and the controller fails over on a backend's error ratio although
 //! all its endpoints are ready; Prometheus stopped keeps the last verdict and says so.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use failover::api::FailoverPolicy;
 use failover::api::conditions::{HEALTH_QUERY_FAILED, health};
-use support::{
-    Exporter, ON_EAST, ON_WEB, PolicyBuilder, PrometheusServer, TestEnv, WAIT, condition, weights,
+
+use crate::support::{
+    self, Exporter, ON_EAST, ON_WEB, PolicyBuilder, PrometheusServer, WAIT, condition, test_env,
+    weights,
 };
 
 fn query_failed(p: &FailoverPolicy) -> bool {
@@ -18,9 +18,7 @@ fn query_failed(p: &FailoverPolicy) -> bool {
 
 #[tokio::test]
 async fn an_error_ratio_over_the_threshold_fails_over_and_prometheus_down_keeps_the_verdict() {
-    let Some(env) = TestEnv::new("health").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let exporter = Exporter::start();
     exporter.set(&[("web", 0.01), ("web-east", 0.0), ("web-west", 0.0)]);
     let mut prometheus = PrometheusServer::start(env.cp, &exporter, &env.ns).await;
@@ -98,14 +96,11 @@ async fn an_error_ratio_over_the_threshold_fails_over_and_prometheus_down_keeps_
         "error ratio over the threshold → failover {failover:.1?} (bound 5 s); Prometheus back with the ratio under → failback {:.1?} (scrape and query every 1 s)",
         good.elapsed()
     ));
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_health_check_with_no_prometheus_to_ask_says_so_and_routes_on_readiness() {
-    let Some(env) = TestEnv::new("health-unaddressed").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let _c = env.with_controller(&[]).await;
     env.apply(&PolicyBuilder::web_with_health(
         None,
@@ -122,14 +117,11 @@ async fn a_health_check_with_no_prometheus_to_ask_says_so_and_routes_on_readines
         message.contains("spec.health.prometheus.address"),
         "the condition names the field to set: {message}"
     );
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_prometheus_answering_html_or_ten_megabytes_is_reported_in_one_line() {
-    let Some(env) = TestEnv::new("health-odd-answers").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let not_prometheus = Exporter::start();
     not_prometheus.serve("<html>\n<body>\n<h1>Sign in</h1>\n</body>\n</html>\n".into());
     let address = format!("http://{}", not_prometheus.address);
@@ -167,5 +159,4 @@ async fn a_prometheus_answering_html_or_ten_megabytes_is_reported_in_one_line() 
         condition(&big, HEALTH_QUERY_FAILED).expect("condition").2
     ));
     env.wait_weights("web", &ON_WEB, WAIT).await;
-    env.cleanup().await;
 }

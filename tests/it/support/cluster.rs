@@ -1,5 +1,6 @@
-//! The control plane a test binary runs against (one, shared, started on first use, or a
-//! dedicated one for tests that stop its components) and one fresh namespace per test.
+//! The control plane the tests run against (one, shared by the whole binary, started on first
+//! use, or a dedicated one for tests that stop its components) and one fresh namespace per test,
+//! deleted when the test's [`TestEnv`] is dropped.
 
 use std::{
     path::{Path, PathBuf},
@@ -22,7 +23,7 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
 };
 
-use super::{cluster_tests_skipped, kubectl, kubectl_stdin, repo_root};
+use super::{Turn, cluster_tests_skipped, kubectl, kubectl_stdin, repo_root, turn};
 
 /// A running control plane.
 #[derive(Debug, Clone)]
@@ -99,6 +100,18 @@ impl ControlPlane {
             .expect("running hack/control-plane.sh")
     }
 
+    /// Stops every component and removes the instance's directory (`hack/control-plane.sh
+    /// stop`), waiting until it is done; never panics (it runs from `Drop`).
+    pub fn stop(&self) {
+        let _ = Command::new(repo_root().join("hack/control-plane.sh"))
+            .arg("stop")
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+
     /// A client for this control plane, bound to the calling test's runtime.
     pub async fn client(&self) -> Client {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig).expect("reading kubeconfig");
@@ -129,7 +142,8 @@ fn bin_dir() -> PathBuf {
     )
 }
 
-/// Starts a control plane owned by this test process; it stops itself when the process exits.
+/// Starts a control plane owned by this test process; it stops itself when the process exits at
+/// the latest (see [`DedicatedPlane`] to stop it when a test ends).
 pub fn start_control_plane() -> ControlPlane {
     start_control_plane_with(&[])
 }
@@ -160,9 +174,40 @@ pub fn start_control_plane_with(options: &[&str]) -> ControlPlane {
     }
 }
 
+/// A control plane of a test's own, with the CRDs installed or not, stopped when this is dropped
+/// (at the end of the test, so that the tests that follow do not share the machine with it). It
+/// holds the test's [`Turn`].
+pub struct DedicatedPlane {
+    /// The control plane (kept for the test's lifetime, its processes stopped on drop).
+    pub cp: &'static ControlPlane,
+    _turn: Turn,
+}
+
+impl DedicatedPlane {
+    /// Starts a control plane without any CRD, once the calling test has its turn.
+    pub async fn start() -> Self {
+        let turn = turn().await;
+        let cp: &'static ControlPlane = Box::leak(Box::new(start_control_plane()));
+        Self { cp, _turn: turn }
+    }
+
+    /// Starts a control plane and installs the CRDs.
+    pub async fn with_crds() -> Self {
+        let plane = Self::start().await;
+        install_crds(plane.cp);
+        plane
+    }
+}
+
+impl Drop for DedicatedPlane {
+    fn drop(&mut self) {
+        self.cp.stop();
+    }
+}
+
 static SHARED: OnceLock<Option<ControlPlane>> = OnceLock::new();
 
-/// The control plane shared by the tests of this binary, with the CRDs installed; `None` only
+/// The control plane shared by every test of this binary, with the CRDs installed; `None` only
 /// when FAILOVER_SKIP_CLUSTER_TESTS=1 (the skip recorded for the calling test).
 pub fn shared() -> Option<&'static ControlPlane> {
     if cluster_tests_skipped("a test of the control plane") {
@@ -223,7 +268,9 @@ pub fn install_crds(cp: &ControlPlane) {
     );
 }
 
-/// One test's view: a client and its own namespace.
+/// One test's view: a client and its own namespace. Dropping it deletes the namespace (without
+/// waiting for it to go), also when the test fails; on a control plane of the test's own
+/// ([`TestEnv::dedicated`]), it stops the control plane instead.
 pub struct TestEnv {
     /// The control plane.
     pub cp: &'static ControlPlane,
@@ -231,46 +278,72 @@ pub struct TestEnv {
     pub client: Client,
     /// The test's namespace.
     pub ns: String,
+    /// Whether the namespace is deleted already ([`TestEnv::cleanup_and_wait`]).
+    deleted: bool,
+    /// The control plane of this test's own, if any: stopped when this is dropped.
+    plane: Option<DedicatedPlane>,
+    /// The test's turn (see [`turn`]), held until its last environment is dropped.
+    _turn: Turn,
 }
 
-/// Numbers namespaces, logs and ports within a test binary.
+/// Numbers namespaces, logs and ports within the test binary.
 pub static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// A namespace name for `test`: the first 30 characters of its name made a DNS label, then the
+/// process and a number that make it unique. Short: messages that name a namespace have a bound.
+fn namespace_name(test: &str, n: u32) -> String {
+    let suffix = format!("-{}-{n}", std::process::id());
+    let name: String = test
+        .to_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .take(30)
+        .collect();
+    let name = name.trim_matches('-');
+    if name.is_empty() {
+        format!("t{suffix}")
+    } else {
+        format!("{name}{suffix}")
+    }
+}
+
 impl TestEnv {
-    /// A fresh namespace named after the test, or `None` when cluster tests are skipped (the
-    /// skip recorded).
+    /// A fresh namespace named after the test on the shared control plane, or `None` when
+    /// cluster tests are skipped (the skip recorded). Tests write it `test_env!()`.
     pub async fn new(test: &str) -> Option<Self> {
+        let _turn = turn().await;
         Self::on(shared()?, test).await
     }
 
     /// A control plane of this test's own (for tests that stop its components), with the CRDs,
-    /// or `None` when cluster tests are skipped. It stops when the test process exits.
+    /// or `None` when cluster tests are skipped. It stops when this is dropped.
     pub async fn dedicated(test: &str) -> Option<Self> {
-        let env = Self::dedicated_without_crds(test).await?;
-        install_crds(env.cp);
-        Some(env)
+        if cluster_tests_skipped(test) {
+            return None;
+        }
+        Self::on_own(DedicatedPlane::with_crds().await, test).await
     }
 
     /// A control plane of this test's own without any CRD, or `None` when cluster tests are
-    /// skipped. It stops when the test process exits.
+    /// skipped. It stops when this is dropped.
     pub async fn dedicated_without_crds(test: &str) -> Option<Self> {
-        shared()?;
-        let cp: &'static ControlPlane = Box::leak(Box::new(start_control_plane()));
-        Self::on(cp, test).await
+        if cluster_tests_skipped(test) {
+            return None;
+        }
+        Self::on_own(DedicatedPlane::start().await, test).await
     }
 
-    /// A fresh namespace on the given control plane.
+    async fn on_own(plane: DedicatedPlane, test: &str) -> Option<Self> {
+        let mut env = Self::on(plane.cp, test).await?;
+        env.plane = Some(plane);
+        Some(env)
+    }
+
+    /// A fresh namespace on the given control plane, once the calling test has its turn.
     pub async fn on(cp: &'static ControlPlane, test: &str) -> Option<Self> {
+        let turn = turn().await;
         let client = cp.client().await;
-        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let mut ns: String = format!("{test}-{}-{n}", std::process::id())
-            .to_lowercase()
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .collect();
-        if ns.len() > 63 {
-            ns = format!("t{}-{n}-{}", std::process::id(), &test.len());
-        }
+        let ns = namespace_name(test, COUNTER.fetch_add(1, Ordering::SeqCst));
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let object = Namespace {
             metadata: ObjectMeta {
@@ -283,7 +356,14 @@ impl TestEnv {
             .create(&PostParams::default(), &object)
             .await
             .expect("creating test namespace");
-        Some(Self { cp, client, ns })
+        Some(Self {
+            cp,
+            client,
+            ns,
+            deleted: false,
+            plane: None,
+            _turn: turn,
+        })
     }
 
     /// Typed API in the test namespace.
@@ -297,18 +377,13 @@ impl TestEnv {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
-    /// Deletes the namespace (best effort).
-    pub async fn cleanup(self) {
-        let namespaces: Api<Namespace> = Api::all(self.client.clone());
-        let _ = namespaces.delete(&self.ns, &DeleteParams::default()).await;
-    }
-
     /// Deletes the namespace and waits until it is gone with everything in it (at most
     /// `limit`), so that the deletions do not load the API server afterwards; how long it took.
-    pub async fn cleanup_and_wait(self, limit: Duration) -> Duration {
+    pub async fn cleanup_and_wait(mut self, limit: Duration) -> Duration {
         let started = std::time::Instant::now();
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         let _ = namespaces.delete(&self.ns, &DeleteParams::default()).await;
+        self.deleted = true;
         while started.elapsed() < limit {
             if let Ok(None) = namespaces.get_opt(&self.ns).await {
                 break;
@@ -316,6 +391,29 @@ impl TestEnv {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         started.elapsed()
+    }
+}
+
+impl Drop for TestEnv {
+    /// Deletes the namespace with real kubectl, without waiting for it to go (a blocking call of
+    /// a moment, from any thread, with or without a runtime); never panics. A control plane of the
+    /// test's own is stopped instead (its field's own drop), and a stopped one is left alone.
+    fn drop(&mut self) {
+        if self.deleted || self.plane.is_some() || !self.cp.kubeconfig.exists() {
+            return;
+        }
+        let _ = Command::new(self.cp.bin("kubectl"))
+            .env("KUBECONFIG", &self.cp.kubeconfig)
+            .args(["delete", "namespace", &self.ns])
+            .args([
+                "--wait=false",
+                "--ignore-not-found",
+                "--request-timeout=10s",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
     }
 }
 

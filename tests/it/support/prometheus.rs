@@ -9,7 +9,7 @@ use std::{
     process::{Child, Command, Stdio},
     sync::{
         Arc, Mutex,
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -17,24 +17,29 @@ use std::{
 use super::{ControlPlane, wait_until};
 
 /// An HTTP server on loopback serving `/metrics` from text the test sets; it counts the
-/// connections it accepted.
+/// connections it accepted. It stops when dropped.
 pub struct Exporter {
     text: Arc<Mutex<String>>,
     accepted: Arc<AtomicUsize>,
+    stopped: Arc<AtomicBool>,
     /// Its `host:port`.
     pub address: String,
 }
 
 impl Exporter {
-    /// Starts serving (a thread per process, for the test's lifetime).
+    /// Starts serving (a thread of its own, until dropped).
     pub fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("exporter port");
         let address = listener.local_addr().expect("address").to_string();
         let text = Arc::new(Mutex::new(String::new()));
         let accepted = Arc::new(AtomicUsize::new(0));
-        let (served, counted) = (text.clone(), accepted.clone());
+        let stopped = Arc::new(AtomicBool::new(false));
+        let (served, counted, stop) = (text.clone(), accepted.clone(), stopped.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
                 counted.fetch_add(1, Ordering::SeqCst);
                 let mut stream = stream;
                 // Read the whole request head: closing with unread bytes resets the connection
@@ -58,6 +63,7 @@ impl Exporter {
         Self {
             text,
             accepted,
+            stopped,
             address,
         }
     }
@@ -83,6 +89,14 @@ impl Exporter {
         if let Ok(mut t) = self.text.lock() {
             *t = text;
         }
+    }
+}
+
+impl Drop for Exporter {
+    /// Stops the thread: it sees the flag at its next connection, this one.
+    fn drop(&mut self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        let _ = std::net::TcpStream::connect(&self.address);
     }
 }
 

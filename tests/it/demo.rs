@@ -1,61 +1,18 @@
 //! The newcomer's path: the README's first command, `hack/demo.sh`, run end to end as a newcomer
 //! runs it (and `hack/demo.sh --node` where the node tests run), checked for what it prints at
-//! every step and for what it leaves behind; and every sample applied on its own, with the
-//! objects it needs, reaching the condition its documentation promises.
+//! every step and for what it leaves behind.
 
-mod support;
+use std::{collections::BTreeMap, time::Duration};
 
-use std::{collections::BTreeMap, sync::Mutex, time::Duration};
+use failover::{api::FailoverPolicy, route::RouteTarget};
 
-use failover::api::conditions::{
-    ATTACHED, DEGRADED, HEALTH_QUERY_FAILED, READY, attached, degraded, health,
-};
-use failover::{
-    api::{FailoverPolicy, Output},
-    route::RouteTarget,
-};
-use serde::Deserialize;
-use support::{
-    ControllerProcess, ScriptRun, Step, TestEnv, WAIT, assert_node_possible, cluster_tests_skipped,
-    condition, node_tests_skipped, processes_naming, repo_root,
+use crate::support::{
+    self, ScriptRun, Step, assert_node_possible, cluster_tests_skipped, node_tests_skipped,
+    processes_naming, sample_policies,
 };
 
-/// The demos run one at a time: each starts a control plane (and a node) of its own.
-static ONE_DEMO_AT_A_TIME: Mutex<()> = Mutex::new(());
 /// How long a demo may run, its first build of the controller included.
 const DEMO_LIMIT: Duration = Duration::from_secs(20 * 60);
-
-/// The policies of `samples/` (not `samples/invalid/`), read with the crate's own types from
-/// every YAML document of every file: (file, policy).
-fn sample_policies() -> Vec<(String, FailoverPolicy)> {
-    let mut files: Vec<_> = std::fs::read_dir(repo_root().join("samples"))
-        .expect("samples/")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
-        .collect();
-    files.sort();
-    let mut policies = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file).expect("sample");
-        let name = file
-            .file_name()
-            .expect("name")
-            .to_string_lossy()
-            .to_string();
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let value = serde_yaml::Value::deserialize(document)
-                .unwrap_or_else(|e| panic!("{name} is not YAML: {e}"));
-            if value.get("kind").and_then(|k| k.as_str()) == Some("FailoverPolicy") {
-                let policy = serde_yaml::from_value(value)
-                    .unwrap_or_else(|e| panic!("{name} is not a FailoverPolicy: {e}"));
-                policies.push((name.clone(), policy));
-            }
-        }
-    }
-    assert!(!policies.is_empty(), "no FailoverPolicy in samples/");
-    policies
-}
 
 /// The weights of every route a step printed (the TrafficSplit and HTTPRoute tables), by route
 /// name: rows of `NAME a,b,c 1,0,0`.
@@ -150,7 +107,8 @@ fn the_demo_shows_every_step_of_a_failover_and_leaves_nothing_behind() {
     if cluster_tests_skipped("the demo") {
         return;
     }
-    let _one = ONE_DEMO_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // Alone: the demo starts a control plane (and a node) of its own.
+    let _alone = support::alone_blocking();
     let run = ScriptRun::of("hack/demo.sh", &[], DEMO_LIMIT);
     run.assert_success("hack/demo.sh");
     support::figure(format!("hack/demo.sh ran in {:.1?}", run.took));
@@ -192,7 +150,8 @@ fn the_node_demo_moves_real_readiness_and_leaves_nothing_behind() {
         return;
     }
     assert_node_possible();
-    let _one = ONE_DEMO_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // Alone: the demo starts a control plane (and a node) of its own.
+    let _alone = support::alone_blocking();
     let run = ScriptRun::of("hack/demo.sh", &["--node"], DEMO_LIMIT);
     run.assert_success("hack/demo.sh --node");
     support::figure(format!("hack/demo.sh --node ran in {:.1?}", run.took));
@@ -288,105 +247,4 @@ fn assert_left_nothing(run: &ScriptRun) {
         left = processes_naming(&dir);
     }
     assert!(left.is_empty(), "the demo left processes behind: {left:#?}");
-}
-
-/// The samples that need what a test cluster does not have (a remote cluster, a Prometheus),
-/// and the condition their comments say the policy shows without it, besides `Ready=True`:
-/// (policy, condition type, status, reason, part of its message).
-const WITHOUT_EXTERNALS: [(&str, &str, &str, &str, &str); 4] = [
-    (
-        "orders",
-        ATTACHED,
-        "False",
-        attached::NO_ANSWER,
-        "no controller has answered for Service",
-    ),
-    (
-        "shop",
-        ATTACHED,
-        "False",
-        attached::NO_ANSWER,
-        "no controller has answered for Gateway default/edge",
-    ),
-    (
-        "checkout",
-        DEGRADED,
-        "True",
-        degraded::SECONDARY_NOT_READY,
-        "is not declared",
-    ),
-    (
-        "reviews-health",
-        HEALTH_QUERY_FAILED,
-        "True",
-        health::HEALTH_QUERY_FAILED,
-        "did not answer",
-    ),
-];
-
-/// Whether a policy shows `Ready=True` and, for a sample that needs more, its documented
-/// condition.
-fn documented(policy: &FailoverPolicy) -> bool {
-    let ready = condition(policy, READY).is_some_and(|(status, ..)| status == "True");
-    let name = policy.metadata.name.as_deref().unwrap_or_default();
-    ready
-        && WITHOUT_EXTERNALS.iter().filter(|(p, ..)| *p == name).all(
-            |(_, type_, status, reason, message)| {
-                condition(policy, type_)
-                    .is_some_and(|(s, r, m)| s == *status && r == *reason && m.contains(message))
-            },
-        )
-}
-
-#[tokio::test]
-async fn every_sample_applies_and_reaches_its_documented_condition() {
-    let mut failures = Vec::new();
-    for (file, policy) in sample_policies() {
-        let name = policy.metadata.name.clone().unwrap_or_default();
-        let Some(env) = TestEnv::new(&format!("sample-{name}")).await else {
-            return;
-        };
-        let backends: Vec<&str> = std::iter::once(policy.spec.primary.as_str())
-            .chain(policy.spec.secondaries.iter().map(|s| s.service.as_str()))
-            .collect();
-        for backend in &backends {
-            env.create_service(backend).await;
-            env.set_endpoints(backend, 2, 0).await;
-        }
-        if policy.spec.output == Output::HttpRoute {
-            env.cp.install_gateway_api();
-        }
-        // The Prometheus a health sample asks is the controller's, and the Gateway of another
-        // namespace the admin allows, as the chart sets them.
-        let _controller = ControllerProcess::start(
-            &env,
-            &[
-                "--prometheus-address",
-                "http://prometheus.monitoring:9090",
-                "--allowed-gateways",
-                "default/edge",
-            ],
-        );
-        let relative = format!("samples/{file}");
-        let out = env.kubectl(&["apply", "-f", &relative]);
-        if !out.status.success() {
-            failures.push(format!(
-                "{file}: kubectl apply failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-            continue;
-        }
-        let reached = env
-            .wait_policy(&name, WAIT, "its documented condition", documented)
-            .await;
-        let conditions: Vec<String> = reached
-            .status
-            .iter()
-            .flat_map(|s| &s.conditions)
-            .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
-            .collect();
-        support::figure(format!("{file}: {name}: {}", conditions.join(" | ")));
-        env.cleanup().await;
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -4,9 +4,9 @@
 //! installed for real, and backends that are real Deployments whose Pods pass or fail real
 //! readiness probes and answer HTTP with their name.
 //!
-//! One node per test binary. `FAILOVER_SKIP_NODE_TESTS=1` skips these tests, loudly; a machine
-//! that cannot host a node (not root, no cgroups) fails them with one line naming what is missing
-//! and how to skip them on purpose.
+//! One node for the test binary, shared by its tests. `FAILOVER_SKIP_NODE_TESTS=1` skips these
+//! tests, loudly; a machine that cannot host a node (not root, no cgroups) fails them with one
+//! line naming what is missing and how to skip them on purpose.
 
 use std::{
     process::Command,
@@ -18,8 +18,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, api::ListParams};
 
 use super::{
-    ControlPlane, SKIP_CLUSTER, SKIP_NODE, TestEnv, helm, install_crds, kubectl,
-    node_tests_skipped, ok, repo_root, start_control_plane_with,
+    ControlPlane, SKIP_CLUSTER, SKIP_NODE, TestEnv, alone, helm, install_crds, kubectl,
+    node_tests_skipped, ok, repo_root, start_control_plane_with, turn,
 };
 
 /// The Helm release the node tests install the chart as.
@@ -110,8 +110,18 @@ impl TestEnv {
         if node_tests_skipped(test) {
             return None;
         }
-        let cp: &'static ControlPlane = node()?;
-        Self::on(cp, test).await
+        let _turn = turn().await;
+        Self::on(node()?, test).await
+    }
+
+    /// As [`on_node`](Self::on_node), for a test that runs [`alone`]: the namespace holds the
+    /// turn.
+    pub async fn on_node_alone(test: &str) -> Option<Self> {
+        if node_tests_skipped(test) {
+            return None;
+        }
+        let _alone = alone().await;
+        Self::on(node()?, test).await
     }
 
     /// Installs the chart as release [`RELEASE`] (see [`install_chart`](Self::install_chart)) and

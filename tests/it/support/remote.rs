@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::{ByteString, api::core::v1::Secret};
 use kube::api::{ObjectMeta, Patch, PatchParams};
 
-use super::{ControlPlane, TestEnv, install_crds, start_control_plane};
+use super::{DedicatedPlane, TestEnv};
 
 /// What the controller may do in a remote namespace: read EndpointSlices and Services.
 pub const REMOTE_READER_RULES: &str = r#"
@@ -19,25 +19,10 @@ pub const REMOTE_READER_RULES: &str = r#"
   verbs: ["get", "list", "watch"]
 "#;
 
-/// A control plane of its own for a remote cluster, stopped when this is dropped (at the end of
-/// the test, so the tests that follow do not share the machine with it).
-pub struct RemotePlane {
-    /// The control plane (kept for the test's lifetime, its processes stopped on drop).
-    pub cp: &'static ControlPlane,
-}
-
-impl Drop for RemotePlane {
-    fn drop(&mut self) {
-        let dir = self.cp.dir.to_string_lossy().to_string();
-        let _ = self.cp.script(&["stop", &dir]);
-    }
-}
-
-/// Starts a remote cluster's control plane with the CRDs installed.
-pub fn remote_control_plane() -> RemotePlane {
-    let cp: &'static ControlPlane = Box::leak(Box::new(start_control_plane()));
-    install_crds(cp);
-    RemotePlane { cp }
+/// Starts a remote cluster's control plane with the CRDs installed, stopped when the returned
+/// plane is dropped.
+pub async fn remote_control_plane() -> DedicatedPlane {
+    DedicatedPlane::with_crds().await
 }
 
 impl TestEnv {

@@ -4,8 +4,6 @@
 //! series, readiness read from a remote namespace its namespace is not granted. Each is refused
 //! with a condition naming the field and the rule, and what the tenant sees is printed.
 
-mod support;
-
 use std::{
     sync::{
         Arc,
@@ -19,9 +17,11 @@ use failover::api::conditions::{
 };
 use failover::api::{FailoverPolicy, ReadinessFrom};
 use kube::api::DynamicObject;
-use support::{
-    ControllerProcess, Exporter, ON_EAST, ON_WEB, PolicyBuilder, PrometheusServer, Tenant, TestEnv,
-    WAIT, WEB_BACKENDS, condition, http_get, remote_control_plane, wait_until, weights,
+
+use crate::support::{
+    self, ControllerProcess, Exporter, ON_EAST, ON_WEB, PolicyBuilder, PrometheusServer, Tenant,
+    TestEnv, WAIT, WEB_BACKENDS, condition, http_get, remote_control_plane, test_env, wait_until,
+    weights,
 };
 
 /// A condition's message as the tenant reads it with kubectl.
@@ -39,9 +39,7 @@ fn health_value(p: &FailoverPolicy) -> Option<f64> {
 
 #[tokio::test]
 async fn a_tenant_cannot_send_health_queries_to_an_address_the_admin_did_not_allow() {
-    let Some(env) = TestEnv::new("tenant-address").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     // Stands for what a tenant should not reach through the controller (a metadata endpoint,
     // another team's Service): it counts every connection.
     let target = Exporter::start();
@@ -71,14 +69,11 @@ async fn a_tenant_cannot_send_health_queries_to_an_address_the_admin_did_not_all
         "the tenant sees: HealthQueryFailed: {}",
         seen_by(&tenant, HEALTH_QUERY_FAILED)
     ));
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_tenants_health_query_reads_only_the_series_of_its_own_namespace() {
-    let Some(env) = TestEnv::new("tenant-series").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     // The same metric for this namespace (healthy) and for another team's (unhealthy).
     let exporter = Exporter::start();
     let ns = env.ns.clone();
@@ -146,18 +141,18 @@ async fn a_tenants_health_query_reads_only_the_series_of_its_own_namespace() {
         })
         .await;
     }
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_tenant_reads_only_the_remote_namespaces_the_cluster_grants_its_namespace() {
-    let plane = remote_control_plane();
+    let plane = remote_control_plane().await;
     let Some(remote) = TestEnv::on(plane.cp, "tenant-remote").await else {
         return;
     };
     remote.ready_backends(&["web"]).await;
     let kubeconfig = remote.reader_kubeconfig();
-    let Some(env) = TestEnv::new("tenant-remote").await else {
+    // Named short: the refusal names both namespaces and the rule within its bound.
+    let Some(env) = test_env!("tenant-remote") else {
         return;
     };
     env.ready_backends(&["web", "web-west"]).await;
@@ -207,16 +202,12 @@ async fn a_tenant_reads_only_the_remote_namespaces_the_cluster_grants_its_namesp
                 .is_some_and(|s| s.backends.get(1).is_some_and(|b| b.ready))
     })
     .await;
-    env.cleanup().await;
-    remote.cleanup().await;
 }
 
 #[tokio::test]
 async fn the_charts_roles_let_a_tenant_write_policies_and_nothing_else_and_aggregate_into_edit_and_view()
  {
-    let Some(env) = TestEnv::new("tenant-role").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let can = |tenant: &Tenant, verb: &str, resource: &str| {
         // `resource/status` asks for the subresource (kubectl reads `a/b` as a name).
         let (resource, subresource) = match resource.split_once('/') {
@@ -265,7 +256,6 @@ async fn the_charts_roles_let_a_tenant_write_policies_and_nothing_else_and_aggre
             "{verb}"
         );
     }
-    env.cleanup().await;
 }
 
 /// A health query of `matchers` regex matchers, each `regex` (as written in PromQL).
@@ -278,9 +268,7 @@ fn query_of(matchers: usize, regex: &str) -> String {
 
 #[tokio::test]
 async fn a_costly_health_query_is_refused_at_apply_or_by_validation_within_100ms_of_cpu() {
-    let Some(env) = TestEnv::new("tenant-costly").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let controller = env
         .with_controller(&["--prometheus-address", "http://127.0.0.1:9"])
         .await;
@@ -317,7 +305,6 @@ async fn a_costly_health_query_is_refused_at_apply_or_by_validation_within_100ms
         "validation refused 8 costly regexes using {used:?} of the controller's CPU (the whole process, everything it did meanwhile): {message}"
     ));
     assert!(used <= Duration::from_millis(100), "{used:?}");
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -427,9 +414,7 @@ async fn a_tenant_editing_a_query_at_the_limits_every_second_does_not_stop_anoth
 
 #[tokio::test]
 async fn an_escape_sequence_in_a_query_reaches_no_status_log_or_plugin_output() {
-    let Some(env) = TestEnv::new("tenant-escape").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let controller = env
         .with_controller(&["--prometheus-address", "http://127.0.0.1:9"])
         .await;
@@ -460,14 +445,11 @@ async fn an_escape_sequence_in_a_query_reaches_no_status_log_or_plugin_output() 
         "the log holds an escape character"
     );
     support::figure(format!("the operator reads: {message}"));
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_gateway_of_another_namespace_is_attached_to_only_where_the_admin_allowed_it() {
-    let Some(env) = TestEnv::new("tenant-gateway").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     env.cp.install_gateway_api();
     let tenant = env.tenant();
     let policy = PolicyBuilder::web().on_gateway("infra", "public");
@@ -520,5 +502,4 @@ async fn a_gateway_of_another_namespace_is_attached_to_only_where_the_admin_allo
     })
     .await;
     assert!(attached, "the allowed Gateway is never a parent");
-    env.cleanup().await;
 }

@@ -67,6 +67,10 @@ pub struct Running {
     task: tokio::task::JoinHandle<()>,
     stop: Arc<tokio::sync::Notify>,
     /// When it started.
+    #[allow(
+        dead_code,
+        reason = "the load example's (examples/load): no test reads it"
+    )]
     pub started: Instant,
 }
 
@@ -217,6 +221,10 @@ impl Running {
     }
 
     /// Whether the load has sent its last request and every answer is in.
+    #[allow(
+        dead_code,
+        reason = "the load example's (examples/load): no test waits for it"
+    )]
     pub fn finished(&self) -> bool {
         self.task.is_finished()
     }

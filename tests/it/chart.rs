@@ -1,37 +1,33 @@
 //! The Helm chart with real helm and a real API server: lint, server-side dry run of the
 //! rendered manifests, install, and the controller running under exactly the chart's RBAC.
 
-mod support;
-
 use std::collections::BTreeMap;
 
 use failover::api::Phase;
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{ResourceExt, api::PostParams};
 use serde::Deserialize;
-use support::{ControllerProcess, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, WAIT, helm, ok};
+
+use crate::support::{
+    self, ControllerProcess, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, WAIT, helm, ok, test_env,
+};
 
 const CHART: &str = "charts/failover-controller";
 
 #[tokio::test]
 async fn helm_lint_is_clean() {
-    let Some(env) = TestEnv::new("helm-lint").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let out = ok(&helm(&env, &["lint", "--strict", CHART]), "helm lint");
     assert!(out.contains("0 chart(s) failed"), "{out}");
     assert!(
         !out.contains("[WARNING]") && !out.contains("[ERROR]"),
         "{out}"
     );
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn rendered_manifests_pass_a_server_side_dry_run() {
-    let Some(env) = TestEnv::new("helm-dry-run").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let watch = format!("watchNamespace={}", env.ns);
     let value_sets: [&[&str]; 3] = [
         &[],
@@ -90,14 +86,11 @@ async fn rendered_manifests_pass_a_server_side_dry_run() {
         let out = env.kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], &rendered);
         ok(&out, &format!("server-side dry run with {values:?}"));
     }
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn helm_install_creates_every_object() {
-    let Some(env) = TestEnv::new("helm-install").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let release = format!("fc{}", std::process::id());
     ok(
         &helm(
@@ -178,7 +171,6 @@ async fn helm_install_creates_every_object() {
             &["delete", "clusterrole", &role, "--ignore-not-found"],
         );
     }
-    env.cleanup().await;
 }
 
 /// Release and namespace of the charts rendered by `render`; its cluster-scoped objects are
@@ -235,9 +227,7 @@ fn verbs(role: &serde_json::Value, group: &str, resource: &str) -> Vec<String> {
 /// its ClusterRole grants `delete` on both kinds of route, while policies stay read-only to it.
 #[tokio::test]
 async fn the_controllers_cluster_role_lets_it_delete_the_routes_it_yields() {
-    let Some(env) = TestEnv::new("chart-route-delete").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let objects = render(&env, &[]);
     let role = find(&objects, "ClusterRole", RENDER_CLUSTER_NAME).expect("controller ClusterRole");
     let route_verbs = ["get", "list", "watch", "create", "patch", "delete"];
@@ -254,7 +244,6 @@ async fn the_controllers_cluster_role_lets_it_delete_the_routes_it_yields() {
         ["get", "list", "watch"],
         "the controller never writes a policy's spec"
     );
-    env.cleanup().await;
 }
 
 /// Like cert-manager's and Argo Rollouts', the chart's user roles aggregate into the built-in
@@ -262,9 +251,7 @@ async fn the_controllers_cluster_role_lets_it_delete_the_routes_it_yields() {
 /// subresource, which only the controller writes. `userRoles.create=false` leaves them out.
 #[tokio::test]
 async fn the_chart_ships_aggregated_roles_for_policy_authors_and_viewers() {
-    let Some(env) = TestEnv::new("chart-user-roles").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let objects = render(&env, &[]);
     let edit_name = format!("{RENDER_CLUSTER_NAME}-policy-edit");
     let view_name = format!("{RENDER_CLUSTER_NAME}-policy-view");
@@ -331,16 +318,13 @@ async fn the_chart_ships_aggregated_roles_for_policy_authors_and_viewers() {
         );
     }
     assert!(find(&objects, "ClusterRole", RENDER_CLUSTER_NAME).is_some());
-    env.cleanup().await;
 }
 
 /// `allowedGateways` reaches the controller as one comma-joined `--allowed-gateways`; by default
 /// no such argument is passed (a policy attaches only to Gateways of its own namespace).
 #[tokio::test]
 async fn allowed_gateways_reach_the_controller_only_when_set() {
-    let Some(env) = TestEnv::new("chart-allowed-gateways").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let args = |sets: &[&str]| -> Vec<String> {
         let objects = render(&env, sets);
         let deployment =
@@ -365,7 +349,6 @@ async fn allowed_gateways_reach_the_controller_only_when_set() {
         !default.iter().any(|a| a.starts_with("--allowed-gateways")),
         "{default:?}"
     );
-    env.cleanup().await;
 }
 
 /// Installs the chart for the test namespace, then runs the controller binary as the chart's
@@ -374,9 +357,7 @@ async fn allowed_gateways_reach_the_controller_only_when_set() {
 /// their resourceVersions.
 #[tokio::test]
 async fn controller_works_under_exactly_the_charts_rbac_and_touches_nothing_foreign() {
-    let Some(env) = TestEnv::new("least-privilege").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let release = format!("lp{}", std::process::id());
     ok(
         &helm(
@@ -500,7 +481,6 @@ async fn controller_works_under_exactly_the_charts_rbac_and_touches_nothing_fore
         &helm(&env, &["uninstall", &release, "--namespace", &env.ns]),
         "helm uninstall",
     );
-    env.cleanup().await;
 }
 
 /// The rendered chart passes kube-score, a Kubernetes manifest security and reliability linter.
@@ -509,9 +489,7 @@ async fn controller_works_under_exactly_the_charts_rbac_and_touches_nothing_fore
 /// unreachable.
 #[tokio::test]
 async fn rendered_chart_passes_the_manifest_security_linter() {
-    let Some(env) = TestEnv::new("kube-score").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     for replicas in ["1", "3"] {
         let rendered = ok(
             &helm(
@@ -543,5 +521,4 @@ async fn rendered_chart_passes_the_manifest_security_linter() {
         let out = child.wait_with_output().expect("kube-score output");
         ok(&out, &format!("kube-score with replicaCount={replicas}"));
     }
-    env.cleanup().await;
 }

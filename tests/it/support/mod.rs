@@ -1,7 +1,8 @@
 //! Test support, split by concern:
 //!
 //! - [`cluster`]: a real local control plane (etcd, kube-apiserver, kube-controller-manager),
-//!   started once per test binary by `hack/control-plane.sh`, and one fresh namespace per test;
+//!   started once for the test binary by `hack/control-plane.sh`, and one fresh namespace per
+//!   test ([`test_env!`]), deleted when the test's environment is dropped;
 //! - [`kubectl`]: real kubectl, and RBAC helpers built on it;
 //! - [`backends`]: backend Services and their EndpointSlices;
 //! - [`policy`]: a typed policy builder and readers of what the controller made of a policy;
@@ -11,17 +12,15 @@
 //! - [`prometheus`]: a real Prometheus scraping an exporter the test controls;
 //! - [`remote`]: remote clusters (more control planes) and the Secrets that declare them;
 //! - [`setup`]: the one way tests set up the usual scene, and the weights they expect;
+//! - [`samples`]: the repository's sample policies;
 //! - [`script`]: the project's scripts run as a user runs them, their output read step by step;
 //! - [`skips`]: tests skipped on purpose, announced and recorded for the run's summary;
-//! - [`traffic`]: a load generator: real requests through the proxy, each answer recorded.
+//! - [`traffic`]: a load generator: real requests through the proxy, each answer recorded;
+//! - [`turns`]: which tests run beside which (a few run alone).
 //!
 //! `FAILOVER_TEST_KUBECONFIG=<path>` reuses a control plane that is already running;
 //! `FAILOVER_SKIP_CLUSTER_TESTS=1` skips the cluster tests, loudly; nothing else skips them.
 //! Missing binaries fail the tests with the command that builds them.
-
-// Each test binary compiles its own copy of this module and uses a part of it; a helper no test
-// uses at all is caught by tests/architecture.rs (`every_test_helper_is_used_by_a_test`).
-#![allow(dead_code)]
 
 pub mod backends;
 pub mod cluster;
@@ -32,10 +31,12 @@ pub mod policy;
 pub mod process;
 pub mod prometheus;
 pub mod remote;
+pub mod samples;
 pub mod script;
 pub mod setup;
 pub mod skips;
 pub mod traffic;
+pub mod turns;
 
 use std::{
     future::Future,
@@ -43,30 +44,20 @@ use std::{
     time::{Duration, Instant},
 };
 
-#[allow(unused_imports)]
 pub use cluster::*;
-#[allow(unused_imports)]
 pub use kubectl::*;
-#[allow(unused_imports)]
 pub use metrics::*;
-#[allow(unused_imports)]
 pub use node::*;
-#[allow(unused_imports)]
 pub use policy::*;
-#[allow(unused_imports)]
 pub use process::*;
-#[allow(unused_imports)]
 pub use prometheus::*;
-#[allow(unused_imports)]
 pub use remote::*;
-#[allow(unused_imports)]
+pub use samples::*;
 pub use script::*;
-#[allow(unused_imports)]
 pub use setup::*;
-#[allow(unused_imports)]
 pub use skips::*;
-#[allow(unused_imports)]
 pub use traffic::*;
+pub use turns::*;
 
 /// Prints a figure a test measured and, when `FAILOVER_FIGURES_FILE` names a file (the test
 /// command sets it), appends it there as `<test>: <figure>`, so that a run's figures can be kept
@@ -91,8 +82,47 @@ pub fn figure(text: String) {
     }
 }
 
+/// The frame of a cluster test: a fresh namespace on the shared control plane, named after the
+/// calling test function (or `test_env!(name)`), or `None` when cluster tests are skipped (the
+/// skip recorded). Dropping it deletes the namespace, also when the test fails.
+///
+/// ```ignore
+/// let Some(env) = test_env!() else { return };
+/// ```
+macro_rules! test_env {
+    () => {
+        $crate::support::TestEnv::new($crate::support::test_name(::std::any::type_name_of_val(&{
+            fn here() {}
+            here
+        })))
+        .await
+    };
+    ($name:expr) => {
+        $crate::support::TestEnv::new($name).await
+    };
+}
+pub(crate) use test_env;
+
+/// The name of the function that defines the item whose path `std::any::type_name_of_val`
+/// gave (`it::strategies::a_test::{{closure}}::here`: `a_test`).
+pub fn test_name(path: &'static str) -> &'static str {
+    path.rsplit("::")
+        .filter(|segment| !segment.starts_with('{'))
+        .nth(1)
+        .unwrap_or(path)
+}
+
 /// How long end-to-end tests wait for the controller to converge.
 pub const WAIT: Duration = Duration::from_secs(30);
+
+/// How long tests wait under a fault, or with many objects to go through.
+pub const LONG_WAIT: Duration = Duration::from_secs(60);
+
+/// Text with every run of white space made one space, to compare what a command printed
+/// whatever its line breaks and alignment.
+pub fn squash(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
 
 /// Root of the repository.
 pub fn repo_root() -> PathBuf {

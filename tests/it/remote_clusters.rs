@@ -4,15 +4,14 @@
 //! remote-discovery mode), silent clusters noticed after `staleAfter` and not before, wrong
 //! credentials and deleted Secrets reported.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use failover::api::conditions::{CLUSTERS_REACHABLE, clusters};
 use failover::api::{FailoverPolicy, ReadinessFrom};
-use support::{
-    ControlPlane, ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, RemotePlane, TestEnv,
-    WAIT, condition, remote_control_plane,
+
+use crate::support::{
+    self, ControlPlane, ControllerProcess, DedicatedPlane, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder,
+    TestEnv, WAIT, condition, remote_control_plane,
 };
 
 /// One remote cluster: its control plane (stopped when this is dropped), a namespace there with
@@ -20,7 +19,7 @@ use support::{
 struct Remote {
     env: TestEnv,
     kubeconfig: String,
-    plane: RemotePlane,
+    plane: DedicatedPlane,
 }
 
 impl Remote {
@@ -30,7 +29,7 @@ impl Remote {
 }
 
 async fn remote(test: &str) -> Remote {
-    let plane = remote_control_plane();
+    let plane = remote_control_plane().await;
     let env = TestEnv::on(plane.cp, test).await.expect("remote namespace");
     env.ready_backends(&["web"]).await;
     let kubeconfig = env.reader_kubeconfig();
@@ -154,7 +153,6 @@ async fn readiness_comes_from_the_cluster_that_runs_the_backend() {
         median(local_ms)
     ));
     env.wait_weights("web", &ON_EAST, WAIT).await;
-    env.cleanup().await;
 }
 
 /// Reads the weights of `name` until `until` has passed since `from`, failing if they ever differ
@@ -271,7 +269,6 @@ async fn a_silent_cluster_counts_as_not_ready_after_stale_after_and_not_before()
         "staleAfter {stale}: traffic left the silent cluster {left:.1?} after its API server stopped ({message}); re-read and back {reread:.1?} after it started again; the primary read from it {:.1?} later (failbackAfter 3 s)",
         (failed_back - ready_since).to_std().unwrap_or_default()
     ));
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -308,7 +305,6 @@ async fn wrong_credentials_are_reported_with_the_api_servers_words_and_a_fix_rec
     ));
     env.declare_cluster("east", &east.kubeconfig, "2s").await;
     env.wait_weights("web", &ON_EAST, WAIT).await;
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -335,7 +331,6 @@ async fn a_deleted_cluster_secret_makes_its_backends_not_ready_with_a_clear_mess
         "a deleted cluster Secret: {}",
         backend_message(&p, "web-east")
     ));
-    env.cleanup().await;
 }
 
 /// The token of a kubeconfig (its `token:` line).
@@ -426,5 +421,4 @@ async fn a_broken_cluster_secret_says_why_in_one_line_and_never_its_content() {
         env.declare_cluster("east", &east.kubeconfig, "2s").await;
         env.wait_weights("web", &ON_EAST, WAIT).await;
     }
-    env.cleanup().await;
 }

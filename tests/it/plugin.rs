@@ -1,15 +1,14 @@
 //! The `kubectl failover` plugin, end to end: real kubectl finds `kubectl-failover` on the PATH
 //! (kubectl's own plugin discovery) and runs it against the real control plane.
 
-mod support;
-
 use std::process::Output;
 
 use failover::api::FailoverPolicy;
 use failover::api::conditions::{READY, SUSPENDED, ready, suspended};
-use support::{
-    ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT, condition_reason,
-    kubectl_failover as failover, weights,
+
+use crate::support::{
+    self, ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT,
+    condition_reason, kubectl_failover as failover, test_env, weights,
 };
 
 /// The plugin's standard output; fails the test when it did not succeed.
@@ -60,7 +59,8 @@ async fn status_prints_a_backend_table_and_the_conditions_within_100_columns() {
     }
     let row = |service: &str| {
         text.lines()
-            .filter(|l| l.contains("primary") || l.contains("secondary"))
+            // The table's rows, by their role (the heading names the namespace, any words).
+            .filter(|l| matches!(l.split_whitespace().nth(1), Some("primary" | "secondary")))
             .find(|l| l.split_whitespace().next() == Some(service))
             .unwrap_or_default()
             .split_whitespace()
@@ -89,14 +89,11 @@ async fn status_prints_a_backend_table_and_the_conditions_within_100_columns() {
         serde_yaml::from_str(&ok(failover(&env, &["status", "web", "-o", "yaml"])))
             .expect("status -o yaml is YAML");
     assert_eq!(yaml[0]["activeBackends"][0], "web-east");
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn explain_decision_names_the_rule_and_when_a_hold_falls_due() {
-    let Some(env) = TestEnv::new("plugin-explain").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let _c = env.with_controller(&[]).await;
     env.apply(&PolicyBuilder::web().holds("1h", "0s"));
     env.set_endpoints("web", 0, 1).await;
@@ -125,7 +122,6 @@ async fn explain_decision_names_the_rule_and_when_a_hold_falls_due() {
     .expect("JSON");
     assert_eq!(json["rule"], ready::FAILOVER_PENDING);
     assert!(json["holdUntil"].is_string(), "{json}");
-    env.cleanup().await;
 }
 
 /// Whether `manager` owns `spec.<field>` of the policy (its `managedFields`).
@@ -202,14 +198,11 @@ async fn pin_unpin_suspend_and_resume_change_the_policy_under_their_own_field_ma
         !owns(&p, SUSPEND, "suspend"),
         "resume gives up {SUSPEND}'s spec.suspend"
     );
-    env.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_suspended_policy_with_its_primary_down_shows_the_frozen_route_everywhere() {
-    let Some(env) = TestEnv::new("plugin-suspended").await else {
-        return;
-    };
+    let Some(env) = test_env!() else { return };
     let _c = env.with_controller(&[]).await;
     env.apply(&PolicyBuilder::web());
     env.wait_weights("web", &ON_WEB, WAIT).await;
@@ -245,7 +238,8 @@ async fn a_suspended_policy_with_its_primary_down_shows_the_frozen_route_everywh
     support::figure(format!("kubectl failover status web:\n{text}"));
     let row = |service: &str| -> Vec<String> {
         text.lines()
-            .filter(|l| l.contains("primary") || l.contains("secondary"))
+            // The table's rows, by their role (the heading names the namespace, any words).
+            .filter(|l| matches!(l.split_whitespace().nth(1), Some("primary" | "secondary")))
             .find(|l| l.split_whitespace().next() == Some(service))
             .unwrap_or_default()
             .split_whitespace()
@@ -266,5 +260,4 @@ async fn a_suspended_policy_with_its_primary_down_shows_the_frozen_route_everywh
         "{text}"
     );
     assert!(text.contains("would go to web-east"), "{text}");
-    env.cleanup().await;
 }

@@ -125,6 +125,10 @@ impl ControllerProcess {
     }
 
     /// The child's process id.
+    #[allow(
+        dead_code,
+        reason = "the benchmark's (examples/benchmark): no test reads it"
+    )]
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

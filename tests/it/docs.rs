@@ -1,0 +1,81 @@
+//! The documentation's citations: every kept benchmark run that the docs and the code cite is in
+//! `docs/bench-runs`.
+
+use std::{fs, path::PathBuf};
+
+use crate::support::repo_root;
+
+/// Every text file of the repository's own that may cite a kept run: the docs, the README, the
+/// code's module docs and the benchmark's.
+fn citing_files() -> Vec<PathBuf> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<PathBuf>) {
+        for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() && !path.ends_with("bench-runs") {
+                walk(&path, out);
+            } else if path
+                .extension()
+                .is_some_and(|e| e == "md" || e == "rs" || e == "sh")
+            {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = vec![repo_root().join("README.md")];
+    for dir in ["docs", "src", "examples", "tests", "hack"] {
+        walk(&repo_root().join(dir), &mut files);
+    }
+    files
+}
+
+#[test]
+fn every_kept_run_the_docs_and_code_cite_exists() {
+    let kept: Vec<String> = fs::read_dir(repo_root().join("docs/bench-runs"))
+        .expect("docs/bench-runs")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect();
+    // A link (`bench-runs/<file>`) names a file; a citation in words (`docs/bench-runs, run
+    // 20261125-1245`) names a run by its start, which some file must have.
+    let link = regex::Regex::new(r"bench-runs/([0-9]{8}-[0-9]{4}[A-Za-z0-9._-]*)").expect("re");
+    let stamp = regex::Regex::new(r"\b(20[0-9]{6}-[0-9]{4})\b").expect("re");
+    let run = regex::Regex::new(r"\bruns? (20[0-9]{6}-[0-9]{4})\b").expect("re");
+    let mut missing = Vec::new();
+    let mut cited = 0;
+    for file in citing_files() {
+        let text = fs::read_to_string(&file).unwrap_or_default();
+        let relative = file.strip_prefix(repo_root()).unwrap_or(&file).display();
+        for (n, line) in text.lines().enumerate() {
+            for c in link.captures_iter(line) {
+                cited += 1;
+                let name = c[1].trim_end_matches(['.', ',']);
+                if !kept.iter().any(|k| k == name) {
+                    missing.push(format!("{relative}:{}: {name}", n + 1));
+                }
+            }
+            // A stamp counts on a line that names the folder, or after the word "run".
+            let stamps: Vec<String> = if line.contains("bench-runs") {
+                stamp
+                    .captures_iter(line)
+                    .map(|c| c[1].to_string())
+                    .collect()
+            } else {
+                run.captures_iter(line).map(|c| c[1].to_string()).collect()
+            };
+            for run in stamps {
+                cited += 1;
+                if !kept.iter().any(|k| k.starts_with(&run)) {
+                    missing.push(format!("{relative}:{}: a run of {run}", n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        cited > 10,
+        "only {cited} citations found: the scan reads nothing"
+    );
+    assert!(
+        missing.is_empty(),
+        "cited runs not in docs/bench-runs: {missing:#?}"
+    );
+}

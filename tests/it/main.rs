@@ -1,0 +1,33 @@
+//! The integration tests, one binary: one module per feature, against a real local control plane
+//! (started once for the whole binary by `hack/control-plane.sh`, see [`support`]), a real node
+//! and a real proxy where a feature needs them.
+//!
+//! Run one module with `cargo test --test it <module>::`, one test with its full path.
+
+mod support;
+
+mod admin_endpoints;
+mod architecture;
+mod chart;
+mod control_plane;
+mod crd;
+mod demo;
+mod docs;
+mod health_queries;
+mod holds_and_ramps;
+mod leader_election;
+mod missing_crds;
+mod names;
+mod node;
+mod plugin;
+mod readiness;
+mod recovery;
+mod remote_clusters;
+mod route_ownership;
+mod samples;
+mod strategies;
+mod suspend_and_pin;
+mod tenancy;
+mod traffic;
+mod validation;
+mod writes_and_scale;
