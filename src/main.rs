@@ -201,12 +201,7 @@ async fn main() -> anyhow::Result<()> {
         leadership.clone(),
         stopped(stopping.clone()),
     );
-    let admin_state = AdminState {
-        metrics: metrics.clone(),
-        controller: handle,
-        leadership: leadership.clone(),
-    };
-    serve_admin(args.admin_addr, admin_state).await?;
+    serve_admin(args.admin_addr, handle).await?;
     let (election_stop, election) = election(&args, &identity, client, leadership, metrics);
     info!(namespace = args.namespace.as_deref().unwrap_or("<all>"), identity = %identity, "starting");
     let grace = async move {

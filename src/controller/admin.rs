@@ -11,24 +11,11 @@ use axum::{
 use tokio::net::TcpListener;
 use tracing::info;
 
-use crate::{
-    controller::Handle,
-    runtime::{
-        leader::{Leadership, Role},
-        metrics::Metrics,
-    },
-};
+use crate::{runtime::leader::Role, sources::Context};
 
-/// What the admin endpoints report on.
-#[derive(Clone)]
-pub struct AdminState {
-    /// Metrics to expose.
-    pub metrics: Arc<Metrics>,
-    /// The controller, for its readiness.
-    pub controller: Handle,
-    /// Leadership.
-    pub leadership: Leadership,
-}
+/// What the admin endpoints report on: the running controller's context (its metrics, its
+/// leadership, its caches' readiness).
+pub type AdminState = Arc<Context>;
 
 /// Errors of the admin server.
 #[derive(Debug, thiserror::Error)]
@@ -76,13 +63,16 @@ async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         Body::from_stream(futures::stream::iter(
-            state.metrics.exposition().map(Ok::<_, Infallible>),
+            state.metrics().exposition().map(Ok::<_, Infallible>),
         )),
     )
 }
 
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
-    match (state.controller.not_ready(), state.leadership.role()) {
+    match (
+        crate::controller::not_ready(&state),
+        state.gate.leadership.role(),
+    ) {
         (Some(why), _) => (StatusCode::SERVICE_UNAVAILABLE, why),
         (None, Role::Pending) => (
             StatusCode::SERVICE_UNAVAILABLE,

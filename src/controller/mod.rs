@@ -20,42 +20,31 @@ pub mod triggers;
 
 use std::{
     future::Future,
-    sync::Arc,
+    sync::{Arc, Weak},
     time::{Duration, Instant},
 };
 
 use futures::{FutureExt, Stream, StreamExt, channel::mpsc, future::BoxFuture};
 use kube::Client;
-use parking_lot::RwLock;
 use tracing::{info, warn};
 
-use self::{
-    policies::{PolicyFeed, policy_requests},
-    runner::Request,
-    triggers::queue_everything,
-};
+use self::{policies::policy_requests, runner::Request, triggers::queue_everything};
 use crate::{
-    apis::WatchKind,
+    apis::{NeededApi, WatchKind},
     observation::PolicyKey,
     pipeline::{
-        reconcile::{Context, Error, reconcile_or_retry},
+        reconcile::{Error, reconcile_or_retry},
         write::statuses,
     },
     route::RouteKind,
-    runtime::{gate::WriteGate, leader::Leadership, metrics::Metrics},
+    runtime::{
+        gate::WriteGate, leader::Leadership, metrics::Metrics, written::Queue as StatusQueue,
+    },
     sources::{
-        Caches,
+        Context, Parts,
         health::{Health, Reach},
-        local::{
-            apis::{Apis, NeededApi},
-            feeds::{Feed, feeds},
-            index::PolicyIndex,
-            policies::PolicyTable,
-            synced::Synced,
-        },
+        local::{apis::Apis, feeds::feeds, synced::Synced},
         remote::Clusters,
-        wake::Wake,
-        watch::WatchContext,
     },
     tenancy::{Addresses, Gateways},
 };
@@ -97,117 +86,127 @@ impl Default for Settings {
     }
 }
 
-/// The running parts of a controller, for the admin server.
-#[derive(Clone)]
-pub struct Handle {
-    /// The caches, with their sync state.
-    pub caches: Caches,
-    /// The APIs found missing.
-    pub apis: Apis,
-    index: Arc<RwLock<PolicyIndex>>,
-}
+/// The running controller's context, for the admin server.
+pub type Handle = Arc<Context>;
 
-impl Handle {
-    /// Empty caches, remote clusters that wake policies through `wake`.
-    fn new(settings: &Settings, metrics: &Arc<Metrics>, wake: &Wake) -> Self {
-        let remote = {
-            let wake = wake.clone();
-            Clusters::new(
+/// The context: the door for writes, remote clusters and health queries that wake policies
+/// through the work queue (`queue`), every cache empty.
+fn context(
+    client: Client,
+    settings: &Settings,
+    metrics: &Arc<Metrics>,
+    leadership: Leadership,
+    queue: mpsc::UnboundedSender<PolicyKey>,
+) -> (Arc<Context>, StatusQueue) {
+    let (gate, statuses) = WriteGate::new(
+        client,
+        leadership,
+        metrics.clone(),
+        settings.instance.clone(),
+    );
+    let reach = Reach {
+        default_address: settings.prometheus_address.clone(),
+        addresses: Addresses::new(
+            &settings.prometheus_allowed_addresses,
+            settings.prometheus_address.as_deref(),
+        ),
+        namespace_label: settings.prometheus_namespace_label.clone(),
+    };
+    // The remote clusters and the health pollers wake policies through the context they are
+    // part of.
+    let ctx = Arc::new_cyclic(|ctx: &Weak<Context>| {
+        let (remote_ctx, health_ctx) = (ctx.clone(), ctx.clone());
+        Context::new(Parts {
+            gate,
+            namespace: settings.namespace.clone(),
+            remote: Clusters::new(
                 settings.secret_namespace.clone(),
                 metrics.clone(),
-                Arc::new(move |change| wake.remote(change)),
-            )
-        };
-        let health = {
-            let wake = wake.clone();
-            let reach = Reach {
-                default_address: settings.prometheus_address.clone(),
-                addresses: Addresses::new(
-                    &settings.prometheus_allowed_addresses,
-                    settings.prometheus_address.as_deref(),
-                ),
-                namespace_label: settings.prometheus_namespace_label.clone(),
-            };
-            Health::new(
+                Arc::new(move |change| {
+                    if let Some(ctx) = remote_ctx.upgrade() {
+                        ctx.wake_for_remote(change);
+                    }
+                }),
+            ),
+            health: Health::new(
                 reach,
                 metrics.clone(),
-                Arc::new(move |policy| wake.policies(vec![policy])),
-            )
-        };
-        Self {
-            caches: Caches::new(remote, health),
-            apis: Apis::new(metrics.clone()),
-            index: wake.index.clone(),
-        }
-    }
-
-    /// Why the controller is not ready to serve, if it is not: the FailoverPolicy CRD missing,
-    /// or the watches every decision reads (FailoverPolicies, EndpointSlices, Services) not
-    /// listed yet. What policies ask for never counts: a route kind (its CRD missing, or its
-    /// watch refused) is the concern of the policies that output it (their `Ready` condition,
-    /// a log line, the `failover_missing_api` metric), so no tenant's policy takes a replica
-    /// out of rotation.
-    pub fn not_ready(&self) -> Option<String> {
-        let missing = self.apis.missing_among(&[NeededApi::FailoverPolicy]);
-        if !missing.is_empty() {
-            return Some(missing.join("; "));
-        }
-        let pending = self.pending_lists(&[]);
-        (!pending.is_empty()).then(|| {
-            let pending: Vec<&str> = pending.iter().map(|k| k.as_str()).collect();
-            format!("caches not synced (not listed yet: {})", pending.join(", "))
+                Arc::new(move |policy| {
+                    if let Some(ctx) = health_ctx.upgrade() {
+                        ctx.wake([policy]);
+                    }
+                }),
+            ),
+            gateways: settings.allowed_gateways.clone(),
+            queue,
         })
-    }
+    });
+    (ctx, statuses)
+}
 
-    /// The watches that have not listed yet, of those that matter: a route watch only while a
-    /// policy outputs that kind (`used`) and its API is not missing (it never lists then).
-    fn pending_lists(&self, used: &[RouteKind]) -> Vec<WatchKind> {
-        self.caches
-            .synced
-            .pending()
-            .into_iter()
-            .filter(|kind| match kind.route() {
-                None => true,
-                Some(route) => {
-                    used.contains(&route) && !self.apis.is_missing(NeededApi::of_route(route))
-                }
-            })
-            .collect()
+/// Why the controller is not ready to serve, if it is not: the FailoverPolicy CRD missing, or
+/// the watches every decision reads (FailoverPolicies, EndpointSlices, Services) not listed
+/// yet. What policies ask for never counts: a route kind (its CRD missing, or its watch
+/// refused) is the concern of the policies that output it (their `Ready` condition, a log line,
+/// the `failover_missing_api` metric), so no tenant's policy takes a replica out of rotation.
+pub fn not_ready(ctx: &Context) -> Option<String> {
+    let missing = ctx.apis.missing_among(&[NeededApi::FailoverPolicy]);
+    if !missing.is_empty() {
+        return Some(missing.join("; "));
     }
+    let pending = pending_lists(ctx, &[]);
+    (!pending.is_empty()).then(|| {
+        let pending: Vec<&str> = pending.iter().map(|k| k.as_str()).collect();
+        format!("caches not synced (not listed yet: {})", pending.join(", "))
+    })
+}
 
-    /// Whether the start-up pass should wait: a watch that matters has not listed yet, for at
-    /// most [`START_WAIT`] after `started`.
-    fn start_waits(&self, started: Instant) -> bool {
-        started.elapsed() < START_WAIT && !self.pending_lists(&self.used_route_kinds()).is_empty()
-    }
+/// The watches that have not listed yet, of those that matter: a route watch only while a
+/// policy outputs that kind (`used`) and its API is not missing (it never lists then).
+fn pending_lists(ctx: &Context, used: &[RouteKind]) -> Vec<WatchKind> {
+    ctx.synced
+        .pending()
+        .into_iter()
+        .filter(|kind| match kind.route() {
+            None => true,
+            Some(route) => {
+                used.contains(&route) && !ctx.apis.is_missing(NeededApi::of_route(route))
+            }
+        })
+        .collect()
+}
 
-    /// The route kinds some policy outputs.
-    fn used_route_kinds(&self) -> Vec<RouteKind> {
-        let index = self.index.read();
-        RouteKind::ALL
-            .into_iter()
-            .filter(|k| index.uses(*k))
-            .collect()
-    }
+/// Whether the start-up pass should wait: a watch that matters has not listed yet, for at most
+/// [`START_WAIT`] after `started`.
+fn start_waits(ctx: &Context, started: Instant) -> bool {
+    started.elapsed() < START_WAIT && !pending_lists(ctx, &used_route_kinds(ctx)).is_empty()
+}
+
+/// The route kinds some policy outputs.
+fn used_route_kinds(ctx: &Context) -> Vec<RouteKind> {
+    let index = ctx.index.read();
+    RouteKind::ALL
+        .into_iter()
+        .filter(|k| index.uses(*k))
+        .collect()
 }
 
 /// What holds reconciles back: the statuses waiting to be written at their limit, or, for at most
 /// [`START_WAIT`] after the start, a watch that matters not listed yet.
 struct StartUp {
-    gate: Arc<WriteGate>,
-    handle: Handle,
+    ctx: Arc<Context>,
     started: Instant,
 }
 
 impl runner::HoldBack for StartUp {
     fn holds(&self) -> bool {
-        self.gate.statuses.full() || self.handle.start_waits(self.started)
+        self.ctx.gate.statuses.full() || start_waits(&self.ctx, self.started)
     }
 
     fn released(&self) -> BoxFuture<'static, ()> {
-        let left = self.gate.statuses.left();
-        let listed = self.handle.caches.synced.changed();
-        let apis = self.handle.apis.changed();
+        let left = self.ctx.gate.statuses.left();
+        let listed = self.ctx.synced.changed();
+        let apis = self.ctx.apis.changed();
         let deadline = tokio::time::Instant::from_std(self.started + START_WAIT);
         Box::pin(async move {
             tokio::select! {
@@ -238,94 +237,34 @@ pub fn start(
 ) -> (Handle, impl Future<Output = ()>) {
     metrics.register_error_kinds(&Error::KINDS);
     let shutdown = shutdown.shared();
-    let index: Arc<RwLock<PolicyIndex>> = Arc::default();
     let (queue, queued) = mpsc::unbounded();
-    let wake = Wake { index, queue };
-    let handle = Handle::new(&settings, &metrics, &wake);
-    let watch = watch_context(&metrics, &handle);
-    let (gate, queue_of_statuses) = WriteGate::new(
-        client.clone(),
-        leadership.clone(),
-        metrics,
-        settings.instance.clone(),
+    let (ctx, statuses) = context(client, &settings, &metrics, leadership.clone(), queue);
+    let concurrency = usize::from(settings.concurrency);
+    let status_writer = statuses::run(ctx.clone(), statuses, concurrency);
+    let requests = requests(
+        policy_requests(ctx.clone()),
+        queued,
+        leadership,
+        ctx.apis.clone(),
     );
-    let gate = Arc::new(gate);
-    let (feeds, policy_requests, table) = watches(&client, &settings, &handle, wake, watch, &gate);
-    let status_writer = statuses::run(
-        gate.clone(),
-        queue_of_statuses,
-        usize::from(settings.concurrency),
-    );
-    let (caches, apis) = (handle.caches.clone(), handle.apis.clone());
-    let context = Arc::new(Context::new(
-        caches,
-        gate.clone(),
-        apis.clone(),
-        settings.allowed_gateways.clone(),
-    ));
-    let requests = requests(policy_requests, queued, leadership, apis);
     let held_back = StartUp {
-        gate: gate.clone(),
-        handle: handle.clone(),
+        ctx: ctx.clone(),
         started: Instant::now(),
     };
+    let reconciling = ctx.clone();
     let controller = runner::run(
-        table,
+        ctx.clone(),
         requests,
-        usize::from(settings.concurrency),
+        concurrency,
         held_back,
-        move |policy| reconcile_or_retry(policy, context.clone()),
+        move |policy| reconcile_or_retry(policy, reconciling.clone()),
         shutdown.clone(),
     );
-    let never_listed = stopped_before_policies_listed(shutdown, handle.caches.synced.clone());
-    let flushed = async move { gate.statuses.flushed().await };
-    let work = running(controller, feeds, never_listed, flushed);
-    (handle, run_beside(work, status_writer))
-}
-
-/// The watches: each cache's feed, and the policy table with the work the policy watch asks for.
-fn watches(
-    client: &Client,
-    settings: &Settings,
-    handle: &Handle,
-    wake: Wake,
-    watch: WatchContext,
-    gate: &Arc<WriteGate>,
-) -> (
-    impl Future<Output = ()> + use<>,
-    impl Stream<Item = Request> + Send + 'static + use<>,
-    Arc<RwLock<PolicyTable>>,
-) {
-    let feeds = feeds(Feed {
-        client: client.clone(),
-        namespace: settings.namespace.clone(),
-        caches: handle.caches.clone(),
-        wake,
-        watch: Arc::new(watch.clone()),
-        gate: gate.clone(),
-    });
-    let table: Arc<RwLock<PolicyTable>> = Arc::default();
-    let policy_requests = policy_requests(
-        client,
-        settings.namespace.as_deref(),
-        PolicyFeed {
-            table: table.clone(),
-            index: handle.index.clone(),
-            caches: handle.caches.clone(),
-            watch,
-            gate: gate.clone(),
-        },
-    );
-    (feeds, policy_requests, table)
-}
-
-/// What every watch reports to: the metrics, the sync state and the APIs found missing.
-fn watch_context(metrics: &Arc<Metrics>, handle: &Handle) -> WatchContext {
-    WatchContext {
-        metrics: metrics.clone(),
-        synced: handle.caches.synced.clone(),
-        apis: handle.apis.clone(),
-    }
+    let never_listed = stopped_before_policies_listed(shutdown, ctx.synced.clone());
+    let flushing = ctx.clone();
+    let flushed = async move { flushing.gate.statuses.flushed().await };
+    let work = running(controller, feeds(ctx.clone()), never_listed, flushed);
+    (ctx, run_beside(work, status_writer))
 }
 
 /// The runner's work: each policy that changed or was woken, and every policy when something

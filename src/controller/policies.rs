@@ -5,8 +5,7 @@
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use kube::{Client, ResourceExt, runtime::watcher};
-use parking_lot::RwLock;
+use kube::{ResourceExt, runtime::watcher};
 use tracing::warn;
 
 use super::runner::Request;
@@ -15,62 +14,37 @@ use crate::{
     apis::WatchKind,
     observation::PolicyKey,
     policy::{SpecProblem, Validated},
-    runtime::{gate::WriteGate, heap, policy_metrics::PolicyLabels},
+    runtime::{heap, policy_metrics::PolicyLabels},
     sources::{
-        Caches,
+        Context,
         health::Health,
-        local::{
-            index::PolicyIndex,
-            policies::{Change, PolicyTable, key_of},
-        },
+        local::policies::{Change, key_of},
         remote::secrets,
-        watch::{WatchContext, events, scoped, slim},
+        watch::{events, scoped, slim},
     },
     validate::validated,
 };
 
-/// What the policy watch feeds.
-pub struct PolicyFeed {
-    /// The policy table.
-    pub table: Arc<RwLock<PolicyTable>>,
-    /// The index of what policies reference.
-    pub index: Arc<RwLock<PolicyIndex>>,
-    /// The sources a policy asks things of.
-    pub caches: Caches,
-    /// What every watch reports to.
-    pub watch: WatchContext,
-    /// What this replica wrote: statuses are forgotten once the watch shows them.
-    pub gate: Arc<WriteGate>,
-}
-
 /// Policies → the table and the index; out come the policies to reconcile (each new or changed
 /// one), and word that a complete list is in the table.
-pub fn policy_requests(
-    client: &Client,
-    ns: Option<&str>,
-    feed: PolicyFeed,
-) -> impl Stream<Item = Request> + Send + 'static + use<> {
-    let client = client.clone();
+pub fn policy_requests(ctx: Arc<Context>) -> impl Stream<Item = Request> + Send + 'static {
     let events = events(
-        scoped(&client, ns),
+        scoped(&ctx.gate.client, ctx.namespace.as_deref()),
         WatchKind::FailoverPolicy,
         Default::default(),
-        Arc::new(feed.watch.clone()),
+        ctx.clone(),
     );
-    let table = feed.table.clone();
+    let validating = ctx.clone();
     events
         .map(|event| event.modify(slim::<FailoverPolicy>))
-        .then(move |event| validation(table.clone(), event))
+        .then(move |event| validation(validating.clone(), event))
         .flat_map(move |(event, fresh)| {
-            let (changes, seen) = feed.table.write().apply(event, fresh);
+            let (changes, seen) = ctx.table.write().apply(event, fresh);
             // Statuses this replica wrote are forgotten once the table has them.
             if let Some(version) = seen {
-                feed.gate.recent_status.seen_through(version, |_| true);
+                ctx.gate.recent_status.seen_through(version, |_| true);
             }
-            let requests: Vec<Request> = changes
-                .iter()
-                .flat_map(|c| follow(&feed, &client, c))
-                .collect();
+            let requests: Vec<Request> = changes.iter().flat_map(|c| follow(&ctx, c)).collect();
             futures::stream::iter(requests)
         })
 }
@@ -85,7 +59,7 @@ const VALIDATION_BUDGET: std::time::Duration = std::time::Duration::from_millis(
 /// are compiled (within the limits of `crate::health_query`, a few milliseconds each), never on
 /// the thread that serves `/healthz` and renews the Lease.
 async fn validation(
-    table: Arc<RwLock<PolicyTable>>,
+    ctx: Arc<Context>,
     event: watcher::Event<FailoverPolicy>,
 ) -> (watcher::Event<FailoverPolicy>, Option<Validated>) {
     static ONE_AT_A_TIME: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
@@ -93,7 +67,7 @@ async fn validation(
         watcher::Event::Apply(p) | watcher::Event::InitApply(p) => p,
         _ => return (event, None),
     };
-    if !table.read().needs_validation(policy) {
+    if !ctx.table.read().needs_validation(policy) {
         return (event, None);
     }
     let _turn = ONE_AT_A_TIME.acquire().await;
@@ -127,38 +101,34 @@ async fn validation(
 /// Brings the index, the claims, the remote watches, the health pollers and the metrics in
 /// line with one change; the requests it makes (the policy, and the policies whose claim
 /// changed hands).
-fn follow(feed: &PolicyFeed, client: &Client, change: &Change) -> Vec<Request> {
+fn follow(ctx: &Context, change: &Change) -> Vec<Request> {
     let requests: Vec<PolicyKey> = match change {
         Change::Applied {
             policy,
             previous,
             revalidated,
         } => {
-            feed.index.write().upsert(previous.as_deref(), policy);
+            ctx.index.write().upsert(previous.as_deref(), policy);
             let had_health = previous.as_ref().is_some_and(|p| p.spec.health.is_some());
             match revalidated {
-                Some(valid) => follow_health(&feed.caches.health, policy, valid),
+                Some(valid) => follow_health(&ctx.health, policy, valid),
                 // A health query removed: its poller stops.
                 None if had_health && policy.spec.health.is_none() => {
                     if let Some(key) = key_of(policy) {
-                        feed.caches.health.follow(key, Some(policy), None);
+                        ctx.health.follow(key, Some(policy), None);
                     }
                 }
                 None => {}
             }
-            let handed = feed
-                .caches
-                .claims
-                .write()
-                .upsert(previous.as_deref(), policy);
+            let handed = ctx.claims.write().upsert(previous.as_deref(), policy);
             key_of(policy).into_iter().chain(handed).collect()
         }
         Change::Deleted(policy) => {
-            feed.index.write().remove(policy);
-            let handed = feed.caches.claims.write().remove(policy);
+            ctx.index.write().remove(policy);
+            let handed = ctx.claims.write().remove(policy);
             if let Some(key) = key_of(policy) {
-                feed.caches.health.follow(key.clone(), None, None);
-                feed.watch.metrics.forget_policy(&PolicyLabels {
+                ctx.health.follow(key.clone(), None, None);
+                ctx.metrics().forget_policy(&PolicyLabels {
                     namespace: key.namespace.to_string(),
                     policy: key.name.into(),
                 });
@@ -169,13 +139,13 @@ fn follow(feed: &PolicyFeed, client: &Client, change: &Change) -> Vec<Request> {
     };
     // Remote clusters watch exactly the namespaces policies read from; the cluster Secrets are
     // watched once any policy reads from a remote cluster.
-    let wanted = feed.index.read().remote_namespaces();
-    let remote = &feed.caches.remote;
+    let wanted = ctx.index.read().remote_namespaces();
+    let remote = &ctx.remote;
     remote.want(wanted, || {
         tokio::spawn(secrets::feed(
-            client.clone(),
+            ctx.gate.client.clone(),
             remote.clone(),
-            feed.watch.metrics.clone(),
+            ctx.metrics().clone(),
         ));
     });
     requests.into_iter().map(Request::One).collect()

@@ -31,13 +31,12 @@ use std::{
 };
 
 use futures::{Stream, StreamExt, future::BoxFuture, stream::FuturesUnordered};
-use parking_lot::RwLock;
 use tokio::time::Instant;
 
 use crate::{
     observation::PolicyKey,
     pipeline::reconcile::Next,
-    sources::local::policies::{Held, PolicyTable},
+    sources::{Context, local::policies::Held},
 };
 
 /// A request for work.
@@ -158,7 +157,7 @@ impl Queue {
 /// Runs `reconcile` for every requested policy until `shutdown`, then waits for the running ones;
 /// starts none while `held_back` holds them.
 pub async fn run<F, Fut>(
-    table: Arc<RwLock<PolicyTable>>,
+    ctx: Arc<Context>,
     requests: impl Stream<Item = Request>,
     concurrency: usize,
     held_back: impl HoldBack,
@@ -172,7 +171,7 @@ pub async fn run<F, Fut>(
     let mut running = FuturesUnordered::new();
     let mut requests = std::pin::pin!(requests.fuse());
     let mut shutdown = std::pin::pin!(shutdown);
-    let (mut ready, mut stopping) = (table.read().listed(), false);
+    let (mut ready, mut stopping) = (ctx.table.read().listed(), false);
     loop {
         let mut released = None;
         while ready && !stopping && running.len() < concurrency.max(1) {
@@ -185,7 +184,7 @@ pub async fn run<F, Fut>(
                 }
             }
             let Some(key) = queue.take() else { break };
-            let policy = table.read().get(&key);
+            let policy = ctx.table.read().get(&key);
             match policy {
                 Some(policy) => {
                     let run = reconcile(policy);
@@ -204,7 +203,7 @@ pub async fn run<F, Fut>(
             _ = &mut shutdown, if !stopping => stopping = true,
             request = requests.next(), if !stopping => match request {
                 Some(Request::One(key)) => queue.now(key),
-                Some(Request::All) => table.read().keys().into_iter().for_each(|key| queue.now(key)),
+                Some(Request::All) => ctx.table.read().keys().into_iter().for_each(|key| queue.now(key)),
                 Some(Request::Listed) => ready = true,
                 None => stopping = true,
             },

@@ -11,7 +11,7 @@ use crate::{
     policy::ValidPolicy,
     route::RouteView,
     runtime::{gate::WriteGate, written::StatusKey},
-    sources::Caches,
+    sources::Context,
 };
 
 /// What a decision reads.
@@ -24,26 +24,26 @@ pub struct Inputs {
 }
 
 /// Reads the inputs of a valid policy from the caches.
-pub fn inputs(policy: &ValidPolicy, caches: &Caches) -> Inputs {
+pub fn inputs(policy: &ValidPolicy, ctx: &Context) -> Inputs {
     let observations = {
-        let readiness = caches.readiness.read();
+        let readiness = ctx.readiness.read();
         policy
             .backends
             .iter()
             .map(|b| {
                 let mut observation = match &b.remote {
-                    Some(remote) => caches.remote.observe(&policy.namespace, remote),
+                    Some(remote) => ctx.remote.observe(&policy.namespace, remote),
                     None => readiness.observe(&policy.namespace, &b.service),
                 };
                 if policy.health.is_some() {
                     let key = PolicyKey::new(&policy.namespace, &policy.name);
-                    observation.health = caches.health.reading(&key, &b.service);
+                    observation.health = ctx.health.reading(&key, &b.service);
                 }
                 observation
             })
             .collect()
     };
-    let route = caches
+    let route = ctx
         .routes
         .read()
         .get(&policy.route.key(&policy.namespace))

@@ -8,19 +8,17 @@
 //! next (wait for a change, requeue when a hold falls due, or retry with backoff).
 
 use std::{
-    collections::HashMap,
     sync::Arc,
     time::{Duration, Instant},
 };
 
-use backon::ExponentialBackoff;
 use chrono::Utc;
 use kube::{Resource, ResourceExt};
-use parking_lot::Mutex;
 use tracing::{debug, warn};
 
 use crate::{
     api::FailoverPolicy,
+    apis::NeededApi,
     decide::decide,
     observation::PolicyKey,
     pipeline::{
@@ -28,19 +26,9 @@ use crate::{
         gather, write,
     },
     policy::{ValidPolicy, Validated},
-    route::{ParentKind, RouteParent, RouteTarget},
-    runtime::{
-        gate::{NotLeader, WriteGate},
-        retry,
-    },
-    sources::{
-        Caches,
-        local::{
-            apis::{Apis, NeededApi},
-            claims::Claim,
-            policies::Held,
-        },
-    },
+    route::{Claim, ParentKind, RouteParent, RouteTarget},
+    runtime::{gate::NotLeader, retry},
+    sources::{Context, local::policies::Held},
     status::{self, Decided, Outcome, StatusInput},
     tenancy::Gateways,
     validate::validated,
@@ -114,41 +102,14 @@ impl Error {
     }
 }
 
-/// Everything a reconcile reads from and writes through.
-pub struct Context {
-    /// The caches.
-    pub caches: Caches,
-    /// The door for writes.
-    pub gate: Arc<WriteGate>,
-    /// The APIs found missing.
-    pub apis: Apis,
-    /// The Gateways of other namespaces that routes may attach to.
-    pub gateways: Gateways,
-    /// Retry delays of the policies failing now.
-    retries: Mutex<HashMap<PolicyKey, ExponentialBackoff>>,
-}
-
-impl Context {
-    /// A context around the given parts.
-    pub fn new(caches: Caches, gate: Arc<WriteGate>, apis: Apis, gateways: Gateways) -> Self {
-        Self {
-            caches,
-            gate,
-            apis,
-            gateways,
-            retries: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// The delay before retrying a policy that failed again: 200 ms doubling up to 10 s.
-    fn next_retry(&self, policy: &PolicyKey) -> Duration {
-        retry::next(
-            self.retries
-                .lock()
-                .entry(policy.clone())
-                .or_insert_with(retry::delays),
-        )
-    }
+/// The delay before retrying a policy that failed again: 200 ms doubling up to 10 s.
+fn next_retry(ctx: &Context, policy: &PolicyKey) -> Duration {
+    retry::next(
+        ctx.retries
+            .lock()
+            .entry(policy.clone())
+            .or_insert_with(retry::delays),
+    )
 }
 
 /// Reconciles one policy, as the policy table holds it (validated once per generation).
@@ -165,7 +126,7 @@ pub async fn reconcile(held: Held, ctx: Arc<Context>) -> Result<Next, Error> {
     // to compile) is validated here.
     let valid = held.valid.clone().unwrap_or_else(|| validated(policy));
     let result = run(policy, &valid, &ctx).await;
-    ctx.gate.metrics.observe_reconcile(started.elapsed());
+    ctx.metrics().observe_reconcile(started.elapsed());
     if result.is_ok() {
         ctx.retries.lock().remove(&key(policy));
     }
@@ -209,17 +170,16 @@ async fn act(
     now: chrono::DateTime<Utc>,
     ctx: &Context,
 ) -> Result<(Decided, Option<ApplyError>), Error> {
-    if !ctx.caches.wait_for_inputs().await {
+    if !ctx.wait_for_inputs().await {
         return Err(Error::CachesNotSynced);
     }
     let (valid, refused_parents) = attachable(valid, &ctx.gateways);
-    let inputs = gather::inputs(&valid, &ctx.caches);
+    let inputs = gather::inputs(&valid, ctx);
     let plan = decide(&valid, &inputs.observations, previous, now);
     let desired =
         DesiredRoute::of(policy, &valid, &plan.routing.weights).ok_or(Error::MissingUid)?;
     let api = NeededApi::of_route(valid.route.kind());
     let held = ctx
-        .caches
         .claims
         .read()
         .held_by_other(&key(policy), &Claim::of(policy));
@@ -319,8 +279,8 @@ pub fn error_policy(policy: &FailoverPolicy, error: &Error, ctx: &Context) -> Ne
         // going away with the policy in it cannot be written to.
         return Next::Wait;
     }
-    ctx.gate.metrics.error(error.kind());
-    let delay = ctx.next_retry(&key(policy));
+    ctx.metrics().error(error.kind());
+    let delay = next_retry(ctx, &key(policy));
     warn!(
         namespace = policy.namespace().unwrap_or_default(),
         policy = policy.name_any(),

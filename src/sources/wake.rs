@@ -2,37 +2,17 @@
 //! A readiness change wakes the policies naming the Service, a route change the policy whose
 //! route it is, a remote cluster's change the policies reading from it.
 
-use std::sync::Arc;
-
-use futures::channel::mpsc;
-use parking_lot::RwLock;
 use tracing::debug;
 
 use crate::{
     observation::{PolicyKey, RemoteService, ServiceKey},
     route::RouteKey,
-    sources::{local::index::PolicyIndex, remote::cluster::RemoteChange},
+    sources::{Context, remote::cluster::RemoteChange},
 };
 
-/// Wakes the policies that reference what changed.
-#[derive(Clone)]
-pub struct Wake {
-    /// The index of what policies reference.
-    pub index: Arc<RwLock<PolicyIndex>>,
-    /// The Controller's queue.
-    pub queue: mpsc::UnboundedSender<PolicyKey>,
-}
-
-impl Wake {
-    /// Queues these policies.
-    pub fn policies(&self, policies: Vec<PolicyKey>) {
-        for p in policies {
-            let _ = self.queue.unbounded_send(p);
-        }
-    }
-
+impl Context {
     /// Queues the policies naming these Services.
-    pub fn services(&self, changed: Vec<ServiceKey>) {
+    pub fn wake_for_services(&self, changed: Vec<ServiceKey>) {
         if changed.is_empty() {
             return;
         }
@@ -44,11 +24,11 @@ impl Wake {
                 .flat_map(|s| index.policies_for_service(s))
                 .collect()
         };
-        self.policies(policies);
+        self.wake(policies);
     }
 
     /// Queues the policies a remote cluster's change concerns.
-    pub fn remote(&self, change: RemoteChange) {
+    pub fn wake_for_remote(&self, change: RemoteChange) {
         let policies: Vec<PolicyKey> = {
             let index = self.index.read();
             match change {
@@ -65,11 +45,11 @@ impl Wake {
                     .collect(),
             }
         };
-        self.policies(policies);
+        self.wake(policies);
     }
 
     /// Queues the policies whose routes these are.
-    pub fn routes(&self, changed: Vec<RouteKey>) {
+    pub fn wake_for_routes(&self, changed: Vec<RouteKey>) {
         let policies: Vec<PolicyKey> = {
             let index = self.index.read();
             changed
@@ -77,6 +57,6 @@ impl Wake {
                 .flat_map(|r| index.policies_for_route(r))
                 .collect()
         };
-        self.policies(policies);
+        self.wake(policies);
     }
 }

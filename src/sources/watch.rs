@@ -1,6 +1,7 @@
 //! Step 1 of the pipeline: one helper for every watch of the controller: list then watch, with
 //! kube-runtime's backoff on errors, and what happens reported to a [`Report`]: for the local
-//! cluster, first lists in [`Synced`], missing CRDs and errors in the log and metrics; for a
+//! cluster (the [`crate::sources::Context`]), first lists, missing CRDs and errors in the log and
+//! metrics; for a
 //! remote cluster, its liveness.
 //! Each watch then feeds its own consumer (a readiness count, a route view, the policy store).
 
@@ -16,13 +17,9 @@ use kube::{
     },
 };
 use serde::de::DeserializeOwned;
-use tracing::{debug, info, warn};
+use tracing::debug;
 
-use crate::{
-    apis::WatchKind,
-    runtime::metrics::Metrics,
-    sources::local::{apis::Apis, synced::Synced},
-};
+use crate::apis::WatchKind;
 
 /// First retry delay of a failed watch.
 const RETRY_FIRST: Duration = Duration::from_millis(250);
@@ -50,41 +47,6 @@ pub trait Report: Send + Sync {
     fn listed(&self, kind: WatchKind);
     /// The watch failed; it retries with backoff.
     fn failed(&self, kind: WatchKind, error: &watcher::Error);
-}
-
-/// The local cluster's watches: first lists in [`Synced`], missing CRDs in [`Apis`], errors in
-/// the metrics and the log.
-#[derive(Clone)]
-pub struct WatchContext {
-    /// Counters of watch restarts.
-    pub metrics: Arc<Metrics>,
-    /// First-list state of every watch.
-    pub synced: Synced,
-    /// The APIs found missing.
-    pub apis: Apis,
-}
-
-impl Report for WatchContext {
-    fn starting(&self, kind: WatchKind) {
-        self.synced.expect(kind);
-    }
-
-    fn listed(&self, kind: WatchKind) {
-        if self.synced.done(kind) {
-            info!(%kind, "first list received");
-        }
-        if let Some(api) = kind.api() {
-            self.apis.present(api);
-        }
-    }
-
-    fn failed(&self, kind: WatchKind, error: &watcher::Error) {
-        self.metrics.watch_restart(kind);
-        match kind.api().filter(|_| not_found(error)) {
-            Some(api) => self.apis.missing(api),
-            None => warn!(%kind, error = %describe(error), "watch failed; retrying"),
-        }
-    }
 }
 
 /// The events of one watch, errors reported and retried: the stream never ends on its own.
@@ -199,7 +161,7 @@ fn backoff() -> ExponentialBackoff {
 }
 
 /// The API server does not serve the watched resource (its CRD is not installed).
-fn not_found(error: &watcher::Error) -> bool {
+pub fn not_found(error: &watcher::Error) -> bool {
     matches!(error, watcher::Error::InitialListFailed(kube::Error::Api(s))
         | watcher::Error::WatchStartFailed(kube::Error::Api(s)) if s.code == 404)
 }

@@ -33,6 +33,7 @@ use crate::{
         retry,
         written::{Newest, Queue, StatusKey},
     },
+    sources::Context,
 };
 
 /// Why writing a status failed.
@@ -47,9 +48,9 @@ pub enum StatusError {
 }
 
 /// Writes queued statuses, `concurrency` policies at a time, for as long as the controller runs.
-pub async fn run(gate: Arc<WriteGate>, queue: Queue, concurrency: usize) {
+pub async fn run(ctx: Arc<Context>, queue: Queue, concurrency: usize) {
     queue
-        .for_each_concurrent(concurrency, |key| write_newest(&gate, key))
+        .for_each_concurrent(concurrency, |key| write_newest(&ctx.gate, key))
         .await;
 }
 
