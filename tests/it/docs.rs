@@ -22,7 +22,7 @@ fn citing_files() -> Vec<PathBuf> {
         }
     }
     let mut files = vec![repo_root().join("README.md")];
-    for dir in ["docs", "src", "examples", "tests", "hack"] {
+    for dir in ["docs", "src", "crates", "examples", "tests", "hack"] {
         walk(&repo_root().join(dir), &mut files);
     }
     files
