@@ -86,9 +86,6 @@ impl Default for Settings {
     }
 }
 
-/// The running controller's context, for the admin server.
-pub type Handle = Arc<Context>;
-
 /// The context: the door for writes, remote clusters and health queries that wake policies
 /// through the work queue (`queue`), every cache empty.
 fn context(
@@ -226,7 +223,7 @@ impl runner::HoldBack for StartUp {
 /// 20261125-1752). Bounded, so a route watch that cannot list (forbidden, say) stops nothing.
 const START_WAIT: Duration = Duration::from_secs(10);
 
-/// Starts the controller; returns its handle and a future that runs until `shutdown` resolves
+/// Starts the controller; returns its context (for the admin server) and a future that runs until `shutdown` resolves
 /// and in-flight reconciles finish.
 pub fn start(
     client: Client,
@@ -234,7 +231,7 @@ pub fn start(
     metrics: Arc<Metrics>,
     leadership: Leadership,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) -> (Handle, impl Future<Output = ()>) {
+) -> (Arc<Context>, impl Future<Output = ()>) {
     metrics.register_error_kinds(&Error::KINDS);
     let shutdown = shutdown.shared();
     let (queue, queued) = mpsc::unbounded();

@@ -109,7 +109,9 @@ async fn helm_install_creates_every_object() {
         "helm install",
     );
     let full = format!("{release}-failover-controller");
-    let cluster = format!("{}-{full}", env.ns);
+    // The chart names cluster-scoped objects `<namespace>-<fullname>`, cut to 63 characters.
+    let cluster: String = format!("{}-{full}", env.ns).chars().take(63).collect();
+    let cluster = cluster.trim_end_matches('-').to_string();
     for (kind, name, namespaced) in [
         ("deployment", full.as_str(), true),
         ("serviceaccount", full.as_str(), true),
