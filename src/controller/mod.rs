@@ -202,6 +202,11 @@ impl runner::HoldBack for StartUp {
 
     fn released(&self) -> BoxFuture<'static, ()> {
         let left = self.ctx.gate.statuses.left();
+        if self.started.elapsed() >= START_WAIT {
+            // Past the start, only the statuses waiting hold reconciles back (a deadline already
+            // passed would wake the work queue at once, again and again).
+            return Box::pin(left);
+        }
         let listed = self.ctx.synced.changed();
         let apis = self.ctx.apis.changed();
         let deadline = tokio::time::Instant::from_std(self.started + START_WAIT);
