@@ -146,13 +146,14 @@ async fn a_tenants_health_query_reads_only_the_series_of_its_own_namespace() {
 #[tokio::test]
 async fn a_tenant_reads_only_the_remote_namespaces_the_cluster_grants_its_namespace() {
     let plane = remote_control_plane().await;
-    let Some(remote) = TestEnv::on(plane.cp, "tenant-remote").await else {
+    let Some(remote) = TestEnv::on(plane.cp, "tr").await else {
         return;
     };
     remote.ready_backends(&["web"]).await;
     let kubeconfig = remote.reader_kubeconfig();
-    // Named short: the refusal names both namespaces and the rule within its bound.
-    let Some(env) = test_env!("tenant-remote") else {
+    // Named short (the numbers after a name grow with the tests run before): the refusal names
+    // both namespaces and the rule within its bound.
+    let Some(env) = test_env!("tr") else {
         return;
     };
     env.ready_backends(&["web", "web-west"]).await;
