@@ -133,7 +133,11 @@ impl Keep<FailoverPolicy> for Packing<'_> {
     }
 
     fn entry(&mut self, policy: FailoverPolicy) -> Entry {
-        let json = serde_json::to_vec(&policy).unwrap_or_default();
+        // Never expected to fail: the policy was decoded from JSON; an empty entry is read back
+        // as undecodable (and logged) rather than held wrong.
+        let json = serde_json::to_vec(&policy)
+            .inspect_err(|error| warn!(policy = ?key_of(&policy), %error, "policy unencodable"))
+            .unwrap_or_default();
         let dictionary = self.dictionary.for_policy(&json, policy.status.is_some());
         let entry = Entry {
             packed: lz4_flex::block::compress_prepend_size_with_dict(&json, &dictionary)
