@@ -17,8 +17,7 @@ use crate::{
     runtime::{heap, policy_metrics::PolicyLabels},
     sources::{
         Context,
-        health::Health,
-        local::policies::{Change, key_of},
+        local::{claims::Claimant, policies::Change},
         remote::secrets,
         watch::{events, scoped, slim},
     },
@@ -54,10 +53,11 @@ pub fn policy_requests(ctx: Arc<Context>) -> impl Stream<Item = Request> + Send 
 /// limits' sake.
 const VALIDATION_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// The event, and its policy as validated when it has a health query and the table holds no
-/// validation of its generation: on a blocking thread, one at a time, as its query's regexes
-/// are compiled (within the limits of `crate::health_query`, a few milliseconds each), never on
-/// the thread that serves `/healthz` and renews the Lease.
+/// The event, and its policy as validated when the table holds no validation of its uid and
+/// generation. A policy with a health query is validated on a blocking thread, one at a time, as
+/// its query's regexes are compiled (within the limits of `crate::health_query`, a few
+/// milliseconds each), never on the thread that serves `/healthz` and renews the Lease; any
+/// other takes microseconds and is validated here.
 async fn validation(
     ctx: Arc<Context>,
     event: watcher::Event<FailoverPolicy>,
@@ -69,6 +69,10 @@ async fn validation(
     };
     if !ctx.table.read().needs_validation(policy) {
         return (event, None);
+    }
+    if policy.spec.health.is_none() {
+        let valid = validated(policy);
+        return (event, Some(valid));
     }
     let _turn = ONE_AT_A_TIME.acquire().await;
     let copy = policy.clone();
@@ -104,35 +108,41 @@ async fn validation(
 fn follow(ctx: &Context, change: &Change) -> Vec<Request> {
     let requests: Vec<PolicyKey> = match change {
         Change::Applied {
-            policy,
+            held,
             previous,
+            object,
             revalidated,
         } => {
-            ctx.index.write().upsert(previous.as_deref(), policy);
-            let had_health = previous.as_ref().is_some_and(|p| p.spec.health.is_some());
-            match revalidated {
-                Some(valid) => follow_health(&ctx.health, policy, valid),
-                // A health query removed: its poller stops.
-                None if had_health && policy.spec.health.is_none() => {
-                    if let Some(key) = key_of(policy) {
-                        ctx.health.follow(key, Some(policy), None);
-                    }
-                }
-                None => {}
+            let before = previous.as_deref().map(Claimant::of);
+            let after = Claimant::of(held);
+            ctx.index.write().update(
+                &held.key,
+                previous.as_ref().and_then(|p| p.spec.valid()).map(|v| &**v),
+                held.spec.valid().map(|v| &**v),
+            );
+            if *revalidated {
+                // A poller for a valid policy with a health query; a changed, invalid or
+                // health-less one's stops.
+                ctx.health.follow(
+                    held.key.clone(),
+                    Some(object),
+                    held.spec.valid().map(|v| &**v),
+                );
             }
-            let handed = ctx.claims.write().upsert(previous.as_deref(), policy);
-            key_of(policy).into_iter().chain(handed).collect()
+            let handed = ctx.claims.write().update(before.as_ref(), Some(&after));
+            std::iter::once(held.key.clone()).chain(handed).collect()
         }
-        Change::Deleted(policy) => {
-            ctx.index.write().remove(policy);
-            let handed = ctx.claims.write().remove(policy);
-            if let Some(key) = key_of(policy) {
-                ctx.health.follow(key.clone(), None, None);
-                ctx.metrics().forget_policy(&PolicyLabels {
-                    namespace: key.namespace.to_string(),
-                    policy: key.name.into(),
-                });
-            }
+        Change::Deleted(held) => {
+            let before = Claimant::of(held);
+            ctx.index
+                .write()
+                .update(&held.key, held.spec.valid().map(|v| &**v), None);
+            let handed = ctx.claims.write().update(Some(&before), None);
+            ctx.health.follow(held.key.clone(), None, None);
+            ctx.metrics().forget_policy(&PolicyLabels {
+                namespace: held.key.namespace.to_string(),
+                policy: held.key.name.to_string(),
+            });
             handed
         }
         Change::Listed => return vec![Request::Listed],
@@ -149,12 +159,4 @@ fn follow(ctx: &Context, change: &Change) -> Vec<Request> {
         ));
     });
     requests.into_iter().map(Request::One).collect()
-}
-
-/// Each valid policy with a health query gets a poller; a changed, invalid or deleted policy's
-/// follows. The poller gets the policy as the validate step made it.
-fn follow_health(health: &Health, policy: &FailoverPolicy, valid: &Validated) {
-    let Some(key) = key_of(policy) else { return };
-    let valid = valid.as_deref().ok().filter(|v| v.health.is_some());
-    health.follow(key, Some(policy), valid);
 }

@@ -11,6 +11,7 @@
 //! A route this replica wrote wins over an older cached copy until the cache catches up, so a
 //! stale cache never causes a second write.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
     Api, Resource,
     api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions},
@@ -20,7 +21,6 @@ use tracing::{debug, info};
 pub use crate::applied::Applied;
 use crate::route::Claim;
 use crate::{
-    api::FailoverPolicy,
     observation::PolicyKey,
     policy::ValidPolicy,
     route::{FIELD_MANAGER, RouteKey, RouteRules, RouteTarget, RouteView, RulesDigest, metadata},
@@ -48,24 +48,21 @@ pub struct DesiredRoute {
 }
 
 impl DesiredRoute {
-    /// The route of a valid policy with these weights; `None` when the policy has no uid
-    /// (never true of an object read from the API server).
-    pub fn of(policy: &FailoverPolicy, valid: &ValidPolicy, weights: &[i32]) -> Option<Self> {
-        let mut owner = policy.controller_owner_ref(&())?;
-        owner.block_owner_deletion = Some(true);
+    /// The route of a valid policy with these weights, owned by `owner` (the policy).
+    pub fn of(owner: OwnerReference, valid: &ValidPolicy, weights: &[i32]) -> Self {
         let owner_uid = owner.uid.clone();
         let target = valid.route.clone();
         let rules = target.rules(&valid.service, valid.backend_names(), weights);
         let meta = metadata(&target.name, &valid.namespace, &valid.name, owner);
         let object = target.object(meta, &rules);
-        Some(Self {
+        Self {
             target,
             namespace: valid.namespace.clone(),
             policy: valid.name.clone(),
             owner_uid,
             rules,
             object,
-        })
+        }
     }
 
     fn key(&self) -> RouteKey {

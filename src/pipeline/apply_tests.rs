@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use http::{Method, Request, Response, StatusCode};
-use kube::{Client, client::Body};
+use kube::{Client, Resource, client::Body};
 use serde_json::{Value, json};
 use tower_test::mock::{self, Handle};
 
@@ -38,7 +38,9 @@ fn policy() -> FailoverPolicy {
 fn desired(weights: &[i32]) -> DesiredRoute {
     let policy = policy();
     let valid = validate(&policy).expect("valid");
-    DesiredRoute::of(&policy, &valid, weights).expect("desired route")
+    let mut owner = policy.controller_owner_ref(&()).expect("a uid");
+    owner.block_owner_deletion = Some(true);
+    DesiredRoute::of(owner, &valid, weights)
 }
 
 fn gate() -> (WriteGate, Api) {

@@ -3,15 +3,17 @@
 //! by its `readinessFrom`), the route as the cluster has it, and the previous status
 //! (the one this replica wrote last when the policy cache has not caught up with it yet).
 
-use kube::Resource;
-
 use crate::{
-    api::{FailoverPolicy, FailoverPolicyStatus},
+    api::FailoverPolicyStatus,
+    last_status::LastStatus,
     observation::{BackendObservation, PolicyKey},
     policy::ValidPolicy,
     route::RouteView,
     runtime::{gate::WriteGate, written::StatusKey},
-    sources::Context,
+    sources::{
+        Context,
+        local::policies::{Held, Spec},
+    },
 };
 
 /// What a decision reads.
@@ -54,14 +56,35 @@ pub fn inputs(policy: &ValidPolicy, ctx: &Context) -> Inputs {
     }
 }
 
+/// The status a policy has, as the decide and status steps read it.
+#[derive(Clone, Debug, Default)]
+pub struct PreviousStatus {
+    /// Compact: what the decide step and the conditions read.
+    pub last: Option<LastStatus>,
+    /// Whole, for an invalid policy only: its status step keeps it.
+    pub whole: Option<FailoverPolicyStatus>,
+}
+
 /// The status the policy has: the one this replica queued and has not written yet, else the one
-/// it wrote last while the cache is older, else the cached one.
-pub fn previous_status(policy: &FailoverPolicy, gate: &WriteGate) -> Option<FailoverPolicyStatus> {
-    let key = StatusKey::of(policy);
-    let cached = policy.meta().resource_version.as_deref();
-    gate.statuses.pending(&key).or_else(|| {
-        gate.recent_status
-            .newer_than(&key, cached.and_then(|v| v.parse().ok()))
-            .or_else(|| policy.status.clone())
-    })
+/// it wrote last while the cache is older, else the one the table holds.
+pub fn previous_status(policy: &Held, gate: &WriteGate) -> PreviousStatus {
+    let key = StatusKey::new(&policy.key, &policy.identity.uid);
+    let invalid = match &policy.spec {
+        Spec::Valid(_) => None,
+        Spec::Invalid(invalid) => Some(invalid),
+    };
+    let written = gate
+        .statuses
+        .pending(&key)
+        .or_else(|| gate.recent_status.newer_than(&key, policy.identity.version));
+    match written {
+        Some(status) => PreviousStatus {
+            last: Some(LastStatus::of(&status)),
+            whole: invalid.map(|_| status),
+        },
+        None => PreviousStatus {
+            last: policy.last.clone(),
+            whole: invalid.and_then(|i| i.status.clone()),
+        },
+    }
 }

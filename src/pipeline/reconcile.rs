@@ -13,25 +13,26 @@ use std::{
 };
 
 use chrono::Utc;
-use kube::{Resource, ResourceExt};
 use tracing::{debug, warn};
 
 use crate::{
-    api::FailoverPolicy,
     apis::NeededApi,
     decide::decide,
+    last_status::LastStatus,
     observation::PolicyKey,
     pipeline::{
         apply::{self, Applied, ApplyError, DesiredRoute},
         gather, write,
     },
-    policy::{ValidPolicy, Validated},
-    route::{Claim, ParentKind, RouteParent, RouteTarget},
-    runtime::{gate::NotLeader, retry},
-    sources::{Context, local::policies::Held},
+    policy::ValidPolicy,
+    route::{Claim, ParentKind, RouteParent},
+    runtime::{gate::NotLeader, retry, written::StatusKey},
+    sources::{
+        Context,
+        local::policies::{Held, Spec},
+    },
     status::{self, Decided, Outcome, StatusInput},
     tenancy::Gateways,
-    validate::validated,
 };
 
 /// How often every policy is reconciled even without a trigger, as a safety net (it writes
@@ -113,76 +114,72 @@ fn next_retry(ctx: &Context, policy: &PolicyKey) -> Duration {
 }
 
 /// Reconciles one policy, as the policy table holds it (validated once per generation).
-#[tracing::instrument(skip_all, fields(namespace = held.policy.namespace().unwrap_or_default(), policy = held.policy.name_any()))]
+#[tracing::instrument(skip_all, fields(namespace = %held.key.namespace, policy = %held.key.name))]
 pub async fn reconcile(held: Held, ctx: Arc<Context>) -> Result<Next, Error> {
-    let policy = &held.policy;
-    if !ctx.gate.leadership.is_leader() || policy.meta().deletion_timestamp.is_some() {
+    if !ctx.gate.leadership.is_leader() || held.identity.deleting {
         // Standbys keep their caches warm and write nothing; leadership triggers a full pass.
         return Ok(Next::Wait);
     }
     let started = Instant::now();
     debug!("reconcile started");
-    // A policy with a health query comes validated for its generation; any other (no regex
-    // to compile) is validated here.
-    let valid = held.valid.clone().unwrap_or_else(|| validated(policy));
-    let result = run(policy, &valid, &ctx).await;
+    let result = run(&held, &ctx).await;
     ctx.metrics().observe_reconcile(started.elapsed());
     if result.is_ok() {
-        ctx.retries.lock().remove(&key(policy));
+        ctx.retries.lock().remove(&held.key);
     }
     result
 }
 
 /// The pipeline: (validated) → gather → decide → apply → status → write.
-async fn run(policy: &FailoverPolicy, valid: &Validated, ctx: &Context) -> Result<Next, Error> {
+async fn run(policy: &Held, ctx: &Context) -> Result<Next, Error> {
     let now = Utc::now();
     let previous = gather::previous_status(policy, &ctx.gate);
-    let target = RouteTarget::of(policy);
-    let (outcome, failure) = match valid {
-        Err(problems) => (Outcome::Invalid(problems.to_vec()), None),
-        Ok(valid) => {
+    let (outcome, failure) = match &policy.spec {
+        Spec::Invalid(invalid) => (Outcome::Invalid(invalid.problems.to_vec()), None),
+        Spec::Valid(valid) => {
             let (decided, failure) =
-                act(policy, valid.clone(), previous.as_ref(), now, ctx).await?;
+                act(policy, valid.clone(), previous.last.as_ref(), now, ctx).await?;
             (Outcome::Decided(Box::new(decided)), failure)
         }
     };
+    let target = policy.spec.target();
     let status = status::build(&StatusInput {
-        generation: policy.meta().generation,
-        target: &target,
-        previous: previous.as_ref(),
+        generation: policy.identity.generation,
+        target,
+        previous: previous.last.as_ref(),
+        whole: previous.whole.as_ref(),
         outcome: &outcome,
         now,
     });
     // Written in the background: the next reconcile of this policy does not wait for it.
+    let key = StatusKey::new(&policy.key, &policy.identity.uid);
     let wrote = ctx
         .gate
         .statuses
-        .queue(policy, status.clone(), previous.as_ref());
-    write::report(&ctx.gate, policy, &target, &outcome, &status, wrote);
+        .queue(key, status.clone(), previous.last.as_ref());
+    write::report(&ctx.gate, policy, target, &outcome, &status, wrote);
     next(outcome, failure)
 }
 
 /// Gather, decide and apply for a valid policy.
 async fn act(
-    policy: &FailoverPolicy,
+    policy: &Held,
     valid: Arc<ValidPolicy>,
-    previous: Option<&crate::api::FailoverPolicyStatus>,
+    previous: Option<&LastStatus>,
     now: chrono::DateTime<Utc>,
     ctx: &Context,
 ) -> Result<(Decided, Option<ApplyError>), Error> {
     if !ctx.wait_for_inputs().await {
         return Err(Error::CachesNotSynced);
     }
+    let claims = Claim::of(&valid);
     let (valid, refused_parents) = attachable(valid, &ctx.gateways);
     let inputs = gather::inputs(&valid, ctx);
     let plan = decide(&valid, &inputs.observations, previous, now);
-    let desired =
-        DesiredRoute::of(policy, &valid, &plan.routing.weights).ok_or(Error::MissingUid)?;
+    let owner = policy.owner_reference().ok_or(Error::MissingUid)?;
+    let desired = DesiredRoute::of(owner, &valid, &plan.routing.weights);
     let api = NeededApi::of_route(valid.route.kind());
-    let held = ctx
-        .claims
-        .read()
-        .held_by_other(&key(policy), &Claim::of(policy));
+    let held = ctx.claims.read().held_by_other(&policy.key, &claims);
     let applied = if let Some((claim, holder)) = held {
         apply::withdraw(&ctx.gate, &desired, inputs.route.clone(), claim, holder).await
     } else if ctx.apis.is_missing(api) {
@@ -255,35 +252,27 @@ fn next(outcome: Outcome, failure: Option<ApplyError>) -> Result<Next, Error> {
     }
 }
 
-/// A policy's key.
-fn key(policy: &FailoverPolicy) -> PolicyKey {
-    PolicyKey::new(
-        policy.metadata.namespace.as_deref().unwrap_or_default(),
-        &policy.name_any(),
-    )
-}
-
 /// Reconciles one policy and turns a failure into a retry: what the work queue runs.
 pub async fn reconcile_or_retry(held: Held, ctx: Arc<Context>) -> Next {
-    let policy = held.policy.clone();
+    let key = held.key.clone();
     match reconcile(held, ctx.clone()).await {
         Ok(next) => next,
-        Err(e) => error_policy(&policy, &e, &ctx),
+        Err(e) => error_policy(&key, &e, &ctx),
     }
 }
 
 /// Requeues a failed policy with per-policy exponential backoff.
-pub fn error_policy(policy: &FailoverPolicy, error: &Error, ctx: &Context) -> Next {
+pub fn error_policy(policy: &PolicyKey, error: &Error, ctx: &Context) -> Next {
     if error.not_leader() || error.namespace_terminating() {
         // A new leader takes over (and a regained leadership queues every policy); a namespace
         // going away with the policy in it cannot be written to.
         return Next::Wait;
     }
     ctx.metrics().error(error.kind());
-    let delay = next_retry(ctx, &key(policy));
+    let delay = next_retry(ctx, policy);
     warn!(
-        namespace = policy.namespace().unwrap_or_default(),
-        policy = policy.name_any(),
+        namespace = %policy.namespace,
+        policy = %policy.name,
         error = %error,
         retry_in_ms = delay.as_millis() as u64,
         "reconcile failed"

@@ -13,14 +13,10 @@
 use std::{collections::HashMap, future::Future, hash::Hash, sync::Arc};
 
 use futures::channel::mpsc;
-use kube::ResourceExt;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::{
-    api::{FailoverPolicy, FailoverPolicyStatus},
-    observation::PolicyKey,
-};
+use crate::{api::FailoverPolicyStatus, last_status::LastStatus, observation::PolicyKey};
 
 /// Recent writes of one kind of value, by object key.
 #[derive(Debug)]
@@ -85,14 +81,11 @@ pub struct StatusKey {
 }
 
 impl StatusKey {
-    /// The key of a policy's status.
-    pub fn of(policy: &FailoverPolicy) -> Self {
+    /// The key of a policy's status, by its key and uid.
+    pub fn new(policy: &PolicyKey, uid: &str) -> Self {
         Self {
-            policy: PolicyKey::new(
-                policy.metadata.namespace.as_deref().unwrap_or_default(),
-                &policy.name_any(),
-            ),
-            uid: policy.uid().unwrap_or_default().into(),
+            policy: policy.clone(),
+            uid: uid.into(),
         }
     }
 }
@@ -143,14 +136,13 @@ impl Statuses {
     /// Queues `status` unless it is what the policy has (`current`); returns whether it did.
     pub fn queue(
         &self,
-        policy: &FailoverPolicy,
+        key: StatusKey,
         status: FailoverPolicyStatus,
-        current: Option<&FailoverPolicyStatus>,
+        current: Option<&LastStatus>,
     ) -> bool {
-        if current == Some(&status) {
+        if current.is_some_and(|c| c.is(&status)) {
             return false;
         }
-        let key = StatusKey::of(policy);
         let mut pending = self.pending.lock();
         match pending.get_mut(&key) {
             // Its writer is at work and writes this one next.
@@ -251,14 +243,7 @@ mod tests {
         assert_eq!(recent.newer_than(&"b", Some(1)), None);
     }
 
-    use crate::api::{FailoverPolicySpec, Phase};
-
-    fn policy() -> FailoverPolicy {
-        let mut p = FailoverPolicy::new("web", FailoverPolicySpec::default());
-        p.metadata.namespace = Some("ns".into());
-        p.metadata.uid = Some("u1".into());
-        p
-    }
+    use crate::api::Phase;
 
     fn phase(phase: Phase) -> FailoverPolicyStatus {
         FailoverPolicyStatus {
@@ -270,11 +255,11 @@ mod tests {
     #[test]
     fn the_newest_status_waits_once_per_policy_and_is_read_as_the_previous_one() {
         let (statuses, mut queue) = Statuses::new();
-        let p = policy();
-        let key = StatusKey::of(&p);
-        assert!(!statuses.queue(&p, phase(Phase::Primary), Some(&phase(Phase::Primary))));
-        assert!(statuses.queue(&p, phase(Phase::FailedOver), None));
-        assert!(statuses.queue(&p, phase(Phase::Primary), None));
+        let key = StatusKey::new(&PolicyKey::new("ns", "web"), "u1");
+        let primary = LastStatus::of(&phase(Phase::Primary));
+        assert!(!statuses.queue(key.clone(), phase(Phase::Primary), Some(&primary)));
+        assert!(statuses.queue(key.clone(), phase(Phase::FailedOver), None));
+        assert!(statuses.queue(key.clone(), phase(Phase::Primary), None));
         assert_eq!(statuses.pending(&key), Some(phase(Phase::Primary)));
         assert_eq!(queue.try_recv().ok(), Some(key.clone()));
         assert!(queue.try_recv().is_err(), "one writer per policy");

@@ -21,6 +21,7 @@ pub mod crd;
 pub mod decide;
 pub mod digest;
 pub mod health_query;
+pub mod last_status;
 pub mod message;
 pub mod observation;
 pub mod policy;

@@ -4,25 +4,23 @@
 
 pub mod statuses;
 
-use kube::{
-    Resource, ResourceExt,
-    runtime::events::{Event, EventType},
-};
+use kube::runtime::events::{Event, EventType};
 use tracing::{info, warn};
 
 use crate::{
-    api::{FailoverPolicy, FailoverPolicyStatus, Phase},
+    api::{FailoverPolicyStatus, Phase},
     applied::Applied,
     decide::plan::{Announcement, Transition},
     route::RouteTarget,
     runtime::{gate::WriteGate, policy_metrics::PolicyLabels},
+    sources::local::policies::Held,
     status::Outcome,
 };
 
 /// Events and metrics for what a reconcile did; `wrote` tells whether its status was new.
 pub fn report(
     gate: &WriteGate,
-    policy: &FailoverPolicy,
+    policy: &Held,
     target: &RouteTarget,
     outcome: &Outcome,
     status: &FailoverPolicyStatus,
@@ -32,8 +30,8 @@ pub fn report(
         return;
     };
     let labels = PolicyLabels {
-        namespace: policy.namespace().unwrap_or_default(),
-        policy: policy.name_any(),
+        namespace: policy.key.namespace.to_string(),
+        policy: policy.key.name.to_string(),
     };
     match &decided.applied {
         Applied::Conflict if wrote => {
@@ -76,7 +74,7 @@ pub fn report(
 
 fn record_transition(
     gate: &WriteGate,
-    policy: &FailoverPolicy,
+    policy: &Held,
     labels: &PolicyLabels,
     announcement: &Announcement,
 ) {
@@ -106,13 +104,7 @@ fn record_transition(
 
 /// Sends an Event in the background: Events are best effort, never hold up the next reconcile
 /// of this policy, and a lost Event never blocks routing.
-fn publish(
-    gate: &WriteGate,
-    policy: &FailoverPolicy,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
+fn publish(gate: &WriteGate, policy: &Held, type_: EventType, reason: &str, note: String) {
     let event = Event {
         type_,
         reason: reason.to_string(),
@@ -123,7 +115,7 @@ fn publish(
     let (recorder, metrics, reference) = (
         gate.recorder.clone(),
         gate.metrics.clone(),
-        policy.object_ref(&()),
+        policy.object_reference(),
     );
     let reason = reason.to_string();
     tokio::spawn(async move {

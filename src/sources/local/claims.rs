@@ -14,76 +14,90 @@ use std::collections::HashMap;
 use smallvec::SmallVec;
 
 pub use crate::route::Claim;
-use crate::{api::FailoverPolicy, observation::PolicyKey, sources::local::policies::key_of};
+use crate::{
+    observation::PolicyKey,
+    sources::local::policies::{Held, Spec},
+};
+
+/// A policy as the claims read it: its key, its age, and its spec.
+#[derive(Clone, Copy, Debug)]
+pub struct Claimant<'a> {
+    /// Its namespace and name.
+    pub key: &'a PolicyKey,
+    /// Its creationTimestamp, in seconds (none: `i64::MAX`).
+    pub created: i64,
+    /// Its spec.
+    pub spec: &'a Spec,
+}
+
+impl<'a> Claimant<'a> {
+    /// A policy as the table holds it.
+    pub fn of(held: &'a Held) -> Self {
+        Self {
+            key: &held.key,
+            created: held.identity.created,
+            spec: &held.spec,
+        }
+    }
+
+    fn claims(&self) -> Vec<Claim> {
+        self.spec.claims(&self.key.namespace)
+    }
+
+    fn rank(&self) -> Rank {
+        Rank {
+            created: self.created,
+            key: self.key.clone(),
+        }
+    }
+}
 
 /// A policy claiming something, in the order that decides who holds it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Claimant {
+struct Rank {
     /// Its creationTimestamp, in seconds (none sorts last).
     created: i64,
     key: PolicyKey,
 }
 
-impl Claimant {
-    fn of(policy: &FailoverPolicy) -> Option<Self> {
-        let created = policy
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map_or(i64::MAX, |t| t.0.as_second());
-        Some(Self {
-            created,
-            key: key_of(policy)?,
-        })
-    }
-}
-
 /// Every claim, with its claimants oldest first (nearly always one).
 #[derive(Debug, Default)]
 pub struct Claims {
-    by_claim: HashMap<Claim, SmallVec<[Claimant; 1]>>,
+    by_claim: HashMap<Claim, SmallVec<[Rank; 1]>>,
 }
 
 impl Claims {
-    /// Records a new or changed policy (`previous`: as recorded before); returns the other
-    /// policies to wake: every claimant of a claim whose holder changed.
-    pub fn upsert(
+    /// Records a policy's change: `before` as recorded before (none: new), `after` now (none:
+    /// deleted); returns the other policies to wake: every claimant of a claim whose holder
+    /// changed.
+    pub fn update(
         &mut self,
-        previous: Option<&FailoverPolicy>,
-        policy: &FailoverPolicy,
+        before: Option<&Claimant>,
+        after: Option<&Claimant>,
     ) -> Vec<PolicyKey> {
-        let Some(claimant) = Claimant::of(policy) else {
-            return Vec::new();
-        };
-        let old = previous.map(Claim::of).unwrap_or_default();
-        let new = Claim::of(policy);
-        if old == new && previous.and_then(Claimant::of).as_ref() == Some(&claimant) {
+        let old = before.map(Claimant::claims).unwrap_or_default();
+        let new = after.map(Claimant::claims).unwrap_or_default();
+        let (old_rank, new_rank) = (before.map(Claimant::rank), after.map(Claimant::rank));
+        if old == new && old_rank == new_rank {
             return Vec::new();
         }
         let mut woken = Vec::new();
-        for claim in &old {
-            self.change(claim, &mut woken, |c| c.retain(|c| c.key != claimant.key));
+        if let Some(rank) = &old_rank {
+            for claim in &old {
+                self.change(claim, &mut woken, |c| c.retain(|c| c.key != rank.key));
+            }
         }
-        for claim in new {
-            self.change(&claim.clone(), &mut woken, |c| {
-                if let Err(at) = c.binary_search(&claimant) {
-                    c.insert(at, claimant.clone());
-                }
-            });
+        if let Some(rank) = &new_rank {
+            for claim in &new {
+                self.change(claim, &mut woken, |c| {
+                    if let Err(at) = c.binary_search(rank) {
+                        c.insert(at, rank.clone());
+                    }
+                });
+            }
         }
-        woken.retain(|k| *k != claimant.key);
-        woken
-    }
-
-    /// Forgets a deleted policy (as recorded); returns the policies to wake.
-    pub fn remove(&mut self, policy: &FailoverPolicy) -> Vec<PolicyKey> {
-        let Some(key) = key_of(policy) else {
-            return Vec::new();
-        };
-        let mut woken = Vec::new();
-        for claim in Claim::of(policy) {
-            self.change(&claim, &mut woken, |c| c.retain(|c| c.key != key));
-        }
+        let me = after.or(before).map(|c| c.key);
+        woken.retain(|k| Some(k) != me);
         woken
     }
 
@@ -104,7 +118,7 @@ impl Claims {
         &mut self,
         claim: &Claim,
         woken: &mut Vec<PolicyKey>,
-        edit: impl FnOnce(&mut SmallVec<[Claimant; 1]>),
+        edit: impl FnOnce(&mut SmallVec<[Rank; 1]>),
     ) {
         let claimants = self.by_claim.entry(claim.clone()).or_default();
         let before = claimants.first().map(|c| c.key.clone());
@@ -120,12 +134,18 @@ impl Claims {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
     use super::*;
-    use crate::api::{FailoverPolicySpec, GatewayParent, HttpRouteSpec, Output, SecondaryBackend};
+    use crate::api::{
+        FailoverPolicy, FailoverPolicySpec, GatewayParent, HttpRouteSpec, Output, SecondaryBackend,
+    };
 
-    fn policy(name: &str, created: i64, primary: &str) -> FailoverPolicy {
+    fn valid(p: &FailoverPolicy) -> Spec {
+        Spec::Valid(std::sync::Arc::new(
+            crate::validate::validate(p).expect("valid"),
+        ))
+    }
+
+    fn policy(name: &str, primary: &str) -> FailoverPolicy {
         let mut p = FailoverPolicy::new(
             name,
             FailoverPolicySpec {
@@ -136,9 +156,6 @@ mod tests {
             },
         );
         p.metadata.namespace = Some("ns".into());
-        p.metadata.creation_timestamp = k8s_openapi::jiff::Timestamp::from_second(created)
-            .ok()
-            .map(Time);
         p
     }
 
@@ -146,49 +163,92 @@ mod tests {
         PolicyKey::new("ns", name)
     }
 
+    fn claimant<'a>(key: &'a PolicyKey, created: i64, spec: &'a Spec) -> Claimant<'a> {
+        Claimant { key, created, spec }
+    }
+
     #[test]
     fn the_older_policy_holds_an_apex_and_deleting_it_hands_the_apex_over() {
         let mut claims = Claims::default();
-        let (older, younger) = (policy("b-old", 100, "api-a"), policy("a-new", 200, "api-c"));
-        assert!(claims.upsert(None, &younger).is_empty());
+        let (older, younger) = (
+            valid(&policy("b-old", "api-a")),
+            valid(&policy("a-new", "api-c")),
+        );
+        let (old_key, new_key) = (key("b-old"), key("a-new"));
+        let (older, younger) = (
+            claimant(&old_key, 100, &older),
+            claimant(&new_key, 200, &younger),
+        );
+        assert!(claims.update(None, Some(&younger)).is_empty());
         assert_eq!(
-            claims.upsert(None, &older),
+            claims.update(None, Some(&older)),
             vec![key("a-new")],
             "the holder changed"
         );
-        let mine = Claim::of(&younger);
+        let mine = younger.claims();
         let (claim, holder) = claims.held_by_other(&key("a-new"), &mine).expect("held");
         assert_eq!(
             (claim.to_string(), holder),
             ("apex Service api".into(), key("b-old"))
         );
-        assert_eq!(
-            claims.held_by_other(&key("b-old"), &Claim::of(&older)),
-            None
-        );
-        assert_eq!(claims.remove(&older), vec![key("a-new")]);
+        assert_eq!(claims.held_by_other(&key("b-old"), &older.claims()), None);
+        assert_eq!(claims.update(Some(&older), None), vec![key("a-new")]);
         assert_eq!(claims.held_by_other(&key("a-new"), &mine), None);
     }
 
     #[test]
     fn same_second_policies_are_ordered_by_name_and_a_moved_apex_is_released() {
         let mut claims = Claims::default();
-        let (a, b) = (policy("a", 100, "x"), policy("b", 100, "y"));
-        claims.upsert(None, &b);
-        claims.upsert(None, &a);
+        let (a_key, b_key) = (key("a"), key("b"));
+        let (a_valid, b_valid) = (valid(&policy("a", "x")), valid(&policy("b", "y")));
+        let (a, b) = (
+            claimant(&a_key, 100, &a_valid),
+            claimant(&b_key, 100, &b_valid),
+        );
+        claims.update(None, Some(&b));
+        claims.update(None, Some(&a));
         assert_eq!(
-            claims.held_by_other(&key("b"), &Claim::of(&b)).map(|h| h.1),
+            claims.held_by_other(&key("b"), &b.claims()).map(|h| h.1),
             Some(key("a"))
         );
-        let mut moved = a.clone();
+        let mut moved = policy("a", "x");
         moved.spec.service = "other".into();
-        assert_eq!(claims.upsert(Some(&a), &moved), vec![key("b")]);
-        assert_eq!(claims.held_by_other(&key("b"), &Claim::of(&b)), None);
+        let moved = valid(&moved);
+        assert_eq!(
+            claims.update(Some(&a), Some(&claimant(&a_key, 100, &moved))),
+            vec![key("b")]
+        );
+        assert_eq!(claims.held_by_other(&key("b"), &b.claims()), None);
+    }
+
+    #[test]
+    fn an_invalid_policy_still_claims_what_its_route_in_place_routes() {
+        let mut claims = Claims::default();
+        let (a_key, b_key) = (key("a"), key("b"));
+        let mut broken = policy("a", "");
+        broken.metadata.namespace = Some("ns".into());
+        let invalid = Spec::Invalid(std::sync::Arc::new(
+            crate::sources::local::policies::Invalid {
+                problems: std::sync::Arc::from([]),
+                target: crate::route::RouteTarget::of(&broken),
+                service: "api".into(),
+                status: None,
+            },
+        ));
+        let b_spec = valid(&policy("b", "y"));
+        claims.update(None, Some(&claimant(&a_key, 100, &invalid)));
+        claims.update(None, Some(&claimant(&b_key, 200, &b_spec)));
+        assert_eq!(
+            claims
+                .held_by_other(&b_key, &b_spec.claims("ns"))
+                .map(|h| h.1),
+            Some(a_key)
+        );
     }
 
     #[test]
     fn gateway_routes_claim_each_hostname_and_path_on_each_listener() {
-        let mut p = policy("edge", 100, "api-a");
+        let mut p = policy("edge", "api-a");
         p.spec.output = Output::HttpRoute;
         p.spec.http_route = Some(HttpRouteSpec {
             gateways: vec![GatewayParent {
@@ -201,7 +261,11 @@ mod tests {
             path_prefix: Some("/api".into()),
             ..HttpRouteSpec::on_port(8080)
         });
-        let claims: Vec<String> = Claim::of(&p).iter().map(ToString::to_string).collect();
+        let claims: Vec<String> = valid(&p)
+            .claims("ns")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(
             claims,
             [

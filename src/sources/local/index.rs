@@ -7,11 +7,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use smallvec::SmallVec;
 
 use crate::{
-    api::FailoverPolicy,
     digest::digest,
     observation::{Namespace, PolicyKey, RemoteService, ServiceKey},
-    route::{RouteKey, RouteKind, RouteTarget},
-    sources::local::policies::key_of,
+    policy::ValidPolicy,
+    route::{RouteKey, RouteKind},
 };
 
 /// What one policy references: its Services (sorted, distinct) and its route's name. Boxed
@@ -24,25 +23,21 @@ struct References {
 }
 
 impl References {
-    fn of(policy: &FailoverPolicy) -> Self {
-        let spec = &policy.spec;
-        let mut services: Vec<Box<str>> = std::iter::once(&spec.service)
-            .chain(std::iter::once(&spec.primary))
-            .chain(spec.secondaries.iter().map(|s| &s.service))
-            .map(|s| Box::from(s.as_str()))
+    fn of(policy: &ValidPolicy) -> Self {
+        let mut services: Vec<Box<str>> = std::iter::once(policy.service.as_str())
+            .chain(policy.backend_names())
+            .map(Box::from)
             .collect();
         services.sort();
         services.dedup();
-        let target = RouteTarget::of(policy);
-        let namespace = policy.metadata.namespace.clone().unwrap_or_default();
-        let remote = spec
-            .remote_backends()
-            .map(|(service, from)| RemoteService::of(from, &namespace, service))
-            .collect();
         Self {
             services,
-            route: (target.kind(), target.name.into()),
-            remote,
+            route: (policy.route.kind(), policy.route.name.as_str().into()),
+            remote: policy
+                .backends
+                .iter()
+                .filter_map(|b| b.remote.clone())
+                .collect(),
         }
     }
 }
@@ -61,9 +56,9 @@ pub struct PolicyIndex {
     by_service: HashMap<u64, Names>,
     /// By a digest of the route's key.
     by_route: HashMap<u64, Names>,
-    /// Policies indexed. What each references is not kept: the policy table holds the policy,
-    /// and a change hands the index the version it indexed before (3.7 MiB of references at
-    /// 10,000 policies before).
+    /// Policies indexed (the valid ones). What each references is not kept: the policy table
+    /// holds the validated policy, and a change hands the index the version it indexed before
+    /// (3.7 MiB of references at 10,000 policies before).
     policies: usize,
     /// Policies per output kind.
     kinds: HashMap<RouteKind, usize>,
@@ -142,15 +137,30 @@ impl PolicyIndex {
             .unwrap_or_default()
     }
 
-    /// Indexes a new or changed policy; `previous` is the version indexed before, if any.
-    pub fn upsert(&mut self, previous: Option<&FailoverPolicy>, policy: &FailoverPolicy) {
-        let Some(key) = key_of(policy) else { return };
-        let refs = References::of(policy);
-        match previous.map(References::of) {
-            Some(old) if old == refs => return,
-            Some(old) => self.unlink_all(&key, &old),
-            None => self.policies += 1,
+    /// Indexes a policy's change: `before` as indexed before, `after` now (none: an invalid or
+    /// deleted policy, which references nothing the pipeline reads).
+    pub fn update(
+        &mut self,
+        key: &PolicyKey,
+        before: Option<&ValidPolicy>,
+        after: Option<&ValidPolicy>,
+    ) {
+        let old = before.map(References::of);
+        let refs = after.map(References::of);
+        if old == refs {
+            return;
         }
+        if let Some(old) = old {
+            self.unlink_all(key, &old);
+            self.policies = self.policies.saturating_sub(1);
+        }
+        if let Some(refs) = refs {
+            self.link_all(key, &refs);
+            self.policies += 1;
+        }
+    }
+
+    fn link_all(&mut self, key: &PolicyKey, refs: &References) {
         let name = &key.name;
         for svc in &refs.services {
             link(
@@ -162,21 +172,14 @@ impl PolicyIndex {
                 name,
             );
         }
-        link(&mut self.by_route, route_key(&key, &refs), name);
+        link(&mut self.by_route, route_key(key, refs), name);
         *self.kinds.entry(refs.route.0).or_default() += 1;
         for remote in &refs.remote {
             let policies = self.by_remote.entry(remote.clone()).or_default();
-            if !policies.contains(&key) {
+            if !policies.contains(key) {
                 policies.push(key.clone());
             }
         }
-    }
-
-    /// Forgets a policy (as it was indexed).
-    pub fn remove(&mut self, policy: &FailoverPolicy) {
-        let Some(key) = key_of(policy) else { return };
-        self.unlink_all(&key, &References::of(policy));
-        self.policies = self.policies.saturating_sub(1);
     }
 
     fn unlink_all(&mut self, key: &PolicyKey, refs: &References) {
@@ -233,9 +236,9 @@ fn unlink(map: &mut HashMap<u64, Names>, target: impl std::hash::Hash, policy: &
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{FailoverPolicySpec, SecondaryBackend};
+    use crate::api::{FailoverPolicy, FailoverPolicySpec, SecondaryBackend};
 
-    fn policy(name: &str, primary: &str, secondaries: &[&str]) -> FailoverPolicy {
+    fn policy(name: &str, primary: &str, secondaries: &[&str]) -> ValidPolicy {
         let mut p = FailoverPolicy::new(
             name,
             FailoverPolicySpec {
@@ -249,14 +252,18 @@ mod tests {
             },
         );
         p.metadata.namespace = Some("ns".into());
-        p
+        crate::validate::validate(&p).expect("valid")
+    }
+
+    fn key(name: &str) -> PolicyKey {
+        PolicyKey::new("ns", name)
     }
 
     #[test]
     fn finds_policies_by_backend_service_and_forgets_removed_references() {
         let mut index = PolicyIndex::default();
-        index.upsert(None, &policy("p1", "a", &["b"]));
-        index.upsert(None, &policy("p2", "a", &["c"]));
+        index.update(&key("p1"), None, Some(&policy("p1", "a", &["b"])));
+        index.update(&key("p2"), None, Some(&policy("p2", "a", &["c"])));
         let svc = |n: &str| ServiceKey::new("ns", n);
         assert_eq!(index.policies_for_service(&svc("a")).len(), 2);
         assert_eq!(
@@ -264,9 +271,13 @@ mod tests {
             vec![PolicyKey::new("ns", "p1")]
         );
         // p1 stops referencing b.
-        index.upsert(Some(&policy("p1", "a", &["b"])), &policy("p1", "a", &["d"]));
+        index.update(
+            &key("p1"),
+            Some(&policy("p1", "a", &["b"])),
+            Some(&policy("p1", "a", &["d"])),
+        );
         assert!(index.policies_for_service(&svc("b")).is_empty());
-        index.remove(&policy("p2", "a", &["c"]));
+        index.update(&key("p2"), Some(&policy("p2", "a", &["c"])), None);
         assert_eq!(index.len(), 1);
         assert_eq!(
             index.policies_for_service(&svc("a")),
@@ -294,14 +305,14 @@ mod tests {
     fn a_removed_policy_leaves_nothing_behind() {
         let mut index = PolicyIndex::default();
         let p1 = policy("p1", "a", &["b", "c"]);
-        index.upsert(None, &p1);
-        index.upsert(Some(&p1), &policy("p1", "a", &["d"]));
+        index.update(&key("p1"), None, Some(&p1));
+        index.update(&key("p1"), Some(&p1), Some(&policy("p1", "a", &["d"])));
         assert!(
             index
                 .policies_for_service(&ServiceKey::new("ns", "b"))
                 .is_empty()
         );
-        index.remove(&policy("p1", "a", &["d"]));
+        index.update(&key("p1"), Some(&policy("p1", "a", &["d"])), None);
         assert!(index.by_service.is_empty() && index.by_route.is_empty());
         assert!(index.is_empty());
     }

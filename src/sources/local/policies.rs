@@ -1,122 +1,210 @@
 //! The policy table: every FailoverPolicy of the watched scope, held once, keyed by namespace
-//! and name. The policy watch fills it and the work queue reads it.
+//! and name, in the form the pipeline reads. The policy watch fills it and the work queue reads
+//! it.
 //!
 //! The table is a [`Store`]: a relist is applied in place, and a listed policy whose version did
-//! not change is no change at all (nothing is woken for it, nothing is encoded).
+//! not change is no change at all (nothing is woken for it, nothing is validated).
 //!
-//! Each policy is held as its compact JSON, one allocation, and decoded when a reconcile takes
-//! it. Measured on a policy of the benchmark (three backends, its status written): 2,190 bytes
-//! in 32 allocations as an object, 1,532 bytes as JSON, about 1 KiB less per policy with the
-//! allocator's overhead (10 MiB at 10,000 policies); decoding it takes 3.8 µs (release build),
-//! once per reconcile.
+//! Each policy is held as
+//! - its identity: uid, generation, resource version, creation time, whether it is being deleted;
+//! - its spec as validated ([`Spec`]), once per generation: the policy watch validates a policy
+//!   whose uid and generation it has not seen (a query's check and parse, which compiles regexes,
+//!   off the thread that serves `/healthz`), and every reconcile, the index, the claims and the
+//!   health poller read that one value. A change of metadata or status (an annotation, the
+//!   controller's own status write) validates nothing again;
+//! - its status as last written, compact ([`LastStatus`]: what the decide and status steps read,
+//!   and a digest of the whole); an invalid policy's status is held whole too, as its status step
+//!   keeps it (what is in place).
 //!
-//! The JSON is held LZ4-compressed against a dictionary: the JSON of one policy of the table,
-//! the first one seen with a status. Policies written by one controller share their field
-//! names, condition reasons and message shapes, so what is left is their names, uids and times:
-//! a 1,544-byte policy of the benchmark's shape compresses to 229 bytes against another's JSON
-//! (and to 809 without a dictionary). Every entry keeps the dictionary it was compressed with,
-//! so choosing a better one later never touches the entries already held. The watch event's object itself feeds the index and the health pollers;
-//! the version it replaces (or the one deleted) is decoded once for the index, which keeps no
-//! copy of what each policy references.
-//!
-//! Beside it, an entry of a policy with a health query holds the policy as validated
-//! ([`Validated`]), once per generation: the policy watch validates such a policy whose
-//! generation it has not seen (its query's check and parse, which compiles regexes, off the
-//! thread that serves `/healthz`), and every reconcile and the health poller read that result.
-//! A change of metadata or status (an annotation, the controller's own status write) validates
-//! nothing again. Any other policy (no regex to compile) is validated by each reconcile:
-//! holding every policy's validated form took the churn phase at 10,000 policies from a peak of
-//! 40.2 to 55.1 MiB, its heap from 16.6 to 28.3 MiB and its live allocations from 93,445 to
-//! 241,178 (docs/bench-runs, runs 20261126-0156 and 20261126-1222, the second stopped by hand).
+//! The object itself is not kept: the watch event's object seeds the health poller's readings
+//! and is dropped.
 
 use std::sync::Arc;
 
-use kube::runtime::watcher;
-use tracing::warn;
+use k8s_openapi::{
+    api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::OwnerReference,
+};
+use kube::{Resource, runtime::watcher};
 
 use crate::{
-    api::FailoverPolicy,
+    api::{FailoverPolicy, FailoverPolicyStatus},
+    last_status::LastStatus,
     observation::PolicyKey,
-    policy::Validated,
+    policy::{SpecProblem, ValidPolicy, Validated},
+    route::{Claim, RouteTarget},
     sources::store::{self, Keep, Store},
 };
 
-/// What a watch event changed in the table.
+/// A policy's spec, as validated for its generation.
+#[derive(Clone, Debug)]
+pub enum Spec {
+    /// Valid: what the pipeline reads.
+    Valid(Arc<ValidPolicy>),
+    /// Invalid: the problems, and what its status step keeps.
+    Invalid(Arc<Invalid>),
+}
+
+/// An invalid policy: why, the route it owns, and its status as last written, whole.
+#[derive(Debug)]
+pub struct Invalid {
+    /// Every rule it breaks.
+    pub problems: Arc<[SpecProblem]>,
+    /// The route it owns (its status names it; it stays in place while the spec is invalid).
+    pub target: RouteTarget,
+    /// Its apex Service: its route, in place, still claims it.
+    pub service: Box<str>,
+    /// Its status as the watch last delivered it.
+    pub status: Option<FailoverPolicyStatus>,
+}
+
+impl Spec {
+    /// The valid policy, if it is one.
+    pub fn valid(&self) -> Option<&Arc<ValidPolicy>> {
+        match self {
+            Spec::Valid(valid) => Some(valid),
+            Spec::Invalid(_) => None,
+        }
+    }
+
+    /// Everything the policy's route claims (an invalid policy's route stays in place, so it
+    /// still claims what it routes).
+    pub fn claims(&self, namespace: &str) -> Vec<Claim> {
+        match self {
+            Spec::Valid(valid) => Claim::of(valid),
+            Spec::Invalid(invalid) => Claim::of_route(namespace, &invalid.service, &invalid.target),
+        }
+    }
+
+    /// The route the policy owns.
+    pub fn target(&self) -> &RouteTarget {
+        match self {
+            Spec::Valid(valid) => &valid.route,
+            Spec::Invalid(invalid) => &invalid.target,
+        }
+    }
+}
+
+/// Who a policy is: what the pipeline reads of its metadata.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Change {
-    /// The policy is new or changed; `previous` is the version the table held before, if any.
-    Applied {
-        /// The policy now.
-        policy: Arc<FailoverPolicy>,
-        /// The version before.
-        previous: Option<Box<FailoverPolicy>>,
-        /// The policy as validated, when this version was validated anew (a new generation of
-        /// a policy with a health query).
-        revalidated: Option<Validated>,
-    },
-    /// The policy is gone (the version the table held).
-    Deleted(Box<FailoverPolicy>),
-    /// A complete list has been applied (the first list, or a relist).
-    Listed,
+pub struct Identity {
+    /// Its uid (the owner of its route, the writer of its status).
+    pub uid: Box<str>,
+    /// Its generation.
+    pub generation: Option<i64>,
+    /// Its resource version, when it is a number (as etcd-backed API servers issue them).
+    pub version: Option<u64>,
+    /// Its creationTimestamp, in seconds (none: `i64::MAX`, the youngest of all).
+    pub created: i64,
+    /// It is being deleted.
+    pub deleting: bool,
+}
+
+impl Identity {
+    fn of(policy: &FailoverPolicy) -> Self {
+        let meta = &policy.metadata;
+        Self {
+            uid: meta.uid.as_deref().unwrap_or_default().into(),
+            generation: meta.generation,
+            version: version_of(policy),
+            created: meta
+                .creation_timestamp
+                .as_ref()
+                .map_or(i64::MAX, |t| t.0.as_second()),
+            deleting: meta.deletion_timestamp.is_some(),
+        }
+    }
+
+    /// Whether this is the identity of the same object at the same generation.
+    fn same_generation(&self, policy: &FailoverPolicy) -> bool {
+        self.generation.is_some()
+            && policy.metadata.generation == self.generation
+            && policy.metadata.uid.as_deref() == Some(&*self.uid)
+    }
+}
+
+/// A policy as the table holds it, with its key.
+#[derive(Clone, Debug)]
+pub struct Held {
+    /// Its namespace and name.
+    pub key: PolicyKey,
+    /// Who it is.
+    pub identity: Identity,
+    /// Its spec, validated for its generation.
+    pub spec: Spec,
+    /// Its status as last written, compact.
+    pub last: Option<LastStatus>,
+}
+
+impl Held {
+    /// The policy as the controller of what it generates; `None` without a uid (never true of
+    /// an object read from the API server).
+    pub fn owner_reference(&self) -> Option<OwnerReference> {
+        (!self.identity.uid.is_empty()).then(|| OwnerReference {
+            api_version: FailoverPolicy::api_version(&()).into(),
+            kind: FailoverPolicy::kind(&()).into(),
+            name: self.key.name.to_string(),
+            uid: self.identity.uid.to_string(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        })
+    }
+
+    /// A reference to the policy, for its Events.
+    pub fn object_reference(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some(FailoverPolicy::api_version(&()).into()),
+            kind: Some(FailoverPolicy::kind(&()).into()),
+            namespace: Some(self.key.namespace.to_string()),
+            name: Some(self.key.name.to_string()),
+            uid: Some(self.identity.uid.to_string()),
+            resource_version: self.identity.version.map(|v| v.to_string()),
+            field_path: None,
+        }
+    }
 }
 
 #[derive(Debug)]
 struct Entry {
-    /// The policy as compact JSON, compressed against `dictionary`.
-    packed: Box<[u8]>,
-    /// The dictionary it was compressed against.
-    dictionary: Arc<[u8]>,
-    /// Its resource version, when it is a number (as etcd-backed API servers issue them).
-    version: Option<u64>,
-    /// The policy as validated, for a policy with a health query only.
-    valid: Option<Validation>,
+    identity: Identity,
+    spec: Spec,
+    last: Option<LastStatus>,
 }
 
-/// A policy as validated, and which policy and generation it is of.
-#[derive(Debug)]
-struct Validation {
-    valid: Validated,
-    uid: Option<String>,
-    generation: Option<i64>,
-}
-
-impl Validation {
-    /// Whether this is the validation of `policy`'s uid and generation.
-    fn of(&self, policy: &FailoverPolicy) -> bool {
-        self.generation.is_some()
-            && policy.metadata.generation == self.generation
-            && policy.metadata.uid == self.uid
-    }
-}
-
-/// A policy as the table holds it: the object and, for a policy with a health query, its
-/// validated form.
+/// What a watch event changed in the table.
 #[derive(Clone, Debug)]
-pub struct Held {
-    /// The policy.
-    pub policy: Arc<FailoverPolicy>,
-    /// Its spec as validated for its generation, when the table holds it (a policy with a health
-    /// query); else the reconcile validates it.
-    pub valid: Option<Validated>,
+pub enum Change {
+    /// The policy is new or changed.
+    Applied {
+        /// The policy now.
+        held: Box<Held>,
+        /// The policy before, if the table held it.
+        previous: Option<Box<Held>>,
+        /// The watch event's object (its status seeds the health poller's readings).
+        object: Arc<FailoverPolicy>,
+        /// Its spec was validated anew (a new generation).
+        revalidated: bool,
+    },
+    /// The policy is gone (as the table held it).
+    Deleted(Held),
+    /// A complete list has been applied (the first list, or a relist).
+    Listed,
 }
 
 /// Every policy of the watched scope.
 #[derive(Debug, Default)]
 pub struct PolicyTable {
     store: Store<PolicyKey, Entry>,
-    /// What new entries are compressed against.
-    dictionary: Dictionary,
 }
 
-/// How the table keeps a policy: packed, with its validation (fresh, or carried over from the
-/// version before); the applied policy itself is kept aside for the change it makes.
-struct Packing<'a> {
-    dictionary: &'a mut Dictionary,
-    valid: Option<Validation>,
+/// How the table keeps a policy: its spec as validated (fresh, or carried over from the version
+/// before); the applied object itself is kept aside for the change it makes.
+struct Holding {
+    spec: Option<Spec>,
+    revalidated: bool,
     applied: Option<Arc<FailoverPolicy>>,
 }
 
-impl Keep<FailoverPolicy> for Packing<'_> {
+impl Keep<FailoverPolicy> for Holding {
     type Key = PolicyKey;
     type Entry = Entry;
 
@@ -129,25 +217,38 @@ impl Keep<FailoverPolicy> for Packing<'_> {
     }
 
     fn unchanged(&self, held: &Entry, policy: &FailoverPolicy) -> bool {
-        held.version.is_some() && held.version == version_of(policy)
+        held.identity.version.is_some() && held.identity.version == version_of(policy)
     }
 
     fn entry(&mut self, policy: FailoverPolicy) -> Entry {
-        // Never expected to fail: the policy was decoded from JSON; an empty entry is read back
-        // as undecodable (and logged) rather than held wrong.
-        let json = serde_json::to_vec(&policy)
-            .inspect_err(|error| warn!(policy = ?key_of(&policy), %error, "policy unencodable"))
-            .unwrap_or_default();
-        let dictionary = self.dictionary.for_policy(&json, policy.status.is_some());
+        let spec = match self.spec.take() {
+            Some(spec) => spec,
+            // Never expected: the watch validates what the table does not hold.
+            None => {
+                self.revalidated = true;
+                spec_of(&policy, crate::validate::validated(&policy))
+            }
+        };
         let entry = Entry {
-            packed: lz4_flex::block::compress_prepend_size_with_dict(&json, &dictionary)
-                .into_boxed_slice(),
-            dictionary,
-            version: version_of(&policy),
-            valid: self.valid.take(),
+            identity: Identity::of(&policy),
+            last: policy.status.as_ref().map(LastStatus::of),
+            spec,
         };
         self.applied = Some(Arc::new(policy));
         entry
+    }
+}
+
+/// A policy's spec as held, from its validation.
+fn spec_of(policy: &FailoverPolicy, valid: Validated) -> Spec {
+    match valid {
+        Ok(valid) => Spec::Valid(valid),
+        Err(problems) => Spec::Invalid(Arc::new(Invalid {
+            problems,
+            target: RouteTarget::of(policy),
+            service: policy.spec.service.as_str().into(),
+            status: policy.status.clone(),
+        })),
     }
 }
 
@@ -155,47 +256,25 @@ fn version_of(policy: &FailoverPolicy) -> Option<u64> {
     policy.metadata.resource_version.as_deref()?.parse().ok()
 }
 
-/// The JSON of one policy, new entries' dictionary: the first policy seen, until one with a
-/// status is seen.
-#[derive(Debug, Default)]
-struct Dictionary {
-    json: Option<Arc<[u8]>>,
-    has_status: bool,
-}
-
-impl Dictionary {
-    /// The dictionary for this policy's JSON, which becomes it if it is a better one.
-    fn for_policy(&mut self, json: &[u8], has_status: bool) -> Arc<[u8]> {
-        match &self.json {
-            Some(json) if self.has_status || !has_status => json.clone(),
-            _ => {
-                self.has_status = has_status;
-                self.json.insert(Arc::from(json)).clone()
-            }
-        }
-    }
-}
-
 impl PolicyTable {
     /// The policy, if the table has it.
     pub fn get(&self, key: &PolicyKey) -> Option<Held> {
-        let entry = self.store.get(key)?;
-        Some(Held {
-            policy: Arc::new(decode(key, entry)?),
-            valid: entry.valid.as_ref().map(|v| v.valid.clone()),
-        })
+        self.store.get(key).map(|entry| held(key, entry))
     }
 
-    /// Whether this version of a policy must be validated before [`Self::apply`] takes it: it
-    /// has a health query, and the table holds no validation of its uid and generation.
+    /// Whether this version of a policy must be validated before [`Self::apply`] takes it: the
+    /// table holds no validation of its uid and generation.
     pub fn needs_validation(&self, policy: &FailoverPolicy) -> bool {
-        policy.spec.health.is_some() && self.held_validation(policy).is_none()
+        self.held_spec(policy).is_none()
     }
 
-    /// The validation the table holds of this policy's uid and generation.
-    fn held_validation(&self, policy: &FailoverPolicy) -> Option<Validated> {
-        let held = self.store.get(&key_of(policy)?)?.valid.as_ref()?;
-        held.of(policy).then(|| held.valid.clone())
+    /// The spec the table holds of this policy's uid and generation.
+    fn held_spec(&self, policy: &FailoverPolicy) -> Option<&Spec> {
+        let entry = self.store.get(&key_of(policy)?)?;
+        entry
+            .identity
+            .same_generation(policy)
+            .then_some(&entry.spec)
     }
 
     /// Every policy's key.
@@ -216,38 +295,32 @@ impl PolicyTable {
         event: watcher::Event<FailoverPolicy>,
         fresh: Option<Validated>,
     ) -> (Vec<Change>, Option<u64>) {
-        let valid = match &event {
-            watcher::Event::Apply(p) | watcher::Event::InitApply(p) if p.spec.health.is_some() => {
-                fresh
-                    .clone()
-                    .or_else(|| self.held_validation(p))
-                    .map(|valid| Validation {
-                        valid,
-                        uid: p.metadata.uid.clone(),
-                        generation: p.metadata.generation,
-                    })
-            }
+        let revalidated = fresh.is_some();
+        let spec = match &event {
+            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => match fresh {
+                Some(valid) => Some(spec_of(p, valid)),
+                None => self.held_spec(p).cloned().map(|spec| refreshed(spec, p)),
+            },
             _ => None,
         };
-        let mut packing = Packing {
-            dictionary: &mut self.dictionary,
-            valid,
+        let mut holding = Holding {
+            revalidated,
+            spec,
             applied: None,
         };
-        let applied = self.store.apply(event, &mut packing);
-        let mut applied_policy = packing.applied;
+        let applied = self.store.apply(event, &mut holding);
+        let mut object = holding.applied;
         let mut changes: Vec<Change> = applied
             .changes
             .into_iter()
             .filter_map(|change| match change {
                 store::Change::Applied { key, previous } => Some(Change::Applied {
-                    policy: applied_policy.take()?,
-                    previous: previous.and_then(|p| decode(&key, &p)).map(Box::new),
-                    revalidated: fresh.clone(),
+                    held: Box::new(self.get(&key)?),
+                    previous: previous.map(|p| Box::new(held(&key, &p))),
+                    object: object.take()?,
+                    revalidated: holding.revalidated,
                 }),
-                store::Change::Deleted { key, entry } => {
-                    decode(&key, &entry).map(|p| Change::Deleted(Box::new(p)))
-                }
+                store::Change::Deleted { key, entry } => Some(Change::Deleted(held(&key, &entry))),
             })
             .collect();
         if applied.listed {
@@ -257,19 +330,27 @@ impl PolicyTable {
     }
 }
 
-/// The policy an entry holds.
-fn decode(key: &PolicyKey, entry: &Entry) -> Option<FailoverPolicy> {
-    // Never expected to fail: the table encoded it itself.
-    let undecodable = |error: &dyn std::fmt::Display| {
-        warn!(namespace = %key.namespace, policy = %key.name, %error, "policy undecodable");
-    };
-    let json =
-        lz4_flex::block::decompress_size_prepended_with_dict(&entry.packed, &entry.dictionary)
-            .inspect_err(|e| undecodable(e))
-            .ok()?;
-    serde_json::from_slice(&json)
-        .inspect_err(|e| undecodable(e))
-        .ok()
+/// A held spec carried over to a new version of the same generation: an invalid policy's
+/// whole status is the new version's.
+fn refreshed(spec: Spec, policy: &FailoverPolicy) -> Spec {
+    match spec {
+        Spec::Valid(_) => spec,
+        Spec::Invalid(invalid) => Spec::Invalid(Arc::new(Invalid {
+            problems: invalid.problems.clone(),
+            target: invalid.target.clone(),
+            service: invalid.service.clone(),
+            status: policy.status.clone(),
+        })),
+    }
+}
+
+fn held(key: &PolicyKey, entry: &Entry) -> Held {
+    Held {
+        key: key.clone(),
+        identity: entry.identity.clone(),
+        spec: entry.spec.clone(),
+        last: entry.last.clone(),
+    }
 }
 
 /// A policy's key; `None` without a namespace or name.
@@ -283,21 +364,31 @@ pub fn key_of(policy: &FailoverPolicy) -> Option<PolicyKey> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::FailoverPolicySpec;
+    use crate::api::{FailoverPolicySpec, SecondaryBackend};
 
     fn policy(name: &str, version: &str) -> FailoverPolicy {
-        let mut p = FailoverPolicy::new(name, FailoverPolicySpec::default());
+        let mut p = FailoverPolicy::new(
+            name,
+            FailoverPolicySpec {
+                service: "web".into(),
+                primary: "web-a".into(),
+                secondaries: vec![SecondaryBackend::new("web-b")],
+                ..Default::default()
+            },
+        );
         p.metadata.namespace = Some("ns".into());
+        p.metadata.uid = Some(format!("uid-{name}"));
+        p.metadata.generation = Some(1);
         p.metadata.resource_version = Some(version.into());
         p
     }
 
-    /// Applies an event, validating (as nothing) what the table asks to have validated.
+    /// Applies an event, validating what the table asks to have validated.
     fn apply(table: &mut PolicyTable, event: watcher::Event<FailoverPolicy>) -> Vec<Change> {
         let fresh = match &event {
             watcher::Event::Apply(p) | watcher::Event::InitApply(p) => table
                 .needs_validation(p)
-                .then(|| Err(Arc::from(Vec::new()))),
+                .then(|| crate::validate::validated(p)),
             _ => None,
         };
         table.apply(event, fresh).0
@@ -307,10 +398,8 @@ mod tests {
         changes
             .iter()
             .map(|c| match c {
-                Change::Applied { policy, .. } => {
-                    format!("+{}", policy.metadata.name.as_deref().unwrap_or(""))
-                }
-                Change::Deleted(p) => format!("-{}", p.metadata.name.as_deref().unwrap_or("")),
+                Change::Applied { held, .. } => format!("+{}", held.key.name),
+                Change::Deleted(held) => format!("-{}", held.key.name),
                 Change::Listed => "listed".to_string(),
             })
             .collect()
@@ -369,77 +458,72 @@ mod tests {
     }
 
     #[test]
-    fn policies_are_held_compressed_and_read_back_whole_across_dictionaries() {
-        let with_status = |name: &str, version: &str| {
-            let mut p = policy(name, version);
-            p.spec.primary = format!("{name}-primary");
-            p.status = Some(crate::api::FailoverPolicyStatus {
-                observed_generation: Some(1),
-                active_backends: vec![format!("{name}-primary")],
-                active_summary: Some(format!("{name}-primary")),
-                ..Default::default()
-            });
-            p
-        };
+    fn a_policy_is_held_validated_with_its_identity_and_its_last_status() {
         let mut table = PolicyTable::default();
-        // The first policy, without a status, is the dictionary until one with a status comes.
-        apply(&mut table, watcher::Event::Apply(policy("plain", "1")));
-        apply(&mut table, watcher::Event::Apply(with_status("first", "2")));
-        apply(
-            &mut table,
-            watcher::Event::Apply(with_status("second", "3")),
+        let mut written = policy("a", "7");
+        written.status = Some(crate::api::FailoverPolicyStatus {
+            observed_generation: Some(1),
+            active_backends: vec!["web-a".into()],
+            ..Default::default()
+        });
+        apply(&mut table, watcher::Event::Apply(written.clone()));
+        let held = table.get(&PolicyKey::new("ns", "a")).expect("held");
+        assert_eq!(
+            (
+                &*held.identity.uid,
+                held.identity.generation,
+                held.identity.version
+            ),
+            ("uid-a", Some(1), Some(7))
         );
-        for (name, version) in [("plain", "1"), ("first", "2"), ("second", "3")] {
-            let expected = if name == "plain" {
-                policy(name, version)
-            } else {
-                with_status(name, version)
-            };
-            let held = table.get(&PolicyKey::new("ns", name)).map(|h| h.policy);
-            assert_eq!(held.as_deref(), Some(&expected), "{name}");
-        }
-        let entry = table
-            .store
-            .get(&PolicyKey::new("ns", "second"))
-            .expect("held");
-        let json = serde_json::to_vec(&with_status("second", "3")).unwrap_or_default();
-        assert!(
-            entry.packed.len() * 2 < json.len(),
-            "{} bytes held for {} bytes of JSON",
-            entry.packed.len(),
-            json.len()
+        assert_eq!(
+            held.spec
+                .valid()
+                .map(|v| v.backend_names().collect::<Vec<_>>()),
+            Some(vec!["web-a", "web-b"])
         );
+        let last = held.last.expect("a last status");
+        assert!(last.is(written.status.as_ref().expect("status")));
+        assert_eq!(last.active().collect::<Vec<_>>(), ["web-a"]);
+
+        // An invalid policy keeps its whole status, and the route it would own.
+        let mut invalid = written.clone();
+        invalid.metadata.generation = Some(2);
+        invalid.metadata.resource_version = Some("8".into());
+        invalid.spec.primary = String::new();
+        apply(&mut table, watcher::Event::Apply(invalid.clone()));
+        let held = table.get(&PolicyKey::new("ns", "a")).expect("held");
+        let Spec::Invalid(kept) = &held.spec else {
+            panic!("an empty primary is invalid")
+        };
+        assert_eq!(kept.status, invalid.status);
+        assert_eq!(kept.target.name, "a");
     }
 
     #[test]
-    fn a_policy_with_a_health_query_is_validated_once_per_generation() {
+    fn a_policy_is_validated_once_per_generation() {
         let mut table = PolicyTable::default();
         let versioned = |version: &str, generation: i64| {
             let mut p = policy("a", version);
             p.metadata.generation = Some(generation);
-            p.metadata.uid = Some("uid-a".into());
-            p.spec.health = serde_json::from_value(
-                serde_json::json!({"prometheus": {"query": "up", "max": 1.0}}),
-            )
-            .ok();
             p
         };
-        assert!(
-            !table.needs_validation(&policy("plain", "1")),
-            "a reconcile validates a policy without a health query"
-        );
         assert!(table.needs_validation(&versioned("1", 1)));
-        table.apply(
-            watcher::Event::Apply(versioned("1", 1)),
-            Some(Err(Arc::from([]))),
-        );
-        // An annotation or a status write: a new version of the same generation.
-        assert!(!table.needs_validation(&versioned("2", 1)));
-        let (changes, _) = table.apply(watcher::Event::Apply(versioned("2", 1)), None);
+        let changes = apply(&mut table, watcher::Event::Apply(versioned("1", 1)));
         assert!(matches!(
             changes.as_slice(),
             [Change::Applied {
-                revalidated: None,
+                revalidated: true,
+                ..
+            }]
+        ));
+        // An annotation or a status write: a new version of the same generation.
+        assert!(!table.needs_validation(&versioned("2", 1)));
+        let changes = apply(&mut table, watcher::Event::Apply(versioned("2", 1)));
+        assert!(matches!(
+            changes.as_slice(),
+            [Change::Applied {
+                revalidated: false,
                 ..
             }]
         ));

@@ -9,7 +9,8 @@ use proptest::prelude::{any, prop_assert, prop_assert_eq, proptest};
 use super::{plan::Transition, strategy::proportional_weights, *};
 use crate::{
     api::{
-        FailoverPolicy, FailoverPolicySpec, ReadinessSpec, SecondaryBackend, TrafficSplitSpec, time,
+        FailoverPolicy, FailoverPolicySpec, FailoverPolicyStatus, ReadinessSpec, SecondaryBackend,
+        TrafficSplitSpec, time,
     },
     api::{
         Phase,
@@ -19,6 +20,7 @@ use crate::{
         },
     },
     applied::Applied,
+    last_status::LastStatus,
     route::{RouteTarget, RouteView, RulesDigest},
     status::{Decided, Outcome, StatusInput, build},
     validate::validate,
@@ -60,7 +62,8 @@ pub(crate) fn decide(
 ) -> Decision {
     let policy = policy_of(spec);
     let valid = validate(&policy).expect("valid policy");
-    let plan = super::decide(&valid, observations, previous, now);
+    let last = previous.map(LastStatus::of);
+    let plan = super::decide(&valid, observations, last.as_ref(), now);
     let target = RouteTarget::of(&policy);
     let decided_reason = super::conditions::verdicts(&valid, &plan)[0].reason.clone();
     // Suspended, the route stays as the previous status describes it (the route in place).
@@ -93,7 +96,8 @@ pub(crate) fn decide(
     let status = build(&StatusInput {
         generation: None,
         target: &target,
-        previous,
+        previous: last.as_ref(),
+        whole: previous,
         outcome: &outcome,
         now,
     });

@@ -35,7 +35,8 @@ use chrono::{DateTime, Utc};
 pub use self::plan::{Plan, Routing, Rule};
 use self::{previous::Previous, readiness::BackendState};
 use crate::{
-    api::{FailoverPolicyStatus, Strategy, Timestamp},
+    api::{Strategy, Timestamp},
+    last_status::LastStatus,
     observation::BackendObservation,
     policy::ValidPolicy,
 };
@@ -50,7 +51,7 @@ pub use strategy::PROPORTIONAL_TOTAL;
 pub fn decide(
     policy: &ValidPolicy,
     observations: &[BackendObservation],
-    previous: Option<&FailoverPolicyStatus>,
+    previous: Option<&LastStatus>,
     now: DateTime<Utc>,
 ) -> Plan {
     let now = truncate_to_millis(now);

@@ -3,9 +3,10 @@
 
 use crate::{
     api::{
-        FailoverPolicyStatus, Phase, Timestamp,
+        Phase, Timestamp,
         conditions::{PINNED, READY, pinned, ready},
     },
+    last_status::LastStatus,
     policy::ValidPolicy,
 };
 
@@ -35,7 +36,7 @@ pub struct Previous {
 
 impl Previous {
     /// Reads the previous status against the current list of backends.
-    pub fn of(policy: &ValidPolicy, status: Option<&FailoverPolicyStatus>) -> Self {
+    pub fn of(policy: &ValidPolicy, status: Option<&LastStatus>) -> Self {
         let Some(status) = status else {
             return Self {
                 on_primary: true,
@@ -46,33 +47,18 @@ impl Previous {
         let weights = (!status.backends.is_empty()).then(|| {
             policy
                 .backend_names()
-                .map(|name| {
-                    status
-                        .backends
-                        .iter()
-                        .find(|b| b.service == name)
-                        .map_or(0, |b| b.weight.max(0))
-                })
+                .map(|name| status.backend(name).map_or(0, |b| b.weight.max(0)))
                 .collect()
         });
+        let active: Vec<String> = status.active().map(String::from).collect();
         Self {
             decided: status.phase.is_some(),
             phase: status.phase,
             weights,
-            on_primary: status.active_backends.is_empty()
-                || status
-                    .active_backends
-                    .iter()
-                    .any(|a| Some(a.as_str()) == primary),
-            active: status.active_backends.clone(),
-            ramping: status
-                .conditions
-                .iter()
-                .any(|c| c.type_ == READY && c.reason == ready::FAILBACK_RAMP),
-            pinned_not_ready: status
-                .conditions
-                .iter()
-                .any(|c| c.type_ == PINNED && c.reason == pinned::PINNED_BACKEND_NOT_READY),
+            on_primary: active.is_empty() || active.iter().any(|a| Some(a.as_str()) == primary),
+            active,
+            ramping: status.has_reason(READY, ready::FAILBACK_RAMP),
+            pinned_not_ready: status.has_reason(PINNED, pinned::PINNED_BACKEND_NOT_READY),
             last_failover_time: status.last_failover_time,
             last_failback_time: status.last_failback_time,
         }
@@ -98,12 +84,12 @@ mod tests {
     fn weights_are_read_against_the_current_backends() {
         // `b` was removed from the spec and `c` added since the status was written.
         let policy = valid(Strategy::Ordered, &[("a", None), ("c", None)]);
-        let status = FailoverPolicyStatus {
+        let status = LastStatus::of(&crate::api::FailoverPolicyStatus {
             phase: Some(Phase::FailedOver),
             active_backends: vec!["a".into()],
             backends: vec![backend("web-primary", 0), backend("a", 1), backend("b", 5)],
-            ..FailoverPolicyStatus::default()
-        };
+            ..Default::default()
+        });
         let p = Previous::of(&policy, Some(&status));
         assert_eq!(p.weights, Some(vec![0, 1, 0]));
         assert!(p.decided && !p.on_primary);

@@ -9,7 +9,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::{
-    api::FailoverPolicyStatus,
+    last_status::LastStatus,
     observation::BackendObservation,
     policy::{ReadinessRule, ValidPolicy},
 };
@@ -33,7 +33,7 @@ pub struct BackendState {
 pub fn assess(
     policy: &ValidPolicy,
     observations: &[BackendObservation],
-    previous: Option<&FailoverPolicyStatus>,
+    previous: Option<&LastStatus>,
     now: DateTime<Utc>,
 ) -> Vec<BackendState> {
     policy
@@ -47,9 +47,9 @@ pub fn assess(
             let healthy = healthy(policy, &observation);
             let ready = is_ready(&observation, policy.readiness) && healthy.is_none();
             let since = previous
-                .and_then(|p| p.backends.iter().find(|b| b.service == name))
+                .and_then(|p| p.backend(name))
                 .filter(|b| b.ready == ready)
-                .map_or(now, |b| b.last_transition_time.map_or(now, |t| t.0));
+                .map_or(now, |b| b.since.map_or(now, |t| t.0));
             let not_ready = (!ready).then(|| {
                 healthy
                     .clone()
@@ -70,14 +70,14 @@ pub fn assess(
 /// The state the previous status recorded, for a backend whose counts are not known yet.
 fn last_known(
     observation: &BackendObservation,
-    previous: Option<&FailoverPolicyStatus>,
+    previous: Option<&LastStatus>,
     name: &str,
     now: DateTime<Utc>,
 ) -> Option<BackendState> {
     if !observation.awaiting {
         return None;
     }
-    let last = previous?.backends.iter().find(|b| b.service == name)?;
+    let last = previous?.backend(name)?;
     Some(BackendState {
         service: name.to_string(),
         observation: BackendObservation {
@@ -87,8 +87,8 @@ fn last_known(
             ..observation.clone()
         },
         ready: last.ready,
-        since: last.last_transition_time.map_or(now, |t| t.0),
-        not_ready: (!last.ready).then(|| last.message.clone().unwrap_or_default()),
+        since: last.since.map_or(now, |t| t.0),
+        not_ready: (!last.ready).then(|| last.message.as_deref().unwrap_or_default().to_string()),
     })
 }
 
@@ -177,14 +177,14 @@ mod tests {
             awaiting: true,
             ..BackendObservation::default()
         };
-        let previous = FailoverPolicyStatus {
+        let previous = LastStatus::of(&crate::api::FailoverPolicyStatus {
             backends: vec![BackendStatus {
                 ready_endpoints: 2,
                 total_endpoints: 3,
                 ..crate::decide::tests::backend_status("web-east", 1)
             }],
-            ..FailoverPolicyStatus::default()
-        };
+            ..Default::default()
+        });
         let now = Utc::now();
         let kept = last_known(&awaiting, Some(&previous), "web-east", now).expect("kept");
         assert!(kept.ready);

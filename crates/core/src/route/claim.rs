@@ -4,10 +4,8 @@
 
 use std::fmt;
 
-use crate::{
-    api::{FailoverPolicy, Output},
-    observation::Namespace,
-};
+use super::{ParentKind, RouteTarget, Shape};
+use crate::{observation::Namespace, policy::ValidPolicy};
 
 /// One thing a policy routes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -54,42 +52,52 @@ impl fmt::Display for Claim {
 
 impl Claim {
     /// Everything a policy claims.
-    pub fn of(policy: &FailoverPolicy) -> Vec<Claim> {
-        let spec = &policy.spec;
-        let namespace = policy.metadata.namespace.as_deref().unwrap_or_default();
-        let route = spec.http_route.as_ref();
-        let on_apex =
-            spec.output == Output::TrafficSplit || route.is_some_and(|r| r.attaches_to_service());
-        let apex = on_apex.then(|| Claim::Apex {
+    pub fn of(policy: &ValidPolicy) -> Vec<Claim> {
+        Self::of_route(&policy.namespace, &policy.service, &policy.route)
+    }
+
+    /// Everything a route claims: `service` is its policy's apex, `namespace` its policy's.
+    pub fn of_route(namespace: &str, service: &str, route: &RouteTarget) -> Vec<Claim> {
+        let apex = || Claim::Apex {
             namespace: Namespace::new(namespace),
-            service: spec.service.as_str().into(),
-        });
-        let listeners = route
-            .filter(|_| spec.output == Output::HttpRoute)
-            .into_iter()
-            .flat_map(|r| {
-                let hostnames: Vec<&str> = if r.hostnames.is_empty() {
-                    vec!["*"]
-                } else {
-                    r.hostnames.iter().map(String::as_str).collect()
-                };
-                let path = r.path_prefix.as_deref().unwrap_or("/");
-                r.gateways.iter().flat_map(move |g| {
-                    let listener = g
+            service: service.into(),
+        };
+        let route = match &route.shape {
+            Shape::TrafficSplit(_) => return vec![apex()],
+            Shape::HttpRoute(route) => route,
+        };
+        let hostnames: Vec<&str> = if route.hostnames.is_empty() {
+            vec!["*"]
+        } else {
+            route.hostnames.iter().map(String::as_str).collect()
+        };
+        let path = route.path_prefix.as_deref().unwrap_or("/");
+        route
+            .parents
+            .iter()
+            .flat_map(|parent| match parent.kind {
+                ParentKind::Service => vec![apex()],
+                ParentKind::Gateway => {
+                    let gateway = format!(
+                        "{}/{}",
+                        parent.namespace.as_deref().unwrap_or(namespace),
+                        parent.name
+                    );
+                    let listener = parent
                         .section_name
                         .clone()
-                        .or(g.port.map(|p| format!("port {p}")));
+                        .or(parent.port.map(|p| format!("port {p}")));
                     hostnames
-                        .clone()
-                        .into_iter()
-                        .map(move |hostname| Claim::Listener {
-                            gateway: g.describe(namespace).into(),
+                        .iter()
+                        .map(|hostname| Claim::Listener {
+                            gateway: gateway.as_str().into(),
                             listener: listener.as_deref().map(Box::from),
-                            hostname: hostname.into(),
+                            hostname: (*hostname).into(),
                             path: path.into(),
                         })
-                })
-            });
-        apex.into_iter().chain(listeners).collect()
+                        .collect()
+                }
+            })
+            .collect()
     }
 }

@@ -10,6 +10,7 @@ use crate::{
         conditions::{READY, SUSPENDED, ready, suspended},
     },
     decide::{conditions::Verdict, plan::share},
+    last_status::LastStatus,
     policy::ValidPolicy,
     route::RouteView,
 };
@@ -46,7 +47,7 @@ pub fn phase(weights: &[i32], backends: &[BackendStatus]) -> Phase {
 /// backends as observed now; the times of the last failover and failback stay what they were.
 pub fn status(
     mut status: FailoverPolicyStatus,
-    previous: Option<&FailoverPolicyStatus>,
+    previous: Option<&LastStatus>,
     weights: Option<&[i32]>,
 ) -> FailoverPolicyStatus {
     let total: i64 = weights.into_iter().flatten().map(|w| i64::from(*w)).sum();

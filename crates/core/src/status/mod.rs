@@ -31,6 +31,7 @@ use crate::{
         Plan, Rule,
         conditions::{self, Verdict},
     },
+    last_status::LastStatus,
     message,
     policy::{SpecProblem, ValidPolicy},
     route::{RouteKind, RouteParent, RouteTarget, RouteView},
@@ -68,7 +69,10 @@ pub struct StatusInput<'a> {
     /// The route the policy owns.
     pub target: &'a RouteTarget,
     /// The status as last written.
-    pub previous: Option<&'a FailoverPolicyStatus>,
+    pub previous: Option<&'a LastStatus>,
+    /// The status as last written, whole: what an invalid policy's status keeps (the route in
+    /// place); read for an invalid policy only.
+    pub whole: Option<&'a FailoverPolicyStatus>,
     /// What the reconcile came to.
     pub outcome: &'a Outcome,
     /// Now, for conditions that change.
@@ -80,7 +84,7 @@ pub fn build(input: &StatusInput) -> FailoverPolicyStatus {
     let d = match input.outcome {
         Outcome::Decided(d) => d,
         Outcome::Invalid(problems) => {
-            let mut status = input.previous.cloned().unwrap_or_default();
+            let mut status = input.whole.cloned().unwrap_or_default();
             let mut conditions = std::mem::take(&mut status.conditions);
             conditions.retain(|c| c.type_ != READY);
             conditions.insert(0, condition(input.previous, &invalid(problems), input.now));
@@ -298,22 +302,14 @@ fn traffic_to(decided: &[String]) -> String {
 }
 
 /// A condition from a verdict, keeping the previous `lastTransitionTime` while the status holds.
-fn condition(
-    previous: Option<&FailoverPolicyStatus>,
-    verdict: &Verdict,
-    now: DateTime<Utc>,
-) -> Condition {
-    let status = if verdict.status { "True" } else { "False" };
+fn condition(previous: Option<&LastStatus>, verdict: &Verdict, now: DateTime<Utc>) -> Condition {
     let last_transition_time = previous
-        .and_then(|p| {
-            p.conditions
-                .iter()
-                .find(|c| c.type_ == verdict.type_ && c.status == status)
-        })
+        .and_then(|p| p.condition(verdict.type_))
+        .filter(|c| c.status == verdict.status)
         .map_or_else(|| crate::api::time(now), |c| c.last_transition_time.clone());
     Condition {
         type_: verdict.type_.to_string(),
-        status: status.to_string(),
+        status: if verdict.status { "True" } else { "False" }.to_string(),
         observed_generation: None,
         last_transition_time,
         reason: verdict.reason.clone(),

@@ -1,0 +1,205 @@
+//! The status a policy has, in the form the next reconcile reads it: what the decide step needs
+//! of where traffic was (phase, weights, readiness and since when, the times of the last failover
+//! and failback), what the status step needs to keep a condition's `lastTransitionTime`, and a
+//! digest of the whole status, so an unchanged one is not written again.
+//!
+//! Backends' names, condition types and reasons are only compared, never read back, so they are
+//! held as digests ([`crate::digest`]); the active backends' names, which messages name, are held
+//! as one string. A policy's last status is three allocations however many backends and
+//! conditions it has, plus a not-ready backend's message (the reason a backend whose cluster has
+//! not answered yet stays not ready).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::{
+    api::{FailoverPolicyStatus, Phase, Timestamp},
+    digest::digest,
+};
+
+/// A policy's status as last written, compact.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LastStatus {
+    /// The generation it was computed from.
+    pub observed_generation: Option<i64>,
+    /// Where traffic went.
+    pub phase: Option<Phase>,
+    /// The backends that were active, in priority order, joined by commas (as
+    /// `activeSummary`; a Service's name has no comma).
+    pub active: Option<Box<str>>,
+    /// Every backend it listed, in its order.
+    pub backends: Box<[LastBackend]>,
+    /// Its conditions.
+    pub conditions: Box<[LastCondition]>,
+    /// When traffic last left the primary.
+    pub last_failover_time: Option<Timestamp>,
+    /// When traffic last returned to the primary.
+    pub last_failback_time: Option<Timestamp>,
+    /// A digest of the whole status.
+    pub digest: u64,
+}
+
+/// One backend of a status.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LastBackend {
+    /// A digest of its Service's name.
+    pub service: u64,
+    /// Whether it was ready.
+    pub ready: bool,
+    /// Its ready endpoints.
+    pub ready_endpoints: i32,
+    /// All its endpoints.
+    pub total_endpoints: i32,
+    /// Its weight.
+    pub weight: i32,
+    /// Since when it has been ready (or not).
+    pub since: Option<Timestamp>,
+    /// Why it was not ready (a ready backend's is not held).
+    pub message: Option<Box<str>>,
+}
+
+/// One condition of a status.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LastCondition {
+    /// A digest of its type.
+    pub type_: u64,
+    /// Whether its status was `True`.
+    pub status: bool,
+    /// A digest of its reason.
+    pub reason: u64,
+    /// Since when its status has held.
+    pub last_transition_time: Time,
+}
+
+impl LastStatus {
+    /// The compact form of a status.
+    pub fn of(status: &FailoverPolicyStatus) -> Self {
+        Self {
+            observed_generation: status.observed_generation,
+            phase: status.phase,
+            active: (!status.active_backends.is_empty())
+                .then(|| status.active_backends.join(",").into()),
+            backends: status
+                .backends
+                .iter()
+                .map(|b| LastBackend {
+                    service: digest(b.service.as_str()),
+                    ready: b.ready,
+                    ready_endpoints: b.ready_endpoints,
+                    total_endpoints: b.total_endpoints,
+                    weight: b.weight,
+                    since: b.last_transition_time,
+                    message: b.message.as_deref().filter(|_| !b.ready).map(Box::from),
+                })
+                .collect(),
+            conditions: status
+                .conditions
+                .iter()
+                .map(|c| LastCondition {
+                    type_: digest(c.type_.as_str()),
+                    status: c.status == "True",
+                    reason: digest(c.reason.as_str()),
+                    last_transition_time: c.last_transition_time.clone(),
+                })
+                .collect(),
+            last_failover_time: status.last_failover_time,
+            last_failback_time: status.last_failback_time,
+            digest: digest_of(status),
+        }
+    }
+
+    /// The backends that were active, in priority order.
+    pub fn active(&self) -> impl Iterator<Item = &str> {
+        self.active
+            .as_deref()
+            .into_iter()
+            .flat_map(|a| a.split(','))
+    }
+
+    /// The backend of this Service, if the status listed it.
+    pub fn backend(&self, service: &str) -> Option<&LastBackend> {
+        let service = digest(service);
+        self.backends.iter().find(|b| b.service == service)
+    }
+
+    /// The condition of this type, if the status had it.
+    pub fn condition(&self, type_: &str) -> Option<&LastCondition> {
+        let type_ = digest(type_);
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    /// Whether the condition of this type has this reason.
+    pub fn has_reason(&self, type_: &str, reason: &str) -> bool {
+        self.condition(type_)
+            .is_some_and(|c| c.reason == digest(reason))
+    }
+
+    /// Whether `status` is the status this one was made from.
+    pub fn is(&self, status: &FailoverPolicyStatus) -> bool {
+        self.digest == digest_of(status)
+    }
+}
+
+/// A digest of a whole status: of its JSON, as the status holds numbers that do not hash.
+fn digest_of(status: &FailoverPolicyStatus) -> u64 {
+    // Never expected to fail: a status is plain data. An unencodable one digests as empty,
+    // and is written again rather than taken as unchanged.
+    serde_json::to_vec(status).map_or(0, |json| digest(json.as_slice()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        api::{BackendStatus, Condition},
+        decide::tests::backend_status,
+    };
+
+    fn status() -> FailoverPolicyStatus {
+        FailoverPolicyStatus {
+            observed_generation: Some(3),
+            phase: Some(Phase::FailedOver),
+            backends: vec![
+                BackendStatus {
+                    ready: false,
+                    message: Some("0 of 2 endpoints ready".into()),
+                    ..backend_status("web-a", 0)
+                },
+                BackendStatus {
+                    message: Some("ready".into()),
+                    ..backend_status("web-b", 100)
+                },
+            ],
+            conditions: vec![Condition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                reason: "FailedOver".into(),
+                message: String::new(),
+                observed_generation: None,
+                last_transition_time: crate::api::time(chrono::Utc::now()),
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_compact_form_answers_what_the_reconcile_asks_of_the_last_status() {
+        let last = LastStatus::of(&status());
+        assert_eq!(last.backend("web-b").map(|b| b.weight), Some(100));
+        assert_eq!(
+            last.backend("web-a").and_then(|b| b.message.as_deref()),
+            Some("0 of 2 endpoints ready")
+        );
+        assert_eq!(
+            last.backend("web-b").and_then(|b| b.message.as_deref()),
+            None
+        );
+        assert!(last.backend("web-c").is_none());
+        assert!(last.has_reason("Ready", "FailedOver"));
+        assert!(!last.has_reason("Ready", "Primary"));
+        assert!(last.condition("Degraded").is_none());
+        assert!(last.is(&status()));
+        let mut other = status();
+        other.backends[1].weight = 50;
+        assert!(!last.is(&other));
+    }
+}
