@@ -7,7 +7,7 @@ use tracing::debug;
 use crate::{
     observation::{PolicyKey, RemoteService, ServiceKey},
     route::RouteKey,
-    sources::{Context, remote::cluster::RemoteChange},
+    sources::{Context, local::index::PolicyIndex, remote::cluster::RemoteChange},
 };
 
 impl Context {
@@ -17,46 +17,44 @@ impl Context {
             return;
         }
         debug!(services = changed.len(), "readiness changed");
-        let policies: Vec<PolicyKey> = {
-            let index = self.index.read();
+        self.wake_from_index(|index| {
             changed
                 .iter()
                 .flat_map(|s| index.policies_for_service(s))
                 .collect()
-        };
-        self.wake(policies);
+        });
     }
 
     /// Queues the policies a remote cluster's change concerns.
     pub fn wake_for_remote(&self, change: RemoteChange) {
-        let policies: Vec<PolicyKey> = {
-            let index = self.index.read();
-            match change {
-                RemoteChange::Cluster(cluster) => index.policies_for_cluster(&cluster),
-                RemoteChange::Services(cluster, services) => services
-                    .into_iter()
-                    .flat_map(|s| {
-                        index.policies_for_remote(&RemoteService {
-                            cluster: cluster.clone(),
-                            namespace: s.namespace.to_string(),
-                            service: s.name.into(),
-                        })
+        self.wake_from_index(|index| match change {
+            RemoteChange::Cluster(cluster) => index.policies_for_cluster(&cluster),
+            RemoteChange::Services(cluster, services) => services
+                .into_iter()
+                .flat_map(|s| {
+                    index.policies_for_remote(&RemoteService {
+                        cluster: cluster.clone(),
+                        namespace: s.namespace.to_string(),
+                        service: s.name.into(),
                     })
-                    .collect(),
-            }
-        };
-        self.wake(policies);
+                })
+                .collect(),
+        });
     }
 
     /// Queues the policies whose routes these are.
     pub fn wake_for_routes(&self, changed: Vec<RouteKey>) {
-        let policies: Vec<PolicyKey> = {
-            let index = self.index.read();
+        self.wake_from_index(|index| {
             changed
                 .iter()
                 .flat_map(|r| index.policies_for_route(r))
                 .collect()
-        };
+        });
+    }
+
+    /// Queues the policies the index finds (read under its lock, queued after it).
+    fn wake_from_index(&self, find: impl FnOnce(&PolicyIndex) -> Vec<PolicyKey>) {
+        let policies = find(&self.index.read());
         self.wake(policies);
     }
 }

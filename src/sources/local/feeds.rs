@@ -8,9 +8,10 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{core::PartialObjectMeta, runtime::watcher};
 
-use super::readiness::SERVICE_NAME_LABEL;
+use super::readiness::{ReadinessStore, SERVICE_NAME_LABEL};
 use crate::{
     apis::WatchKind,
+    observation::ServiceKey,
     route::{
         RouteKey, RouteKind, RouteView,
         httproute::HttpRoute,
@@ -35,33 +36,45 @@ pub async fn feeds(ctx: Arc<Context>) {
 /// client with those wakes and 0.97x without).
 async fn readiness_feeds(ctx: &Arc<Context>) {
     let (client, ns) = (&ctx.gate.client, ctx.namespace.as_deref());
-    let slices = events(
-        scoped::<EndpointSlice>(client, ns),
-        WatchKind::EndpointSlice,
-        watcher::Config::default().labels(SERVICE_NAME_LABEL),
-        ctx.clone(),
-    )
-    .for_each(|event| {
-        let changed = ctx.readiness.write().apply_slice_event(event);
-        if ctx.inputs_listed() {
-            ctx.wake_for_services(changed);
-        }
-        async {}
-    });
-    let services = events(
-        scoped::<PartialObjectMeta<Service>>(client, ns),
-        WatchKind::Service,
-        watcher::Config::default(),
-        ctx.clone(),
-    )
-    .for_each(|event| {
-        let changed = ctx.readiness.write().apply_service_event(event);
-        if ctx.inputs_listed() {
-            ctx.wake_for_services(changed);
-        }
-        async {}
-    });
+    let slices = readiness_feed(
+        ctx,
+        events(
+            scoped::<EndpointSlice>(client, ns),
+            WatchKind::EndpointSlice,
+            watcher::Config::default().labels(SERVICE_NAME_LABEL),
+            ctx.clone(),
+        ),
+        ReadinessStore::apply_slice_event,
+    );
+    let services = readiness_feed(
+        ctx,
+        events(
+            scoped::<PartialObjectMeta<Service>>(client, ns),
+            WatchKind::Service,
+            watcher::Config::default(),
+            ctx.clone(),
+        ),
+        ReadinessStore::apply_service_event,
+    );
     futures::join!(slices, services);
+}
+
+/// One watch into the readiness counts; once both have listed, each changed Service wakes the
+/// policies that reference it.
+async fn readiness_feed<K>(
+    ctx: &Context,
+    events: impl Stream<Item = watcher::Event<K>>,
+    apply: fn(&mut ReadinessStore, watcher::Event<K>) -> Vec<ServiceKey>,
+) {
+    events
+        .for_each(|event| {
+            let changed = apply(&mut ctx.readiness.write(), event);
+            if ctx.inputs_listed() {
+                ctx.wake_for_services(changed);
+            }
+            async {}
+        })
+        .await;
 }
 
 /// TrafficSplits and HTTPRoutes → route views (a watch whose CRD is missing retries until it is
