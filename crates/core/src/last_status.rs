@@ -9,6 +9,8 @@
 //! conditions it has, plus a not-ready backend's message (the reason a backend whose cluster has
 //! not answered yet stays not ready).
 
+use std::hash::{DefaultHasher, Hasher};
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::{
@@ -139,11 +141,26 @@ impl LastStatus {
     }
 }
 
-/// A digest of a whole status: of its JSON, as the status holds numbers that do not hash.
+/// A digest of a whole status: of its JSON, as the status holds numbers that do not hash. The
+/// JSON is hashed as it is written, never held.
 fn digest_of(status: &FailoverPolicyStatus) -> u64 {
-    // Never expected to fail: a status is plain data. An unencodable one digests as empty,
-    // and is written again rather than taken as unchanged.
-    serde_json::to_vec(status).map_or(0, |json| digest(json.as_slice()))
+    struct Hashing(DefaultHasher);
+    impl std::io::Write for Hashing {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.write(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut hashing = Hashing(DefaultHasher::new());
+    // Never expected to fail: a status is plain data. An unencodable one digests as 0, and is
+    // written again rather than taken as unchanged.
+    match serde_json::to_writer(&mut hashing, status) {
+        Ok(()) => hashing.0.finish(),
+        Err(_) => 0,
+    }
 }
 
 #[cfg(test)]
