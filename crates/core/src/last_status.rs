@@ -36,8 +36,8 @@ pub struct LastStatus {
     pub last_failover_time: Option<Timestamp>,
     /// When traffic last returned to the primary.
     pub last_failback_time: Option<Timestamp>,
-    /// A digest of the whole status.
-    pub digest: u64,
+    /// A digest of the whole status (`None`: it could not be encoded, so it equals nothing).
+    pub digest: Option<u64>,
 }
 
 /// One backend of a status.
@@ -137,13 +137,13 @@ impl LastStatus {
 
     /// Whether `status` is the status this one was made from.
     pub fn is(&self, status: &FailoverPolicyStatus) -> bool {
-        self.digest == digest_of(status)
+        self.digest.is_some() && self.digest == digest_of(status)
     }
 }
 
 /// A digest of a whole status: of its JSON, as the status holds numbers that do not hash. The
 /// JSON is hashed as it is written, never held.
-fn digest_of(status: &FailoverPolicyStatus) -> u64 {
+fn digest_of(status: &FailoverPolicyStatus) -> Option<u64> {
     struct Hashing(DefaultHasher);
     impl std::io::Write for Hashing {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -155,12 +155,11 @@ fn digest_of(status: &FailoverPolicyStatus) -> u64 {
         }
     }
     let mut hashing = Hashing(DefaultHasher::new());
-    // Never expected to fail: a status is plain data. An unencodable one digests as 0, and is
+    // Never expected to fail: a status is plain data. An unencodable one has no digest, and is
     // written again rather than taken as unchanged.
-    match serde_json::to_writer(&mut hashing, status) {
-        Ok(()) => hashing.0.finish(),
-        Err(_) => 0,
-    }
+    serde_json::to_writer(&mut hashing, status)
+        .ok()
+        .map(|()| hashing.0.finish())
 }
 
 #[cfg(test)]
