@@ -57,8 +57,8 @@ impl DesiredRoute {
         let object = target.object(meta, &rules);
         Self {
             target,
-            namespace: valid.namespace.clone(),
-            policy: valid.name.clone(),
+            namespace: valid.namespace.to_string(),
+            policy: valid.name.to_string(),
             owner_uid,
             rules,
             object,
@@ -103,7 +103,7 @@ impl ApplyError {
     fn api(desired: &DesiredRoute, source: kube::Error) -> Self {
         ApplyError::Api {
             kind: desired.target.kind().as_str(),
-            name: desired.target.name.clone(),
+            name: desired.target.name.to_string(),
             message: describe(&source),
             source,
         }
@@ -238,7 +238,7 @@ async fn create(
                 .map_err(|e| ApplyError::api(desired, e))?
                 .ok_or_else(|| ApplyError::Vanished {
                     kind: desired.target.kind().as_str(),
-                    name: desired.target.name.clone(),
+                    name: desired.target.name.to_string(),
                 })?;
             Ok(Some(desired.target.kind().view(&existing)))
         }

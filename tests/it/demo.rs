@@ -49,7 +49,7 @@ fn expect(step: &Step, route: &str, weights: &[i64]) {
 fn sample_routes() -> Vec<(String, FailoverPolicy)> {
     sample_policies()
         .into_iter()
-        .map(|(_, p)| (RouteTarget::of(&p).name, p))
+        .map(|(_, p)| (RouteTarget::of(&p).name.to_string(), p))
         .collect()
 }
 

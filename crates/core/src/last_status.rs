@@ -5,9 +5,9 @@
 //!
 //! Backends' names, condition types and reasons are only compared, never read back, so they are
 //! held as digests ([`crate::digest`]); the active backends' names, which messages name, are held
-//! as one string. A policy's last status is three allocations however many backends and
-//! conditions it has, plus a not-ready backend's message (the reason a backend whose cluster has
-//! not answered yet stays not ready).
+//! as one string, inline when it is 24 bytes or shorter. A policy's last status is at most three
+//! allocations however many backends and conditions it has, plus a not-ready backend's message
+//! (the reason a backend whose cluster has not answered yet stays not ready).
 
 use std::hash::{DefaultHasher, Hasher};
 
@@ -27,7 +27,7 @@ pub struct LastStatus {
     pub phase: Option<Phase>,
     /// The backends that were active, in priority order, joined by commas (as
     /// `activeSummary`; a Service's name has no comma).
-    pub active: Option<Box<str>>,
+    pub active: Option<compact_str::CompactString>,
     /// Every backend it listed, in its order.
     pub backends: Box<[LastBackend]>,
     /// Its conditions.

@@ -4,6 +4,8 @@
 
 use std::{fmt, sync::Arc, time::Duration};
 
+pub use compact_str::CompactString;
+
 use crate::{
     api::{NoData, Strategy, WhenNoneReady},
     health_query::HealthQuery,
@@ -33,11 +35,11 @@ pub type Validated = Result<Arc<ValidPolicy>, Arc<[SpecProblem]>>;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Backend {
     /// Its Service, in the policy's namespace.
-    pub service: String,
+    pub service: CompactString,
     /// Its weight under `Weighted` (1 when unset).
     pub weight: i32,
     /// Where its readiness is read from: its own Service, or one in another cluster.
-    pub remote: Option<RemoteService>,
+    pub remote: Option<Box<RemoteService>>,
 }
 
 /// A hold (`failoverAfter` or `failbackAfter`): as parsed, and as written.
@@ -46,7 +48,7 @@ pub struct Hold {
     /// The duration.
     pub after: Duration,
     /// The text the user wrote, for messages.
-    pub written: String,
+    pub written: CompactString,
 }
 
 /// When a backend counts as ready.
@@ -62,13 +64,13 @@ pub struct ReadinessRule {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ValidPolicy {
     /// Namespace of the policy.
-    pub namespace: String,
+    pub namespace: CompactString,
     /// Name of the policy.
-    pub name: String,
+    pub name: CompactString,
     /// The apex Service.
-    pub service: String,
+    pub service: CompactString,
     /// The backends in priority order: the primary first, then the secondaries.
-    pub backends: Vec<Backend>,
+    pub backends: Box<[Backend]>,
     /// How the secondaries share traffic.
     pub strategy: Strategy,
     /// With `Proportional`: the overprovisioning factor.
@@ -88,9 +90,9 @@ pub struct ValidPolicy {
     /// The route this policy owns.
     pub route: RouteTarget,
     /// A gradual failback, when set.
-    pub ramp: Option<Ramp>,
+    pub ramp: Option<Box<Ramp>>,
     /// Health beyond readiness, when set.
-    pub health: Option<Health>,
+    pub health: Option<Box<Health>>,
 }
 
 /// A metric that must stay within a threshold for a backend to count as ready.
@@ -141,7 +143,7 @@ impl Health {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Ramp {
     /// The primary's share at each step, in percent, increasing, the last 100.
-    pub steps: Vec<i32>,
+    pub steps: Box<[i32]>,
     /// How long each step lasts.
     pub every: Hold,
 }

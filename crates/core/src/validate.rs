@@ -70,15 +70,15 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
         return Err(problems);
     };
     let remote = |service: &str, from: Option<&crate::api::ReadinessFrom>| {
-        from.map(|r| RemoteService::of(r, &namespace, service))
+        from.map(|r| Box::new(RemoteService::of(r, &namespace, service)))
     };
-    let backends: Vec<Backend> = std::iter::once(Backend {
-        service: spec.primary.clone(),
+    let backends: Box<[Backend]> = std::iter::once(Backend {
+        service: spec.primary.as_str().into(),
         weight: 1,
         remote: remote(&spec.primary, spec.primary_readiness_from.as_ref()),
     })
     .chain(spec.secondaries.iter().map(|s| Backend {
-        service: s.service.clone(),
+        service: s.service.as_str().into(),
         weight: s.weight.unwrap_or(1),
         remote: remote(&s.service, s.readiness_from.as_ref()),
     }))
@@ -88,9 +88,9 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
         .as_deref()
         .and_then(|pin| backends.iter().position(|b| b.service == pin));
     Ok(ValidPolicy {
-        namespace,
-        name: policy.name_any(),
-        service: spec.service.clone(),
+        namespace: namespace.into(),
+        name: policy.name_any().into(),
+        service: spec.service.as_str().into(),
         strategy: spec.strategy,
         overprovisioning_factor: spec
             .overprovisioning_factor
@@ -105,8 +105,8 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
         failover_after,
         failback_after,
         route: RouteTarget::of(policy),
-        ramp,
-        health,
+        ramp: ramp.map(Box::new),
+        health: health.map(Box::new),
         backends,
     })
 }
@@ -273,7 +273,7 @@ fn ramp(spec: &FailoverPolicySpec, problems: &mut Vec<SpecProblem>) -> Option<Ra
     }
     let every = hold(&ramp.every, "spec.failback.ramp.every", problems)?;
     Some(Ramp {
-        steps: ramp.steps.clone(),
+        steps: ramp.steps.as_slice().into(),
         every,
     })
 }
@@ -282,7 +282,7 @@ fn hold(text: &str, field: &str, problems: &mut Vec<SpecProblem>) -> Option<Hold
     match parse_duration(text) {
         Ok(after) if after <= MAX_HOLD => Some(Hold {
             after,
-            written: text.to_string(),
+            written: text.into(),
         }),
         Ok(_) => {
             problems.push(problem(field, MAX_HOLD_MESSAGE));

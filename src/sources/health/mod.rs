@@ -141,7 +141,7 @@ impl Health {
             .iter()
             .map(|b| {
                 let query = scoped.for_backend(&v.namespace, &b.service);
-                (b.service.clone(), query)
+                (b.service.to_string(), query)
             })
             .collect();
         Ok(Plan {
@@ -166,7 +166,7 @@ impl Health {
     ) {
         let mut unasked = None;
         let plan = valid.and_then(|v| {
-            let health = v.health.clone()?;
+            let health = policy::Health::clone(v.health.as_deref()?);
             self.plan(v, health)
                 .map_err(|why| unasked = Some((v.backends.clone(), why)))
                 .ok()
@@ -221,7 +221,7 @@ impl Health {
         readings.retain(|_, r| r.failing.as_deref() == Some(&why.message));
         for b in backends {
             readings
-                .entry(b.service.clone())
+                .entry(b.service.to_string())
                 .or_insert_with(|| Reading {
                     sample: None,
                     failing: Some(why.message.clone()),
@@ -332,7 +332,7 @@ mod tests {
 
     fn plan(p: &FailoverPolicy) -> Plan {
         let v = crate::validate::validate(p).expect("valid");
-        let health = v.health.clone().expect("health");
+        let health = *v.health.clone().expect("health");
         store()
             .plan(&v, health)
             .unwrap_or_else(|why| panic!("{}", why.message))

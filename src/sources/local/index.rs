@@ -36,7 +36,7 @@ impl References {
             remote: policy
                 .backends
                 .iter()
-                .filter_map(|b| b.remote.clone())
+                .filter_map(|b| b.remote.as_deref().cloned())
                 .collect(),
         }
     }

@@ -185,7 +185,7 @@ pub enum Change {
         revalidated: bool,
     },
     /// The policy is gone (as the table held it).
-    Deleted(Held),
+    Deleted(Box<Held>),
     /// A complete list has been applied (the first list, or a relist).
     Listed,
 }
@@ -320,7 +320,7 @@ impl PolicyTable {
                     object: object.take()?,
                     revalidated: holding.revalidated,
                 }),
-                store::Change::Deleted { key, entry } => Some(Change::Deleted(held(&key, &entry))),
+                store::Change::Deleted { key, entry } => Some(Change::Deleted(Box::new(held(&key, &entry)))),
             })
             .collect();
         if applied.listed {

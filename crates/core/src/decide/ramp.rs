@@ -77,10 +77,10 @@ mod tests {
 
     fn ramp(steps: &[i32], every_s: u64) -> Ramp {
         Ramp {
-            steps: steps.to_vec(),
+            steps: steps.into(),
             every: Hold {
                 after: Duration::from_secs(every_s),
-                written: format!("{every_s}s"),
+                written: format!("{every_s}s").into(),
             },
         }
     }

@@ -88,7 +88,7 @@ impl HttpShape {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RouteTarget {
     /// Its name.
-    pub name: String,
+    pub name: compact_str::CompactString,
     /// Its kind and form.
     pub shape: Shape,
 }
@@ -227,19 +227,24 @@ impl RouteTarget {
         let policy_name = policy.metadata.name.clone().unwrap_or_default();
         match (spec.output, &spec.http_route) {
             (Output::HttpRoute, Some(route)) => Self {
-                name: route.name.clone().unwrap_or(policy_name),
+                name: route.name.clone().unwrap_or(policy_name).into(),
                 shape: Shape::HttpRoute(Box::new(HttpShape::of(&spec.service, route))),
             },
             // Validation refuses HTTPRoute without httpRoute; the port then is never used.
             (Output::HttpRoute, None) => Self {
-                name: policy_name,
+                name: policy_name.into(),
                 shape: Shape::HttpRoute(Box::new(HttpShape::of(
                     &spec.service,
                     &HttpRouteSpec::on_port(0),
                 ))),
             },
             (Output::TrafficSplit, _) => Self {
-                name: spec.traffic_split.name.clone().unwrap_or(policy_name),
+                name: spec
+                    .traffic_split
+                    .name
+                    .clone()
+                    .unwrap_or(policy_name)
+                    .into(),
                 shape: Shape::TrafficSplit(spec.traffic_split.api_version),
             },
         }

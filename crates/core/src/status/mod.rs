@@ -158,7 +158,7 @@ fn finish(
     mut conditions: Vec<Condition>,
     input: &StatusInput,
 ) -> FailoverPolicyStatus {
-    let name = Some(input.target.name.clone());
+    let name = Some(input.target.name.to_string());
     match input.target.kind() {
         RouteKind::TrafficSplit => status.traffic_split = name,
         RouteKind::HttpRoute => status.http_route = name,
