@@ -13,26 +13,48 @@ use crate::api::ReadinessFrom;
 /// A namespace's name, held once per distinct namespace: every key of every cache in that
 /// namespace shares it. Each key of the caches held its own copy before (at 10,000 policies in
 /// one namespace, about 100,000 copies of the same string, a 32-byte allocation each).
-/// Namespaces are never forgotten: a process holds one string per namespace it has seen.
+/// A namespace no key holds any more is forgotten when the set has doubled since it was last
+/// swept, so the set stays within twice the namespaces in use.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Namespace(Arc<str>);
 
-/// Every namespace seen.
-static NAMESPACES: Mutex<Option<HashSet<Arc<str>>>> = Mutex::new(None);
+/// The namespaces in use, and the size at which the next sweep runs.
+struct Namespaces {
+    names: HashSet<Arc<str>>,
+    sweep_at: usize,
+}
+
+/// The smallest set a sweep runs on.
+const FIRST_SWEEP: usize = 64;
+
+static NAMESPACES: Mutex<Option<Namespaces>> = Mutex::new(None);
+
+impl Namespaces {
+    /// Forgets every name only this set holds (no clone can appear meanwhile: a new one is
+    /// made only under the set's lock).
+    fn sweep(&mut self) {
+        self.names.retain(|name| Arc::strong_count(name) > 1);
+        self.sweep_at = (self.names.len() * 2).max(FIRST_SWEEP);
+    }
+}
 
 impl Namespace {
     /// The shared name of this namespace.
     pub fn new(name: &str) -> Self {
         let mut seen = NAMESPACES.lock();
-        let seen = seen.get_or_insert_with(HashSet::new);
-        match seen.get(name) {
-            Some(shared) => Self(shared.clone()),
-            None => {
-                let shared: Arc<str> = Arc::from(name);
-                seen.insert(shared.clone());
-                Self(shared)
-            }
+        let seen = seen.get_or_insert_with(|| Namespaces {
+            names: HashSet::new(),
+            sweep_at: FIRST_SWEEP,
+        });
+        if let Some(shared) = seen.names.get(name) {
+            return Self(shared.clone());
         }
+        if seen.names.len() >= seen.sweep_at {
+            seen.sweep();
+        }
+        let shared: Arc<str> = Arc::from(name);
+        seen.names.insert(shared.clone());
+        Self(shared)
     }
 }
 
@@ -66,8 +88,8 @@ impl From<&str> for Namespace {
 pub struct ServiceKey {
     /// Namespace of the Service.
     pub namespace: Namespace,
-    /// Name of the Service.
-    pub name: Box<str>,
+    /// Name of the Service (inline when 24 bytes or shorter).
+    pub name: compact_str::CompactString,
 }
 
 impl ServiceKey {
@@ -177,4 +199,29 @@ pub struct Reading {
     /// The reason (of the `HealthQueryFailed` condition) when the query is refused, never sent:
     /// an address the admin did not allow, a query reading outside the policy's namespace.
     pub refused: Option<&'static str>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_of_one_namespace_share_its_name() {
+        let a = Namespace::new("namespace-shared");
+        let b = Namespace::new("namespace-shared");
+        assert!(Arc::ptr_eq(&a.0, &b.0));
+    }
+
+    #[test]
+    fn a_namespace_no_key_holds_is_forgotten_by_a_sweep() {
+        let held = Namespace::new("namespace-still-held");
+        drop(Namespace::new("namespace-let-go"));
+        let mut seen = NAMESPACES.lock();
+        let seen = seen.as_mut().expect("the set exists once a name is made");
+        seen.sweep();
+        assert!(seen.names.contains("namespace-still-held"));
+        assert!(!seen.names.contains("namespace-let-go"));
+        assert!(seen.sweep_at >= FIRST_SWEEP);
+        drop(held);
+    }
 }

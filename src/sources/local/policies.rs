@@ -320,7 +320,9 @@ impl PolicyTable {
                     object: object.take()?,
                     revalidated: holding.revalidated,
                 }),
-                store::Change::Deleted { key, entry } => Some(Change::Deleted(Box::new(held(&key, &entry)))),
+                store::Change::Deleted { key, entry } => {
+                    Some(Change::Deleted(Box::new(held(&key, &entry))))
+                }
             })
             .collect();
         if applied.listed {

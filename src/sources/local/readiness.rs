@@ -293,7 +293,7 @@ impl ReadinessStore {
         let after = entry.observation();
         if named_service(slice_name) != Some(&*service.name) {
             self.moved
-                .insert(slice_id(ns, slice_name), service.name.clone());
+                .insert(slice_id(ns, slice_name), service.name.as_str().into());
         }
         if before != after {
             changed.push(service);

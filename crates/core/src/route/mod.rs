@@ -100,8 +100,8 @@ pub struct RouteKey {
     pub kind: RouteKind,
     /// Its namespace.
     pub namespace: Namespace,
-    /// Its name.
-    pub name: Box<str>,
+    /// Its name (inline when 24 bytes or shorter).
+    pub name: compact_str::CompactString,
 }
 
 /// The kinds of route, without their form.
