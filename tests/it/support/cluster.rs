@@ -394,11 +394,31 @@ impl TestEnv {
     }
 }
 
+impl TestEnv {
+    /// Removes the kubeconfigs written for this namespace's ServiceAccounts
+    /// (`<namespace>-<account>.kubeconfig` in the temporary directory): each holds a token.
+    fn remove_token_kubeconfigs(&self) {
+        let prefix = format!("{}-", self.ns);
+        for entry in std::fs::read_dir(std::env::temp_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(&prefix) && name.ends_with(".kubeconfig") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
 impl Drop for TestEnv {
     /// Deletes the namespace with real kubectl, without waiting for it to go (a blocking call of
     /// a moment, from any thread, with or without a runtime); never panics. A control plane of the
     /// test's own is stopped instead (its field's own drop), and a stopped one is left alone.
     fn drop(&mut self) {
+        self.remove_token_kubeconfigs();
         if self.deleted || self.plane.is_some() || !self.cp.kubeconfig.exists() {
             return;
         }
