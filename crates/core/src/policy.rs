@@ -4,7 +4,7 @@
 
 use std::{fmt, sync::Arc, time::Duration};
 
-pub use compact_str::CompactString;
+use compact_str::CompactString;
 
 use crate::{
     api::{NoData, Strategy, WhenNoneReady},
