@@ -2,7 +2,8 @@
 # Builds, once, the binaries the local control plane needs, from the Go module proxy:
 # kube-apiserver, kube-controller-manager and kubectl (k8s.io/kubernetes), etcd (go.etcd.io/etcd)
 # helm (helm.sh/helm), the manifest linter kube-score (github.com/zegl/kube-score), and the Gateway
-# API CRDs (standard channel, from the sigs.k8s.io/gateway-api module). They are cached outside the repository, keyed by hack/versions.env:
+# API CRDs (standard channel, from the sigs.k8s.io/gateway-api module), and kstatus (hack/kstatus: how
+# GitOps tools judge a resource's health, from the sigs.k8s.io/cli-utils module). They are cached outside the repository, keyed by hack/versions.env:
 #   ${FAILOVER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/failover-controller}/k8s-<v>-etcd-<v>-helm-<v>/bin
 # A warm cache returns at once. The last line printed is the bin directory.
 # With --check, nothing is built: it fails with a message when the binaries are missing.
@@ -22,7 +23,7 @@ cache_root=${FAILOVER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/failover-contro
 key="k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}-helm-${HELM_VERSION}"
 bin="$cache_root/$key/bin"
 work="$cache_root/$key/build"
-tools=(kube-apiserver kube-controller-manager kubectl etcd helm kube-score)
+tools=(kube-apiserver kube-controller-manager kubectl etcd helm kube-score kstatus)
 kube_cmds=(kube-apiserver kube-controller-manager kubectl)
 mode=${1:-}
 for option in "$@"; do
@@ -33,9 +34,15 @@ for option in "$@"; do
   esac
 done
 
+# The kstatus build's version: the cli-utils release and a digest of the program's source.
+kstatus_version() {
+  echo "$CLI_UTILS_VERSION-$(cksum < "$here/kstatus/main.go" | cut -d' ' -f1)"
+}
+
 all_present() {
   for t in "${tools[@]}"; do [[ -x "$bin/$t" ]] || return 1; done
   [[ "$(cat "$bin/.kube-score-version" 2>/dev/null)" == "$KUBE_SCORE_VERSION" ]] || return 1
+  [[ "$(cat "$bin/.kstatus-version" 2>/dev/null)" == "$(kstatus_version)" ]] || return 1
   [[ " ${tools[*]} " != *" traefik "* || "$(cat "$bin/.traefik-version" 2>/dev/null)" == "$TRAEFIK_VERSION" ]] || return 1
   [[ -s "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" ]]
 }
@@ -119,6 +126,17 @@ build_kube_score() {
   echo "$KUBE_SCORE_VERSION" > "$bin/.kube-score-version"
 }
 
+build_kstatus() {
+  local mod="$work/kstatus" log="$work/kstatus.log"
+  rm -rf "$mod" && mkdir -p "$mod"
+  printf 'module localbuild/kstatus\n\ngo 1.24\n\nrequire sigs.k8s.io/cli-utils v%s\n' "$CLI_UTILS_VERSION" > "$mod/go.mod"
+  cp "$here/kstatus/main.go" "$mod/main.go"
+  step "building kstatus (sigs.k8s.io/cli-utils v$CLI_UTILS_VERSION)"
+  (cd "$mod" && go build -mod=mod -ldflags "-s -w" -o "$bin/kstatus.tmp" .) > "$log" 2>&1 || fail "build kstatus" "$log"
+  mv "$bin/kstatus.tmp" "$bin/kstatus"
+  kstatus_version > "$bin/.kstatus-version"
+}
+
 build_prometheus() {
   local mod="$work/prometheus" log="$work/prometheus.log"
   rm -rf "$mod" && mkdir -p "$mod"
@@ -173,6 +191,7 @@ for cmd in "${kube_cmds[@]}"; do [[ -x "$bin/$cmd" ]] || missing_kube=1; done
 [[ -x "$bin/helm" ]] || build_helm
 [[ -x "$bin/kube-score" && "$(cat "$bin/.kube-score-version" 2>/dev/null)" == "$KUBE_SCORE_VERSION" ]] || build_kube_score
 [[ -s "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" ]] || fetch_gateway_api_crds
+[[ -x "$bin/kstatus" && "$(cat "$bin/.kstatus-version" 2>/dev/null)" == "$(kstatus_version)" ]] || build_kstatus
 if [[ " ${tools[*]} " == *" prometheus "* && ! -x "$bin/prometheus" ]]; then build_prometheus; fi
 if [[ " ${tools[*]} " == *" traefik "* && "$(cat "$bin/.traefik-version" 2>/dev/null)" != "$TRAEFIK_VERSION" ]]; then build_traefik; fi
 step "done in $(( $(date +%s) - start ))s"

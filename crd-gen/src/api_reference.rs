@@ -38,7 +38,7 @@ pub fn markdown() -> String {
 }
 
 fn printer_columns(version: &CustomResourceDefinitionVersion, out: &mut String) {
-    out.push_str("Kind `FailoverPolicy`, plural `failoverpolicies`, short name `fp`, namespaced, with a status subresource.\n\n## Printer columns\n\n| Column | JSONPath | Shown | Description |\n|---|---|---|---|\n");
+    out.push_str("Kind `FailoverPolicy`, plural `failoverpolicies`, short name `fp`, category `failover` (`kubectl get failover` lists every policy), namespaced, with a status subresource; until the controller writes a status, the API server serves `status: {observedGeneration: 0}` (not yet observed).\n\n## Printer columns\n\n| Column | JSONPath | Shown | Description |\n|---|---|---|---|\n");
     let columns: &[CustomResourceColumnDefinition] = version
         .additional_printer_columns
         .as_deref()

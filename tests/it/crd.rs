@@ -55,7 +55,7 @@ async fn kubectl_get_shows_printer_columns_and_explain_shows_docs() {
         .to_string();
     assert_eq!(
         squash(&header),
-        "NAME PRIMARY ACTIVE PHASE READY AGE",
+        "NAME PRIMARY ACTIVE PHASE READY PINNED SUSPENDED AGE",
         "{header}"
     );
     let out = env.kubectl(&["get", "fp", "-o", "wide"]);
@@ -66,8 +66,16 @@ async fn kubectl_get_shows_printer_columns_and_explain_shows_docs() {
         .to_string();
     assert_eq!(
         squash(&header),
-        "NAME PRIMARY ACTIVE PHASE READY AGE SERVICE STRATEGY TRAFFICSPLIT REASON LAST-FAILOVER",
+        "NAME PRIMARY ACTIVE PHASE READY PINNED SUSPENDED AGE SERVICE STRATEGY TRAFFICSPLIT REASON LAST-FAILOVER",
         "{header}"
+    );
+    // The `failover` category lists every policy.
+    let out = env.kubectl(&["get", "failover", "-o", "name"]);
+    let names = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        names.starts_with("failoverpolicy.failover.dev/"),
+        "{names}{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     let out = env.kubectl(&["explain", "failoverpolicy.spec.strategy"]);
     let text = squash(&String::from_utf8_lossy(&out.stdout));

@@ -13,6 +13,7 @@ mod control_plane;
 mod crd;
 mod demo;
 mod docs;
+mod gitops_health;
 mod health_queries;
 mod holds_and_ramps;
 mod leader_election;

@@ -16,6 +16,10 @@ pub const HEALTH_QUERY_FAILED: &str = "HealthQueryFailed";
 pub const CLUSTERS_REACHABLE: &str = "ClustersReachable";
 /// Condition type (output `HTTPRoute`): every parent of the route accepted it.
 pub const ATTACHED: &str = "Attached";
+/// Condition type, present only while `True`: the policy cannot make progress until someone
+/// changes it or the cluster. It carries the `Ready` condition's reason and message; GitOps tools
+/// (kstatus) read it as Failed.
+pub const STALLED: &str = "Stalled";
 
 /// Reasons of the `Ready` condition, and of the Events that announce where traffic went.
 pub mod ready {
@@ -57,6 +61,17 @@ pub mod ready {
     /// An older policy routes the same apex Service (or hostname and path on a Gateway
     /// listener); this one writes no route.
     pub const APEX_CONFLICT: &str = "ApexConflict";
+
+    /// The `Ready` reasons that mean the policy cannot make progress until someone changes it or
+    /// the cluster: they set `Stalled`. A failed write is retried, so it does not.
+    pub const STALLING: [&str; 6] = [
+        INVALID_SPEC,
+        TRAFFIC_SPLIT_CONFLICT,
+        HTTP_ROUTE_CONFLICT,
+        TRAFFIC_SPLIT_CRD_MISSING,
+        HTTP_ROUTE_CRD_MISSING,
+        APEX_CONFLICT,
+    ];
 }
 
 /// Reasons of the `Degraded` condition.

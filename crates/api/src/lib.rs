@@ -37,8 +37,8 @@ pub const GROUP: &str = "failover.dev";
 /// Declares which backend Services receive the traffic of one apex Service, and when traffic
 /// fails over from the primary backend to the secondaries and back.
 ///
-/// The controller owns a generated SMI TrafficSplit for each policy and sets its weights from
-/// the readiness of each backend, as reported by its EndpointSlices.
+/// The controller owns a generated SMI TrafficSplit or Gateway API HTTPRoute for each policy and
+/// sets its weights from the readiness of each backend, as reported by its EndpointSlices.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Validate)]
 #[kube(
     group = "failover.dev",
@@ -47,11 +47,12 @@ pub const GROUP: &str = "failover.dev";
     plural = "failoverpolicies",
     singular = "failoverpolicy",
     shortname = "fp",
+    category = "failover",
     namespaced,
     status = "FailoverPolicyStatus",
     derive = "PartialEq",
     validation = rules::policy_name_rule(),
-    doc = "FailoverPolicy sends the traffic of an apex Service to a primary backend Service while it is ready, and to ordered secondary backends otherwise, by owning an SMI TrafficSplit.",
+    doc = "FailoverPolicy sends the traffic of an apex Service to a primary backend Service while it is ready, and to ordered secondary backends otherwise, by owning an SMI TrafficSplit or a Gateway API HTTPRoute.",
     printcolumn(
         name = "Primary",
         type_ = "string",
@@ -75,6 +76,18 @@ pub const GROUP: &str = "failover.dev";
         type_ = "string",
         json_path = ".status.readySummary",
         description = "Ready backends / all backends"
+    ),
+    printcolumn(
+        name = "Pinned",
+        type_ = "string",
+        json_path = ".spec.pin",
+        description = "The backend spec.pin sends all traffic to"
+    ),
+    printcolumn(
+        name = "Suspended",
+        type_ = "boolean",
+        json_path = ".spec.suspend",
+        description = "Whether spec.suspend freezes the route"
     ),
     printcolumn(
         name = "Age",

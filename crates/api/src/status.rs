@@ -76,8 +76,13 @@ pub enum Role {
 }
 
 /// The observed state of a policy, written by the controller.
+///
+/// Until the controller writes one, the API server serves the schema's default,
+/// `observedGeneration: 0`: a generation not yet observed, which GitOps tools (kstatus) read as
+/// in progress rather than as a settled policy.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("default" = { "observedGeneration": 0 }))]
 pub struct FailoverPolicyStatus {
     /// The `metadata.generation` of the spec this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -130,10 +135,14 @@ pub struct FailoverPolicyStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub route_parents: Vec<RouteParentState>,
 
-    /// Standard conditions: `Ready` (traffic is routed to a ready backend through the owned
-    /// route) and `Degraded` (some backend, the primary above all, is not ready); `Suspended` and
-    /// `Pinned` while `spec.suspend` or `spec.pin` is set.
+    /// Standard conditions, one of each type: `Ready` (traffic is routed to a ready backend
+    /// through the owned route) and `Degraded` (some backend, the primary above all, is not
+    /// ready); `Suspended` and `Pinned` while `spec.suspend` or `spec.pin` is set;
+    /// `HealthQueryFailed` with a health query; `ClustersReachable` with readiness read from other
+    /// clusters; `Attached` for an HTTPRoute; `Stalled` while the policy cannot make progress
+    /// until someone changes it or the cluster (the `Ready` reason says why).
     #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
 

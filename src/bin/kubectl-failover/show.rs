@@ -55,7 +55,12 @@ fn text(policy: &FailoverPolicy, now: DateTime<Utc>) -> String {
     let mut out = String::new();
     let ns = policy.namespace().unwrap_or_default();
     let _ = writeln!(out, "{} (namespace {ns})", policy.name_any());
-    let Some(status) = &policy.status else {
+    // Until the controller writes one, the API server serves `observedGeneration: 0`.
+    let Some(status) = policy
+        .status
+        .as_ref()
+        .filter(|s| s.observed_generation.unwrap_or(0) > 0)
+    else {
         out.push_str("  no status yet: is the controller running?\n");
         return out;
     };

@@ -31,6 +31,12 @@ fn run(kubectl: &Path, kubeconfig: &Path, args: &[&str], input: Option<&str>) ->
     child.wait_with_output().expect("kubectl output")
 }
 
+/// Runs one of the tools built beside the control plane (e.g. `kstatus`), with `input` on its
+/// standard input.
+pub fn tool_stdin(cp: &ControlPlane, tool: &str, args: &[&str], input: &str) -> Output {
+    run(&cp.bin(tool), &cp.kubeconfig, args, Some(input))
+}
+
 /// Runs kubectl against the control plane.
 pub fn kubectl(cp: &ControlPlane, args: &[&str]) -> Output {
     run(&cp.bin("kubectl"), &cp.kubeconfig, args, None)

@@ -903,3 +903,53 @@ pub(crate) fn backend_status(service: &str, weight: i32) -> crate::api::BackendS
         health: None,
     }
 }
+
+#[test]
+fn an_invalid_spec_is_stalled_and_a_settled_policy_is_not() {
+    use crate::{
+        api::{Condition, conditions::STALLED},
+        policy::SpecProblem,
+    };
+    let spec = three(Strategy::Ordered);
+    let settled = decide(&spec, &[up(2), up(1), up(1)], None, t(0));
+    let stalled = |status: &FailoverPolicyStatus| -> Vec<Condition> {
+        status
+            .conditions
+            .iter()
+            .filter(|c| c.type_ == STALLED)
+            .cloned()
+            .collect()
+    };
+    assert!(stalled(&settled.status).is_empty());
+    let target = RouteTarget::of(&policy_of(&spec));
+    let invalid = |previous: &FailoverPolicyStatus, now| {
+        build(&StatusInput {
+            generation: Some(2),
+            target: &target,
+            previous: Some(&LastStatus::of(previous)),
+            whole: Some(previous),
+            outcome: &Outcome::Invalid(vec![SpecProblem {
+                field: "spec.pin".into(),
+                message: "names no backend".into(),
+            }]),
+            now,
+        })
+    };
+    let status = invalid(&settled.status, t(10));
+    let first = stalled(&status);
+    assert_eq!(first.len(), 1);
+    assert_eq!(
+        (first[0].status.as_str(), first[0].reason.as_str()),
+        ("True", ready::INVALID_SPEC)
+    );
+    assert!(
+        first[0].message.contains("spec.pin"),
+        "{}",
+        first[0].message
+    );
+    assert_eq!(first[0].observed_generation, Some(2));
+    // Built again from itself, the status keeps one Stalled and its transition time.
+    let again = stalled(&invalid(&status, t(20)));
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].last_transition_time, first[0].last_transition_time);
+}

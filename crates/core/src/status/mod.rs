@@ -24,7 +24,7 @@ use crate::{
     api::{
         BackendStatus, Condition, FailoverPolicyStatus, HealthReading, ReadinessSource, Role,
         Timestamp,
-        conditions::{READY, ready},
+        conditions::{READY, STALLED, ready},
     },
     applied::Applied,
     decide::{
@@ -167,12 +167,25 @@ fn finish(
     for b in &mut status.backends {
         b.message = b.message.as_deref().map(message::line);
     }
+    conditions.retain(|c| c.type_ != STALLED);
+    if let Some(stalled) = stalled(&conditions) {
+        conditions.push(condition(input.previous, &stalled, input.now));
+    }
     for c in &mut conditions {
         c.observed_generation = input.generation;
         c.message = message::line(&c.message);
     }
     status.conditions = conditions;
     status
+}
+
+/// `Stalled`, while the `Ready` condition's reason means nothing moves until someone acts.
+fn stalled(conditions: &[Condition]) -> Option<Verdict> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == READY && c.status == "False")
+        .filter(|c| ready::STALLING.contains(&c.reason.as_str()))
+        .map(|c| Verdict::new(STALLED, true, &c.reason, c.message.clone()))
 }
 
 /// The full status of a decision whose route is in place.
