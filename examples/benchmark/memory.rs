@@ -62,7 +62,7 @@ impl Phases {
     pub async fn end(&mut self, controller: &ControllerProcess, n: usize, phase: &str) {
         let text = controller.admin_get("/metrics").await.1;
         let value = |name: &str| metric(&text, name).unwrap_or(0.0);
-        let allocations = value("failover_heap_allocations");
+        let allocations = value("failover_heap_allocations_total");
         let m = PhaseMemory {
             phase: phase.to_string(),
             peak_rss_mib: status_kib(self.pid, "VmHWM:") / 1024.0,

@@ -67,7 +67,8 @@ pub trait HoldBack {
 /// The queue's bookkeeping, apart from the running futures.
 #[derive(Default)]
 struct Queue {
-    ready: VecDeque<Key>,
+    /// Policies to run, each with when it was queued.
+    ready: VecDeque<(Key, Instant)>,
     queued: HashSet<Key>,
     running: HashSet<Key>,
     again: HashSet<Key>,
@@ -83,7 +84,7 @@ impl Queue {
         if self.running.contains(&key) {
             self.again.insert(key);
         } else if self.queued.insert(key.clone()) {
-            self.ready.push_back(key);
+            self.ready.push_back((key, Instant::now()));
         }
     }
 
@@ -129,9 +130,14 @@ impl Queue {
         !self.ready.is_empty()
     }
 
-    /// The next policy to run, if one waits.
-    fn take(&mut self) -> Option<Key> {
-        let key = self.ready.pop_front()?;
+    /// Policies waiting to run.
+    fn depth(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// The next policy to run, if one waits, and how long it waited.
+    fn take(&mut self) -> Option<(Key, std::time::Duration)> {
+        let (key, queued) = self.ready.pop_front()?;
         self.queued.remove(&key);
         self.running.insert(key.clone());
         // A burst (the start-up pass queues every policy) leaves room for all of them; it is
@@ -140,7 +146,7 @@ impl Queue {
             self.ready.shrink_to(SPARE);
             self.queued.shrink_to(SPARE);
         }
-        Some(key)
+        Some((key, queued.elapsed()))
     }
 
     /// A reconcile of `key` ended at `now` and wants `next`.
@@ -183,7 +189,10 @@ pub async fn run<F, Fut>(
                     break;
                 }
             }
-            let Some(key) = queue.take() else { break };
+            let Some((key, waited)) = queue.take() else {
+                break;
+            };
+            ctx.metrics().queue_waited(waited);
             let policy = ctx.table.read().get(&key);
             match policy {
                 Some(policy) => {
@@ -193,6 +202,7 @@ pub async fn run<F, Fut>(
                 None => queue.finished(key, Next::Wait, Instant::now()),
             }
         }
+        ctx.metrics().queue_depth(queue.depth());
         if stopping && running.is_empty() {
             return;
         }
@@ -229,22 +239,30 @@ mod tests {
         q.now(key("a"));
         q.now(key("a"));
         q.now(key("b"));
-        assert_eq!(q.take(), Some(key("a")));
+        assert_eq!(q.take().map(|(k, _)| k), Some(key("a")));
         q.now(key("a"));
-        assert_eq!(q.take(), Some(key("b")), "a runs once at a time");
-        assert_eq!(q.take(), None);
+        assert_eq!(
+            q.take().map(|(k, _)| k),
+            Some(key("b")),
+            "a runs once at a time"
+        );
+        assert_eq!(q.take().map(|(k, _)| k), None);
         let now = Instant::now();
         q.finished(key("a"), Next::Wait, now);
-        assert_eq!(q.take(), Some(key("a")), "the request made while it ran");
+        assert_eq!(
+            q.take().map(|(k, _)| k),
+            Some(key("a")),
+            "the request made while it ran"
+        );
         q.finished(key("a"), Next::Wait, now);
-        assert_eq!(q.take(), None);
+        assert_eq!(q.take().map(|(k, _)| k), None);
     }
 
     #[test]
     fn a_wish_to_run_later_is_kept_until_due_and_an_earlier_request_replaces_it() {
         let mut q = Queue::default();
         q.now(key("a"));
-        assert_eq!(q.take(), Some(key("a")));
+        assert_eq!(q.take().map(|(k, _)| k), Some(key("a")));
         let start = Instant::now();
         q.finished(key("a"), Next::After(Duration::from_secs(10)), start);
         assert_eq!(q.next_due(), Some(start + Duration::from_secs(10)));
@@ -255,12 +273,12 @@ mod tests {
             "the earlier wins"
         );
         q.fire(start + Duration::from_secs(5));
-        assert_eq!(q.take(), None, "not due yet");
+        assert_eq!(q.take().map(|(k, _)| k), None, "not due yet");
         q.now(key("a"));
         assert_eq!(q.next_due(), None, "a request replaces the timer");
-        assert_eq!(q.take(), Some(key("a")));
+        assert_eq!(q.take().map(|(k, _)| k), Some(key("a")));
         q.finished(key("a"), Next::After(Duration::from_secs(1)), start);
         q.fire(start + Duration::from_secs(2));
-        assert_eq!(q.take(), Some(key("a")));
+        assert_eq!(q.take().map(|(k, _)| k), Some(key("a")));
     }
 }

@@ -157,7 +157,12 @@ async fn run(policy: &Held, ctx: &Context) -> Result<Next, Error> {
         .gate
         .statuses
         .queue(key, status.clone(), previous.last.as_ref());
-    write::report(&ctx.gate, policy, target, &outcome, &status, wrote);
+    let written = write::Written {
+        status: &status,
+        previous: previous.last.as_ref(),
+        wrote,
+    };
+    write::report(&ctx.gate, policy, target, &outcome, &written);
     next(outcome, failure)
 }
 

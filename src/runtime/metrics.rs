@@ -59,8 +59,14 @@ pub struct Metrics {
     pub reconciles: Counter,
     /// Duration of each reconcile.
     pub reconcile_duration: Histogram,
-    /// Failed reconciles, by error kind.
+    /// Failed reconciles, by error kind (the controller's own errors).
     pub reconcile_errors: Family<KindLabels, Counter>,
+    /// Failed health queries: tenants' queries, apart from the controller's own errors.
+    pub health_query_errors: Counter,
+    /// Policies waiting in the work queue for a reconcile to start.
+    pub workqueue_depth: Gauge,
+    /// How long a policy waited in the work queue before its reconcile started.
+    pub workqueue_queue_duration: Histogram,
     /// The per-policy series: failovers, failbacks, ready backends, phase, time since the last
     /// transition.
     pub policies: PolicyTable,
@@ -79,8 +85,10 @@ pub struct Metrics {
     /// Watches of a remote cluster restarted after an error.
     pub cluster_watch_restarts: Family<ClusterLabels, Counter>,
     cluster_seen: Mutex<HashMap<String, f64>>,
-    /// Bytes on the heap, live allocations and allocations made, read at scrape time.
-    heap: [Gauge; 3],
+    /// Bytes on the heap and live allocations, read at scrape time.
+    heap: [Gauge; 2],
+    /// Allocations made since the start, read at scrape time.
+    heap_allocations: Counter,
     heap_source: OnceLock<fn() -> Heap>,
 }
 
@@ -93,6 +101,13 @@ pub struct Heap {
     pub live_allocations: i64,
     /// Allocations (and reallocations) made since the start.
     pub allocations: i64,
+}
+
+/// Labels of `build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    /// The controller's version.
+    pub version: String,
 }
 
 /// Labels of a series about one remote cluster.
@@ -122,6 +137,9 @@ impl Metrics {
             reconciles: Counter::default(),
             reconcile_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             reconcile_errors: Family::default(),
+            health_query_errors: Counter::default(),
+            workqueue_depth: Gauge::default(),
+            workqueue_queue_duration: Histogram::new(exponential_buckets(0.0001, 4.0, 10)),
             policies: PolicyTable::default(),
             api_writes: Family::default(),
             watch_restarts: Family::default(),
@@ -132,6 +150,7 @@ impl Metrics {
             cluster_watch_restarts: Family::default(),
             cluster_seen: Mutex::new(HashMap::new()),
             heap: Default::default(),
+            heap_allocations: Counter::default(),
             heap_source: OnceLock::new(),
             registry: Registry::with_prefix(PREFIX),
         };
@@ -159,6 +178,32 @@ impl Metrics {
             "reconcile_duration_seconds",
             "Duration of each reconcile",
             self.reconcile_duration.clone(),
+        );
+        r.register(
+            "health_query_errors",
+            "Failed health queries (tenants' queries; not the controller's own errors)",
+            self.health_query_errors.clone(),
+        );
+        r.register(
+            "workqueue_depth",
+            "Policies waiting in the work queue for a reconcile to start",
+            self.workqueue_depth.clone(),
+        );
+        r.register(
+            "workqueue_queue_duration_seconds",
+            "How long a policy waited in the work queue before its reconcile started",
+            self.workqueue_queue_duration.clone(),
+        );
+        let build = Family::<BuildLabels, Gauge>::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            })
+            .set(1);
+        r.register(
+            "build_info",
+            "Always 1, labelled with the controller's version",
+            build,
         );
         let by_kind = [
             (
@@ -203,11 +248,15 @@ impl Metrics {
         let heap = [
             ("heap_bytes", "Bytes on the heap"),
             ("heap_live_allocations", "Heap allocations not freed"),
-            ("heap_allocations", "Heap allocations made since the start"),
         ];
         for ((name, help), gauge) in heap.into_iter().zip(&self.heap) {
             r.register(name, help, gauge.clone());
         }
+        r.register(
+            "heap_allocations",
+            "Heap allocations made since the start",
+            self.heap_allocations.clone(),
+        );
         r.register(
             "cluster_watch_restarts",
             "Watches of a remote cluster restarted after an error",
@@ -250,10 +299,13 @@ impl Metrics {
         }
         if let Some(read) = self.heap_source.get() {
             let heap = read();
-            let values = [heap.bytes, heap.live_allocations, heap.allocations];
-            for (gauge, value) in self.heap.iter().zip(values) {
+            for (gauge, value) in self.heap.iter().zip([heap.bytes, heap.live_allocations]) {
                 gauge.set(value);
             }
+            // The allocator's count only grows; the counter catches up with it.
+            let made = u64::try_from(heap.allocations).unwrap_or(0);
+            self.heap_allocations
+                .inc_by(made.saturating_sub(self.heap_allocations.get()));
         }
         let (mut head, mut tail) = (String::new(), String::new());
         // Writing into a String cannot fail.
@@ -342,6 +394,22 @@ impl Metrics {
                 kind: kind.to_string(),
             })
             .inc();
+    }
+
+    /// Counts one failed health query (a tenant's query, not the controller's error).
+    pub fn health_query_error(&self) {
+        self.health_query_errors.inc();
+    }
+
+    /// Records the work queue's depth.
+    pub fn queue_depth(&self, depth: usize) {
+        self.workqueue_depth
+            .set(i64::try_from(depth).unwrap_or(i64::MAX));
+    }
+
+    /// Records how long a policy waited in the work queue.
+    pub fn queue_waited(&self, waited: Duration) {
+        self.workqueue_queue_duration.observe(waited.as_secs_f64());
     }
 
     /// Counts one watch restart of a kind.

@@ -44,7 +44,7 @@ struct PolicyState {
     failovers: u32,
     failbacks: u32,
     ready_backends: u32,
-    /// 0 Primary, 1 FailedOver, 2 NoReadyBackend.
+    /// Index of the phase in [`PHASES`].
     phase: u8,
     /// When traffic last moved (Unix seconds).
     last_transition: Option<f64>,
@@ -78,11 +78,11 @@ impl PolicyTable {
     pub fn set_state(&self, labels: &PolicyLabels, ready_backends: usize, phase: Phase) {
         self.update(labels, |s| {
             s.ready_backends = u32::try_from(ready_backends).unwrap_or(u32::MAX);
-            s.phase = match phase {
-                Phase::Primary => 0,
-                Phase::FailedOver => 1,
-                Phase::NoReadyBackend => 2,
-            };
+            s.phase = PHASES
+                .iter()
+                .position(|p| *p == phase)
+                .and_then(|i| u8::try_from(i).ok())
+                .unwrap_or(0);
         });
     }
 
@@ -114,6 +114,20 @@ enum Sample {
     Count(u64),
     Whole(i64),
     Seconds(f64),
+    /// A state set: one sample per state, 1 for this one (by its index in [`PHASES`]), 0 for
+    /// the others.
+    State(u8),
+}
+
+/// The phases, in the order `PolicyState::phase` numbers them.
+const PHASES: [Phase; 3] = [Phase::Primary, Phase::FailedOver, Phase::NoReadyBackend];
+
+/// Labels of a state-set sample: the policy and one of its possible states.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    namespace: String,
+    policy: String,
+    phase: String,
 }
 
 type Value = fn(&PolicyState, f64) -> Option<Sample>;
@@ -140,9 +154,9 @@ const SERIES: [(&str, &str, MetricType, Value); 5] = [
     ),
     (
         "policy_phase",
-        "Phase per policy: 0 Primary, 1 FailedOver, 2 NoReadyBackend",
+        "Phase per policy, as a state set: 1 for the phase label the policy is in, 0 for the others (Primary, FailedOver, NoReadyBackend)",
         MetricType::Gauge,
-        |s, _| Some(Sample::Whole(i64::from(s.phase))),
+        |s, _| Some(Sample::State(s.phase)),
     ),
     (
         "seconds_since_last_transition",
@@ -249,11 +263,24 @@ impl Collector for Rows {
                 namespace: key.namespace.to_string(),
                 policy: key.name.to_string(),
             };
+            if let Sample::State(current) = sample {
+                for (i, phase) in PHASES.iter().enumerate() {
+                    let labels = StateLabels {
+                        namespace: labels.namespace.clone(),
+                        policy: labels.policy.clone(),
+                        phase: phase.to_string(),
+                    };
+                    let on = i64::from(usize::from(current) == i);
+                    ConstGauge::new(on).encode(family.encode_family(&labels)?)?;
+                }
+                continue;
+            }
             let metric = family.encode_family(&labels)?;
             match sample {
                 Sample::Count(v) => ConstCounter::new(v).encode(metric)?,
                 Sample::Whole(v) => ConstGauge::new(v).encode(metric)?,
                 Sample::Seconds(v) => ConstGauge::new(v).encode(metric)?,
+                Sample::State(_) => {}
             }
         }
         Ok(())
@@ -294,8 +321,15 @@ mod tests {
             text.lines()
                 .filter(|l| l.starts_with("failover_policy_phase{"))
                 .count(),
-            policies
+            3 * policies,
+            "one sample per phase"
         );
+        assert!(text.contains(
+            "failover_policy_phase{namespace=\"ns\",policy=\"p0001\",phase=\"Primary\"} 1\n"
+        ));
+        assert!(text.contains(
+            "failover_policy_phase{namespace=\"ns\",policy=\"p0001\",phase=\"FailedOver\"} 0\n"
+        ));
         assert!(text.contains("failover_ready_backends{namespace=\"ns\",policy=\"p1000\"} 2\n"));
         assert_eq!(
             text.lines()

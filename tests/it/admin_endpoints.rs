@@ -43,9 +43,36 @@ async fn metrics_and_health_endpoints_report_a_failover() {
         metric(&text, &format!("failover_ready_backends{labels}")),
         Some(2.0)
     );
+    // The phase is a state set: one series per phase, 1 for the one the policy is in.
+    let phase = |p: &str| {
+        let labels = format!("{{namespace=\"{}\",policy=\"web\",phase=\"{p}\"}}", env.ns);
+        metric(&text, &format!("failover_policy_phase{labels}"))
+    };
     assert_eq!(
-        metric(&text, &format!("failover_policy_phase{labels}")),
+        [
+            phase("Primary"),
+            phase("FailedOver"),
+            phase("NoReadyBackend")
+        ],
+        [Some(0.0), Some(1.0), Some(0.0)]
+    );
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        metric(
+            &text,
+            &format!("failover_build_info{{version=\"{version}\"}}")
+        ),
         Some(1.0)
+    );
+    assert_eq!(metric(&text, "failover_workqueue_depth"), Some(0.0));
+    assert!(
+        metric(&text, "failover_workqueue_queue_duration_seconds_count").is_some_and(|n| n >= 2.0),
+        "{text}"
+    );
+    assert!(metric(&text, "failover_heap_allocations_total").is_some_and(|n| n > 0.0));
+    assert_eq!(
+        metric(&text, "failover_health_query_errors_total"),
+        Some(0.0)
     );
     assert!(
         metric(

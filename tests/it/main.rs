@@ -31,4 +31,5 @@ mod suspend_and_pin;
 mod tenancy;
 mod traffic;
 mod validation;
+mod warning_events;
 mod writes_and_scale;

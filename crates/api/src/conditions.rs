@@ -62,6 +62,16 @@ pub mod ready {
     /// listener); this one writes no route.
     pub const APEX_CONFLICT: &str = "ApexConflict";
 
+    /// The `Ready` reasons of a failure that no transition Event announces: each raises a
+    /// Warning Event of the same reason when it starts.
+    pub const FAILURES: [&str; 5] = [
+        INVALID_SPEC,
+        TRAFFIC_SPLIT_WRITE_FAILED,
+        HTTP_ROUTE_WRITE_FAILED,
+        TRAFFIC_SPLIT_CRD_MISSING,
+        HTTP_ROUTE_CRD_MISSING,
+    ];
+
     /// The `Ready` reasons that mean the policy cannot make progress until someone changes it or
     /// the cluster: they set `Stalled`. A failed write is retried, so it does not.
     pub const STALLING: [&str; 6] = [

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
-use failover::api::{BackendStatus, FailoverPolicy, Role};
+use failover::api::{BackendStatus, FailoverPolicy, FailoverPolicyStatus, Role};
 use kube::ResourceExt;
 use serde::Serialize;
 
@@ -22,7 +22,7 @@ struct PolicyView<'a> {
     namespace: String,
     name: String,
     #[serde(flatten)]
-    status: Option<&'a failover::api::FailoverPolicyStatus>,
+    status: Option<&'a FailoverPolicyStatus>,
 }
 
 /// The policies in the chosen format.
@@ -50,17 +50,21 @@ pub fn render(policies: &[FailoverPolicy], format: Format) -> anyhow::Result<Str
     })
 }
 
+/// The status the controller wrote, if it wrote one: until then the API server serves the
+/// schema's default, `observedGeneration: 0`.
+pub fn written_status(policy: &FailoverPolicy) -> Option<&FailoverPolicyStatus> {
+    policy
+        .status
+        .as_ref()
+        .filter(|s| s.observed_generation.unwrap_or(0) > 0)
+}
+
 /// One policy as text.
 fn text(policy: &FailoverPolicy, now: DateTime<Utc>) -> String {
     let mut out = String::new();
     let ns = policy.namespace().unwrap_or_default();
     let _ = writeln!(out, "{} (namespace {ns})", policy.name_any());
-    // Until the controller writes one, the API server serves `observedGeneration: 0`.
-    let Some(status) = policy
-        .status
-        .as_ref()
-        .filter(|s| s.observed_generation.unwrap_or(0) > 0)
-    else {
+    let Some(status) = written_status(policy) else {
         out.push_str("  no status yet: is the controller running?\n");
         return out;
     };

@@ -1,6 +1,6 @@
 //! Step 8 of the pipeline: writes what the status step built (only when it differs from what the
 //! policy has; in the background, [`status`]), then tells the world: an Event per transition or
-//! conflict, and the per-policy metrics.
+//! conflict, a Warning Event when a failure starts, and the per-policy metrics.
 
 pub mod statuses;
 
@@ -8,24 +8,41 @@ use kube::runtime::events::{Event, EventType};
 use tracing::{info, warn};
 
 use crate::{
-    api::{FailoverPolicyStatus, Phase},
+    api::{
+        Condition, FailoverPolicyStatus, Phase,
+        conditions::{ATTACHED, CLUSTERS_REACHABLE, HEALTH_QUERY_FAILED, READY, attached, ready},
+    },
     applied::Applied,
     decide::plan::{Announcement, Transition},
+    last_status::LastStatus,
     route::RouteTarget,
     runtime::{gate::WriteGate, policy_metrics::PolicyLabels},
     sources::local::policies::Held,
     status::Outcome,
 };
 
-/// Events and metrics for what a reconcile did; `wrote` tells whether its status was new.
+/// What a reconcile wrote, and the status it wrote over.
+pub struct Written<'a> {
+    /// The status built.
+    pub status: &'a FailoverPolicyStatus,
+    /// The status as last written.
+    pub previous: Option<&'a LastStatus>,
+    /// Whether the status was new (queued for writing).
+    pub wrote: bool,
+}
+
+/// Events and metrics for what a reconcile did.
 pub fn report(
     gate: &WriteGate,
     policy: &Held,
     target: &RouteTarget,
     outcome: &Outcome,
-    status: &FailoverPolicyStatus,
-    wrote: bool,
+    written: &Written,
 ) {
+    let (status, wrote) = (written.status, written.wrote);
+    if wrote {
+        warn_failures(gate, policy, status, written.previous);
+    }
     let Outcome::Decided(decided) = outcome else {
         return;
     };
@@ -69,6 +86,44 @@ pub fn report(
         | Applied::Failed(_)
         | Applied::ApiMissing(_)
         | Applied::Yielded { .. } => {}
+    }
+}
+
+/// A Warning Event for each failure the status says and the previous status did not (the same
+/// condition with the same status and reason): raised once as the failure starts, not at every
+/// reconcile while it lasts.
+fn warn_failures(
+    gate: &WriteGate,
+    policy: &Held,
+    status: &FailoverPolicyStatus,
+    previous: Option<&LastStatus>,
+) {
+    for c in status.conditions.iter().filter(|c| is_failure(c)) {
+        let known = previous.is_some_and(|p| {
+            p.has_reason(&c.type_, &c.reason)
+                && p.condition(&c.type_)
+                    .is_some_and(|l| l.status == (c.status == "True"))
+        });
+        if !known {
+            publish(
+                gate,
+                policy,
+                EventType::Warning,
+                &c.reason,
+                c.message.clone(),
+            );
+        }
+    }
+}
+
+/// Whether a condition says something is wrong that no transition or conflict Event announces.
+fn is_failure(c: &Condition) -> bool {
+    match (c.type_.as_str(), c.status.as_str()) {
+        (READY, "False") => ready::FAILURES.contains(&c.reason.as_str()),
+        (HEALTH_QUERY_FAILED, "True") | (CLUSTERS_REACHABLE, "False") => true,
+        // No answer yet is how every route starts; a refusal is a failure.
+        (ATTACHED, "False") => c.reason != attached::NO_ANSWER,
+        _ => false,
     }
 }
 

@@ -280,7 +280,7 @@ async fn poll(health: Health, key: PolicyKey, plan: Plan) {
             let outcome = health.prometheus.query(&plan.address, query).await;
             if let Err(e) = &outcome {
                 failures += 1;
-                health.metrics.error("health_query");
+                health.metrics.health_query_error();
                 warn!(namespace = %key.namespace, policy = %key.name, service, error = %e, "health query failed; keeping the last verdict");
             }
             changed |= health.record(&key, service, &plan, outcome);

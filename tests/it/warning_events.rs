@@ -1,0 +1,65 @@
+//! Failures raise a Warning Event on the policy as they start (an invalid spec, a failing health
+//! query, a failed route write, a missing route CRD, a cluster that does not answer, a refused
+//! parent), once, not at every reconcile while they last.
+
+use failover::api::conditions::{HEALTH_QUERY_FAILED, READY, health, ready};
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+
+use crate::support::{
+    ControllerProcess, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, condition, test_env,
+};
+
+/// Warning Events on the policy `web` with this reason, each with how often it was seen.
+async fn warnings(env: &TestEnv, reason: &str) -> Vec<i32> {
+    let events: Api<Event> = env.api();
+    events
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.type_.as_deref() == Some("Warning")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("web")
+        })
+        .map(|e| e.series.map_or(1, |s| s.count))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_invalid_spec_and_a_failing_health_query_each_raise_one_warning_event() {
+    let Some(env) = test_env!() else { return };
+    env.ready_backends(&WEB_BACKENDS).await;
+    // Nothing listens on port 9: every health query fails.
+    let _controller =
+        ControllerProcess::start(&env, &["--prometheus-address", "http://127.0.0.1:9"]);
+
+    env.apply(&PolicyBuilder::web_with_health(None, "sum(("));
+    env.wait_policy("web", WAIT, ready::INVALID_SPEC, |p| {
+        condition(p, READY).is_some_and(|c| c.1 == ready::INVALID_SPEC)
+    })
+    .await;
+    assert!(
+        env.wait_event("web", ready::INVALID_SPEC, Some("Warning"), WAIT)
+            .await
+    );
+    // More reconciles while it lasts (a backend's readiness changes) raise no more.
+    env.set_endpoints("web-east", 2, 0).await;
+    env.set_endpoints("web-east", 1, 0).await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(warnings(&env, ready::INVALID_SPEC).await, [1]);
+
+    env.apply(&PolicyBuilder::web_with_health(None, "vector(0)"));
+    env.wait_policy("web", WAIT, "HealthQueryFailed=True", |p| {
+        condition(p, HEALTH_QUERY_FAILED).is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    assert!(
+        env.wait_event("web", health::HEALTH_QUERY_FAILED, Some("Warning"), WAIT)
+            .await
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(warnings(&env, health::HEALTH_QUERY_FAILED).await, [1]);
+}
