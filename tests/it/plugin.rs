@@ -16,6 +16,18 @@ fn ok(out: Output) -> String {
     support::ok(&out, "kubectl failover")
 }
 
+/// The plugin's standard output; fails the test unless it exited with `code`.
+fn exited(out: Output, code: i32) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "kubectl failover exited otherwise:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
 fn fits_100_columns(text: &str) {
     for line in text.lines() {
         assert!(
@@ -75,7 +87,10 @@ async fn status_prints_a_backend_table_and_the_conditions_within_100_columns() {
     assert!(text.contains("Ready True FailedOver"), "{text}");
     assert!(text.contains("phase FailedOver"), "{text}");
 
-    let all = ok(failover(&env, &["status", "-A"]));
+    // Every namespace: other tests' policies too, some not ready (2) or all ready (0).
+    let all = failover(&env, &["status", "-A"]);
+    assert!(matches!(all.status.code(), Some(0 | 2)), "{all:?}");
+    let all = String::from_utf8_lossy(&all.stdout);
     assert!(
         all.contains(&format!("web (namespace {})", env.ns)),
         "{all}"
@@ -101,7 +116,7 @@ async fn explain_decision_names_the_rule_and_when_a_hold_falls_due() {
         condition_reason(p, READY).as_deref() == Some(ready::FAILOVER_PENDING)
     })
     .await;
-    let text = ok(failover(&env, &["explain-decision", "web"]));
+    let text = exited(failover(&env, &["explain-decision", "web"]), 2);
     support::figure(format!("kubectl failover explain-decision web:\n{text}"));
     fits_100_columns(&text);
     let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -115,10 +130,10 @@ async fn explain_decision_names_the_rule_and_when_a_hold_falls_due() {
         "{text}"
     );
     assert!(text.contains("(in 59m"), "{text}");
-    let json: serde_json::Value = serde_json::from_str(&ok(failover(
-        &env,
-        &["explain-decision", "web", "-o", "json"],
-    )))
+    let json: serde_json::Value = serde_json::from_str(&exited(
+        failover(&env, &["explain-decision", "web", "-o", "json"]),
+        2,
+    ))
     .expect("JSON");
     assert_eq!(json["rule"], ready::FAILOVER_PENDING);
     assert!(json["holdUntil"].is_string(), "{json}");
@@ -145,8 +160,15 @@ async fn pin_unpin_suspend_and_resume_change_the_policy_under_their_own_field_ma
     };
     let out = ok(failover(&env, &["pin", "web", "web-west"]));
     assert!(out.contains("pinned to web-west"), "{out}");
-    env.wait_weights("web", &ON_WEST, WAIT).await;
+    // It returns once the controller has acted on the pin: the status says so already.
+    assert!(out.contains("Ready=True Pinned"), "{out}");
     let p = env.policy("web").await.expect("policy");
+    assert_eq!(
+        condition_reason(&p, READY).as_deref(),
+        Some(ready::PINNED),
+        "status right after pin"
+    );
+    env.wait_weights("web", &ON_WEST, WAIT).await;
     assert_eq!(p.spec.pin.as_deref(), Some("web-west"));
     assert!(owns(&p, PIN, "pin"), "pin sets spec.pin under {PIN}");
     let refused = failover(&env, &["pin", "web", "nope"]);
@@ -233,8 +255,9 @@ async fn a_suspended_policy_with_its_primary_down_shows_the_frozen_route_everywh
         "{listed}"
     );
 
-    // kubectl failover status: the primary keeps weight 1 although it is not ready.
-    let text = ok(failover(&env, &["status", "web"]));
+    // kubectl failover status: the primary keeps weight 1 although it is not ready (Ready=False:
+    // exit code 2).
+    let text = exited(failover(&env, &["status", "web"]), 2);
     support::figure(format!("kubectl failover status web:\n{text}"));
     let row = |service: &str| -> Vec<String> {
         text.lines()
@@ -251,7 +274,7 @@ async fn a_suspended_policy_with_its_primary_down_shows_the_frozen_route_everywh
     assert!(text.contains("phase Primary"), "{text}");
 
     // explain-decision: suspended, where the route stays and where traffic would go.
-    let text = ok(failover(&env, &["explain-decision", "web"]));
+    let text = exited(failover(&env, &["explain-decision", "web"]), 2);
     support::figure(format!("kubectl failover explain-decision web:\n{text}"));
     let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(text.contains("Rule: Suspended"), "{text}");
@@ -260,4 +283,114 @@ async fn a_suspended_policy_with_its_primary_down_shows_the_frozen_route_everywh
         "{text}"
     );
     assert!(text.contains("would go to web-east"), "{text}");
+}
+
+/// The plugin binary, run directly as kubectl runs it.
+fn plugin() -> std::process::Command {
+    let binary = option_env!("CARGO_BIN_EXE_kubectl-failover")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| support::repo_root().join("target/debug/kubectl-failover"));
+    std::process::Command::new(binary)
+}
+
+/// The plugin with KUBECONFIG pointing nowhere: only its own flags name a cluster.
+fn failover_with_flags(args: &[&str]) -> Output {
+    plugin()
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .args(args)
+        .output()
+        .expect("running kubectl-failover")
+}
+
+#[tokio::test]
+async fn kubeconfig_context_selector_and_exit_codes_work_as_kubectls() {
+    let Some((env, _c)) = failed_over("plugin-flags").await else {
+        return;
+    };
+    let kubeconfig = env.cp.kubeconfig.to_str().expect("path").to_string();
+    let context = support::ok(
+        &env.kubectl(&["config", "current-context"]),
+        "current-context",
+    );
+    let ns = env.ns.as_str();
+    let with = |extra: &[&str]| {
+        let mut args = vec!["--kubeconfig", &kubeconfig, "-n", ns];
+        args.extend_from_slice(extra);
+        failover_with_flags(&args)
+    };
+    // Ready (failed over to a ready secondary): 0.
+    let text = exited(with(&["--context", context.trim(), "status", "web"]), 0);
+    assert!(text.contains("phase FailedOver"), "{text}");
+    let out = exited(with(&["--context", "no-such-context", "status"]), 1);
+    assert!(out.is_empty());
+    let refused = with(&["--context", "no-such-context", "status"]);
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("no-such-context"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    // A second policy with no ready backend: 2 for all, 0 for those the selector keeps.
+    env.apply(&PolicyBuilder::named(
+        "lonely",
+        "nothing",
+        &["nothing-either"],
+    ));
+    env.wait_policy("lonely", WAIT, ready::NO_READY_BACKEND, |p| {
+        condition_reason(p, READY).as_deref() == Some(ready::NO_READY_BACKEND)
+    })
+    .await;
+    support::ok(&env.kubectl(&["label", "fp", "web", "tier=edge"]), "label");
+    exited(with(&["status"]), 2);
+    let text = exited(with(&["status", "-l", "tier=edge"]), 0);
+    assert!(
+        text.contains("web (namespace") && !text.contains("lonely"),
+        "{text}"
+    );
+    let text = exited(with(&["status", "-A", "-l", "tier=edge", "-o", "json"]), 0);
+    assert!(text.contains("\"name\": \"web\""), "{text}");
+    // No policy matches: nothing is not ready.
+    exited(with(&["status", "-l", "tier=none"]), 0);
+}
+
+#[tokio::test]
+async fn status_watch_prints_a_policy_again_when_it_changes() {
+    let Some((env, _c)) = failed_over("plugin-watch").await else {
+        return;
+    };
+    let mut watch = plugin()
+        .env("KUBECONFIG", &env.cp.kubeconfig)
+        .args(["-n", env.ns.as_str(), "status", "web", "--watch"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("running kubectl-failover status --watch");
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    env.set_endpoints("web", 1, 0).await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
+    env.wait_policy("web", WAIT, ready::PRIMARY_ACTIVE, |p| {
+        condition_reason(p, READY).as_deref() == Some(ready::PRIMARY_ACTIVE)
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let _ = watch.kill();
+    let out = watch.wait_with_output().expect("output");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let failed_over = text.find("phase FailedOver").expect("the first listing");
+    let back = text.rfind("phase Primary").expect("the change printed");
+    assert!(failed_over < back, "{text}");
+}
+
+#[test]
+fn version_and_completion_print_without_a_cluster() {
+    let version = exited(failover_with_flags(&["version"]), 0);
+    assert!(
+        version.contains(env!("CARGO_PKG_VERSION")) && version.contains("failover.dev/v1alpha1"),
+        "{version}"
+    );
+    for shell in ["bash", "zsh", "fish"] {
+        let script = exited(failover_with_flags(&["completion", shell]), 0);
+        assert!(
+            script.contains("kubectl-failover") && script.contains("explain-decision"),
+            "{shell}: {script}"
+        );
+    }
 }

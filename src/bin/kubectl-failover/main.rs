@@ -2,32 +2,48 @@
 //! name, `kubectl-failover`.
 //!
 //! ```text
-//! kubectl failover status [POLICY] [-A] [-o text|json|yaml]   per-backend table and conditions
-//! kubectl failover explain-decision POLICY                     why traffic is where it is
-//! kubectl failover pin POLICY BACKEND | unpin POLICY           all traffic to one backend
-//! kubectl failover suspend POLICY | resume POLICY              freeze the generated route
+//! kubectl failover status [POLICY] [-A] [-l SELECTOR] [-w] [-o text|json|yaml]
+//!                                                    per-backend table and conditions
+//! kubectl failover explain-decision POLICY            why traffic is where it is
+//! kubectl failover pin POLICY BACKEND | unpin POLICY  all traffic to one backend
+//! kubectl failover suspend POLICY | resume POLICY     freeze the generated route
+//! kubectl failover version | completion SHELL
 //! ```
 //!
 //! It reads policies through the API as kubectl does (KUBECONFIG, the current context and its
-//! namespace) and changes them with server-side apply under its own field manager.
+//! namespace; `--kubeconfig` and `--context` choose others, since kubectl does not hand its own
+//! flags to a plugin) and changes them with server-side apply under its own field manager. A
+//! change waits until the controller has acted on it (`--timeout`). Exit codes: 0 when every
+//! policy shown is ready, 1 on an error, 2 when some policy shown is not ready (or the
+//! controller has not yet acted on its spec).
 
+mod connect;
 mod edit;
 mod explain;
 mod show;
+mod watch;
 
-use std::process::ExitCode;
+use std::{path::PathBuf, process::ExitCode, time::Duration};
 
-use clap::{Parser, Subcommand, ValueEnum};
-use failover::api::FailoverPolicy;
-use kube::{Api, Client, api::ListParams};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use failover::api::{FailoverPolicy, rules::parse_duration};
+use kube::{Api, api::ListParams};
 
 /// FailoverPolicy status, decisions and operator controls.
 #[derive(Parser, Debug)]
 #[command(name = "kubectl failover", version, about)]
 struct Cli {
-    /// Namespace of the policies (default: the current context's).
+    /// Namespace of the policies (default: the context's).
     #[arg(short, long, global = true)]
     namespace: Option<String>,
+
+    /// The kubeconfig file (default: KUBECONFIG, else ~/.kube/config, else in-cluster).
+    #[arg(long, global = true, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig context (default: its current context).
+    #[arg(long, global = true, value_name = "NAME")]
+    context: Option<String>,
 
     #[command(subcommand)]
     command: Command,
@@ -36,13 +52,19 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Each policy with a per-backend table (readiness, endpoints, weight, share, since) and its
-    /// conditions.
+    /// conditions. Exits 2 when some policy is not ready.
     Status {
         /// One policy; all policies of the namespace when omitted.
         policy: Option<String>,
         /// Policies of every namespace.
         #[arg(short = 'A', long)]
         all_namespaces: bool,
+        /// Only policies with these labels (a label selector, e.g. `team=shop,tier!=edge`).
+        #[arg(short = 'l', long)]
+        selector: Option<String>,
+        /// After the policies, print each one again whenever it changes, until interrupted.
+        #[arg(short, long)]
+        watch: bool,
         /// Output format.
         #[arg(short, long, value_enum, default_value_t = Format::Text)]
         output: Format,
@@ -61,22 +83,50 @@ enum Command {
         policy: String,
         /// The backend Service.
         backend: String,
+        #[command(flatten)]
+        wait: Wait,
     },
     /// Ends a pin: traffic follows readiness again.
     Unpin {
         /// The policy.
         policy: String,
+        #[command(flatten)]
+        wait: Wait,
     },
     /// Freezes the generated route; the status keeps showing what would happen.
     Suspend {
         /// The policy.
         policy: String,
+        #[command(flatten)]
+        wait: Wait,
     },
     /// Ends a suspension: the route follows the decision again.
     Resume {
         /// The policy.
         policy: String,
+        #[command(flatten)]
+        wait: Wait,
     },
+    /// The plugin's version and the API version it reads.
+    Version,
+    /// A shell completion script, e.g. `source <(kubectl failover completion bash)`.
+    Completion {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// How long a change waits for the controller to act on it.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct Wait {
+    /// How long to wait for the controller to act on the change (its status observing the new
+    /// generation), e.g. `30s` or `2m`; `0s` does not wait.
+    #[arg(long, default_value = "30s", value_parser = parse_timeout)]
+    pub timeout: Duration,
+}
+
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// How results are printed.
@@ -90,11 +140,21 @@ pub enum Format {
     Yaml,
 }
 
+/// How a command ended, as its exit code tells a script.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Done; every policy shown is ready.
+    Ready,
+    /// Done; some policy shown is not ready, or its spec not yet acted on.
+    NotReady,
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli).await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(Verdict::Ready) => ExitCode::SUCCESS,
+        Ok(Verdict::NotReady) => ExitCode::from(2),
         Err(e) => {
             eprintln!("error: {}", screen(&format!("{e:#}")));
             ExitCode::FAILURE
@@ -104,50 +164,83 @@ async fn main() -> ExitCode {
 
 /// What is printed, with every control character but the line breaks written as its escape: a
 /// status is anyone's text (a tenant's query quoted in it), and is shown, never obeyed.
-fn screen(text: &str) -> String {
+pub fn screen(text: &str) -> String {
     text.split('\n')
         .map(|line| failover::message::escaped(line).into_owned())
         .collect::<Vec<_>>()
         .join("\n")
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
-    let config = kube::Config::infer()
-        .await
-        .map_err(|e| anyhow::anyhow!("no usable kubeconfig: {e}"))?;
-    let namespace = cli
-        .namespace
-        .unwrap_or_else(|| config.default_namespace.clone());
-    let client = Client::try_from(config)?;
-    let api: Api<FailoverPolicy> = Api::namespaced(client.clone(), &namespace);
+async fn run(cli: Cli) -> anyhow::Result<Verdict> {
+    match cli.command {
+        Command::Version => {
+            println!(
+                "kubectl-failover {} (API failover.dev/v1alpha1)",
+                env!("CARGO_PKG_VERSION")
+            );
+            return Ok(Verdict::Ready);
+        }
+        Command::Completion { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(
+                shell,
+                &mut command,
+                "kubectl-failover",
+                &mut std::io::stdout(),
+            );
+            return Ok(Verdict::Ready);
+        }
+        _ => {}
+    }
+    let target = connect::connect(cli.kubeconfig, cli.context, cli.namespace).await?;
+    let (api, namespace) = (target.api(), target.namespace.as_str());
     match cli.command {
         Command::Status {
             policy,
             all_namespaces,
+            selector,
+            watch,
             output,
         } => {
-            let policies = match (policy, all_namespaces) {
-                (Some(name), _) => vec![get(&api, &name, &namespace).await?],
-                (None, true) => {
-                    Api::<FailoverPolicy>::all(client)
-                        .list(&ListParams::default())
-                        .await?
-                        .items
+            let api = if all_namespaces { target.all() } else { api };
+            let policies = match &policy {
+                Some(name) => vec![get(&api, name, namespace).await?],
+                None => {
+                    let params = ListParams {
+                        label_selector: selector.clone(),
+                        ..Default::default()
+                    };
+                    api.list(&params).await?.items
                 }
-                (None, false) => api.list(&ListParams::default()).await?.items,
             };
             print!("{}", screen(&show::render(&policies, output)?));
+            if watch {
+                watch::follow(
+                    &api,
+                    &policies,
+                    policy.as_deref(),
+                    selector.as_deref(),
+                    output,
+                )
+                .await?;
+            }
+            Ok(show::verdict(&policies))
         }
         Command::ExplainDecision { policy, output } => {
-            let policy = get(&api, &policy, &namespace).await?;
+            let policy = get(&api, &policy, namespace).await?;
             print!("{}", screen(&explain::render(&policy, output)?));
+            Ok(show::verdict(std::slice::from_ref(&policy)))
         }
-        Command::Pin { policy, backend } => edit::pin(&api, &policy, &backend).await?,
-        Command::Unpin { policy } => edit::unpin(&api, &policy).await?,
-        Command::Suspend { policy } => edit::suspend(&api, &policy, true).await?,
-        Command::Resume { policy } => edit::suspend(&api, &policy, false).await?,
+        Command::Pin {
+            policy,
+            backend,
+            wait,
+        } => edit::pin(&api, &policy, &backend, wait).await,
+        Command::Unpin { policy, wait } => edit::unpin(&api, &policy, wait).await,
+        Command::Suspend { policy, wait } => edit::suspend(&api, &policy, true, wait).await,
+        Command::Resume { policy, wait } => edit::suspend(&api, &policy, false, wait).await,
+        Command::Version | Command::Completion { .. } => Ok(Verdict::Ready),
     }
-    Ok(())
 }
 
 /// One policy, or an error that names it and its namespace.

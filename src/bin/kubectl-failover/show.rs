@@ -4,11 +4,13 @@
 use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
-use failover::api::{BackendStatus, FailoverPolicy, FailoverPolicyStatus, Role};
+use failover::api::{
+    BackendStatus, Condition, FailoverPolicy, FailoverPolicyStatus, Role, conditions::READY,
+};
 use kube::ResourceExt;
 use serde::Serialize;
 
-use crate::Format;
+use crate::{Format, Verdict};
 
 /// Widest line of text output.
 pub const WIDTH: usize = 100;
@@ -57,6 +59,29 @@ pub fn written_status(policy: &FailoverPolicy) -> Option<&FailoverPolicyStatus> 
         .status
         .as_ref()
         .filter(|s| s.observed_generation.unwrap_or(0) > 0)
+}
+
+/// A condition of the policy's written status.
+pub fn condition<'a>(policy: &'a FailoverPolicy, type_: &str) -> Option<&'a Condition> {
+    written_status(policy)?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// Ready when every policy's status observes its current spec and says `Ready=True`.
+pub fn verdict(policies: &[FailoverPolicy]) -> Verdict {
+    let ready = |p: &FailoverPolicy| {
+        let current = written_status(p)
+            .and_then(|s| s.observed_generation)
+            .is_some_and(|g| Some(g) == p.metadata.generation);
+        current && condition(p, READY).is_some_and(|c| c.status == "True")
+    };
+    if policies.iter().all(ready) {
+        Verdict::Ready
+    } else {
+        Verdict::NotReady
+    }
 }
 
 /// One policy as text.
