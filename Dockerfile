@@ -7,13 +7,16 @@ ARG BUILDER_IMAGE=docker.io/library/rust:1.95-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 
 FROM ${BUILDER_IMAGE} AS build
+# The version the controller reports (a release's; empty: the crate's).
+ARG FAILOVER_VERSION=
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY crates crates
 COPY crd-gen crd-gen
 COPY src src
 RUN --mount=type=cache,target=/usr/local/cargo/registry --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin failover-controller \
+    if [ -z "$FAILOVER_VERSION" ]; then unset FAILOVER_VERSION; fi \
+ && cargo build --release --locked --bin failover-controller \
  && cp target/release/failover-controller /failover-controller
 
 FROM ${RUNTIME_IMAGE}

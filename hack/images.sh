@@ -9,6 +9,11 @@
 # control-plane binaries; the controller's release build reuses a cargo cache mount.
 #
 #   hack/images.sh controller      # -> .../images/failover-controller.tar (localhost/failover-controller:dev)
+#
+# A release (hack/release.sh) names the image, the archive and the version the build reports:
+#   IMAGE=<name:tag> ARCHIVE=<path> FAILOVER_VERSION=<version> hack/images.sh controller
+# and gets a docker-archive (what `docker load`, `kind load image-archive`, `k3d image import`,
+# `minikube image load` and `ctr images import` all read).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -69,16 +74,20 @@ build_runtime() {
 }
 
 build_controller() {
+  local image=${IMAGE:-localhost/failover-controller:dev} archive format=oci-archive
+  archive=${ARCHIVE:-$cache/failover-controller.tar}
+  [[ -n ${ARCHIVE:-} ]] && format=docker-archive
   build_builder
   build_runtime
-  log "building localhost/failover-controller:dev from the Dockerfile"
+  log "building $image from the Dockerfile"
   b bud --isolation chroot --layers=false \
     --build-arg "BUILDER_IMAGE=$builder" --build-arg "RUNTIME_IMAGE=$runtime" \
-    -t localhost/failover-controller:dev -f "$repo/Dockerfile" "$repo" > "$cache/controller-build.log" 2>&1 \
+    --build-arg "FAILOVER_VERSION=${FAILOVER_VERSION:-}" \
+    -t "$image" -f "$repo/Dockerfile" "$repo" > "$cache/controller-build.log" 2>&1 \
     || { tail -n 30 "$cache/controller-build.log" >&2; return 1; }
-  rm -f "$cache/failover-controller.tar"
-  b push localhost/failover-controller:dev "oci-archive:$cache/failover-controller.tar:localhost/failover-controller:dev" >/dev/null
-  echo "$cache/failover-controller.tar"
+  rm -f "$archive"
+  b push --quiet "$image" "$format:$archive:$image" >/dev/null
+  echo "$archive"
 }
 
 case ${1:-} in

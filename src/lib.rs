@@ -33,6 +33,13 @@ pub use failover_core::{
     policy, route, status, tenancy, validate,
 };
 
+/// The version this build reports (`--version`, `failover_build_info`, the plugin's `version`):
+/// `FAILOVER_VERSION` at build time (a release build, `hack/release.sh`), else the crate's.
+pub const VERSION: &str = match option_env!("FAILOVER_VERSION") {
+    Some(v) => v,
+    None => env!("CARGO_PKG_VERSION"),
+};
+
 pub mod controller;
 pub mod pipeline;
 pub mod runtime;

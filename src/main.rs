@@ -39,7 +39,7 @@ fn heap() -> failover::runtime::metrics::Heap {
 /// Fails traffic over between backend Services by owning SMI TrafficSplits, driven by
 /// EndpointSlice readiness.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version = failover::VERSION, about)]
 struct Args {
     /// Path to a kubeconfig; without it, the KUBECONFIG variable (one or more paths), then
     /// ~/.kube/config, then the in-cluster service account is used.

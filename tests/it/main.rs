@@ -12,6 +12,7 @@ mod chart;
 mod control_plane;
 mod crd;
 mod demo;
+mod doc_names;
 mod docs;
 mod gitops_health;
 mod health_queries;

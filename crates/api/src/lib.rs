@@ -349,7 +349,8 @@ pub struct SecondaryBackend {
     /// another cluster (declared to the controller by a Secret labelled
     /// `failover.dev/cluster: <name>`). Traffic still goes to the local Service named by
     /// `service` (a mirror); readiness is the remote Service's EndpointSlices, counted with the
-    /// same rules. A cluster unreachable for longer than its `staleAfter` counts as not ready.
+    /// same rules. A cluster unreachable for longer than its Secret's `failover.dev/stale-after`
+    /// annotation (default 30 s) counts as not ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(dive)]
     pub readiness_from: Option<ReadinessFrom>,

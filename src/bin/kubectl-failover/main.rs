@@ -31,7 +31,7 @@ use kube::{Api, api::ListParams};
 
 /// FailoverPolicy status, decisions and operator controls.
 #[derive(Parser, Debug)]
-#[command(name = "kubectl failover", version, about)]
+#[command(name = "kubectl failover", version = failover::VERSION, about)]
 struct Cli {
     /// Namespace of the policies (default: the context's).
     #[arg(short, long, global = true)]
@@ -176,7 +176,7 @@ async fn run(cli: Cli) -> anyhow::Result<Verdict> {
         Command::Version => {
             println!(
                 "kubectl-failover {} (API failover.dev/v1alpha1)",
-                env!("CARGO_PKG_VERSION")
+                failover::VERSION
             );
             return Ok(Verdict::Ready);
         }

@@ -27,10 +27,36 @@ pub const RELEASE: &str = "fc";
 /// The controller's Deployment (and Pods' prefix) in that release.
 pub const CONTROLLER: &str = "fc-failover-controller";
 
-/// The controller image's reference in the node's containerd.
-pub const CONTROLLER_IMAGE: &str = "localhost/failover-controller";
-/// Its tag.
-pub const CONTROLLER_TAG: &str = "dev";
+/// The release the node tests build with `hack/release.sh` and install as the README's "Install
+/// on your cluster" says: its image archive loaded into the node's containerd, its chart
+/// installed with the image the chart names by default.
+pub const RELEASE_VERSION: &str = "0.2.0";
+
+/// The release's image archive, as the README's `ctr` line loads it.
+pub fn release_image_archive() -> String {
+    format!("dist/{RELEASE_VERSION}/failover-controller-{RELEASE_VERSION}.image.tar")
+}
+
+/// The release's packaged chart, as the README's `helm install` line installs it.
+pub fn release_chart() -> String {
+    format!("dist/{RELEASE_VERSION}/failover-controller-{RELEASE_VERSION}.tgz")
+}
+
+/// The README's line that starts with `prefix` (a command of its own), as words, without a
+/// trailing comment; fails the test when the README has no such line.
+pub fn readme_command(prefix: &str) -> Vec<String> {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("the README has no line starting with {prefix:?}"));
+    line.split(" #")
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
 
 static NODE: OnceLock<Option<ControlPlane>> = OnceLock::new();
 
@@ -66,41 +92,45 @@ fn node() -> Option<&'static ControlPlane> {
         assert_node_possible();
         let cp = start_control_plane_with(&["--node", "--proxy"]);
         install_crds(&cp);
-        import_controller_image(&cp);
+        release_and_import_image(&cp);
         Some(cp)
     })
     .as_ref()
 }
 
-/// Builds the controller's image from the Dockerfile (hack/images.sh) and imports it.
-fn import_controller_image(cp: &ControlPlane) {
+/// Builds the release (`hack/release.sh`: the image from the Dockerfile, the chart, the plugin,
+/// the checksums) and loads its image into the node's containerd with the README's `ctr` line
+/// (pointed at this node's socket).
+fn release_and_import_image(cp: &ControlPlane) {
     let started = Instant::now();
-    let out = Command::new(repo_root().join("hack/images.sh"))
-        .arg("controller")
+    let out = Command::new(repo_root().join("hack/release.sh"))
+        .arg(RELEASE_VERSION)
+        .current_dir(repo_root())
         .output()
-        .expect("running hack/images.sh");
-    let archive = ok(&out, "building the controller image from the Dockerfile");
-    let archive = archive
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .trim()
-        .to_string();
-    eprintln!("controller image built in {:.1?}", started.elapsed());
+        .expect("running hack/release.sh");
+    ok(&out, "hack/release.sh");
+    eprintln!(
+        "release {RELEASE_VERSION} built in {:.1?}",
+        started.elapsed()
+    );
+    let sums =
+        std::fs::read_to_string(repo_root().join(format!("dist/{RELEASE_VERSION}/SHA256SUMS")))
+            .expect("the release's SHA256SUMS");
+    for file in [release_image_archive(), release_chart()] {
+        let name = file.rsplit('/').next().unwrap_or_default().to_string();
+        assert!(sums.contains(&name), "{name} not in SHA256SUMS:\n{sums}");
+    }
+    let load = readme_command("ctr -n k8s.io images import");
+    assert_eq!(load.last(), Some(&release_image_archive()), "{load:?}");
     let socket = cp.dir.join("node/containerd.sock");
-    let out = Command::new("ctr")
-        .args([
-            "--address",
-            &socket.to_string_lossy(),
-            "-n",
-            "k8s.io",
-            "images",
-            "import",
-            &archive,
-        ])
+    let out = Command::new(&load[0])
+        .arg("--address")
+        .arg(&socket)
+        .args(&load[1..])
+        .current_dir(repo_root())
         .output()
         .expect("running ctr");
-    ok(&out, "importing the controller image");
+    ok(&out, "importing the release's image as the README says");
 }
 
 impl TestEnv {
@@ -137,21 +167,18 @@ impl TestEnv {
         ok(&rollout, "the controller's rollout");
     }
 
-    /// Installs the chart from the repository with the locally built image, watching the test's
-    /// namespace; `values` are extra `--set` pairs.
+    /// Installs the release's chart as the README's `helm install` line does (the image it names by
+    /// default, loaded into the node), as `release` in the test's namespace and watching it;
+    /// `values` are extra `--set` pairs.
     pub fn install_chart(&self, release: &str, values: &[&str]) -> String {
+        let readme = readme_command("helm install failover-controller dist/");
+        assert_eq!(readme.get(3), Some(&release_chart()), "{readme:?}");
         let mut args = vec![
             "install".to_string(),
             release.to_string(),
-            "charts/failover-controller".into(),
+            release_chart(),
             "-n".into(),
             self.ns.clone(),
-            "--set".into(),
-            format!("image.repository={CONTROLLER_IMAGE}"),
-            "--set".into(),
-            format!("image.tag={CONTROLLER_TAG}"),
-            "--set".into(),
-            "image.pullPolicy=Never".into(),
             "--set".into(),
             format!("watchNamespace={}", self.ns),
             "--set".into(),

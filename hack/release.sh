@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds a release a platform team can install, into dist/<version>/:
+#   failover-controller-<version>.image.tar   the controller's image, built from the Dockerfile,
+#                                             named ghcr.io/failover-dev/failover-controller:<version>
+#                                             (the chart's default), as a docker-archive;
+#   failover-controller-<version>.tgz         the chart (helm package), version and appVersion
+#                                             <version>;
+#   kubectl-failover-<version>-linux-amd64.tar.gz   the kubectl plugin;
+#   failover.yaml                             a krew manifest for the plugin;
+#   SHA256SUMS                                the checksums of all of them.
+# Every binary reports <version> (`--version`, failover_build_info). The README's "Install on your
+# cluster" says how to load the image and install the chart.
+#
+#   hack/release.sh 0.2.0
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+version=${1:-}
+[[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$ ]] \
+  || { echo "usage: hack/release.sh VERSION (semantic, e.g. 0.2.0)" >&2; exit 1; }
+dist=dist/$version
+repository=ghcr.io/failover-dev/failover-controller
+rm -rf "$dist" && mkdir -p "$dist"
+step() { echo "release: $*" >&2; }
+
+bin=$(hack/build-control-plane.sh | tail -n 1)
+step "packaging the chart"
+"$bin/helm" package charts/failover-controller --version "$version" --app-version "$version" \
+  --destination "$dist" >/dev/null
+
+step "building the kubectl plugin"
+FAILOVER_VERSION=$version cargo build --quiet --release --locked --bin kubectl-failover
+plugin=kubectl-failover-$version-linux-amd64.tar.gz
+tar -C target/release -czf "$dist/$plugin" kubectl-failover
+
+step "building the image $repository:$version from the Dockerfile"
+IMAGE=$repository:$version ARCHIVE=$PWD/$dist/failover-controller-$version.image.tar \
+  FAILOVER_VERSION=$version hack/images.sh controller >/dev/null
+
+cat > "$dist/failover.yaml" <<KREW
+apiVersion: krew.googlecontainertools.github.com/v1alpha2
+kind: Plugin
+metadata:
+  name: failover
+spec:
+  version: v$version
+  homepage: https://github.com/failover-dev/failover-controller
+  shortDescription: Status, decisions and controls of FailoverPolicies
+  description: |
+    Shows each FailoverPolicy's backends, weights and conditions, explains why traffic is
+    where it is, and pins, unpins, suspends and resumes policies.
+  platforms:
+    - selector:
+        matchLabels: {os: linux, arch: amd64}
+      uri: https://github.com/failover-dev/failover-controller/releases/download/v$version/$plugin
+      sha256: $(sha256sum "$dist/$plugin" | cut -d' ' -f1)
+      bin: kubectl-failover
+KREW
+
+(cd "$dist" && sha256sum -- * > SHA256SUMS)
+step "done"
+echo "$dist"
