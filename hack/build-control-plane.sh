@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Builds, once, the binaries the local control plane needs, from the Go module proxy:
 # kube-apiserver, kube-controller-manager and kubectl (k8s.io/kubernetes), etcd (go.etcd.io/etcd)
-# helm (helm.sh/helm), the manifest linter kube-score (github.com/zegl/kube-score), and the Gateway
-# API CRDs (standard channel, from the sigs.k8s.io/gateway-api module), and kstatus (hack/kstatus: how
-# GitOps tools judge a resource's health, from the sigs.k8s.io/cli-utils module). They are cached outside the repository, keyed by hack/versions.env:
+# helm (helm.sh/helm), the manifest linter kube-score (github.com/zegl/kube-score), helm-docs
+# (github.com/norwoodj/helm-docs, which writes the chart's README: hack/chart-readme.sh), and the
+# Gateway API CRDs (standard channel, from the sigs.k8s.io/gateway-api module), and kstatus
+# (hack/kstatus: how GitOps tools judge a resource's health, from the sigs.k8s.io/cli-utils
+# module). They are cached outside the repository, keyed by hack/versions.env:
 #   ${FAILOVER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/failover-controller}/k8s-<v>-etcd-<v>-helm-<v>/bin
 # A warm cache returns at once. The last line printed is the bin directory.
 # With --check, nothing is built: it fails with a message when the binaries are missing.
-# With --prometheus, a Prometheus server too (github.com/prometheus/prometheus, no web UI).
+# With --prometheus, a Prometheus server too (github.com/prometheus/prometheus, no web UI), its
+# promtool (checks and unit-tests the chart's alerting rules), and the Prometheus Operator's
+# ServiceMonitor and PrometheusRule CRDs (from its Go module), for the chart's optional objects.
 # With --node, the binaries of a real node are built too: kubelet, kube-proxy and kube-scheduler
 # from the same module (for the real node; containerd, runc and the CNI plugins come from Debian's
 # packages).
@@ -23,13 +27,14 @@ cache_root=${FAILOVER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/failover-contro
 key="k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}-helm-${HELM_VERSION}"
 bin="$cache_root/$key/bin"
 work="$cache_root/$key/build"
-tools=(kube-apiserver kube-controller-manager kubectl etcd helm kube-score kstatus)
+tools=(kube-apiserver kube-controller-manager kubectl etcd helm kube-score helm-docs kstatus)
 kube_cmds=(kube-apiserver kube-controller-manager kubectl)
 mode=${1:-}
+with_prometheus=0
 for option in "$@"; do
   case $option in
     --node) tools+=(kubelet kube-proxy kube-scheduler); kube_cmds+=(kubelet kube-proxy kube-scheduler) ;;
-    --prometheus) tools+=(prometheus) ;;
+    --prometheus) tools+=(prometheus promtool); with_prometheus=1 ;;
     --proxy) tools+=(traefik) ;;
   esac
 done
@@ -39,9 +44,18 @@ kstatus_version() {
   echo "$CLI_UTILS_VERSION-$(cksum < "$here/kstatus/main.go" | cut -d' ' -f1)"
 }
 
+# What helm's stamp must read: its version, and that it knows the Kubernetes version it assumes
+# without a cluster (see build_helm).
+helm_stamp() { echo "$HELM_VERSION-capabilities"; }
+prometheus_operator_crds="$bin/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION-crds.yaml"
+
 all_present() {
   for t in "${tools[@]}"; do [[ -x "$bin/$t" ]] || return 1; done
+  [[ "$(cat "$bin/.helm-version" 2>/dev/null)" == "$(helm_stamp)" ]] || return 1
   [[ "$(cat "$bin/.kube-score-version" 2>/dev/null)" == "$KUBE_SCORE_VERSION" ]] || return 1
+  [[ "$(cat "$bin/.helm-docs-version" 2>/dev/null)" == "$HELM_DOCS_VERSION" ]] || return 1
+  [[ $with_prometheus == 0 || "$(cat "$bin/.promtool-version" 2>/dev/null)" == "$PROMETHEUS_MODULE_VERSION" ]] || return 1
+  [[ $with_prometheus == 0 || -s "$prometheus_operator_crds" ]] || return 1
   [[ "$(cat "$bin/.kstatus-version" 2>/dev/null)" == "$(kstatus_version)" ]] || return 1
   [[ " ${tools[*]} " != *" traefik "* || "$(cat "$bin/.traefik-version" 2>/dev/null)" == "$TRAEFIK_VERSION" ]] || return 1
   [[ -s "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" ]]
@@ -51,7 +65,9 @@ if all_present; then
   exit 0
 fi
 if [[ "$mode" == "--check" ]]; then
-  echo "build-control-plane: the control-plane binaries are not built yet (looked in $bin); build them once with: hack/build-control-plane.sh" >&2
+  build=hack/build-control-plane.sh
+  for option in "$@"; do [[ "$option" == --check ]] || build+=" $option"; done
+  echo "build-control-plane: the control-plane binaries are not built yet (looked in $bin); build them once with: $build" >&2
   exit 1
 fi
 
@@ -106,14 +122,23 @@ build_etcd() {
   mv "$bin/etcd.tmp" "$bin/etcd"
 }
 
+# As helm's own Makefile does, the Kubernetes version that `helm template` and `helm lint` assume
+# without a cluster is the one of the client-go module helm is built with (without it, helm
+# assumes v1.20 and refuses a chart that needs a newer one, as this chart's kubeVersion does).
 build_helm() {
-  local mod="$work/helm" log="$work/helm.log" major="${HELM_VERSION%%.*}"
+  local mod="$work/helm" log="$work/helm.log" major="${HELM_VERSION%%.*}" client_go kube_minor
   rm -rf "$mod" && mkdir -p "$mod"
   printf 'module localbuild/helm\n\ngo 1.24\n\nrequire helm.sh/helm/v%s v%s\n' "$major" "$HELM_VERSION" > "$mod/go.mod"
   step "building helm v$HELM_VERSION"
-  (cd "$mod" && go build -mod=mod -ldflags "-s -w -X helm.sh/helm/v$major/internal/version.version=v$HELM_VERSION" \
-    -o "$bin/helm.tmp" "helm.sh/helm/v$major/cmd/helm") > "$log" 2>&1 || fail "build helm" "$log"
+  client_go=$(cd "$mod" && go list -mod=mod -m -f '{{.Version}}' k8s.io/client-go 2> "$log") || fail "find helm's client-go" "$log"
+  kube_minor=$(echo "$client_go" | cut -d. -f2)
+  [[ "$kube_minor" =~ ^[0-9]+$ ]] || fail "read the minor version of client-go $client_go" "$log"
+  local pkg="helm.sh/helm/v$major/pkg" flags="-s -w -X helm.sh/helm/v$major/internal/version.version=v$HELM_VERSION"
+  flags+=" -X $pkg/chartutil.k8sVersionMajor=1 -X $pkg/chartutil.k8sVersionMinor=$kube_minor"
+  flags+=" -X $pkg/lint/rules.k8sVersionMajor=1 -X $pkg/lint/rules.k8sVersionMinor=$kube_minor"
+  (cd "$mod" && go build -mod=mod -ldflags "$flags" -o "$bin/helm.tmp" "helm.sh/helm/v$major/cmd/helm") >> "$log" 2>&1 || fail "build helm" "$log"
   mv "$bin/helm.tmp" "$bin/helm"
+  helm_stamp > "$bin/.helm-version"
 }
 
 build_kube_score() {
@@ -124,6 +149,16 @@ build_kube_score() {
   (cd "$mod" && go build -mod=mod -ldflags "-s -w" -o "$bin/kube-score.tmp" github.com/zegl/kube-score/cmd/kube-score) > "$log" 2>&1 || fail "build kube-score" "$log"
   mv "$bin/kube-score.tmp" "$bin/kube-score"
   echo "$KUBE_SCORE_VERSION" > "$bin/.kube-score-version"
+}
+
+build_helm_docs() {
+  local mod="$work/helm-docs" log="$work/helm-docs.log"
+  rm -rf "$mod" && mkdir -p "$mod"
+  printf 'module localbuild/helmdocs\n\ngo 1.22\n\nrequire github.com/norwoodj/helm-docs v%s\n' "$HELM_DOCS_VERSION" > "$mod/go.mod"
+  step "building helm-docs v$HELM_DOCS_VERSION"
+  (cd "$mod" && go build -mod=mod -ldflags "-s -w" -o "$bin/helm-docs.tmp" github.com/norwoodj/helm-docs/cmd/helm-docs) > "$log" 2>&1 || fail "build helm-docs" "$log"
+  mv "$bin/helm-docs.tmp" "$bin/helm-docs"
+  echo "$HELM_DOCS_VERSION" > "$bin/.helm-docs-version"
 }
 
 build_kstatus() {
@@ -144,6 +179,32 @@ build_prometheus() {
   step "building prometheus (module v$PROMETHEUS_MODULE_VERSION; a cold build takes several minutes)"
   (cd "$mod" && go build -mod=mod -ldflags "-s -w" -o "$bin/prometheus.tmp" github.com/prometheus/prometheus/cmd/prometheus) > "$log" 2>&1 || fail "build prometheus" "$log"
   mv "$bin/prometheus.tmp" "$bin/prometheus"
+}
+
+# promtool, from the same module and version as the server.
+build_promtool() {
+  local mod="$work/promtool" log="$work/promtool.log"
+  rm -rf "$mod" && mkdir -p "$mod"
+  printf 'module localbuild/promtool\n\ngo 1.25\n\nrequire github.com/prometheus/prometheus v%s\n' "$PROMETHEUS_MODULE_VERSION" > "$mod/go.mod"
+  step "building promtool (module v$PROMETHEUS_MODULE_VERSION; a cold build takes several minutes)"
+  (cd "$mod" && go build -mod=mod -ldflags "-s -w" -o "$bin/promtool.tmp" github.com/prometheus/prometheus/cmd/promtool) > "$log" 2>&1 || fail "build promtool" "$log"
+  mv "$bin/promtool.tmp" "$bin/promtool"
+  echo "$PROMETHEUS_MODULE_VERSION" > "$bin/.promtool-version"
+}
+
+# The Prometheus Operator's ServiceMonitor and PrometheusRule CRDs, as published in its Go module
+# (example/prometheus-operator-crd): the chart's optional objects of those kinds are checked
+# against them.
+fetch_prometheus_operator_crds() {
+  local log="$work/prometheus-operator.log" dir kind
+  step "fetching the Prometheus Operator v$PROMETHEUS_OPERATOR_VERSION CRDs from its Go module"
+  dir=$(cd "$work" && go mod download -json "github.com/prometheus-operator/prometheus-operator@v$PROMETHEUS_OPERATOR_VERSION" 2> "$log" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p') || fail "download github.com/prometheus-operator/prometheus-operator" "$log"
+  : > "$prometheus_operator_crds.tmp"
+  for kind in servicemonitors prometheusrules; do
+    [[ -s "$dir/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" ]] || fail "find the $kind CRD in the module" "$log"
+    { echo "---"; cat "$dir/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml"; } >> "$prometheus_operator_crds.tmp"
+  done
+  mv "$prometheus_operator_crds.tmp" "$prometheus_operator_crds"
 }
 
 # Traefik cannot be 'go install'ed either: its go.mod replaces and excludes modules. A wrapper
@@ -188,11 +249,14 @@ start=$(date +%s)
 missing_kube=0
 for cmd in "${kube_cmds[@]}"; do [[ -x "$bin/$cmd" ]] || missing_kube=1; done
 [[ $missing_kube == 0 ]] || build_kubernetes
-[[ -x "$bin/helm" ]] || build_helm
+[[ -x "$bin/helm" && "$(cat "$bin/.helm-version" 2>/dev/null)" == "$(helm_stamp)" ]] || build_helm
 [[ -x "$bin/kube-score" && "$(cat "$bin/.kube-score-version" 2>/dev/null)" == "$KUBE_SCORE_VERSION" ]] || build_kube_score
+[[ -x "$bin/helm-docs" && "$(cat "$bin/.helm-docs-version" 2>/dev/null)" == "$HELM_DOCS_VERSION" ]] || build_helm_docs
 [[ -s "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" ]] || fetch_gateway_api_crds
 [[ -x "$bin/kstatus" && "$(cat "$bin/.kstatus-version" 2>/dev/null)" == "$(kstatus_version)" ]] || build_kstatus
 if [[ " ${tools[*]} " == *" prometheus "* && ! -x "$bin/prometheus" ]]; then build_prometheus; fi
+if [[ $with_prometheus == 1 && "$(cat "$bin/.promtool-version" 2>/dev/null)" != "$PROMETHEUS_MODULE_VERSION" ]]; then build_promtool; fi
+if [[ $with_prometheus == 1 && ! -s "$prometheus_operator_crds" ]]; then fetch_prometheus_operator_crds; fi
 if [[ " ${tools[*]} " == *" traefik "* && "$(cat "$bin/.traefik-version" 2>/dev/null)" != "$TRAEFIK_VERSION" ]]; then build_traefik; fi
 step "done in $(( $(date +%s) - start ))s"
 echo "$bin"

@@ -52,3 +52,13 @@ annotations:
 {{- default "default" .Values.serviceAccount.name }}
 {{- end }}
 {{- end }}
+
+{{/* Container image: `repository@digest` when a digest is set, else `repository:tag` (the tag
+defaults to the chart's appVersion). */}}
+{{- define "failover-controller.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (toString (.Values.image.tag | default .Chart.AppVersion)) }}
+{{- end }}
+{{- end }}
