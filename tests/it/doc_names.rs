@@ -32,10 +32,11 @@ struct Defined {
 }
 
 /// Flags from the foreign tools the docs show commands of (helm, kubectl, cargo).
-const FOREIGN_FLAGS: [&str; 7] = [
+const FOREIGN_FLAGS: [&str; 8] = [
     "--set",
     "--set-json",
     "--server-side",
+    "--force-conflicts",
     "--create-namespace",
     "--for",
     "--help",
@@ -130,40 +131,62 @@ fn metrics() -> (BTreeSet<String>, BTreeSet<String>) {
     (all, series)
 }
 
+/// The chart's values as the schema describes them: a map of the chart's own (the schema refuses
+/// unknown keys) holds values; any other map (labels, resources, a security context) is one
+/// value, whatever keys it holds.
 fn values() -> (BTreeSet<String>, BTreeSet<String>) {
     fn walk(
         prefix: &str,
-        value: &serde_yaml::Value,
+        schema: &serde_json::Value,
         all: &mut BTreeSet<String>,
         leaves: &mut BTreeSet<String>,
     ) {
-        match value {
-            serde_yaml::Value::Mapping(map) if !map.is_empty() => {
+        // The chart's own maps refuse unknown keys; Kubernetes objects (a security context) and
+        // resource requirements are passed through as they are.
+        let own = schema.get("additionalProperties") == Some(&serde_json::Value::Bool(false))
+            && prefix != "resources";
+        match schema
+            .get("properties")
+            .and_then(|p| p.as_object())
+            .filter(|_| own || prefix.is_empty())
+        {
+            Some(properties) => {
                 if !prefix.is_empty() {
                     all.insert(prefix.to_string());
                 }
-                for (k, v) in map {
-                    let key = k.as_str().unwrap_or_default();
+                for (key, property) in properties {
                     let path = if prefix.is_empty() {
-                        key.to_string()
+                        key.clone()
                     } else {
                         format!("{prefix}.{key}")
                     };
-                    walk(&path, v, all, leaves);
+                    walk(&path, property, all, leaves);
                 }
             }
-            _ => {
+            None => {
                 all.insert(prefix.to_string());
                 leaves.insert(prefix.to_string());
             }
         }
     }
-    let text = std::fs::read_to_string(repo_root().join("charts/failover-controller/values.yaml"))
-        .expect("values.yaml");
-    let values: serde_yaml::Value = serde_yaml::from_str(&text).expect("values.yaml is YAML");
+    let text =
+        std::fs::read_to_string(repo_root().join("charts/failover-controller/values.schema.json"))
+            .expect("values.schema.json");
+    let schema: serde_json::Value = serde_json::from_str(&text).expect("the schema is JSON");
     let (mut all, mut leaves) = (BTreeSet::new(), BTreeSet::new());
-    walk("", &values, &mut all, &mut leaves);
+    walk("", &schema, &mut all, &mut leaves);
+    // `global` is Helm's, for a parent chart; not a value of this chart's.
+    all.remove("global");
+    leaves.remove("global");
     (all, leaves)
+}
+
+/// Whether a path is a value, or a key inside a free-form one.
+fn is_value(d: &Defined, path: &str) -> bool {
+    d.values.contains(path)
+        || d.value_leaves
+            .iter()
+            .any(|leaf| path.starts_with(&format!("{leaf}.")))
 }
 
 /// Every `failover.dev/...` name in the code and the chart's templates.
@@ -281,8 +304,7 @@ fn undefined(text: &str, d: &Defined) -> Vec<String> {
         }
         for c in set.captures_iter(line) {
             let path = c[1].trim_end_matches('.');
-            if top.contains(path.split('.').next().unwrap_or_default()) && !d.values.contains(path)
-            {
+            if top.contains(path.split('.').next().unwrap_or_default()) && !is_value(d, path) {
                 problems.push(at(format!("chart value {path}")));
             }
         }
@@ -296,7 +318,7 @@ fn undefined(text: &str, d: &Defined) -> Vec<String> {
             }
             if let Some(v) = value_path.captures(s)
                 && top.contains(&v[1])
-                && !d.values.contains(s)
+                && !is_value(d, s)
             {
                 problems.push(at(format!("chart value {s}")));
             }
