@@ -53,22 +53,7 @@ struct Cli {
 enum Command {
     /// Each policy with a per-backend table (readiness, endpoints, weight, share, since) and its
     /// conditions. Exits 2 when some policy is not ready.
-    Status {
-        /// One policy; all policies of the namespace when omitted.
-        policy: Option<String>,
-        /// Policies of every namespace.
-        #[arg(short = 'A', long)]
-        all_namespaces: bool,
-        /// Only policies with these labels (a label selector, e.g. `team=shop,tier!=edge`).
-        #[arg(short = 'l', long)]
-        selector: Option<String>,
-        /// After the policies, print each one again whenever it changes, until interrupted.
-        #[arg(short, long)]
-        watch: bool,
-        /// Output format.
-        #[arg(short, long, value_enum, default_value_t = Format::Text)]
-        output: Format,
-    },
+    Status(Status),
     /// Why traffic is where it is: the rule that decided, the holds and when they fall due.
     ExplainDecision {
         /// The policy.
@@ -114,6 +99,25 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+}
+
+/// `status`: which policies, and how they are shown.
+#[derive(Args, Debug)]
+struct Status {
+    /// One policy; all policies of the namespace when omitted.
+    policy: Option<String>,
+    /// Policies of every namespace.
+    #[arg(short = 'A', long)]
+    all_namespaces: bool,
+    /// Only policies with these labels (a label selector, e.g. `team=shop,tier!=edge`).
+    #[arg(short = 'l', long)]
+    selector: Option<String>,
+    /// After the policies, print each one again whenever it changes, until interrupted.
+    #[arg(short, long)]
+    watch: bool,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Format::Text)]
+    output: Format,
 }
 
 /// How long a change waits for the controller to act on it.
@@ -195,37 +199,7 @@ async fn run(cli: Cli) -> anyhow::Result<Verdict> {
     let target = connect::connect(cli.kubeconfig, cli.context, cli.namespace).await?;
     let (api, namespace) = (target.api(), target.namespace.as_str());
     match cli.command {
-        Command::Status {
-            policy,
-            all_namespaces,
-            selector,
-            watch,
-            output,
-        } => {
-            let api = if all_namespaces { target.all() } else { api };
-            let policies = match &policy {
-                Some(name) => vec![get(&api, name, namespace).await?],
-                None => {
-                    let params = ListParams {
-                        label_selector: selector.clone(),
-                        ..Default::default()
-                    };
-                    api.list(&params).await?.items
-                }
-            };
-            print!("{}", screen(&show::render(&policies, output)?));
-            if watch {
-                watch::follow(
-                    &api,
-                    &policies,
-                    policy.as_deref(),
-                    selector.as_deref(),
-                    output,
-                )
-                .await?;
-            }
-            Ok(show::verdict(&policies))
-        }
+        Command::Status(status) => show_status(&target, status).await,
         Command::ExplainDecision { policy, output } => {
             let policy = get(&api, &policy, namespace).await?;
             print!("{}", screen(&explain::render(&policy, output)?));
@@ -241,6 +215,31 @@ async fn run(cli: Cli) -> anyhow::Result<Verdict> {
         Command::Resume { policy, wait } => edit::suspend(&api, &policy, false, wait).await,
         Command::Version | Command::Completion { .. } => Ok(Verdict::Ready),
     }
+}
+
+/// `status`: the policies, then (with `--watch`) each change of them.
+async fn show_status(target: &connect::Target, s: Status) -> anyhow::Result<Verdict> {
+    let api = if s.all_namespaces {
+        target.all()
+    } else {
+        target.api()
+    };
+    let policies = match &s.policy {
+        Some(name) => vec![get(&api, name, &target.namespace).await?],
+        None => {
+            let params = ListParams {
+                label_selector: s.selector.clone(),
+                ..Default::default()
+            };
+            api.list(&params).await?.items
+        }
+    };
+    print!("{}", screen(&show::render(&policies, s.output)?));
+    if s.watch {
+        let (name, selector) = (s.policy.as_deref(), s.selector.as_deref());
+        watch::follow(&api, &policies, name, selector, s.output).await?;
+    }
+    Ok(show::verdict(&policies))
 }
 
 /// One policy, or an error that names it and its namespace.
