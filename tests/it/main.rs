@@ -9,6 +9,8 @@ mod support;
 mod admin_endpoints;
 mod architecture;
 mod chart;
+mod chart_monitoring;
+mod chart_values;
 mod control_plane;
 mod crd;
 mod demo;

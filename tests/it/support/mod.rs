@@ -23,6 +23,7 @@
 //! Missing binaries fail the tests with the command that builds them.
 
 pub mod backends;
+pub mod chart;
 pub mod cluster;
 pub mod kubectl;
 pub mod metrics;
@@ -44,6 +45,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub use chart::*;
 pub use cluster::*;
 pub use kubectl::*;
 pub use metrics::*;
