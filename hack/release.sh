@@ -5,7 +5,7 @@
 #                                             (the chart's default), as a docker-archive;
 #   failover-controller-<version>.tgz         the chart (helm package), version and appVersion
 #                                             <version>;
-#   kubectl-failover-<version>-linux-amd64.tar.gz   the kubectl plugin;
+#   kubectl-failover-<version>-linux-<arch>.tar.gz  the kubectl plugin (this machine's arch);
 #   failover.yaml                             a krew manifest for the plugin;
 #   SHA256SUMS                                the checksums of all of them.
 # Every binary reports <version> (`--version`, failover_build_info). The README's "Install on your
@@ -29,8 +29,11 @@ step "packaging the chart"
 
 step "building the kubectl plugin"
 FAILOVER_VERSION=$version cargo build --quiet --release --locked --bin kubectl-failover
-plugin=kubectl-failover-$version-linux-amd64.tar.gz
-tar -C target/release -czf "$dist/$plugin" kubectl-failover
+target=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+case $(uname -m) in x86_64) arch=amd64 ;; aarch64) arch=arm64 ;; *) arch=$(uname -m) ;; esac
+plugin=kubectl-failover-$version-linux-$arch.tar.gz
+tar -C "$target/release" -czf "$dist/$plugin" kubectl-failover
+plugin_sha256=$(sha256sum "$dist/$plugin" | cut -d' ' -f1)
 
 step "building the image $repository:$version from the Dockerfile"
 IMAGE=$repository:$version ARCHIVE=$PWD/$dist/failover-controller-$version.image.tar \
@@ -50,9 +53,9 @@ spec:
     where it is, and pins, unpins, suspends and resumes policies.
   platforms:
     - selector:
-        matchLabels: {os: linux, arch: amd64}
+        matchLabels: {os: linux, arch: $arch}
       uri: https://github.com/failover-dev/failover-controller/releases/download/v$version/$plugin
-      sha256: $(sha256sum "$dist/$plugin" | cut -d' ' -f1)
+      sha256: $plugin_sha256
       bin: kubectl-failover
 KREW
 

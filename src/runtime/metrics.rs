@@ -87,8 +87,9 @@ pub struct Metrics {
     cluster_seen: Mutex<HashMap<String, f64>>,
     /// Bytes on the heap and live allocations, read at scrape time.
     heap: [Gauge; 2],
-    /// Allocations made since the start, read at scrape time.
-    heap_allocations: Counter,
+    /// Allocations made since the start, read at scrape time (one scrape at a time catches the
+    /// counter up with the allocator's count).
+    heap_allocations: Mutex<Counter>,
     heap_source: OnceLock<fn() -> Heap>,
 }
 
@@ -150,7 +151,7 @@ impl Metrics {
             cluster_watch_restarts: Family::default(),
             cluster_seen: Mutex::new(HashMap::new()),
             heap: Default::default(),
-            heap_allocations: Counter::default(),
+            heap_allocations: Mutex::default(),
             heap_source: OnceLock::new(),
             registry: Registry::with_prefix(PREFIX),
         };
@@ -255,7 +256,7 @@ impl Metrics {
         r.register(
             "heap_allocations",
             "Heap allocations made since the start",
-            self.heap_allocations.clone(),
+            self.heap_allocations.lock().clone(),
         );
         r.register(
             "cluster_watch_restarts",
@@ -304,8 +305,8 @@ impl Metrics {
             }
             // The allocator's count only grows; the counter catches up with it.
             let made = u64::try_from(heap.allocations).unwrap_or(0);
-            self.heap_allocations
-                .inc_by(made.saturating_sub(self.heap_allocations.get()));
+            let counter = self.heap_allocations.lock();
+            counter.inc_by(made.saturating_sub(counter.get()));
         }
         let (mut head, mut tail) = (String::new(), String::new());
         // Writing into a String cannot fail.

@@ -107,10 +107,10 @@ struct Status {
     /// One policy; all policies of the namespace when omitted.
     policy: Option<String>,
     /// Policies of every namespace.
-    #[arg(short = 'A', long)]
+    #[arg(short = 'A', long, conflicts_with = "policy")]
     all_namespaces: bool,
     /// Only policies with these labels (a label selector, e.g. `team=shop,tier!=edge`).
-    #[arg(short = 'l', long)]
+    #[arg(short = 'l', long, conflicts_with = "policy")]
     selector: Option<String>,
     /// After the policies, print each one again whenever it changes, until interrupted.
     #[arg(short, long)]
@@ -155,7 +155,19 @@ pub enum Verdict {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // A usage error exits 1, as every error does (clap's own code, 2, means "not ready" here);
+    // `--help` and `--version` exit 0.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     match run(cli).await {
         Ok(Verdict::Ready) => ExitCode::SUCCESS,
         Ok(Verdict::NotReady) => ExitCode::from(2),

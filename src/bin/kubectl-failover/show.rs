@@ -34,7 +34,7 @@ pub fn render(policies: &[FailoverPolicy], format: Format) -> anyhow::Result<Str
         .map(|p| PolicyView {
             namespace: p.namespace().unwrap_or_default(),
             name: p.name_any(),
-            status: p.status.as_ref(),
+            status: written_status(p),
         })
         .collect();
     Ok(match format {

@@ -1,10 +1,11 @@
-//! `status --watch`: after the first listing, each policy is printed again whenever what is shown
-//! of it changes, until the command is interrupted (kubectl's `get -w`, one block per policy).
+//! `status --watch`: after the first listing, each policy is printed again whenever it changes,
+//! and a deleted one is said to be, until the command is interrupted (kubectl's `get -w`, one
+//! block per policy). A watch that fails resumes by itself.
 
 use std::{collections::HashMap, io::Write as _};
 
 use failover::api::FailoverPolicy;
-use futures::TryStreamExt;
+use futures::StreamExt;
 use kube::{
     Api, ResourceExt,
     runtime::{WatchStreamExt, watcher},
@@ -33,18 +34,43 @@ pub async fn follow(
         .iter()
         .map(|p| (key(p), p.resource_version()))
         .collect();
-    let mut changes = std::pin::pin!(watcher(api.clone(), config).applied_objects());
-    while let Some(policy) = changes.try_next().await? {
-        let version = policy.resource_version();
-        if shown.insert(key(&policy), version.clone()) == Some(version) {
-            continue;
-        }
-        let text = screen(&show::render(std::slice::from_ref(&policy), format)?);
+    let mut events = std::pin::pin!(watcher(api.clone(), config).default_backoff());
+    while let Some(event) = events.next().await {
+        let text = match event {
+            Ok(watcher::Event::Apply(policy) | watcher::Event::InitApply(policy)) => {
+                let version = policy.resource_version();
+                if shown.insert(key(&policy), version.clone()) == Some(version) {
+                    continue;
+                }
+                screen(&show::render(std::slice::from_ref(&policy), format)?)
+            }
+            Ok(watcher::Event::Delete(policy)) => {
+                shown.remove(&key(&policy));
+                screen(&deleted(&policy, format)?)
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
+            // The watch resumes by itself, after a pause that grows while it keeps failing.
+            Err(e) => {
+                eprintln!("watch interrupted ({e}); resuming");
+                continue;
+            }
+        };
         let mut out = std::io::stdout().lock();
         write!(out, "\n{text}")?;
         out.flush()?;
     }
     Ok(())
+}
+
+/// A deleted policy, in the chosen format.
+fn deleted(policy: &FailoverPolicy, format: Format) -> anyhow::Result<String> {
+    let (namespace, name) = key(policy);
+    let view = serde_json::json!([{ "namespace": namespace, "name": name, "deleted": true }]);
+    Ok(match format {
+        Format::Text => format!("{name} (namespace {namespace}) deleted\n"),
+        Format::Json => serde_json::to_string_pretty(&view)? + "\n",
+        Format::Yaml => serde_yaml::to_string(&view)?,
+    })
 }
 
 fn key(policy: &FailoverPolicy) -> (String, String) {

@@ -10,7 +10,7 @@ use tracing::{info, warn};
 use crate::{
     api::{
         Condition, FailoverPolicyStatus, Phase,
-        conditions::{ATTACHED, CLUSTERS_REACHABLE, HEALTH_QUERY_FAILED, READY, attached, ready},
+        conditions::{ATTACHED, HEALTH_QUERY_FAILED, READY, attached, ready},
     },
     applied::Applied,
     decide::plan::{Announcement, Transition},
@@ -40,7 +40,9 @@ pub fn report(
     written: &Written,
 ) {
     let (status, wrote) = (written.status, written.wrote);
-    if wrote {
+    // A suspended policy publishes no Event.
+    let suspended = matches!(outcome, Outcome::Decided(d) if d.policy.suspend);
+    if wrote && !suspended {
         warn_failures(gate, policy, status, written.previous);
     }
     let Outcome::Decided(decided) = outcome else {
@@ -117,10 +119,12 @@ fn warn_failures(
 }
 
 /// Whether a condition says something is wrong that no transition or conflict Event announces.
+/// `ClustersReachable=False` is not one: after every restart or change of leader each remote
+/// cluster is read anew and reads as not answering until it does.
 fn is_failure(c: &Condition) -> bool {
     match (c.type_.as_str(), c.status.as_str()) {
         (READY, "False") => ready::FAILURES.contains(&c.reason.as_str()),
-        (HEALTH_QUERY_FAILED, "True") | (CLUSTERS_REACHABLE, "False") => true,
+        (HEALTH_QUERY_FAILED, "True") => true,
         // No answer yet is how every route starts; a refusal is a failure.
         (ATTACHED, "False") => c.reason != attached::NO_ANSWER,
         _ => false,
