@@ -12,6 +12,7 @@
 # cluster" says how to load the image and install the chart.
 #
 #   hack/release.sh 0.2.0
+#   HELM=/usr/local/bin/helm hack/release.sh 0.2.0   # with a helm of your own
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 version=${1:-}
@@ -22,9 +23,10 @@ repository=ghcr.io/failover-dev/failover-controller
 rm -rf "$dist" && mkdir -p "$dist"
 step() { echo "release: $*" >&2; }
 
-bin=$(hack/build-control-plane.sh | tail -n 1)
+# helm: $HELM when set (a machine that has one), else the project's pinned build.
+helm=${HELM:-$(hack/build-control-plane.sh | tail -n 1)/helm}
 step "packaging the chart"
-"$bin/helm" package charts/failover-controller --version "$version" --app-version "$version" \
+"$helm" package charts/failover-controller --version "$version" --app-version "$version" \
   --destination "$dist" >/dev/null
 
 step "building the kubectl plugin"
