@@ -13,7 +13,8 @@
 # A release (hack/release.sh) names the image, the archive and the version the build reports:
 #   IMAGE=<name:tag> ARCHIVE=<path> FAILOVER_VERSION=<version> hack/images.sh controller
 # and gets a docker-archive (what `docker load`, `kind load image-archive`, `k3d image import`,
-# `minikube image load` and `ctr images import` all read).
+# `minikube image load` and `ctr images import` all read). Where the registries can be reached,
+# REGISTRY_BASES=1 builds on the Dockerfile's own base images instead of local ones.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -77,11 +78,14 @@ build_controller() {
   local image=${IMAGE:-localhost/failover-controller:dev} archive format=oci-archive
   archive=${ARCHIVE:-$cache/failover-controller.tar}
   [[ -n ${ARCHIVE:-} ]] && format=docker-archive
-  build_builder
-  build_runtime
+  local bases=()
+  if [[ ${REGISTRY_BASES:-0} != 1 ]]; then
+    build_builder
+    build_runtime
+    bases=(--build-arg "BUILDER_IMAGE=$builder" --build-arg "RUNTIME_IMAGE=$runtime")
+  fi
   log "building $image from the Dockerfile"
-  b bud --isolation chroot --layers=false \
-    --build-arg "BUILDER_IMAGE=$builder" --build-arg "RUNTIME_IMAGE=$runtime" \
+  b bud --isolation chroot --layers=false "${bases[@]}" \
     --build-arg "FAILOVER_VERSION=${FAILOVER_VERSION:-}" \
     -t "$image" -f "$repo/Dockerfile" "$repo" > "$cache/controller-build.log" 2>&1 \
     || { tail -n 30 "$cache/controller-build.log" >&2; return 1; }
