@@ -141,55 +141,48 @@ build_helm() {
   helm_stamp > "$bin/.helm-version"
 }
 
-build_kube_score() {
-  local mod="$work/kube-score" log="$work/kube-score.log"
+# Builds one Go program into the bin folder, from a throw-away module (declaring Go version GO)
+# that requires MODULE at VERSION: its package PACKAGE, or, given a SOURCE file of ours, that file
+# as the module's main package. STAMP, when given, goes to .NAME-version: what decides whether a
+# cached build is current.
+#   build_go_tool NAME GO MODULE VERSION PACKAGE [STAMP] [SOURCE]
+build_go_tool() {
+  local name=$1 go=$2 module=$3 version=$4 package=$5 stamp=${6:-} source=${7:-}
+  local mod="$work/$name" log="$work/$name.log"
   rm -rf "$mod" && mkdir -p "$mod"
-  printf 'module localbuild/kubescore\n\ngo 1.23\n\nrequire github.com/zegl/kube-score v%s\n' "$KUBE_SCORE_VERSION" > "$mod/go.mod"
-  step "building kube-score v$KUBE_SCORE_VERSION"
-  (cd "$mod" && go build -mod=mod -ldflags "-s -w" -o "$bin/kube-score.tmp" github.com/zegl/kube-score/cmd/kube-score) > "$log" 2>&1 || fail "build kube-score" "$log"
-  mv "$bin/kube-score.tmp" "$bin/kube-score"
-  echo "$KUBE_SCORE_VERSION" > "$bin/.kube-score-version"
+  printf 'module localbuild/%s\n\ngo %s\n\nrequire %s v%s\n' "${name//-/}" "$go" "$module" "$version" > "$mod/go.mod"
+  [[ -z $source ]] || cp "$source" "$mod/main.go"
+  step "building $name ($module v$version; a cold build can take minutes)"
+  (cd "$mod" && go build -mod=mod -ldflags "-s -w" -o "$bin/$name.tmp" "$package") > "$log" 2>&1 || fail "build $name" "$log"
+  mv "$bin/$name.tmp" "$bin/$name"
+  [[ -z $stamp ]] || echo "$stamp" > "$bin/.$name-version"
+}
+
+build_kube_score() {
+  build_go_tool kube-score 1.23 github.com/zegl/kube-score "$KUBE_SCORE_VERSION" \
+    github.com/zegl/kube-score/cmd/kube-score "$KUBE_SCORE_VERSION"
 }
 
 build_helm_docs() {
-  local mod="$work/helm-docs" log="$work/helm-docs.log"
-  rm -rf "$mod" && mkdir -p "$mod"
-  printf 'module localbuild/helmdocs\n\ngo 1.22\n\nrequire github.com/norwoodj/helm-docs v%s\n' "$HELM_DOCS_VERSION" > "$mod/go.mod"
-  step "building helm-docs v$HELM_DOCS_VERSION"
-  (cd "$mod" && go build -mod=mod -ldflags "-s -w" -o "$bin/helm-docs.tmp" github.com/norwoodj/helm-docs/cmd/helm-docs) > "$log" 2>&1 || fail "build helm-docs" "$log"
-  mv "$bin/helm-docs.tmp" "$bin/helm-docs"
-  echo "$HELM_DOCS_VERSION" > "$bin/.helm-docs-version"
+  build_go_tool helm-docs 1.22 github.com/norwoodj/helm-docs "$HELM_DOCS_VERSION" \
+    github.com/norwoodj/helm-docs/cmd/helm-docs "$HELM_DOCS_VERSION"
 }
 
+# kstatus is our own program (hack/kstatus) on sigs.k8s.io/cli-utils.
 build_kstatus() {
-  local mod="$work/kstatus" log="$work/kstatus.log"
-  rm -rf "$mod" && mkdir -p "$mod"
-  printf 'module localbuild/kstatus\n\ngo 1.24\n\nrequire sigs.k8s.io/cli-utils v%s\n' "$CLI_UTILS_VERSION" > "$mod/go.mod"
-  cp "$here/kstatus/main.go" "$mod/main.go"
-  step "building kstatus (sigs.k8s.io/cli-utils v$CLI_UTILS_VERSION)"
-  (cd "$mod" && go build -mod=mod -ldflags "-s -w" -o "$bin/kstatus.tmp" .) > "$log" 2>&1 || fail "build kstatus" "$log"
-  mv "$bin/kstatus.tmp" "$bin/kstatus"
-  kstatus_version > "$bin/.kstatus-version"
+  build_go_tool kstatus 1.24 sigs.k8s.io/cli-utils "$CLI_UTILS_VERSION" . "$(kstatus_version)" \
+    "$here/kstatus/main.go"
 }
 
 build_prometheus() {
-  local mod="$work/prometheus" log="$work/prometheus.log"
-  rm -rf "$mod" && mkdir -p "$mod"
-  printf 'module localbuild/prometheus\n\ngo 1.25\n\nrequire github.com/prometheus/prometheus v%s\n' "$PROMETHEUS_MODULE_VERSION" > "$mod/go.mod"
-  step "building prometheus (module v$PROMETHEUS_MODULE_VERSION; a cold build takes several minutes)"
-  (cd "$mod" && go build -mod=mod -ldflags "-s -w" -o "$bin/prometheus.tmp" github.com/prometheus/prometheus/cmd/prometheus) > "$log" 2>&1 || fail "build prometheus" "$log"
-  mv "$bin/prometheus.tmp" "$bin/prometheus"
+  build_go_tool prometheus 1.25 github.com/prometheus/prometheus "$PROMETHEUS_MODULE_VERSION" \
+    github.com/prometheus/prometheus/cmd/prometheus
 }
 
 # promtool, from the same module and version as the server.
 build_promtool() {
-  local mod="$work/promtool" log="$work/promtool.log"
-  rm -rf "$mod" && mkdir -p "$mod"
-  printf 'module localbuild/promtool\n\ngo 1.25\n\nrequire github.com/prometheus/prometheus v%s\n' "$PROMETHEUS_MODULE_VERSION" > "$mod/go.mod"
-  step "building promtool (module v$PROMETHEUS_MODULE_VERSION; a cold build takes several minutes)"
-  (cd "$mod" && go build -mod=mod -ldflags "-s -w" -o "$bin/promtool.tmp" github.com/prometheus/prometheus/cmd/promtool) > "$log" 2>&1 || fail "build promtool" "$log"
-  mv "$bin/promtool.tmp" "$bin/promtool"
-  echo "$PROMETHEUS_MODULE_VERSION" > "$bin/.promtool-version"
+  build_go_tool promtool 1.25 github.com/prometheus/prometheus "$PROMETHEUS_MODULE_VERSION" \
+    github.com/prometheus/prometheus/cmd/promtool "$PROMETHEUS_MODULE_VERSION"
 }
 
 # The Prometheus Operator's ServiceMonitor and PrometheusRule CRDs, as published in its Go module
