@@ -1,5 +1,6 @@
 //! The per-policy series (`failover_failovers_total`, `failover_failbacks_total`,
-//! `failover_ready_backends`, `failover_policy_phase`, `failover_seconds_since_last_transition`),
+//! `failover_ready_backends`, `failover_policy_phase`, `failover_seconds_since_last_transition`,
+//! `failover_drill_end_timestamp_seconds`),
 //! held as one small record per policy and encoded at scrape time.
 //!
 //! A `Family` per series kept five label sets, five metric objects and five map entries per
@@ -48,6 +49,8 @@ struct PolicyState {
     phase: u8,
     /// When traffic last moved (Unix seconds).
     last_transition: Option<f64>,
+    /// When the running drill ends (Unix seconds).
+    drill_end: Option<f64>,
 }
 
 /// Every policy's series, by policy (keyed by the shared namespace and the name; the labels are
@@ -89,6 +92,11 @@ impl PolicyTable {
     /// Records when a policy's traffic last moved (Unix seconds).
     pub fn set_last_transition(&self, labels: &PolicyLabels, unix_seconds: f64) {
         self.update(labels, |s| s.last_transition = Some(unix_seconds));
+    }
+
+    /// Records when a policy's running drill ends (Unix seconds; `None`: no drill runs).
+    pub fn set_drill_end(&self, labels: &PolicyLabels, unix_seconds: Option<f64>) {
+        self.update(labels, |s| s.drill_end = unix_seconds);
     }
 
     /// Counts a failover of a policy.
@@ -133,7 +141,7 @@ struct StateLabels {
 type Value = fn(&PolicyState, f64) -> Option<Sample>;
 
 /// Each series: name, help, type and its value of a policy (`None`: absent) at a time.
-const SERIES: [(&str, &str, MetricType, Value); 5] = [
+const SERIES: [(&str, &str, MetricType, Value); 6] = [
     (
         "failovers",
         "Times traffic left the primary or moved between secondaries, per policy",
@@ -166,6 +174,12 @@ const SERIES: [(&str, &str, MetricType, Value); 5] = [
             s.last_transition
                 .map(|at| Sample::Seconds((now - at).max(0.0)))
         },
+    ),
+    (
+        "drill_end_timestamp_seconds",
+        "When each policy's running drill (spec.drill) ends, as Unix time; absent while none runs",
+        MetricType::Gauge,
+        |s, _| s.drill_end.map(Sample::Seconds),
     ),
 ];
 

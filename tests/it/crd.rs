@@ -55,7 +55,7 @@ async fn kubectl_get_shows_printer_columns_and_explain_shows_docs() {
         .to_string();
     assert_eq!(
         squash(&header),
-        "NAME PRIMARY ACTIVE PHASE READY PINNED SUSPENDED AGE",
+        "NAME PRIMARY ACTIVE PHASE READY PINNED DRILL SUSPENDED AGE",
         "{header}"
     );
     let out = env.kubectl(&["get", "fp", "-o", "wide"]);
@@ -66,7 +66,7 @@ async fn kubectl_get_shows_printer_columns_and_explain_shows_docs() {
         .to_string();
     assert_eq!(
         squash(&header),
-        "NAME PRIMARY ACTIVE PHASE READY PINNED SUSPENDED AGE SERVICE STRATEGY TRAFFICSPLIT REASON LAST-FAILOVER",
+        "NAME PRIMARY ACTIVE PHASE READY PINNED DRILL SUSPENDED AGE SERVICE STRATEGY TRAFFICSPLIT REASON LAST-FAILOVER",
         "{header}"
     );
     // The `failover` category lists every policy.

@@ -67,16 +67,18 @@ fn flags() -> (BTreeSet<String>, BTreeSet<String>) {
         &[],
     )));
     let plugin = env!("CARGO_BIN_EXE_kubectl-failover");
-    for command in [
-        "status",
-        "explain-decision",
-        "pin",
-        "unpin",
-        "suspend",
-        "resume",
-        "version",
-        "completion",
-    ] {
+    // Every command the plugin's help lists, and each one's flags.
+    let top = help(plugin, &[]);
+    let commands: Vec<&str> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.contains(&"what-if"), "{top}");
+    for command in commands {
         own.extend(flags_in(&help(plugin, &[command])));
     }
     // The benchmark's options, from its source (an example, not built for the tests).

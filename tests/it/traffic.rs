@@ -239,6 +239,44 @@ async fn pinning_to_a_secondary_and_unpinning_while_traffic_flows_loses_no_reque
 }
 
 #[tokio::test]
+async fn a_drill_moves_requests_and_brings_them_back_at_its_end_time_losing_none() {
+    let Some(env) = scene("traffic-drill", on_edge("traffic-drill")).await else {
+        return;
+    };
+    let load = flowing(&env, "traffic-drill", "web").await;
+    let drilling = Instant::now();
+    ok(
+        &kubectl_failover(&env, &["drill", "web", "--to", "web-east", "--for", "20s"]),
+        "kubectl failover drill",
+    );
+    let until = env
+        .policy("web")
+        .await
+        .and_then(|p| p.spec.drill)
+        .expect("spec.drill")
+        .until
+        .0;
+    env.wait_http_route_weights("web", &ON_EAST, WAIT).await;
+    settled_on(&load, "web-east").await;
+    // The controller lifts the drill by itself.
+    env.wait_http_route_weights("web", &ON_WEB, WAIT).await;
+    let back = chrono::Utc::now();
+    settled_on(&load, "web").await;
+    let answers = load.stop().await;
+    support::figure(format!(
+        "a 20 s drill at {RATE} req/s: {:?}; route back {:.1} s after its end time",
+        by_backend(&answers, drilling, Instant::now()),
+        (back - until).num_milliseconds() as f64 / 1000.0
+    ));
+    assert!(back >= until, "the drill ended before its end time");
+    assert_eq!(
+        failed(&answers, drilling),
+        Vec::<&Answer>::new(),
+        "a drill loses nothing"
+    );
+}
+
+#[tokio::test]
 async fn a_failback_ramp_shares_requests_by_its_steps() {
     const STEP: Duration = Duration::from_secs(8);
     let ramped = on_edge("traffic-ramp").spec(|s| {

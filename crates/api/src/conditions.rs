@@ -10,6 +10,9 @@ pub const DEGRADED: &str = "Degraded";
 pub const SUSPENDED: &str = "Suspended";
 /// Condition type: `spec.pin` sends all traffic to one backend.
 pub const PINNED: &str = "Pinned";
+/// Condition type: a drill (`spec.drill`) is set: `True` while it sends all traffic to its
+/// backend, `False` while it waits for that backend or after it ended.
+pub const DRILL: &str = "Drill";
 /// Condition type: a health query fails (the last verdict is kept).
 pub const HEALTH_QUERY_FAILED: &str = "HealthQueryFailed";
 /// Condition type: every cluster the policy reads readiness from answers.
@@ -39,6 +42,10 @@ pub mod ready {
     pub const PINNED: &str = "Pinned";
     /// `spec.pin` sends all traffic to a backend that is not ready.
     pub const PINNED_BACKEND_NOT_READY: &str = "PinnedBackendNotReady";
+    /// A drill (`spec.drill`) sends all traffic to a ready backend until its end time.
+    pub const DRILL: &str = "Drill";
+    /// A forced drill sends all traffic to a backend that is not ready.
+    pub const DRILL_BACKEND_NOT_READY: &str = "DrillBackendNotReady";
     /// No backend is ready; `whenNoneReady` chose the weights.
     pub const NO_READY_BACKEND: &str = "NoReadyBackend";
     /// `spec.suspend` freezes the route; its status is `True` while the route it keeps sends
@@ -100,6 +107,21 @@ pub mod pinned {
     pub const PINNED_BACKEND_READY: &str = "PinnedBackendReady";
     /// The pinned backend is not ready.
     pub const PINNED_BACKEND_NOT_READY: &str = "PinnedBackendNotReady";
+}
+
+/// Reasons of the `Drill` condition, and of the Events at a drill's start and end.
+pub mod drill {
+    /// The drill sends all traffic to its backend.
+    pub const RUNNING: &str = "DrillRunning";
+    /// The drill's backend is not ready, so the drill moves nothing until it is (without
+    /// `force`).
+    pub const WAITING: &str = "DrillWaitingForBackend";
+    /// `spec.pin` takes precedence over the drill.
+    pub const OVERRIDDEN_BY_PIN: &str = "DrillOverriddenByPin";
+    /// The drill's end time has passed.
+    pub const ENDED: &str = "DrillEnded";
+    /// Event: a drill started moving traffic.
+    pub const STARTED: &str = "DrillStarted";
 }
 
 /// Reasons of the `Suspended` condition.

@@ -84,6 +84,12 @@ pub const GROUP: &str = "failover.dev";
         description = "The backend spec.pin sends all traffic to"
     ),
     printcolumn(
+        name = "Drill",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Drill\")].reason",
+        description = "Whether a drill (spec.drill) is running, paused, or ended"
+    ),
+    printcolumn(
         name = "Suspended",
         type_ = "boolean",
         json_path = ".spec.suspend",
@@ -137,6 +143,7 @@ pub const GROUP: &str = "failover.dev";
     validation = rules::FACTOR_ONLY_PROPORTIONAL.schema_rule(),
     validation = rules::NO_HOLDS_WITH_PROPORTIONAL.schema_rule(),
     validation = rules::PIN_NAMES_A_BACKEND.schema_rule(),
+    validation = rules::DRILL_NAMES_A_BACKEND.schema_rule(),
     validation = rules::HTTP_ROUTE_NEEDS_PORT.schema_rule(),
     validation = rules::HTTP_ROUTE_NEEDS_A_PARENT.schema_rule(),
     validation = rules::HTTP_ROUTE_NAME_FIXED.schema_rule(),
@@ -212,6 +219,15 @@ pub struct FailoverPolicySpec {
     #[garde(inner(length(min = 1, max = MAX_LABEL), custom(dns1035_label)))]
     pub pin: Option<String>,
 
+    /// A failover drill: sends all traffic to one backend until a given time, then the controller
+    /// lifts it by itself (also after a restart or a change of leader). While the backend is not
+    /// ready the drill moves nothing, unless `force` is set. `pin` and `suspend` take precedence.
+    /// Condition `Drill`; Events `DrillStarted` and `DrillEnded`. Written by
+    /// `kubectl failover drill`; the field may stay after the drill ended, as its record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub drill: Option<DrillSpec>,
+
     /// What the controller generates and owns: `TrafficSplit` (default, SMI) or `HTTPRoute`
     /// (Gateway API `gateway.networking.k8s.io/v1`, attached to Gateways, to the apex Service
     /// as its parent, the mesh pattern Linkerd 2.14+ reads, or both). Cannot be changed later.
@@ -265,6 +281,26 @@ pub struct FailoverPolicySpec {
     pub failback: Option<FailbackSpec>,
 }
 
+/// A drill: all traffic to one backend until an end time.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Validate)]
+#[serde(rename_all = "camelCase")]
+pub struct DrillSpec {
+    /// The backend that takes all traffic during the drill: the primary or a secondary.
+    #[schemars(length(min = 1, max = MAX_LABEL), pattern(DNS1035_LABEL))]
+    #[garde(length(min = 1, max = MAX_LABEL), custom(dns1035_label))]
+    pub to: String,
+
+    /// When the drill ends (RFC 3339, e.g. `2026-11-27T10:30:00Z`): from then on traffic follows
+    /// the ordinary rules again.
+    #[garde(skip)]
+    pub until: Timestamp,
+
+    /// Move traffic even while the backend is not ready (default false: the drill waits for it).
+    #[serde(default, skip_serializing_if = "is_false")]
+    #[garde(skip)]
+    pub force: bool,
+}
+
 /// How traffic returns to the primary.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Validate)]
 #[serde(rename_all = "camelCase")]
@@ -316,6 +352,7 @@ impl Default for FailoverPolicySpec {
             when_none_ready: WhenNoneReady::default(),
             suspend: false,
             pin: None,
+            drill: None,
             output: Output::default(),
             http_route: None,
             readiness: ReadinessSpec::default(),

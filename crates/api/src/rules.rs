@@ -240,6 +240,12 @@ pub const PIN_NAMES_A_BACKEND: CrossFieldRule = CrossFieldRule {
     message: "pin must name the primary or one of the secondaries",
     field: ".pin",
 };
+/// `drill.to` names a backend.
+pub const DRILL_NAMES_A_BACKEND: CrossFieldRule = CrossFieldRule {
+    cel: "!has(self.drill) || self.drill.to == self.primary || self.secondaries.exists(s, s.service == self.drill.to)",
+    message: "drill.to must name the primary or one of the secondaries",
+    field: ".drill.to",
+};
 /// Exactly one threshold (a rule on the health query).
 pub const ONE_THRESHOLD: CrossFieldRule = CrossFieldRule {
     cel: "has(self.max) != has(self.min)",

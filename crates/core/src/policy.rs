@@ -81,6 +81,8 @@ pub struct ValidPolicy {
     pub suspend: bool,
     /// Index (into `backends`) of the pinned backend.
     pub pin: Option<usize>,
+    /// A drill: all traffic to one backend until an end time.
+    pub drill: Option<Drill>,
     /// When a backend is ready.
     pub readiness: ReadinessRule,
     /// `failoverAfter`.
@@ -93,6 +95,17 @@ pub struct ValidPolicy {
     pub ramp: Option<Box<Ramp>>,
     /// Health beyond readiness, when set.
     pub health: Option<Box<Health>>,
+}
+
+/// A drill (`spec.drill`): all traffic to one backend until `until`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Drill {
+    /// Index (into `backends`) of the backend that takes the traffic.
+    pub to: usize,
+    /// When the drill ends.
+    pub until: chrono::DateTime<chrono::Utc>,
+    /// Whether it moves traffic to a backend that is not ready.
+    pub force: bool,
 }
 
 /// A metric that must stay within a threshold for a backend to count as ready.

@@ -19,7 +19,8 @@ use crate::{
     health_query::HealthQuery,
     observation::RemoteService,
     policy::{
-        Backend, Bound, Health, Hold, Ramp, ReadinessRule, SpecProblem, ValidPolicy, Validated,
+        Backend, Bound, Drill, Health, Hold, Ramp, ReadinessRule, SpecProblem, ValidPolicy,
+        Validated,
     },
     route::RouteTarget,
 };
@@ -69,24 +70,16 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
     let (Some((failover_after, failback_after)), true) = (holds, problems.is_empty()) else {
         return Err(problems);
     };
-    let remote = |service: &str, from: Option<&crate::api::ReadinessFrom>| {
-        from.map(|r| Box::new(RemoteService::of(r, &namespace, service)))
-    };
-    let backends: Box<[Backend]> = std::iter::once(Backend {
-        service: spec.primary.as_str().into(),
-        weight: 1,
-        remote: remote(&spec.primary, spec.primary_readiness_from.as_ref()),
-    })
-    .chain(spec.secondaries.iter().map(|s| Backend {
-        service: s.service.as_str().into(),
-        weight: s.weight.unwrap_or(1),
-        remote: remote(&s.service, s.readiness_from.as_ref()),
-    }))
-    .collect();
-    let pin = spec
-        .pin
-        .as_deref()
-        .and_then(|pin| backends.iter().position(|b| b.service == pin));
+    let backends = backends(spec, &namespace);
+    let position = |name: &str| backends.iter().position(|b| b.service == name);
+    let pin = spec.pin.as_deref().and_then(position);
+    let drill = spec.drill.as_ref().and_then(|d| {
+        Some(Drill {
+            to: position(&d.to)?,
+            until: d.until.0,
+            force: d.force,
+        })
+    });
     Ok(ValidPolicy {
         namespace: namespace.into(),
         name: policy.name_any().into(),
@@ -98,6 +91,7 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
         when_none_ready: spec.when_none_ready,
         suspend: spec.suspend,
         pin,
+        drill,
         readiness: ReadinessRule {
             min_ready_endpoints: spec.readiness.min_ready_endpoints.max(1),
             min_ready_ratio: spec.readiness.min_ready_ratio.unwrap_or(0.0),
@@ -109,6 +103,24 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
         health: health.map(Box::new),
         backends,
     })
+}
+
+/// The backends in priority order, each with where its readiness is read.
+fn backends(spec: &FailoverPolicySpec, namespace: &str) -> Box<[Backend]> {
+    let remote = |service: &str, from: Option<&crate::api::ReadinessFrom>| {
+        from.map(|r| Box::new(RemoteService::of(r, namespace, service)))
+    };
+    std::iter::once(Backend {
+        service: spec.primary.as_str().into(),
+        weight: 1,
+        remote: remote(&spec.primary, spec.primary_readiness_from.as_ref()),
+    })
+    .chain(spec.secondaries.iter().map(|s| Backend {
+        service: s.service.as_str().into(),
+        weight: s.weight.unwrap_or(1),
+        remote: remote(&s.service, s.readiness_from.as_ref()),
+    }))
+    .collect()
 }
 
 /// Bounds, lengths and patterns of single fields.
@@ -130,7 +142,7 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
     let names =
         || std::iter::once(&spec.primary).chain(spec.secondaries.iter().map(|s| &s.service));
     let mut seen = BTreeSet::new();
-    let checks: [(bool, &CrossFieldRule); 6] = [
+    let checks: [(bool, &CrossFieldRule); 7] = [
         (
             !spec.secondaries.iter().any(|s| s.service == spec.primary),
             &rules::PRIMARY_NOT_SECONDARY,
@@ -155,6 +167,12 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
                 .as_ref()
                 .is_none_or(|pin| names().any(|n| n == pin)),
             &rules::PIN_NAMES_A_BACKEND,
+        ),
+        (
+            spec.drill
+                .as_ref()
+                .is_none_or(|drill| names().any(|n| *n == drill.to)),
+            &rules::DRILL_NAMES_A_BACKEND,
         ),
         (
             spec.output != crate::api::Output::HttpRoute || spec.http_route.is_some(),

@@ -22,6 +22,11 @@ impl Target {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
+    /// The client.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
     /// Policies of every namespace.
     pub fn all(&self) -> Api<FailoverPolicy> {
         Api::all(self.client.clone())

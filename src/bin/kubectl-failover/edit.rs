@@ -1,8 +1,9 @@
-//! `pin`, `unpin`, `suspend`, `resume`: server-side apply of one spec field under a field manager
+//! `pin`, `unpin`, `suspend`, `resume`, `drill`: server-side apply of one spec field under a field manager
 //! of the plugin's own, so the change shows who made it (`managedFields`) and a later
 //! `kubectl apply` of the user's manifest does not fight over other fields.
 //!
-//! Each control has a manager of its own (`kubectl-failover-pin`, `kubectl-failover-suspend`):
+//! Each control has a manager of its own (`kubectl-failover-pin`, `kubectl-failover-suspend`,
+//! `kubectl-failover-drill`):
 //! server-side apply removes every field a manager owned and left out of its next apply, so with
 //! one manager for both, `unpin` (an apply without `pin`) would also resume a suspended policy.
 //!
@@ -26,6 +27,7 @@ use crate::{Verdict, Wait, screen, show};
 enum Control {
     Pin,
     Suspend,
+    Drill,
 }
 
 impl Control {
@@ -33,6 +35,7 @@ impl Control {
         match self {
             Control::Pin => "pin",
             Control::Suspend => "suspend",
+            Control::Drill => "drill",
         }
     }
 
@@ -40,6 +43,7 @@ impl Control {
         match self {
             Control::Pin => "kubectl-failover-pin",
             Control::Suspend => "kubectl-failover-suspend",
+            Control::Drill => "kubectl-failover-drill",
         }
     }
 }
@@ -52,18 +56,89 @@ pub async fn pin(
     wait: Wait,
 ) -> anyhow::Result<Verdict> {
     let policy = api.get(name).await?;
+    check_backend(&policy, backend)?;
+    let changed = apply(api, name, Control::Pin, json!({ "pin": backend })).await?;
+    println!("failoverpolicy/{name} pinned to {backend}");
+    acted_on(api, &changed, wait).await
+}
+
+/// Fails unless the backend is the policy's primary or one of its secondaries.
+fn check_backend(policy: &FailoverPolicy, backend: &str) -> anyhow::Result<()> {
     let spec = &policy.spec;
     let backends: Vec<&str> = std::iter::once(spec.primary.as_str())
         .chain(spec.secondaries.iter().map(|s| s.service.as_str()))
         .collect();
     if !backends.contains(&backend) {
         bail!(
-            "{backend} is not a backend of {name}; its backends are {}",
+            "{backend} is not a backend of {}; its backends are {}",
+            policy.name_any(),
             backends.join(", ")
         );
     }
-    let changed = apply(api, name, Control::Pin, json!({ "pin": backend })).await?;
-    println!("failoverpolicy/{name} pinned to {backend}");
+    Ok(())
+}
+
+/// The longest drill: a drill is a rehearsal, not a way to route for days (that is `pin`).
+pub const MAX_DRILL: Duration = Duration::from_secs(24 * 3600);
+
+/// What a drill asks for.
+pub struct DrillRequest<'a> {
+    /// The backend that takes all traffic.
+    pub to: &'a str,
+    /// For how long.
+    pub duration: Duration,
+    /// Also to a backend that is not ready.
+    pub force: bool,
+}
+
+/// Sets `spec.drill`: all traffic to a backend until now + the duration. Refused when the
+/// status says the backend is not ready, unless forced.
+pub async fn drill(
+    api: &Api<FailoverPolicy>,
+    name: &str,
+    request: &DrillRequest<'_>,
+    wait: Wait,
+) -> anyhow::Result<Verdict> {
+    let DrillRequest {
+        to,
+        duration,
+        force,
+    } = *request;
+    if duration.is_zero() || duration > MAX_DRILL {
+        bail!("--for must be more than 0s and at most 24h, not {duration:?}");
+    }
+    let policy = api.get(name).await?;
+    check_backend(&policy, to)?;
+    let backend =
+        show::written_status(&policy).and_then(|s| s.backends.iter().find(|b| b.service == to));
+    if !force && !backend.is_some_and(|b| b.ready) {
+        let why = backend
+            .and_then(|b| b.message.clone())
+            .unwrap_or_else(|| "the controller has not reported it ready".into());
+        bail!(
+            "{to} is not ready ({why}); a drill to it is refused. --force sends all traffic to it anyway"
+        );
+    }
+    let until = chrono::DateTime::from_timestamp((chrono::Utc::now() + duration).timestamp(), 0)
+        .unwrap_or_default();
+    let until = failover::api::Timestamp(until);
+    let mut drill = json!({ "to": to, "until": until });
+    if force {
+        drill["force"] = json!(true);
+    }
+    let changed = apply(api, name, Control::Drill, json!({ "drill": drill })).await?;
+    println!("failoverpolicy/{name} drill: all traffic to {to} until {until}");
+    acted_on(api, &changed, wait).await
+}
+
+/// Ends a drill at once: removes `spec.drill`.
+pub async fn abort_drill(
+    api: &Api<FailoverPolicy>,
+    name: &str,
+    wait: Wait,
+) -> anyhow::Result<Verdict> {
+    let changed = clear(api, name, Control::Drill).await?;
+    println!("failoverpolicy/{name} drill aborted");
     acted_on(api, &changed, wait).await
 }
 

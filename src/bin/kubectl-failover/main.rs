@@ -7,6 +7,10 @@
 //! kubectl failover explain-decision POLICY            why traffic is where it is
 //! kubectl failover pin POLICY BACKEND | unpin POLICY  all traffic to one backend
 //! kubectl failover suspend POLICY | resume POLICY     freeze the generated route
+//! kubectl failover what-if POLICY [--down B,..] [--up B] [--health B=V] [--at 5m]
+//!                                                    what the controller would do, no write
+//! kubectl failover drill POLICY --to B --for 10m [--force] | drill POLICY --abort
+//!                                                    all traffic to B, lifted by itself
 //! kubectl failover version | completion SHELL
 //! ```
 //!
@@ -22,6 +26,7 @@ mod edit;
 mod explain;
 mod show;
 mod watch;
+mod what_if;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
@@ -92,6 +97,12 @@ enum Command {
         #[command(flatten)]
         wait: Wait,
     },
+    /// What the controller would do if backends changed: its own rules, step by step until the
+    /// decision settles (holds, ramp steps, a drill's end). Writes nothing.
+    WhatIf(WhatIf),
+    /// A failover drill: all traffic to one backend for a while, then the controller lifts it by
+    /// itself. Refused for a backend that is not ready, unless --force.
+    Drill(Drill),
     /// The plugin's version and the API version it reads.
     Version,
     /// A shell completion script, e.g. `source <(kubectl failover completion bash)`.
@@ -118,6 +129,49 @@ struct Status {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Format::Text)]
     output: Format,
+}
+
+/// `what-if`: the change to imagine.
+#[derive(Args, Debug)]
+struct WhatIf {
+    /// The policy.
+    policy: String,
+    /// Backends whose endpoints all turn not ready (comma-separated or repeated).
+    #[arg(long, value_delimiter = ',', value_name = "BACKEND")]
+    down: Vec<String>,
+    /// Backends whose endpoints all turn ready (comma-separated or repeated).
+    #[arg(long, value_delimiter = ',', value_name = "BACKEND")]
+    up: Vec<String>,
+    /// A backend's health query reads this value, e.g. `web=0.3` (repeatable).
+    #[arg(long, value_name = "BACKEND=VALUE", value_parser = what_if::parse_health)]
+    health: Vec<(String, f64)>,
+    /// When the change happens, from now, e.g. `+5m` (default: now).
+    #[arg(long, value_name = "DURATION", value_parser = what_if::parse_at, default_value = "0s")]
+    at: Duration,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Format::Text)]
+    output: Format,
+}
+
+/// `drill`: where traffic goes and for how long, or `--abort`.
+#[derive(Args, Debug)]
+struct Drill {
+    /// The policy.
+    policy: String,
+    /// The backend that takes all traffic during the drill.
+    #[arg(long, value_name = "BACKEND", required_unless_present = "abort")]
+    to: Option<String>,
+    /// How long the drill lasts, e.g. `10m` (at most 24h).
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_timeout, required_unless_present = "abort")]
+    duration: Option<Duration>,
+    /// Send traffic even to a backend that is not ready.
+    #[arg(long, conflicts_with = "abort")]
+    force: bool,
+    /// End the running drill now.
+    #[arg(long, conflicts_with_all = ["to", "duration"])]
+    abort: bool,
+    #[command(flatten)]
+    wait: Wait,
 }
 
 /// How long a change waits for the controller to act on it.
@@ -225,7 +279,44 @@ async fn run(cli: Cli) -> anyhow::Result<Verdict> {
         Command::Unpin { policy, wait } => edit::unpin(&api, &policy, wait).await,
         Command::Suspend { policy, wait } => edit::suspend(&api, &policy, true, wait).await,
         Command::Resume { policy, wait } => edit::suspend(&api, &policy, false, wait).await,
+        Command::WhatIf(w) => what_if(&target, w).await,
+        Command::Drill(d) => drill(&api, d).await,
         Command::Version | Command::Completion { .. } => Ok(Verdict::Ready),
+    }
+}
+
+/// `what-if`: the report of what the controller would do.
+async fn what_if(target: &connect::Target, w: WhatIf) -> anyhow::Result<Verdict> {
+    let scenario = what_if::Scenario {
+        down: w.down,
+        up: w.up,
+        health: w.health,
+        at: w.at,
+    };
+    let report = what_if::run(
+        target.client(),
+        &target.namespace,
+        &w.policy,
+        &scenario,
+        w.output,
+    )
+    .await?;
+    print!("{}", screen(&report));
+    Ok(Verdict::Ready)
+}
+
+/// `drill`: start one, or `--abort` the running one.
+async fn drill(api: &Api<FailoverPolicy>, d: Drill) -> anyhow::Result<Verdict> {
+    match (d.abort, d.to, d.duration) {
+        (false, Some(to), Some(duration)) => {
+            let request = edit::DrillRequest {
+                to: &to,
+                duration,
+                force: d.force,
+            };
+            edit::drill(api, &d.policy, &request, d.wait).await
+        }
+        _ => edit::abort_drill(api, &d.policy, d.wait).await,
     }
 }
 

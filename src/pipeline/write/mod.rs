@@ -10,7 +10,7 @@ use tracing::{info, warn};
 use crate::{
     api::{
         Condition, FailoverPolicyStatus, Phase,
-        conditions::{ATTACHED, HEALTH_QUERY_FAILED, READY, attached, ready},
+        conditions::{ATTACHED, DRILL, HEALTH_QUERY_FAILED, READY, attached, drill, ready},
     },
     applied::Applied,
     decide::plan::{Announcement, Transition},
@@ -18,7 +18,7 @@ use crate::{
     route::RouteTarget,
     runtime::{gate::WriteGate, policy_metrics::PolicyLabels},
     sources::local::policies::Held,
-    status::Outcome,
+    status::{Decided, Outcome},
 };
 
 /// What a reconcile wrote, and the status it wrote over.
@@ -67,15 +67,10 @@ pub fn report(
             if let (Some(announcement), true) = (&decided.plan.transition, wrote) {
                 record_transition(gate, policy, &labels, announcement);
             }
-            let ready = status.backends.iter().filter(|b| b.ready).count();
-            gate.metrics
-                .policies
-                .set_state(&labels, ready, status.phase.unwrap_or(Phase::Primary));
-            if let Some(last) = status.last_failover_time.max(status.last_failback_time) {
-                gate.metrics
-                    .policies
-                    .set_last_transition(&labels, last.0.timestamp_millis() as f64 / 1000.0);
+            if wrote && !suspended {
+                announce_drill(gate, policy, status, written.previous);
             }
+            record_state(gate, &labels, decided, status);
         }
         Applied::Yielded { claim, holder } if wrote => publish(
             gate,
@@ -89,6 +84,26 @@ pub fn report(
         | Applied::ApiMissing(_)
         | Applied::Yielded { .. } => {}
     }
+}
+
+/// The per-policy metrics of a decision in place: readiness, phase, last move, drill.
+fn record_state(
+    gate: &WriteGate,
+    labels: &PolicyLabels,
+    decided: &Decided,
+    status: &FailoverPolicyStatus,
+) {
+    let policies = &gate.metrics.policies;
+    let ready = status.backends.iter().filter(|b| b.ready).count();
+    policies.set_state(labels, ready, status.phase.unwrap_or(Phase::Primary));
+    if let Some(last) = status.last_failover_time.max(status.last_failback_time) {
+        policies.set_last_transition(labels, last.0.timestamp_millis() as f64 / 1000.0);
+    }
+    let drill_end = drill_running(status)
+        .then_some(decided.policy.drill)
+        .flatten()
+        .map(|d| d.until.timestamp_millis() as f64 / 1000.0);
+    policies.set_drill_end(labels, drill_end);
 }
 
 /// A Warning Event for each failure the status says and the previous status did not (the same
@@ -115,6 +130,46 @@ fn warn_failures(
                 c.message.clone(),
             );
         }
+    }
+}
+
+/// Whether the status says a drill sends the traffic.
+fn drill_running(status: &FailoverPolicyStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == DRILL && c.status == "True")
+}
+
+/// `DrillStarted` when a drill starts moving traffic, `DrillEnded` when it stops (its end time,
+/// its backend no longer ready, a pin, or the drill removed from the spec).
+fn announce_drill(
+    gate: &WriteGate,
+    policy: &Held,
+    status: &FailoverPolicyStatus,
+    previous: Option<&LastStatus>,
+) {
+    let was = previous.is_some_and(|p| p.condition(DRILL).is_some_and(|c| c.status));
+    let condition = status.conditions.iter().find(|c| c.type_ == DRILL);
+    let note = condition.map(|c| c.message.clone());
+    match (was, drill_running(status)) {
+        (false, true) => publish(
+            gate,
+            policy,
+            EventType::Normal,
+            drill::STARTED,
+            note.unwrap_or_default(),
+        ),
+        (true, false) => publish(
+            gate,
+            policy,
+            EventType::Normal,
+            drill::ENDED,
+            note.unwrap_or_else(|| {
+                "the drill was removed from the spec; traffic follows the ordinary rules".into()
+            }),
+        ),
+        _ => {}
     }
 }
 

@@ -139,14 +139,8 @@ impl Held {
     /// The policy as the controller of what it generates; `None` without a uid (never true of
     /// an object read from the API server).
     pub fn owner_reference(&self) -> Option<OwnerReference> {
-        (!self.identity.uid.is_empty()).then(|| OwnerReference {
-            api_version: FailoverPolicy::api_version(&()).into(),
-            kind: FailoverPolicy::kind(&()).into(),
-            name: self.key.name.to_string(),
-            uid: self.identity.uid.to_string(),
-            controller: Some(true),
-            block_owner_deletion: Some(true),
-        })
+        (!self.identity.uid.is_empty())
+            .then(|| crate::route::owner(&self.key.name, &self.identity.uid))
     }
 
     /// A reference to the policy, for its Events.

@@ -112,6 +112,20 @@ impl ServiceEntry {
     }
 }
 
+/// What the watches would observe of one Service from its slices: the counts the decision reads
+/// (how `kubectl failover what-if` reads the live readiness of a local backend).
+pub fn observe_service(exists: bool, slices: &[EndpointSlice]) -> BackendObservation {
+    let mut entry = ServiceEntry {
+        exists,
+        ..ServiceEntry::default()
+    };
+    for slice in slices {
+        let name = slice.metadata.name.as_deref().unwrap_or_default();
+        entry.set_slice(name, slice_counts(slice), Relist::default());
+    }
+    entry.observation()
+}
+
 /// Counts ready and total endpoints of one slice. An endpoint is ready when its `ready`
 /// condition is true or unset, as the EndpointSlice API defines.
 fn slice_counts(slice: &EndpointSlice) -> SliceCounts {

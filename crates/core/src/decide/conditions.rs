@@ -45,11 +45,12 @@ impl Verdict {
     }
 }
 
-/// The conditions of a decision: `Ready`, `Degraded`, and `Pinned` / `Suspended` when set.
+/// The conditions of a decision: `Ready`, `Degraded`, and `Pinned` / `Drill` when set.
 pub fn verdicts(policy: &ValidPolicy, plan: &Plan) -> Vec<Verdict> {
     let mut verdicts = vec![ready(policy, plan), degraded(plan)];
     verdicts.extend(clusters(policy, plan));
     verdicts.extend(health_queries(policy, plan));
+    verdicts.extend(super::drill::verdict(policy, plan));
     if let Rule::Pinned(p) = plan.routing.rule {
         let name = &policy.backends[p].service;
         verdicts.push(if plan.backends[p].ready {
@@ -75,6 +76,7 @@ fn ready(policy: &ValidPolicy, plan: &Plan) -> Verdict {
     let primary = policy.primary();
     match plan.routing.rule {
         Rule::Pinned(p) => pinned(policy, plan, p),
+        Rule::Drill { to, until } => drilled(policy, plan, to, until),
         Rule::FailoverPending { due } => held(policy, plan, due, false),
         Rule::FailbackPending { due } => held(policy, plan, due, true),
         Rule::FailbackRamp { step, steps, due } => Verdict::new(
@@ -142,6 +144,30 @@ fn pinned(policy: &ValidPolicy, plan: &Plan, p: usize) -> Verdict {
             false,
             ready::PINNED_BACKEND_NOT_READY,
             format!("spec.pin sends all traffic to {name}, which is not ready"),
+        )
+    }
+}
+
+/// `Ready` during a drill: true while its backend is ready (a forced drill may send traffic to
+/// one that is not).
+fn drilled(policy: &ValidPolicy, plan: &Plan, to: usize, until: DateTime<Utc>) -> Verdict {
+    let name = &policy.backends[to].service;
+    let until = Timestamp(until);
+    if plan.backends[to].ready {
+        Verdict::new(
+            READY,
+            true,
+            ready::DRILL,
+            format!("a drill sends all traffic to {name} until {until}"),
+        )
+    } else {
+        Verdict::new(
+            READY,
+            false,
+            ready::DRILL_BACKEND_NOT_READY,
+            format!(
+                "a forced drill sends all traffic to {name}, which is not ready, until {until}"
+            ),
         )
     }
 }

@@ -131,6 +131,7 @@ pub(crate) fn spec(strategy: Strategy, secondaries: &[(&str, Option<i32>)]) -> F
         when_none_ready: Default::default(),
         suspend: false,
         pin: None,
+        drill: None,
         output: Default::default(),
         http_route: None,
         failback: None,

@@ -5,7 +5,8 @@
 //! The decision is a short list of named rules, each in its own module and tested on its own:
 //!
 //! 1. [`readiness`]: which backends are ready, since when, and why not;
-//! 2. [`pin`]: `spec.pin` sends everything to one backend;
+//! 2. [`pin`]: `spec.pin` sends everything to one backend, and [`drill`] does until its end
+//!    time;
 //! 3. [`strategy`]: `Proportional` spillover by health, or the secondaries' weights under
 //!    `Ordered`, `Equal` and `Weighted`;
 //! 4. [`holds`]: `failoverAfter` / `failbackAfter` keep traffic where it is until they fall due,
@@ -20,6 +21,7 @@
 //! [`previous`] reads the previous status once for the rules that need it.
 
 pub mod conditions;
+pub mod drill;
 pub mod holds;
 pub mod none_ready;
 pub mod pin;
@@ -61,7 +63,13 @@ pub fn decide(
     let transition = transition::detect(policy, &routing, &backends, &previous);
     let (last_failover_time, last_failback_time) =
         transition::times(policy, &routing, &previous, Timestamp(now));
-    let requeue_after = holds::requeue_after(routing.rule, now);
+    let requeue_after = [
+        holds::requeue_after(routing.rule, now),
+        drill::requeue_after(policy, now),
+    ]
+    .into_iter()
+    .flatten()
+    .min();
     Plan {
         routing,
         backends,
@@ -73,8 +81,8 @@ pub fn decide(
     }
 }
 
-/// The rules that choose the weights, in order: pin, proportional spillover, then the strategy
-/// with its holds, and the none-ready fallback under both.
+/// The rules that choose the weights, in order: pin, drill, proportional spillover, then the
+/// strategy with its holds, and the none-ready fallback under both.
 fn route(
     policy: &ValidPolicy,
     backends: &[BackendState],
@@ -82,6 +90,9 @@ fn route(
     now: DateTime<Utc>,
 ) -> Routing {
     if let Some(routing) = pin::route(policy) {
+        return routing;
+    }
+    if let Some(routing) = drill::route(policy, backends, now) {
         return routing;
     }
     if policy.strategy == Strategy::Proportional {

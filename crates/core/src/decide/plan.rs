@@ -20,6 +20,13 @@ use crate::{
 pub enum Rule {
     /// `spec.pin` sends all traffic to this backend (index), ready or not.
     Pinned(usize),
+    /// `spec.drill` sends all traffic to this backend (index) until `until`.
+    Drill {
+        /// The backend.
+        to: usize,
+        /// When the drill ends.
+        until: DateTime<Utc>,
+    },
     /// The primary is ready and takes all traffic.
     PrimaryActive,
     /// The primary is not ready, but `failoverAfter` keeps traffic on it until `due`.

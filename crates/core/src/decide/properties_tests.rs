@@ -1,7 +1,7 @@
 //! Properties of the decision over every field of the spec: a generator draws the strategy (all
 //! four), the number of secondaries and their weights, `minReadyEndpoints` and `minReadyRatio`,
-//! the holds, the overprovisioning factor, `pin`, `suspend`, `whenNoneReady`, a failback ramp
-//! and a health query; then a history of observations (endpoint counts, health readings that
+//! the holds, the overprovisioning factor, `pin`, a drill, `suspend`, `whenNoneReady`, a failback
+//! ramp and a health query; then a history of observations (endpoint counts, health readings that
 //! answer, fail or never answered) fed through the decision, each status fed back as the previous
 //! one.
 //!
@@ -24,8 +24,8 @@ use proptest::{
 use super::tests::{Decision, decide, spec, t};
 use crate::{
     api::{
-        FailbackSpec, FailoverPolicySpec, FailoverPolicyStatus, HealthSpec, NoData,
-        PrometheusHealth, RampSpec, Strategy, WhenNoneReady, conditions::ready,
+        DrillSpec, FailbackSpec, FailoverPolicySpec, FailoverPolicyStatus, HealthSpec, NoData,
+        PrometheusHealth, RampSpec, Strategy, Timestamp, WhenNoneReady, conditions::ready,
     },
     decide::strategy::PROPORTIONAL_TOTAL,
     observation::{BackendObservation, Reading, Sample},
@@ -83,10 +83,11 @@ fn arb_spec() -> impl proptest::strategy::Strategy<Value = FailoverPolicySpec> {
             prop_oneof![Just(vec![10, 50, 100]), Just(vec![25, 100])],
         ),
         arb_health(),
+        proptest::option::weighted(0.25, (0usize..5, 0i64..600, proptest::bool::weighted(0.3))),
     );
     (shape, controls).prop_map(|(shape, controls)| {
         let (strategy, weights, min_ready, ratio, fo, fb) = shape;
-        let (factor, pin, suspend, when_none_ready, ramp, health) = controls;
+        let (factor, pin, suspend, when_none_ready, ramp, health, drill) = controls;
         let names: Vec<String> = (0..weights.len()).map(|i| format!("s{i}")).collect();
         let secondaries: Vec<(&str, Option<i32>)> = names
             .iter()
@@ -102,6 +103,15 @@ fn arb_spec() -> impl proptest::strategy::Strategy<Value = FailoverPolicySpec> {
             } else {
                 names[i - 1].clone()
             }
+        });
+        s.drill = drill.map(|(i, until, force)| DrillSpec {
+            to: if i == 0 || i > names.len() {
+                s.primary.clone()
+            } else {
+                names[i - 1].clone()
+            },
+            until: Timestamp(t(until)),
+            force,
         });
         s.suspend = suspend;
         s.when_none_ready = when_none_ready;
@@ -239,6 +249,9 @@ fn check(
         Some(ready::PINNED | ready::PINNED_BACKEND_NOT_READY)
     );
     let held = reason == Some(ready::FAILOVER_PENDING);
+    // A forced drill, as a pin, sends traffic whatever the readiness (checked in `check_drill`).
+    let forced = reason == Some(ready::DRILL_BACKEND_NOT_READY);
+    let drilled = forced || reason == Some(ready::DRILL);
     if pinned {
         seen.met("pinned: all traffic on the pinned backend");
         let pin = s.pin.as_deref().unwrap_or_default();
@@ -252,7 +265,7 @@ fn check(
         if reason == Some(ready::PINNED_BACKEND_NOT_READY) {
             seen.met("pinned to a backend that is not ready");
         }
-    } else if ready.iter().any(|r| *r) && !held {
+    } else if ready.iter().any(|r| *r) && !held && !forced {
         seen.met("something ready, not held: traffic only to ready backends");
         for (w, r) in d.weights.iter().zip(&ready) {
             prop_assert!(
@@ -263,7 +276,7 @@ fn check(
             );
         }
     }
-    if !pinned && !ready.iter().any(|r| *r) {
+    if !pinned && !forced && !ready.iter().any(|r| *r) {
         if s.when_none_ready == WhenNoneReady::Primary {
             seen.met("nothing ready, whenNoneReady Primary: all on the primary");
             prop_assert!(d.weights[0] > 0 && d.weights[1..].iter().all(|w| *w == 0));
@@ -292,14 +305,66 @@ fn check(
         prop_assert!(d.weights[0] > 0 && ready[0]);
         prop_assert!(d.requeue_after.is_some());
     }
-    if s.strategy == Strategy::Proportional && !pinned && reason != Some(ready::NO_READY_BACKEND) {
+    if s.strategy == Strategy::Proportional
+        && !pinned
+        && !drilled
+        && reason != Some(ready::NO_READY_BACKEND)
+    {
         seen.met("proportional: weights add up to the total");
         prop_assert_eq!(d.weights.iter().sum::<i32>(), PROPORTIONAL_TOTAL);
     }
     check_health(s, obs, &d, seen)?;
+    check_drill(s, at, &d, seen)?;
     check_suspend(s, obs, previous, at, &d, seen)?;
     check_stable(s, obs, at, &d, seen)?;
     Ok(d)
+}
+
+/// A drill sends everything to its backend only before its end time, and asks to decide again
+/// by then; at and after its end, no decision is a drill's.
+fn check_drill(
+    s: &FailoverPolicySpec,
+    at: i64,
+    d: &Decision,
+    seen: &Exercised,
+) -> Result<(), TestCaseError> {
+    let Some(drill) = &s.drill else {
+        return Ok(());
+    };
+    let drilled = matches!(
+        d.decided_reason.as_str(),
+        ready::DRILL | ready::DRILL_BACKEND_NOT_READY
+    );
+    let until = drill.until.0;
+    if t(at) >= until {
+        seen.met("drill past its end time: not a drill's decision");
+        prop_assert!(!drilled, "a drill outlived its end ({})", d.decided_reason);
+        return Ok(());
+    }
+    if drilled {
+        seen.met("drill: all traffic on its backend, a wake-up by its end");
+        let index = std::iter::once(s.primary.as_str())
+            .chain(s.secondaries.iter().map(|b| b.service.as_str()))
+            .position(|b| b == drill.to)
+            .unwrap_or(usize::MAX);
+        for (i, w) in d.weights.iter().enumerate() {
+            prop_assert_eq!(
+                *w > 0,
+                i == index,
+                "{:?} drilled to {}",
+                d.weights,
+                drill.to
+            );
+        }
+        let left = (until - t(at)).to_std().unwrap_or_default();
+        prop_assert!(
+            d.requeue_after
+                .is_some_and(|r| r <= left + std::time::Duration::from_millis(1)),
+            "{:?} with {left:?} left",
+            d.requeue_after
+        );
+    }
+    Ok(())
 }
 
 /// A backend whose last health value is out of the threshold is not ready, whether its query

@@ -53,19 +53,37 @@ pub fn detect(
         }
         _ => None,
     }?;
-    let message = match routing.rule {
+    Some(Announcement {
+        transition,
+        message: rule_message(policy, routing, transition, &active, previous),
+    })
+}
+
+/// The note of a transition: the rule's own for a ramp, a drill and a pin, else the move's.
+fn rule_message(
+    policy: &ValidPolicy,
+    routing: &Routing,
+    transition: Transition,
+    active: &[String],
+    previous: &Previous,
+) -> String {
+    match routing.rule {
         Rule::FailbackRamp { step, steps, .. } => format!(
             "failing back: primary {} takes {}% of the traffic (step {} of {steps})",
             policy.primary(),
             routing.weights.first().copied().unwrap_or(0) / 100,
             step + 1
         ),
-        _ => message(policy, transition, &active, previous),
-    };
-    Some(Announcement {
-        transition,
-        message,
-    })
+        Rule::Drill { until, .. } => format!(
+            "drill: all traffic moved to {} until {}",
+            active.join(", "),
+            Timestamp(until)
+        ),
+        Rule::Pinned(_) if transition != Transition::PinnedBackendNotReady => {
+            format!("spec.pin: all traffic moved to {}", active.join(", "))
+        }
+        _ => message(policy, transition, active, previous),
+    }
 }
 
 fn message(

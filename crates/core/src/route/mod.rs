@@ -319,6 +319,19 @@ impl RouteTarget {
     }
 }
 
+/// The policy (by name and uid) as the controller of the route it generates.
+pub fn owner(policy: &str, uid: &str) -> OwnerReference {
+    use kube::Resource;
+    OwnerReference {
+        api_version: crate::api::FailoverPolicy::api_version(&()).into(),
+        kind: crate::api::FailoverPolicy::kind(&()).into(),
+        name: policy.to_string(),
+        uid: uid.to_string(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
 /// The metadata of a generated route: name, namespace, owner and labels.
 pub fn metadata(name: &str, namespace: &str, policy: &str, owner: OwnerReference) -> ObjectMeta {
     ObjectMeta {

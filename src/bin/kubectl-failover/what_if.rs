@@ -1,0 +1,571 @@
+//! `what-if`: what the controller would do if backends changed, decided by the controller's own
+//! rules (the library's validate, decide and status steps, not a copy) and written nowhere.
+//!
+//! It reads the policy, its status and the live readiness (a local backend's EndpointSlices
+//! counted as the controller's watches count them; a remote backend's and every health reading
+//! as the status last recorded them), changes what the flags say, then steps through time as
+//! the controller would: each step is a decision at the instant the previous one asked to be run
+//! again (a hold falling due, a ramp step, a drill's end), until a decision asks for nothing more.
+
+use std::{fmt::Write as _, sync::Arc, time::Duration};
+
+use anyhow::bail;
+use chrono::{DateTime, Utc};
+use failover::{
+    api::{Condition, FailoverPolicy, Phase, conditions::READY},
+    applied::Applied,
+    decide::{Plan, decide},
+    last_status::LastStatus,
+    observation::{BackendObservation, Reading, Sample},
+    pipeline::apply::DesiredRoute,
+    policy::ValidPolicy,
+    route::{RouteView, owner},
+    sources::local::readiness::{SERVICE_NAME_LABEL, observe_service},
+    status::{self, Decided, Outcome, StatusInput},
+    validate::validate,
+};
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DynamicObject, ListParams},
+};
+use serde::Serialize;
+
+use crate::Format;
+
+/// At most this many steps are printed: a ramp has at most 10, and each hold is one.
+const MAX_STEPS: usize = 32;
+
+/// The change to imagine.
+#[derive(Clone, Debug, Default)]
+pub struct Scenario {
+    /// Backends whose endpoints all turn not ready.
+    pub down: Vec<String>,
+    /// Backends whose endpoints all turn ready.
+    pub up: Vec<String>,
+    /// Backends whose health query reads this value.
+    pub health: Vec<(String, f64)>,
+    /// How long from now the change happens.
+    pub at: Duration,
+}
+
+/// What the controller would do, step by step.
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// The policy, `namespace/name`.
+    pub policy: String,
+    /// The change, in words.
+    pub changes: Vec<String>,
+    /// When the change happens.
+    pub from: DateTime<Utc>,
+    /// Each decision from the change on.
+    pub steps: Vec<Step>,
+    /// Whether the last step asks for no further decision.
+    pub settled: bool,
+}
+
+/// One decision.
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct Step {
+    /// When it is made.
+    pub at: DateTime<Utc>,
+    /// Seconds after the change.
+    pub after_seconds: i64,
+    /// The phase.
+    pub phase: Option<Phase>,
+    /// The rule that decided (the `Ready` condition's reason).
+    pub rule: String,
+    /// Each backend's weight and share.
+    pub backends: Vec<Weight>,
+    /// When the next decision falls due (a hold, a ramp step, a drill's end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_at: Option<DateTime<Utc>>,
+    /// The conditions the status would say.
+    pub conditions: Vec<Condition>,
+    /// The route the controller would write (`None` while suspended: it writes none).
+    pub route: Option<serde_json::Value>,
+}
+
+/// A backend's weight in a step.
+#[derive(Serialize, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Weight {
+    /// The backend Service.
+    pub service: String,
+    /// Whether it counts as ready.
+    pub ready: bool,
+    /// Its weight in the route.
+    pub weight: i32,
+    /// Its share of the traffic.
+    pub share: String,
+}
+
+/// Runs `what-if` for one policy and prints the report.
+pub async fn run(
+    client: Client,
+    namespace: &str,
+    name: &str,
+    scenario: &Scenario,
+    format: Format,
+) -> anyhow::Result<String> {
+    let api: Api<FailoverPolicy> = Api::namespaced(client.clone(), namespace);
+    let Some(policy) = api.get_opt(name).await? else {
+        bail!("FailoverPolicy {name} not found in namespace {namespace}");
+    };
+    let valid = match validate(&policy) {
+        Ok(valid) => Arc::new(valid),
+        Err(problems) => {
+            let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+            bail!(
+                "{name} is not valid, so the controller decides nothing for it: {}",
+                problems.join("; ")
+            );
+        }
+    };
+    let live = observe(&client, &policy, &valid).await?;
+    let route = live_route(&client, &valid).await?;
+    let from = Utc::now() + scenario.at;
+    let changed = imagine(&valid, &live, scenario, from)?;
+    let report = simulate(&Imagined {
+        policy: &policy,
+        valid,
+        before: &live,
+        after: &changed,
+        route: route.as_ref(),
+        now: Utc::now(),
+        from,
+        changes: describe(scenario),
+    });
+    Ok(match format {
+        Format::Json => serde_json::to_string_pretty(&report)? + "\n",
+        Format::Yaml => serde_yaml::to_string(&report)?,
+        Format::Text => text(&report),
+    })
+}
+
+/// What the controller's watches would observe of each backend now, primary first.
+async fn observe(
+    client: &Client,
+    policy: &FailoverPolicy,
+    valid: &ValidPolicy,
+) -> anyhow::Result<Vec<BackendObservation>> {
+    let services: Api<Service> = Api::namespaced(client.clone(), &valid.namespace);
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &valid.namespace);
+    let recorded = policy
+        .status
+        .as_ref()
+        .map(|s| s.backends.as_slice())
+        .unwrap_or_default();
+    let mut observations = Vec::with_capacity(valid.backends.len());
+    for backend in valid.backends.iter() {
+        let status = recorded.iter().find(|b| b.service == backend.service);
+        let mut observation = if backend.remote.is_some() {
+            // Another cluster's readiness: as the controller last recorded it.
+            status.map_or_else(BackendObservation::default, |b| BackendObservation {
+                as_of: b.readiness_as_of.map(|t| t.0),
+                unavailable: b.message.clone().filter(|_| !b.ready),
+                ..BackendObservation::counted(b.ready_endpoints, b.total_endpoints)
+            })
+        } else {
+            let exists = services.get_opt(&backend.service).await?.is_some();
+            let selector = format!("{SERVICE_NAME_LABEL}={}", backend.service);
+            let listed = slices
+                .list(&ListParams::default().labels(&selector))
+                .await?;
+            observe_service(exists, &listed.items)
+        };
+        observation.health = status.and_then(|b| b.health.as_ref()).map(|h| Reading {
+            sample: Some(Sample {
+                value: h.value,
+                read_at: h.read_at.0,
+            }),
+            ..Reading::default()
+        });
+        observations.push(observation);
+    }
+    Ok(observations)
+}
+
+/// The route the policy owns, as the cluster has it (its parents' answers go into the status).
+async fn live_route(client: &Client, valid: &ValidPolicy) -> anyhow::Result<Option<RouteView>> {
+    let target = &valid.route;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &valid.namespace, &target.resource());
+    Ok(match api.get_opt(&target.name).await {
+        Ok(route) => route.map(|r| target.kind().view(&r)),
+        // The route's CRD is not installed: the controller would say so; what-if has no route.
+        Err(kube::Error::Api(e)) if e.code == 404 => None,
+        Err(e) => return Err(e.into()),
+    })
+}
+
+/// The observations with the scenario's changes made at `at`.
+fn imagine(
+    valid: &ValidPolicy,
+    live: &[BackendObservation],
+    scenario: &Scenario,
+    at: DateTime<Utc>,
+) -> anyhow::Result<Vec<BackendObservation>> {
+    let mut changed = live.to_vec();
+    let index = |name: &str| {
+        valid
+            .backend_names()
+            .position(|b| b == name)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{name} is not a backend of {}; its backends are {}",
+                    valid.name,
+                    valid.backend_names().collect::<Vec<_>>().join(", ")
+                )
+            })
+    };
+    for name in &scenario.down {
+        let o = &mut changed[index(name)?];
+        o.ready_endpoints = 0;
+    }
+    for name in &scenario.up {
+        let o = &mut changed[index(name)?];
+        let endpoints = o.total_endpoints.max(valid.readiness.min_ready_endpoints);
+        *o = BackendObservation {
+            health: o.health.take(),
+            ..BackendObservation::counted(endpoints, endpoints)
+        };
+    }
+    for (name, value) in &scenario.health {
+        let i = index(name)?;
+        if valid.health.is_none() {
+            bail!(
+                "{} has no health query, so --health changes nothing",
+                valid.name
+            );
+        }
+        changed[i].health = Some(Reading {
+            sample: Some(Sample {
+                value: Some(*value),
+                read_at: at,
+            }),
+            ..Reading::default()
+        });
+    }
+    Ok(changed)
+}
+
+fn describe(scenario: &Scenario) -> Vec<String> {
+    let mut changes: Vec<String> = Vec::new();
+    changes.extend(scenario.down.iter().map(|b| format!("{b} down")));
+    changes.extend(scenario.up.iter().map(|b| format!("{b} up")));
+    changes.extend(
+        scenario
+            .health
+            .iter()
+            .map(|(b, v)| format!("{b} health reads {v}")),
+    );
+    if changes.is_empty() {
+        changes.push("no change".into());
+    }
+    changes
+}
+
+/// Everything a simulation starts from.
+pub struct Imagined<'a> {
+    /// The policy as the cluster has it (its status is the first previous status).
+    pub policy: &'a FailoverPolicy,
+    /// The policy, validated.
+    pub valid: Arc<ValidPolicy>,
+    /// What is observed before the change.
+    pub before: &'a [BackendObservation],
+    /// What is observed from the change on.
+    pub after: &'a [BackendObservation],
+    /// The route as the cluster has it.
+    pub route: Option<&'a RouteView>,
+    /// Now.
+    pub now: DateTime<Utc>,
+    /// When the change happens.
+    pub from: DateTime<Utc>,
+    /// The change, in words.
+    pub changes: Vec<String>,
+}
+
+/// The controller's decisions from now on, each run when the one before asked to be: those
+/// before the change advance the status silently; those from it on are the report.
+pub fn simulate(imagined: &Imagined) -> Report {
+    let (policy, valid) = (imagined.policy, &imagined.valid);
+    let mut previous = policy.status.as_ref().map(LastStatus::of);
+    let (mut at, mut steps, mut settled) = (imagined.now, Vec::new(), false);
+    while steps.len() < MAX_STEPS {
+        let changed = at >= imagined.from;
+        let observed = if changed {
+            imagined.after
+        } else {
+            imagined.before
+        };
+        let plan = decide(valid, observed, previous.as_ref(), at);
+        let next = plan.requeue_after;
+        let (status, step) = decided(imagined, plan, previous.as_ref());
+        previous = Some(LastStatus::of(&status));
+        let next_at = next.and_then(|n| chrono::Duration::from_std(n).ok().map(|n| at + n));
+        if changed {
+            steps.push(Step {
+                after_seconds: (at - imagined.from).num_seconds(),
+                next_at,
+                ..step
+            });
+        }
+        at = match next_at {
+            Some(next) if !changed => next.min(imagined.from),
+            Some(next) => next,
+            None if changed => {
+                settled = true;
+                break;
+            }
+            None => imagined.from,
+        };
+    }
+    Report {
+        policy: format!("{}/{}", valid.namespace, valid.name),
+        changes: imagined.changes.clone(),
+        from: imagined.from,
+        steps,
+        settled,
+    }
+}
+
+/// The status the controller would write for a decision (its route written, or suspended), and
+/// the step that reports it.
+fn decided(
+    imagined: &Imagined,
+    plan: Plan,
+    previous: Option<&LastStatus>,
+) -> (failover::api::FailoverPolicyStatus, Step) {
+    let (policy, valid) = (imagined.policy, &imagined.valid);
+    let at = plan.now;
+    let route = (!valid.suspend).then(|| {
+        let owner = owner(&valid.name, &policy.uid().unwrap_or_default());
+        let desired = DesiredRoute::of(owner, valid, &plan.routing.weights);
+        serde_json::to_value(&desired.object).unwrap_or_default()
+    });
+    let shares = plan.shares();
+    let backends = valid
+        .backend_names()
+        .zip(&plan.routing.weights)
+        .zip(&plan.backends)
+        .zip(shares)
+        .map(|(((service, weight), b), share)| Weight {
+            service: service.to_string(),
+            ready: b.ready,
+            weight: *weight,
+            share,
+        })
+        .collect();
+    let outcome = Outcome::Decided(Box::new(Decided {
+        policy: valid.clone(),
+        plan,
+        applied: if valid.suspend {
+            Applied::Suspended
+        } else {
+            Applied::Written
+        },
+        route: imagined.route.cloned(),
+        refused_parents: Vec::new(),
+    }));
+    let status = status::build(&StatusInput {
+        generation: policy.metadata.generation,
+        target: &valid.route,
+        previous,
+        whole: None,
+        outcome: &outcome,
+        now: at,
+    });
+    let step = Step {
+        at,
+        after_seconds: 0,
+        phase: status.phase,
+        rule: status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == READY)
+            .map_or_else(String::new, |c| c.reason.clone()),
+        backends,
+        next_at: None,
+        conditions: status.conditions.clone(),
+        route,
+    };
+    (status, step)
+}
+
+/// The report for people: one line per step, then the conditions where it settles.
+fn text(report: &Report) -> String {
+    let mut out = format!(
+        "What if {} ({}), from {}:\n",
+        report.changes.join(", "),
+        report.policy,
+        failover::api::Timestamp(report.from)
+    );
+    let _ = writeln!(
+        out,
+        "  {:<8}  {:<14}  {:<22}  TRAFFIC",
+        "AFTER", "PHASE", "RULE"
+    );
+    for step in &report.steps {
+        let traffic: Vec<String> = step
+            .backends
+            .iter()
+            .filter(|b| b.weight > 0)
+            .map(|b| format!("{} {}", b.service, b.share))
+            .collect();
+        let phase = step.phase.map_or("-".to_string(), |p| p.to_string());
+        let _ = writeln!(
+            out,
+            "  {:<8}  {phase:<14}  {:<22}  {}",
+            format!("{}s", step.after_seconds),
+            step.rule,
+            traffic.join(", ")
+        );
+    }
+    match (report.settled, report.steps.last()) {
+        (true, Some(last)) => {
+            out.push_str("Settles with:\n");
+            for c in &last.conditions {
+                let line = format!("  {} {} {}: {}", c.type_, c.status, c.reason, c.message);
+                out.push_str(&crate::show::wrap(&line, "      "));
+            }
+        }
+        _ => {
+            let _ = writeln!(out, "Not settled after {MAX_STEPS} steps.");
+        }
+    }
+    out.push_str("Nothing was written to the cluster.\n");
+    out
+}
+
+/// Parses `SERVICE=VALUE` of `--health`.
+pub fn parse_health(text: &str) -> Result<(String, f64), String> {
+    let (service, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text}: expected SERVICE=VALUE, e.g. web=0.3"))?;
+    let value: f64 = value
+        .parse()
+        .map_err(|_| format!("{text}: {value} is not a number"))?;
+    if !value.is_finite() {
+        return Err(format!("{text}: {value} is not a finite number"));
+    }
+    Ok((service.to_string(), value))
+}
+
+/// Parses `--at` (`5m`, or `+5m`).
+pub fn parse_at(text: &str) -> Result<Duration, String> {
+    failover::api::rules::parse_duration(text.strip_prefix('+').unwrap_or(text))
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use failover::api::{FailoverPolicySpec, SecondaryBackend};
+
+    fn policy(change: impl FnOnce(&mut FailoverPolicySpec)) -> FailoverPolicy {
+        let mut spec = FailoverPolicySpec {
+            service: "web".into(),
+            primary: "web".into(),
+            secondaries: vec![SecondaryBackend::new("web-east")],
+            ..Default::default()
+        };
+        change(&mut spec);
+        let mut policy = FailoverPolicy::new("web", spec);
+        policy.metadata.namespace = Some("shop".into());
+        policy.metadata.uid = Some("uid-1".into());
+        policy
+    }
+
+    fn report(policy: &FailoverPolicy, after: &[BackendObservation]) -> Report {
+        let valid = Arc::new(validate(policy).expect("valid"));
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default();
+        let before = [
+            BackendObservation::counted(1, 1),
+            BackendObservation::counted(1, 1),
+        ];
+        simulate(&Imagined {
+            policy,
+            valid,
+            before: &before,
+            after,
+            route: None,
+            now,
+            from: now,
+            changes: vec![],
+        })
+    }
+
+    #[test]
+    fn a_failover_hold_is_one_step_and_the_failover_the_next() {
+        let p = policy(|s| s.failover_after = "30s".into());
+        let down = [
+            BackendObservation::counted(0, 1),
+            BackendObservation::counted(1, 1),
+        ];
+        let r = report(&p, &down);
+        let rules: Vec<(&str, i64)> = r
+            .steps
+            .iter()
+            .map(|s| (s.rule.as_str(), s.after_seconds))
+            .collect();
+        assert!(r.settled);
+        // The first decision records the primary as ready (no status yet), so the failure starts
+        // at the change.
+        assert_eq!(rules, vec![("FailoverPending", 0), ("FailedOver", 30)]);
+        let last = &r.steps[1].backends;
+        assert_eq!((last[0].weight, last[1].weight), (0, 1));
+        assert_eq!(last[1].share, "100%");
+        assert!(r.steps[1].route.is_some());
+    }
+
+    #[test]
+    fn a_ramp_is_one_step_each_until_all_traffic_is_back() {
+        let p = policy(|s| {
+            s.failback = Some(failover::api::FailbackSpec {
+                ramp: Some(failover::api::RampSpec {
+                    steps: vec![25, 50, 100],
+                    every: "10s".into(),
+                }),
+            });
+        });
+        // Failed over first (the primary down from the start), then the primary comes back.
+        let valid = Arc::new(validate(&p).expect("valid"));
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default();
+        let down = [
+            BackendObservation::counted(0, 1),
+            BackendObservation::counted(1, 1),
+        ];
+        let up = [
+            BackendObservation::counted(1, 1),
+            BackendObservation::counted(1, 1),
+        ];
+        let r = simulate(&Imagined {
+            policy: &p,
+            valid,
+            before: &down,
+            after: &up,
+            route: None,
+            now,
+            from: now + chrono::Duration::seconds(5),
+            changes: vec![],
+        });
+        let primary: Vec<String> = r
+            .steps
+            .iter()
+            .map(|s| s.backends[0].share.clone())
+            .collect();
+        assert_eq!(primary, vec!["25%", "50%", "100%"]);
+        assert!(r.settled);
+    }
+
+    #[test]
+    fn health_values_and_offsets_parse_as_written() {
+        assert_eq!(parse_health("web=0.3"), Ok(("web".into(), 0.3)));
+        assert!(parse_health("web").is_err());
+        assert!(parse_health("web=NaN").is_err());
+        assert_eq!(parse_at("+5m"), Ok(Duration::from_secs(300)));
+    }
+}
