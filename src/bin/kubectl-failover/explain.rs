@@ -212,6 +212,13 @@ fn other_rules(f: &Facts, rule: &str) -> (String, String) {
                 f.policy.name_any()
             ),
         ),
+        ready::DRILL | ready::DRILL_BACKEND_NOT_READY => (
+            format!("{message}, whatever the primary's readiness (spec.drill)."),
+            format!(
+                "the controller ends the drill by itself at its end time; kubectl failover drill {} --abort ends it now.",
+                f.policy.name_any()
+            ),
+        ),
         _ => (
             format!("the controller reports {rule}: {message}"),
             "see the conditions in kubectl failover status.".to_string(),

@@ -405,8 +405,8 @@ fn text(report: &Report) -> String {
     );
     let _ = writeln!(
         out,
-        "  {:<8}  {:<14}  {:<22}  TRAFFIC",
-        "AFTER", "PHASE", "RULE"
+        "  {:<6}  {:<14}  {:<22}  {:<6}  TRAFFIC",
+        "AFTER", "PHASE", "RULE", "NEXT"
     );
     for step in &report.steps {
         let traffic: Vec<String> = step
@@ -416,9 +416,13 @@ fn text(report: &Report) -> String {
             .map(|b| format!("{} {}", b.service, b.share))
             .collect();
         let phase = step.phase.map_or("-".to_string(), |p| p.to_string());
+        // When the next decision falls due (a hold, a ramp step, a drill's end), after the change.
+        let next = step.next_at.map_or("-".to_string(), |n| {
+            format!("{}s", (n - report.from).num_seconds())
+        });
         let _ = writeln!(
             out,
-            "  {:<8}  {phase:<14}  {:<22}  {}",
+            "  {:<6}  {phase:<14}  {:<22}  {next:<6}  {}",
             format!("{}s", step.after_seconds),
             step.rule,
             traffic.join(", ")
