@@ -13,6 +13,9 @@ pub const PINNED: &str = "Pinned";
 /// Condition type: a drill (`spec.drill`) is set: `True` while it sends all traffic to its
 /// backend, `False` while it waits for that backend or after it ended.
 pub const DRILL: &str = "Drill";
+/// Condition type, with `spec.capacity`: some of the demand is sent where no ready endpoint
+/// serves it (no backend has the capacity).
+pub const DEMAND_UNSERVED: &str = "DemandUnserved";
 /// Condition type: a health query fails (the last verdict is kept).
 pub const HEALTH_QUERY_FAILED: &str = "HealthQueryFailed";
 /// Condition type: every cluster the policy reads readiness from answers.
@@ -38,6 +41,9 @@ pub mod ready {
     pub const FAILBACK_PENDING: &str = "FailbackPending";
     /// A failback ramp is under way.
     pub const FAILBACK_RAMP: &str = "FailbackRamp";
+    /// With `spec.capacity`: the primary is back and takes what its ready endpoints serve; the
+    /// secondaries keep the rest.
+    pub const FAILBACK_BY_CAPACITY: &str = "FailbackByCapacity";
     /// `spec.pin` sends all traffic to a ready backend.
     pub const PINNED: &str = "Pinned";
     /// `spec.pin` sends all traffic to a backend that is not ready.
@@ -122,6 +128,14 @@ pub mod drill {
     pub const ENDED: &str = "DrillEnded";
     /// Event: a drill started moving traffic.
     pub const STARTED: &str = "DrillStarted";
+}
+
+/// Reasons of the `DemandUnserved` condition.
+pub mod capacity {
+    /// The ready backends the traffic goes to serve all of the demand.
+    pub const ENOUGH_CAPACITY: &str = "EnoughCapacity";
+    /// Some of the demand goes where no ready endpoint serves it.
+    pub const NOT_ENOUGH_CAPACITY: &str = "NotEnoughCapacity";
 }
 
 /// Reasons of the `Suspended` condition.

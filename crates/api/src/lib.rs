@@ -8,12 +8,16 @@
 // The `printcolumn(...)` entries of the derive repeat keys by design.
 #![allow(clippy::duplicated_attributes)]
 
+mod backend;
+mod capacity;
 pub mod conditions;
 mod health;
 mod http_route;
 pub mod rules;
 pub mod status;
 
+pub use backend::*;
+pub use capacity::*;
 pub use health::*;
 pub use http_route::*;
 pub use status::*;
@@ -26,9 +30,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use self::rules::{
-    DNS1035_LABEL, DNS1123_LABEL, DNS1123_SUBDOMAIN, GO_DURATION, MAX_DURATION_LENGTH, MAX_LABEL,
-    MAX_MIN_READY_ENDPOINTS, MAX_RAMP_STEPS, MAX_SECONDARIES, MAX_SUBDOMAIN, MAX_WEIGHT,
-    dns1035_label, dns1123_label, dns1123_subdomain,
+    DNS1035_LABEL, DNS1123_SUBDOMAIN, GO_DURATION, MAX_DURATION_LENGTH, MAX_LABEL,
+    MAX_MIN_READY_ENDPOINTS, MAX_RAMP_STEPS, MAX_SECONDARIES, MAX_SUBDOMAIN, dns1035_label,
+    dns1123_subdomain,
 };
 
 /// API group of the `FailoverPolicy` resource.
@@ -148,7 +152,9 @@ pub const GROUP: &str = "failover.dev";
     validation = rules::HTTP_ROUTE_NEEDS_A_PARENT.schema_rule(),
     validation = rules::HTTP_ROUTE_NAME_FIXED.schema_rule(),
     validation = rules::OUTPUT_FIXED.schema_rule(),
-    validation = rules::NO_RAMP_WITH_PROPORTIONAL.schema_rule()
+    validation = rules::NO_RAMP_WITH_PROPORTIONAL.schema_rule(),
+    validation = rules::NO_CAPACITY_WITH_PROPORTIONAL.schema_rule(),
+    validation = rules::SECONDARY_CAPACITY_NEEDS_CAPACITY.schema_rule()
 )]
 #[serde(rename_all = "camelCase")]
 pub struct FailoverPolicySpec {
@@ -279,6 +285,11 @@ pub struct FailoverPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(dive)]
     pub failback: Option<FailbackSpec>,
+
+    /// What each backend can serve: traffic goes to a backend only up to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub capacity: Option<CapacitySpec>,
 }
 
 /// A drill: all traffic to one backend until an end time.
@@ -361,36 +372,9 @@ impl Default for FailoverPolicySpec {
             traffic_split: TrafficSplitSpec::default(),
             failback: None,
             health: None,
+            capacity: None,
         }
     }
-}
-
-/// One secondary backend.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Validate)]
-#[serde(rename_all = "camelCase")]
-pub struct SecondaryBackend {
-    /// Name of the backend Service, in the policy's namespace (a mirrored Service for a backend
-    /// in another cluster).
-    #[schemars(length(min = 1, max = MAX_LABEL), pattern(DNS1035_LABEL))]
-    #[garde(length(min = 1, max = MAX_LABEL), custom(dns1035_label))]
-    pub service: String,
-
-    /// Relative share of traffic this backend takes among the ready secondaries, 1 to 1000.
-    /// Only allowed with strategy `Weighted`, where it defaults to 1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = MAX_WEIGHT))]
-    #[garde(range(min = 1, max = MAX_WEIGHT))]
-    pub weight: Option<i32>,
-
-    /// Where this backend's readiness is read, when not from its own EndpointSlices: a Service in
-    /// another cluster (declared to the controller by a Secret labelled
-    /// `failover.dev/cluster: <name>`). Traffic still goes to the local Service named by
-    /// `service` (a mirror); readiness is the remote Service's EndpointSlices, counted with the
-    /// same rules. A cluster unreachable for longer than its Secret's `failover.dev/stale-after`
-    /// annotation (default 30 s) counts as not ready.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(dive)]
-    pub readiness_from: Option<ReadinessFrom>,
 }
 
 impl FailoverPolicySpec {
@@ -407,39 +391,6 @@ impl FailoverPolicySpec {
             .filter_map(|s| Some((s.service.as_str(), s.readiness_from.as_ref()?)));
         primary.into_iter().chain(secondaries)
     }
-}
-
-impl SecondaryBackend {
-    /// The secondary `service`, with no weight and its own readiness.
-    pub fn new(service: impl Into<String>) -> Self {
-        Self {
-            service: service.into(),
-            weight: None,
-            readiness_from: None,
-        }
-    }
-}
-
-/// A remote Service whose readiness stands for a backend's.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Validate)]
-#[serde(rename_all = "camelCase")]
-pub struct ReadinessFrom {
-    /// The cluster, as named by the `failover.dev/cluster` label of its Secret.
-    #[schemars(length(min = 1, max = MAX_LABEL), pattern(DNS1035_LABEL))]
-    #[garde(length(min = 1, max = MAX_LABEL), custom(dns1035_label))]
-    pub cluster: String,
-
-    /// The remote Service's namespace (default: the policy's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = MAX_LABEL), pattern(DNS1123_LABEL))]
-    #[garde(inner(length(min = 1, max = MAX_LABEL), custom(dns1123_label)))]
-    pub namespace: Option<String>,
-
-    /// The remote Service (default: the backend's own `service`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = MAX_LABEL), pattern(DNS1035_LABEL))]
-    #[garde(inner(length(min = 1, max = MAX_LABEL), custom(dns1035_label)))]
-    pub service: Option<String>,
 }
 
 /// How traffic is shared among ready secondaries.

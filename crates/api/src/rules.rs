@@ -12,6 +12,8 @@ use std::{sync::LazyLock, time::Duration};
 pub const MAX_SECONDARIES: usize = 32;
 /// Largest weight a secondary may carry under the `Weighted` strategy.
 pub const MAX_WEIGHT: i32 = 1000;
+/// Most requests per second one endpoint can be declared to serve.
+pub const MAX_PER_ENDPOINT: i32 = 1_000_000;
 /// Longest `failoverAfter` / `failbackAfter` accepted.
 pub const MAX_HOLD: Duration = Duration::from_secs(24 * 3600);
 /// Largest `readiness.minReadyEndpoints` accepted.
@@ -245,6 +247,19 @@ pub const DRILL_NAMES_A_BACKEND: CrossFieldRule = CrossFieldRule {
     cel: "!has(self.drill) || self.drill.to == self.primary || self.secondaries.exists(s, s.service == self.drill.to)",
     message: "drill.to must name the primary or one of the secondaries",
     field: ".drill.to",
+};
+/// No capacity with `Proportional`.
+pub const NO_CAPACITY_WITH_PROPORTIONAL: CrossFieldRule = CrossFieldRule {
+    cel: "self.strategy != 'Proportional' || !has(self.capacity)",
+    message: "capacity is not supported with strategy Proportional, which shares by health",
+    field: ".capacity",
+};
+/// A secondary's `perEndpoint` and `scaleTarget` need `spec.capacity`, and `scaleTarget` its
+/// `scale`.
+pub const SECONDARY_CAPACITY_NEEDS_CAPACITY: CrossFieldRule = CrossFieldRule {
+    cel: "self.secondaries.all(s, (!has(s.perEndpoint) || has(self.capacity)) && (!has(s.scaleTarget) || (has(self.capacity) && has(self.capacity.scale))))",
+    message: "secondaries[].perEndpoint needs spec.capacity, and secondaries[].scaleTarget needs spec.capacity.scale",
+    field: ".secondaries",
 };
 /// Exactly one threshold (a rule on the health query).
 pub const ONE_THRESHOLD: CrossFieldRule = CrossFieldRule {

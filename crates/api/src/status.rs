@@ -129,6 +129,10 @@ pub struct FailoverPolicyStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_route: Option<String>,
 
+    /// With `spec.capacity`: the demand, and how much of it no ready backend can serve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacityStatus>,
+
     /// Where the HTTPRoute attaches (output `HTTPRoute`), and whether each parent's controller
     /// accepted it: a route written but not attached shows here (and in the `Attached`
     /// condition).
@@ -210,6 +214,21 @@ pub struct BackendStatus {
     /// The reading of the policy's health query for this backend that decided its health.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthReading>,
+    /// With `spec.capacity`: the requests per second its ready endpoints serve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<i64>,
+}
+
+/// The demand of a policy with `spec.capacity`, and what is served of it.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityStatus {
+    /// Requests per second to serve: the primary's capacity with all its endpoints (kept while
+    /// it has none).
+    pub demand: i64,
+    /// The share of the demand no ready backend can serve, e.g. `67%` (it stays on the
+    /// primary).
+    pub unserved: String,
 }
 
 /// A health query's reading.

@@ -36,6 +36,8 @@ pub struct LastStatus {
     pub last_failover_time: Option<Timestamp>,
     /// When traffic last returned to the primary.
     pub last_failback_time: Option<Timestamp>,
+    /// With `spec.capacity`: the demand recorded.
+    pub demand: Option<i64>,
     /// A digest of the whole status (`None`: it could not be encoded, so it equals nothing).
     pub digest: Option<u64>,
 }
@@ -105,6 +107,7 @@ impl LastStatus {
                 .collect(),
             last_failover_time: status.last_failover_time,
             last_failback_time: status.last_failback_time,
+            demand: status.capacity.as_ref().map(|c| c.demand),
             digest: digest_of(status),
         }
     }

@@ -95,6 +95,28 @@ pub struct ValidPolicy {
     pub ramp: Option<Box<Ramp>>,
     /// Health beyond readiness, when set.
     pub health: Option<Box<Health>>,
+    /// What each backend can serve, when set.
+    pub capacity: Option<Box<Capacity>>,
+}
+
+/// `spec.capacity`, parsed: what one ready endpoint of each backend serves, and scaling.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Capacity {
+    /// Requests per second one ready endpoint of each backend serves, primary first.
+    pub per_endpoint: Box<[i64]>,
+    /// Scaling the secondaries before traffic moves to them, when set.
+    pub scale: Option<Scale>,
+}
+
+/// `spec.capacity.scale`, with each backend's workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scale {
+    /// How long traffic waits for the scaled secondaries after the primary turned not ready.
+    pub deadline: Hold,
+    /// The most replicas set on one workload.
+    pub max_replicas: i32,
+    /// The workload of each backend, primary first (the primary's is never scaled: `None`).
+    pub targets: Box<[Option<crate::api::ScaleTarget>]>,
 }
 
 /// A drill (`spec.drill`): all traffic to one backend until `until`.

@@ -19,8 +19,8 @@ use crate::{
     health_query::HealthQuery,
     observation::RemoteService,
     policy::{
-        Backend, Bound, Drill, Health, Hold, Ramp, ReadinessRule, SpecProblem, ValidPolicy,
-        Validated,
+        Backend, Bound, Capacity, Drill, Health, Hold, Ramp, ReadinessRule, Scale, SpecProblem,
+        ValidPolicy, Validated,
     },
     route::RouteTarget,
 };
@@ -30,6 +30,7 @@ pub fn validate_spec(spec: &FailoverPolicySpec) -> Result<(), Vec<SpecProblem>> 
     let mut problems = Vec::new();
     let _ = holds(spec, &mut problems);
     let _ = ramp(spec, &mut problems);
+    let _ = capacity(spec, &mut problems);
     // The namespace only sorts which matchers scoping refuses; validity does not depend on it.
     let _ = health(spec, "namespace", &mut problems);
     if problems.is_empty() {
@@ -67,6 +68,7 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
     });
     let ramp = ramp(spec, &mut problems);
     let health = health(spec, &namespace, &mut problems);
+    let capacity = capacity(spec, &mut problems);
     let (Some((failover_after, failback_after)), true) = (holds, problems.is_empty()) else {
         return Err(problems);
     };
@@ -101,7 +103,35 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
         route: RouteTarget::of(policy),
         ramp: ramp.map(Box::new),
         health: health.map(Box::new),
+        capacity: capacity.map(Box::new),
         backends,
+    })
+}
+
+/// `spec.capacity`, parsed: each backend's rate per endpoint, and the scaling deadline.
+fn capacity(spec: &FailoverPolicySpec, problems: &mut Vec<SpecProblem>) -> Option<Capacity> {
+    let c = spec.capacity.as_ref()?;
+    let per_endpoint = std::iter::once(c.primary_per_endpoint.unwrap_or(c.per_endpoint))
+        .chain(
+            spec.secondaries
+                .iter()
+                .map(|s| s.per_endpoint.unwrap_or(c.per_endpoint)),
+        )
+        .map(i64::from)
+        .collect();
+    let scale = match &c.scale {
+        None => None,
+        Some(s) => Some(Scale {
+            deadline: hold(&s.deadline, "spec.capacity.scale.deadline", problems)?,
+            max_replicas: s.max_replicas,
+            targets: std::iter::once(None)
+                .chain(spec.secondaries.iter().map(|s| s.scale_target.clone()))
+                .collect(),
+        }),
+    };
+    Some(Capacity {
+        per_endpoint,
+        scale,
     })
 }
 
@@ -182,6 +212,7 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
     let mut problems: Vec<SpecProblem> = checks
         .into_iter()
         .chain(http_route_checks(spec))
+        .chain(capacity_checks(spec))
         .filter(|(holds, _)| !holds)
         .map(|(_, rule)| problem(&rule.spec_field(), rule.message))
         .collect();
@@ -193,6 +224,24 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
         problems.push(problem(&rule.spec_field(), rule.message));
     }
     problems
+}
+
+/// The rules on `spec.capacity`, with whether each holds.
+fn capacity_checks(spec: &FailoverPolicySpec) -> [(bool, &'static CrossFieldRule); 2] {
+    let capacity = spec.capacity.as_ref();
+    [
+        (
+            spec.strategy != Strategy::Proportional || capacity.is_none(),
+            &rules::NO_CAPACITY_WITH_PROPORTIONAL,
+        ),
+        (
+            spec.secondaries.iter().all(|s| {
+                (s.per_endpoint.is_none() || capacity.is_some())
+                    && (s.scale_target.is_none() || capacity.is_some_and(|c| c.scale.is_some()))
+            }),
+            &rules::SECONDARY_CAPACITY_NEEDS_CAPACITY,
+        ),
+    ]
 }
 
 /// The rules on `spec.httpRoute`'s parents, with whether each holds.

@@ -13,8 +13,8 @@ use crate::{
     api::{
         Timestamp,
         conditions::{
-            CLUSTERS_REACHABLE, DEGRADED, HEALTH_QUERY_FAILED, PINNED, READY, clusters, degraded,
-            health, pinned, ready,
+            CLUSTERS_REACHABLE, DEGRADED, DEMAND_UNSERVED, HEALTH_QUERY_FAILED, PINNED, READY,
+            capacity, clusters, degraded, health, pinned, ready,
         },
     },
     policy::ValidPolicy,
@@ -51,6 +51,7 @@ pub fn verdicts(policy: &ValidPolicy, plan: &Plan) -> Vec<Verdict> {
     verdicts.extend(clusters(policy, plan));
     verdicts.extend(health_queries(policy, plan));
     verdicts.extend(super::drill::verdict(policy, plan));
+    verdicts.extend(demand_unserved(policy, plan));
     if let Rule::Pinned(p) = plan.routing.rule {
         let name = &policy.backends[p].service;
         verdicts.push(if plan.backends[p].ready {
@@ -94,6 +95,7 @@ fn ready(policy: &ValidPolicy, plan: &Plan) -> Verdict {
                     .map_or("", |r| r.every.written.as_str())
             ),
         ),
+        Rule::CapacityFailback => capacity_failback(policy, plan),
         Rule::PrimaryActive => Verdict::new(
             READY,
             true,
@@ -172,6 +174,26 @@ fn drilled(policy: &ValidPolicy, plan: &Plan, to: usize, until: DateTime<Utc>) -
     }
 }
 
+/// `Ready` while the primary takes back what its ready endpoints serve.
+fn capacity_failback(policy: &ValidPolicy, plan: &Plan) -> Verdict {
+    let primary = policy.primary();
+    let rest: Vec<String> = plan
+        .active(policy)
+        .into_iter()
+        .filter(|a| a.as_str() != primary)
+        .collect();
+    Verdict::new(
+        READY,
+        true,
+        ready::FAILBACK_BY_CAPACITY,
+        format!(
+            "failing back by capacity: primary {primary} takes {} of the traffic, what its ready endpoints serve; the rest stays on {}",
+            plan.shares().first().map_or("0%", String::as_str),
+            rest.join(", ")
+        ),
+    )
+}
+
 /// `Ready` while a hold keeps traffic where it is, with when it falls due.
 fn held(policy: &ValidPolicy, plan: &Plan, due: DateTime<Utc>, failback: bool) -> Verdict {
     let primary = policy.primary();
@@ -210,6 +232,40 @@ fn spillover_shares(policy: &ValidPolicy, plan: &Plan) -> String {
         .map(|((name, _), share)| format!("{name} {share}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `DemandUnserved`, for a policy with `spec.capacity` whose demand is known.
+fn demand_unserved(policy: &ValidPolicy, plan: &Plan) -> Option<Verdict> {
+    let load = plan.load.as_ref()?;
+    let unserved = load.unserved_basis_points();
+    if load.unserved == 0 {
+        return Some(Verdict::new(
+            DEMAND_UNSERVED,
+            false,
+            capacity::ENOUGH_CAPACITY,
+            format!(
+                "the backends traffic goes to serve all {} requests/s",
+                load.demand
+            ),
+        ));
+    }
+    Some(Verdict::new(
+        DEMAND_UNSERVED,
+        true,
+        capacity::NOT_ENOUGH_CAPACITY,
+        format!(
+            "{} of {} requests/s ({}) go where no ready endpoint serves them; ready capacity: {}",
+            load.unserved,
+            load.demand,
+            super::plan::share(unserved, i64::from(super::PROPORTIONAL_TOTAL)),
+            policy
+                .backend_names()
+                .zip(&load.capacity)
+                .map(|(n, c)| format!("{n} {c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    ))
 }
 
 /// `HealthQueryFailed`, for a policy with a health query: the backends whose query fails, grouped

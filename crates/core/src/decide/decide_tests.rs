@@ -136,6 +136,7 @@ pub(crate) fn spec(strategy: Strategy, secondaries: &[(&str, Option<i32>)]) -> F
         http_route: None,
         failback: None,
         health: None,
+        capacity: None,
         primary_readiness_from: None,
     }
 }
@@ -902,6 +903,7 @@ pub(crate) fn backend_status(service: &str, weight: i32) -> crate::api::BackendS
         readiness_from: None,
         readiness_as_of: None,
         health: None,
+        capacity: None,
     }
 }
 

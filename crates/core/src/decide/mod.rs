@@ -10,7 +10,8 @@
 //! 3. [`strategy`]: `Proportional` spillover by health, or the secondaries' weights under
 //!    `Ordered`, `Equal` and `Weighted`;
 //! 4. [`holds`]: `failoverAfter` / `failbackAfter` keep traffic where it is until they fall due,
-//!    and [`ramp`] brings traffic back to the primary in steps (`failback.ramp`);
+//!    and [`ramp`] brings traffic back to the primary in steps (`failback.ramp`); [`capacity`]
+//!    bounds what each backend is sent by what it serves (`spec.capacity`);
 //! 5. [`none_ready`]: what happens when nothing is ready (`whenNoneReady`);
 //! 6. [`transition`]: whether traffic moved (an Event, a metric) and when it last did;
 //! 7. [`conditions`]: what the decision means for the `Ready`, `Degraded`, `Pinned` and
@@ -20,6 +21,7 @@
 //! transition is announced, and the `Suspended` condition says what would happen.
 //! [`previous`] reads the previous status once for the rules that need it.
 
+pub mod capacity;
 pub mod conditions;
 pub mod drill;
 pub mod holds;
@@ -60,6 +62,7 @@ pub fn decide(
     let backends = readiness::assess(policy, observations, previous, now);
     let previous = Previous::of(policy, previous);
     let routing = route(policy, &backends, &previous, now);
+    let (routing, load, scale) = capacity::bound(policy, &backends, routing, &previous, now);
     let transition = transition::detect(policy, &routing, &backends, &previous);
     let (last_failover_time, last_failback_time) =
         transition::times(policy, &routing, &previous, Timestamp(now));
@@ -77,6 +80,8 @@ pub fn decide(
         last_failover_time,
         last_failback_time,
         requeue_after,
+        load,
+        scale,
         now,
     }
 }

@@ -50,6 +50,9 @@ pub enum Rule {
     },
     /// The secondaries take the traffic, by the policy's strategy.
     FailedOver,
+    /// `spec.capacity`: the primary is back and takes what its ready endpoints serve; the
+    /// secondaries keep the rest.
+    CapacityFailback,
     /// `Proportional`: traffic is shared by health.
     Spillover,
     /// No backend is ready; `whenNoneReady` chose the weights.
@@ -82,6 +85,11 @@ pub struct Plan {
     pub last_failback_time: Option<Timestamp>,
     /// When to decide again even if nothing changes (a hold falls due).
     pub requeue_after: Option<Duration>,
+    /// With `spec.capacity`: the demand and what is served of it.
+    pub load: Option<super::capacity::Load>,
+    /// With `spec.capacity.scale`: the replicas to ask of the secondaries' workloads (none:
+    /// restore what was changed).
+    pub scale: Vec<super::capacity::ScaleWant>,
     /// The instant of the decision, to the millisecond.
     pub now: DateTime<Utc>,
 }

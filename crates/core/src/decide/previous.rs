@@ -32,6 +32,8 @@ pub struct Previous {
     pub last_failover_time: Option<Timestamp>,
     /// When traffic last returned to the primary.
     pub last_failback_time: Option<Timestamp>,
+    /// With `spec.capacity`: the demand last recorded.
+    pub demand: Option<i64>,
 }
 
 impl Previous {
@@ -55,12 +57,17 @@ impl Previous {
             decided: status.phase.is_some(),
             phase: status.phase,
             weights,
-            on_primary: active.is_empty() || active.iter().any(|a| Some(a.as_str()) == primary),
+            // A failover with too little capacity leaves the unserved share on the primary:
+            // traffic has left it all the same.
+            on_primary: (active.is_empty() || active.iter().any(|a| Some(a.as_str()) == primary))
+                && !status.has_reason(READY, ready::FAILED_OVER),
             active,
-            ramping: status.has_reason(READY, ready::FAILBACK_RAMP),
+            ramping: status.has_reason(READY, ready::FAILBACK_RAMP)
+                || status.has_reason(READY, ready::FAILBACK_BY_CAPACITY),
             pinned_not_ready: status.has_reason(PINNED, pinned::PINNED_BACKEND_NOT_READY),
             last_failover_time: status.last_failover_time,
             last_failback_time: status.last_failback_time,
+            demand: status.demand,
         }
     }
 }

@@ -24,8 +24,9 @@ use proptest::{
 use super::tests::{Decision, decide, spec, t};
 use crate::{
     api::{
-        DrillSpec, FailbackSpec, FailoverPolicySpec, FailoverPolicyStatus, HealthSpec, NoData,
-        PrometheusHealth, RampSpec, Strategy, Timestamp, WhenNoneReady, conditions::ready,
+        CapacitySpec, DrillSpec, FailbackSpec, FailoverPolicySpec, FailoverPolicyStatus,
+        HealthSpec, NoData, PrometheusHealth, RampSpec, Strategy, Timestamp, WhenNoneReady,
+        conditions::ready,
     },
     decide::strategy::PROPORTIONAL_TOTAL,
     observation::{BackendObservation, Reading, Sample},
@@ -84,10 +85,11 @@ fn arb_spec() -> impl proptest::strategy::Strategy<Value = FailoverPolicySpec> {
         ),
         arb_health(),
         proptest::option::weighted(0.25, (0usize..5, 0i64..600, proptest::bool::weighted(0.3))),
+        proptest::option::weighted(0.3, (1i32..30, proptest::option::of(1i32..30))),
     );
     (shape, controls).prop_map(|(shape, controls)| {
         let (strategy, weights, min_ready, ratio, fo, fb) = shape;
-        let (factor, pin, suspend, when_none_ready, ramp, health, drill) = controls;
+        let (factor, pin, suspend, when_none_ready, ramp, health, drill, capacity) = controls;
         let names: Vec<String> = (0..weights.len()).map(|i| format!("s{i}")).collect();
         let secondaries: Vec<(&str, Option<i32>)> = names
             .iter()
@@ -119,6 +121,16 @@ fn arb_spec() -> impl proptest::strategy::Strategy<Value = FailoverPolicySpec> {
         if strategy == Strategy::Proportional {
             s.overprovisioning_factor = factor;
         } else {
+            s.capacity = capacity.map(|(per_endpoint, first)| {
+                if let Some(first_secondary) = s.secondaries.first_mut() {
+                    first_secondary.per_endpoint = first;
+                }
+                CapacitySpec {
+                    per_endpoint,
+                    primary_per_endpoint: None,
+                    scale: None,
+                }
+            });
             s.failover_after = fo.into();
             s.failback_after = fb.into();
             s.failback = ramp.map(|steps| FailbackSpec {
@@ -267,9 +279,11 @@ fn check(
         }
     } else if ready.iter().any(|r| *r) && !held && !forced {
         seen.met("something ready, not held: traffic only to ready backends");
-        for (w, r) in d.weights.iter().zip(&ready) {
+        // With capacity, what the secondaries cannot serve stays on the primary, ready or not.
+        let unserved_on_primary = d.status.capacity.is_some();
+        for (i, (w, r)) in d.weights.iter().zip(&ready).enumerate() {
             prop_assert!(
-                *w == 0 || *r,
+                *w == 0 || *r || (i == 0 && unserved_on_primary),
                 "{:?} with ready {:?} ({reason:?})",
                 d.weights,
                 ready
@@ -315,6 +329,7 @@ fn check(
     }
     check_health(s, obs, &d, seen)?;
     check_drill(s, at, &d, seen)?;
+    check_capacity(s, &d, seen)?;
     check_suspend(s, obs, previous, at, &d, seen)?;
     check_stable(s, obs, at, &d, seen)?;
     Ok(d)
@@ -363,6 +378,73 @@ fn check_drill(
             "{:?} with {left:?} left",
             d.requeue_after
         );
+    }
+    Ok(())
+}
+
+/// With `spec.capacity`, after a failover and during a failback by capacity: no secondary is
+/// sent more than it serves (within a basis point of the demand, the weights' rounding);
+/// `Ordered` sends to a secondary only once the ready ones before it are full; what is unserved
+/// is at least what the ready backends cannot serve, and nothing when the secondaries can.
+fn check_capacity(
+    s: &FailoverPolicySpec,
+    d: &Decision,
+    seen: &Exercised,
+) -> Result<(), TestCaseError> {
+    let Some(load) = &d.status.capacity else {
+        return Ok(());
+    };
+    let demand = load.demand;
+    let capacity: Vec<i64> = d
+        .status
+        .backends
+        .iter()
+        .map(|b| b.capacity.unwrap_or(0))
+        .collect();
+    let bounded = matches!(
+        d.decided_reason.as_str(),
+        ready::FAILED_OVER | ready::FAILBACK_BY_CAPACITY
+    );
+    if !bounded || d.status.phase.is_none() || s.suspend {
+        return Ok(());
+    }
+    seen.met("capacity: traffic bounded by what each backend serves");
+    let sent = |i: usize| i64::from(d.weights[i]) * demand;
+    let total = i64::from(PROPORTIONAL_TOTAL);
+    for (i, serves) in capacity.iter().enumerate().skip(1) {
+        prop_assert!(
+            sent(i) <= serves * total + demand,
+            "{i} sent {}/10000 of {demand} requests/s, serves {serves} ({:?})",
+            d.weights[i],
+            d.weights
+        );
+    }
+    if s.strategy == Strategy::Ordered && d.decided_reason == ready::FAILED_OVER {
+        seen.met("capacity, Ordered: a secondary only once those before are full");
+        for j in 1..d.weights.len() {
+            if d.weights[j] == 0 {
+                continue;
+            }
+            for i in 1..j {
+                prop_assert!(
+                    sent(i) + demand >= capacity[i] * total,
+                    "{:?}: secondary {j} has traffic while {i} has room ({capacity:?})",
+                    d.weights
+                );
+            }
+        }
+    }
+    let unserved: f64 = load.unserved.trim_end_matches('%').parse().unwrap_or(-1.0);
+    let can_serve: i64 = capacity.iter().sum();
+    let least = (demand - can_serve).max(0) as f64 * 100.0 / demand as f64;
+    prop_assert!(
+        unserved + 0.02 >= least,
+        "unserved {unserved}% with capacity {capacity:?} for {demand}"
+    );
+    let secondaries: i64 = capacity.iter().skip(1).sum();
+    if d.decided_reason == ready::FAILED_OVER && secondaries >= demand {
+        seen.met("capacity: secondaries enough, nothing unserved");
+        prop_assert!(unserved <= 0.02, "{unserved}% unserved with {capacity:?}");
     }
     Ok(())
 }

@@ -38,9 +38,14 @@ pub fn detect(
             Some(Transition::NoReadyBackend)
         }
         Phase::NoReadyBackend => None,
-        _ if matches!(routing.rule, Rule::FailbackRamp { .. }) => (previous.weights.as_ref()
-            != Some(&routing.weights))
-        .then_some(Transition::FailbackStep),
+        _ if matches!(
+            routing.rule,
+            Rule::FailbackRamp { .. } | Rule::CapacityFailback
+        ) =>
+        {
+            (previous.weights.as_ref() != Some(&routing.weights))
+                .then_some(Transition::FailbackStep)
+        }
         phase if active != previous.active => Some(if phase == Phase::Primary {
             Transition::FailedBack
         } else {
@@ -93,6 +98,11 @@ fn message(
     previous: &Previous,
 ) -> String {
     let primary = policy.primary();
+    // What the secondaries cannot serve stays on the primary; the note names where traffic went.
+    let active: Vec<String> = match transition {
+        Transition::FailedOver => active.iter().filter(|a| *a != primary).cloned().collect(),
+        _ => active.to_vec(),
+    };
     match transition {
         Transition::FailedOver if previous.on_primary => format!(
             "primary {primary} is not ready; traffic moved to {}",
@@ -104,7 +114,7 @@ fn message(
             active.join(", ")
         ),
         Transition::FailedBack => format!("primary {primary} is ready; traffic moved back to it"),
-        Transition::NoReadyBackend => no_ready_message(policy, active),
+        Transition::NoReadyBackend => no_ready_message(policy, &active),
         Transition::Recovered => format!("{} is ready again", active.join(", ")),
         Transition::PinnedBackendNotReady => format!(
             "spec.pin sends all traffic to {}, which is not ready",
@@ -139,7 +149,9 @@ pub fn times(
         (previous.last_failover_time, previous.last_failback_time);
     let active = active(policy, &routing.weights);
     if active != previous.active && !previous.active.is_empty() {
-        let now_on_primary = routing.weights.first().is_some_and(|w| *w > 0);
+        // A failover leaves what the secondaries cannot serve on the primary: still a failover.
+        let now_on_primary =
+            routing.rule != Rule::FailedOver && routing.weights.first().is_some_and(|w| *w > 0);
         if previous.on_primary && !now_on_primary {
             last_failover = Some(now);
         } else if !previous.on_primary && now_on_primary {

@@ -208,6 +208,10 @@ fn decided(d: &Decided) -> FailoverPolicyStatus {
             | Rule::FailbackRamp { due, .. } => Some(Timestamp(due)),
             _ => None,
         },
+        capacity: plan.load.as_ref().map(|l| crate::api::CapacityStatus {
+            demand: l.demand,
+            unserved: crate::decide::plan::share(l.unserved_basis_points(), 10_000),
+        }),
         traffic_split: None,
         http_route: None,
         route_parents: Vec::new(),
@@ -258,6 +262,7 @@ fn backends(policy: &ValidPolicy, plan: &Plan, shares: Option<&[String]>) -> Vec
             share: shares.and_then(|s| s.get(i).cloned()),
             last_transition_time: Some(Timestamp(b.since)),
             message: b.not_ready.clone(),
+            capacity: plan.load.as_ref().and_then(|l| l.capacity.get(i).copied()),
         })
         .collect()
 }

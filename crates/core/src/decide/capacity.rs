@@ -1,0 +1,497 @@
+//! Rule 4c: capacity (`spec.capacity`). A backend serves its ready endpoints times the requests
+//! per second one endpoint serves; the demand is the primary's capacity with all its endpoints
+//! (the traffic it was sized for), kept in the status while it has none.
+//!
+//! - Traffic leaving a primary that is not ready goes to the ready secondaries in their order
+//!   (`Ordered`: the first until it is full, then the next) or shared as the strategy says
+//!   (`Equal`, `Weighted`: by weight, what one cannot take going to the others), each only up to
+//!   its capacity. What none can take stays on the primary, and the status says how much.
+//! - A failback gives the primary the share its ready endpoints serve (and no more than a ramp
+//!   step allows); the rest stays on the secondaries, within their capacity, until the primary
+//!   serves it all.
+//! - With `scale`, the secondaries' workloads are asked for the replicas the demand needs from
+//!   the moment the primary turns not ready; past the scale `deadline`, capacity no longer holds
+//!   traffic back and the ordinary rules apply.
+//!
+//! Weights are basis points of the demand, adding up to [`PROPORTIONAL_TOTAL`]. Pins, drills,
+//! holds and the nothing-ready case are left as the other rules decided them.
+
+use chrono::{DateTime, Utc};
+
+use super::{
+    plan::{Routing, Rule},
+    previous::Previous,
+    readiness::BackendState,
+    strategy::PROPORTIONAL_TOTAL,
+};
+use crate::{
+    api::{Phase, Strategy},
+    policy::{Capacity, ValidPolicy},
+};
+
+/// What a policy with `spec.capacity` has to serve, and what it can.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Load {
+    /// Requests per second to serve.
+    pub demand: i64,
+    /// What each backend's ready endpoints serve, primary first.
+    pub capacity: Vec<i64>,
+    /// Requests per second no ready backend serves.
+    pub unserved: i64,
+}
+
+impl Load {
+    /// The unserved share of the demand, in basis points.
+    pub fn unserved_basis_points(&self) -> i32 {
+        basis_points(self.unserved, self.demand)
+    }
+}
+
+/// The replicas a secondary's workload is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScaleWant {
+    /// The backend (index, never the primary).
+    pub backend: usize,
+    /// Its replicas.
+    pub replicas: i32,
+}
+
+/// The routing bounded by capacity, what is served, and the replicas to ask for; the routing
+/// unchanged without `spec.capacity` or a known demand.
+pub fn bound(
+    policy: &ValidPolicy,
+    backends: &[BackendState],
+    routing: Routing,
+    previous: &Previous,
+    now: DateTime<Utc>,
+) -> (Routing, Option<Load>, Vec<ScaleWant>) {
+    let Some(cap) = policy.capacity.as_deref() else {
+        return (routing, None, Vec::new());
+    };
+    let Some(demand) = demand(cap, backends, previous.demand) else {
+        return (routing, None, Vec::new());
+    };
+    let capacity = capacities(cap, backends);
+    let primary_down = !backends.first().is_some_and(|b| b.ready);
+    let failing_back = !primary_down && (!previous.on_primary || previous.ramping);
+    let wants = if primary_down || failing_back {
+        scale_wants(policy, cap, backends, demand)
+    } else {
+        Vec::new()
+    };
+    let past_deadline = cap.scale.as_ref().is_some_and(|s| {
+        primary_down
+            && backends
+                .first()
+                .is_some_and(|b| now >= b.since + s.deadline.after)
+    });
+    let routing = match routing.rule {
+        Rule::FailedOver if !past_deadline => failed_over(policy, &capacity, demand, routing),
+        Rule::PrimaryActive | Rule::FailbackRamp { .. } | Rule::CapacityFailback
+            if failing_back =>
+        {
+            failing_back_by_capacity(policy, &capacity, demand, routing)
+        }
+        _ => routing,
+    };
+    let unserved = unserved(&routing.weights, &capacity, demand);
+    let load = Load {
+        demand,
+        capacity,
+        unserved,
+    };
+    (routing, Some(load), wants)
+}
+
+/// The demand: the primary's capacity with all its endpoints, or the demand last recorded while
+/// it has none; `None` when neither is known.
+pub fn demand(cap: &Capacity, backends: &[BackendState], recorded: Option<i64>) -> Option<i64> {
+    let primary = backends.first()?;
+    let total = i64::from(primary.observation.total_endpoints.max(0));
+    let from_primary = total * cap.per_endpoint.first().copied().unwrap_or(0);
+    if from_primary > 0 {
+        Some(from_primary)
+    } else {
+        recorded.filter(|d| *d > 0)
+    }
+}
+
+/// What each backend's ready endpoints serve (0 while it is not ready), primary first.
+pub fn capacities(cap: &Capacity, backends: &[BackendState]) -> Vec<i64> {
+    backends
+        .iter()
+        .zip(cap.per_endpoint.iter())
+        .map(|(b, per)| {
+            if b.ready {
+                i64::from(b.observation.ready_endpoints.max(0)) * per
+            } else {
+                0
+            }
+        })
+        .collect()
+}
+
+/// The failover: the secondaries take the demand up to their capacity, the primary keeps the
+/// rest.
+fn failed_over(policy: &ValidPolicy, capacity: &[i64], demand: i64, routing: Routing) -> Routing {
+    let takes = fill(policy, capacity, demand);
+    Routing {
+        weights: weights(&takes, demand, 0),
+        ..routing
+    }
+}
+
+/// A failback: the primary takes what its ready endpoints serve (within the ramp's step), the
+/// secondaries what they can of the rest; all of it once the primary serves the demand.
+fn failing_back_by_capacity(
+    policy: &ValidPolicy,
+    capacity: &[i64],
+    demand: i64,
+    routing: Routing,
+) -> Routing {
+    let mut primary = capacity.first().copied().unwrap_or(0).min(demand);
+    if let Rule::FailbackRamp { .. } = routing.rule {
+        let step = routing.weights.first().copied().unwrap_or(0);
+        primary = primary.min(demand * i64::from(step) / i64::from(PROPORTIONAL_TOTAL));
+    }
+    let takes = fill(policy, capacity, demand - primary);
+    // The primary serves it all, or no secondary can take any of the rest.
+    if primary >= demand || takes.iter().all(|t| *t == 0) {
+        return match routing.rule {
+            Rule::FailbackRamp { .. } => routing,
+            _ => Routing {
+                phase: Phase::Primary,
+                weights: super::none_ready::primary_only(policy.backends.len()),
+                rule: Rule::PrimaryActive,
+            },
+        };
+    }
+    let rule = match routing.rule {
+        Rule::FailbackRamp { .. } => routing.rule,
+        _ => Rule::CapacityFailback,
+    };
+    Routing {
+        phase: Phase::FailedOver,
+        weights: weights(&takes, demand, primary),
+        rule,
+    }
+}
+
+/// Shares `amount` among the ready secondaries, each up to its capacity: in list order with
+/// `Ordered`; by weight with `Equal` (all 1) and `Weighted`, what one cannot take going to the
+/// others. The primary's entry is 0.
+pub fn fill(policy: &ValidPolicy, capacity: &[i64], amount: i64) -> Vec<i64> {
+    let mut takes = vec![0i64; capacity.len()];
+    let open: Vec<usize> = (1..capacity.len()).filter(|&i| capacity[i] > 0).collect();
+    let mut left = amount.max(0);
+    if policy.strategy == Strategy::Ordered {
+        for i in open {
+            takes[i] = capacity[i].min(left);
+            left -= takes[i];
+        }
+        return takes;
+    }
+    let weight = |i: usize| match policy.strategy {
+        Strategy::Weighted => i64::from(policy.backends.get(i).map_or(1, |b| b.weight.max(1))),
+        _ => 1,
+    };
+    let mut open = open;
+    // Each round fills every open backend by weight; one that is full leaves the round, so at
+    // most one round per backend.
+    while left > 0 && !open.is_empty() {
+        let total: i64 = open.iter().map(|&i| weight(i)).sum();
+        let mut given = 0;
+        for &i in &open {
+            let share = (left * weight(i) / total).max(1).min(left - given);
+            let take = share.min(capacity[i] - takes[i]);
+            takes[i] += take;
+            given += take;
+        }
+        left -= given;
+        open.retain(|&i| takes[i] < capacity[i]);
+        if given == 0 {
+            break;
+        }
+    }
+    takes
+}
+
+/// Weights in basis points of the demand: each secondary's take, the primary `primary` plus
+/// whatever is left (what nobody serves stays on it). The basis points lost to rounding go to
+/// the largest fractions (ties to the first backend), so no backend gets a basis point more
+/// than its share rounds to.
+fn weights(takes: &[i64], demand: i64, primary: i64) -> Vec<i32> {
+    let mut parts = takes.to_vec();
+    if let Some(first) = parts.first_mut() {
+        *first = (demand - takes.iter().skip(1).sum::<i64>()).max(primary);
+    }
+    let total = i64::from(PROPORTIONAL_TOTAL);
+    let scaled: Vec<(i64, i64)> = parts
+        .iter()
+        .map(|p| (p * total / demand.max(1), p * total % demand.max(1)))
+        .collect();
+    let mut weights: Vec<i32> = scaled
+        .iter()
+        .map(|(w, _)| i32::try_from(*w).unwrap_or(0))
+        .collect();
+    let mut order: Vec<usize> = (0..weights.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(scaled[i].1));
+    let short = PROPORTIONAL_TOTAL - weights.iter().sum::<i32>();
+    for &i in order
+        .iter()
+        .cycle()
+        .take(usize::try_from(short.max(0)).unwrap_or(0))
+    {
+        weights[i] += 1;
+    }
+    weights
+}
+
+/// Requests per second of the demand that the weights send where no ready endpoint serves them.
+fn unserved(weights: &[i32], capacity: &[i64], demand: i64) -> i64 {
+    let total: i64 = weights.iter().map(|w| i64::from((*w).max(0))).sum();
+    if total <= 0 {
+        return demand;
+    }
+    let served: i64 = weights
+        .iter()
+        .zip(capacity)
+        .map(|(w, c)| ((demand * i64::from((*w).max(0)) + total / 2) / total).min(*c))
+        .sum();
+    (demand - served).max(0)
+}
+
+/// The replicas each secondary's workload needs for the demand: the demand filled over them as
+/// if each had its most replicas (secondaries without a workload at what they serve now).
+fn scale_wants(
+    policy: &ValidPolicy,
+    cap: &Capacity,
+    backends: &[BackendState],
+    demand: i64,
+) -> Vec<ScaleWant> {
+    let Some(scale) = cap.scale.as_ref() else {
+        return Vec::new();
+    };
+    let now = capacities(cap, backends);
+    let most: Vec<i64> = (0..backends.len())
+        .map(|i| match scale.targets.get(i) {
+            Some(Some(_)) if i > 0 => i64::from(scale.max_replicas) * cap.per_endpoint[i],
+            _ if i > 0 => now[i],
+            _ => 0,
+        })
+        .collect();
+    let takes = fill(policy, &most, demand);
+    (1..backends.len())
+        .filter(|&i| matches!(scale.targets.get(i), Some(Some(_))) && takes[i] > 0)
+        .map(|i| ScaleWant {
+            backend: i,
+            replicas: i32::try_from(ceil_div(takes[i], cap.per_endpoint[i].max(1)))
+                .unwrap_or(scale.max_replicas)
+                .min(scale.max_replicas),
+        })
+        .collect()
+}
+
+/// `a / b` rounded up, for positive `b`.
+fn ceil_div(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}
+
+/// `part` of `whole` in basis points, rounded down.
+fn basis_points(part: i64, whole: i64) -> i32 {
+    if whole <= 0 {
+        return 0;
+    }
+    i32::try_from(part.clamp(0, whole) * i64::from(PROPORTIONAL_TOTAL) / whole).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{
+        api::{
+            CapacitySpec, FailoverPolicySpec, ScaleKind, ScaleSpec, ScaleTarget, Strategy,
+            conditions::{DEMAND_UNSERVED, READY, ready},
+        },
+        decide::tests::{decide, endpoints, spec, t},
+        observation::BackendObservation,
+    };
+
+    /// Three backends, 20 requests/s per endpoint.
+    fn sized(strategy: Strategy) -> FailoverPolicySpec {
+        let mut s = spec(strategy, &[("east", None), ("west", None)]);
+        s.capacity = Some(CapacitySpec {
+            per_endpoint: 20,
+            primary_per_endpoint: None,
+            scale: None,
+        });
+        s
+    }
+
+    fn reason(status: &crate::api::FailoverPolicyStatus, type_: &str) -> String {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map_or_else(String::new, |c| c.reason.clone())
+    }
+
+    #[test]
+    fn ordered_fills_the_secondaries_in_order_and_keeps_the_unserved_share_on_the_primary() {
+        // Demand 3 x 20 = 60; east serves 20 (one endpoint), west 20 (one of two ready).
+        let obs = [endpoints(0, 3), endpoints(1, 1), endpoints(1, 2)];
+        let d = decide(&sized(Strategy::Ordered), &obs, None, t(0));
+        assert_eq!(d.weights, vec![3334, 3333, 3333]);
+        let capacity = d.status.capacity.as_ref().expect("capacity status");
+        assert_eq!(
+            (capacity.demand, capacity.unserved.as_str()),
+            (60, "33.33%")
+        );
+        assert_eq!(reason(&d.status, DEMAND_UNSERVED), "NotEnoughCapacity");
+        assert_eq!(reason(&d.status, READY), ready::FAILED_OVER);
+        let served: Vec<Option<i64>> = d.status.backends.iter().map(|b| b.capacity).collect();
+        assert_eq!(served, vec![Some(0), Some(20), Some(20)]);
+    }
+
+    #[test]
+    fn a_secondary_with_room_takes_it_all_and_nothing_is_unserved() {
+        let obs = [endpoints(0, 3), endpoints(3, 3), endpoints(1, 1)];
+        let d = decide(&sized(Strategy::Ordered), &obs, None, t(0));
+        assert_eq!(d.weights, vec![0, 10_000, 0]);
+        assert_eq!(reason(&d.status, DEMAND_UNSERVED), "EnoughCapacity");
+    }
+
+    #[test]
+    fn equal_and_weighted_share_by_weight_and_pass_on_what_one_cannot_take() {
+        let obs = [endpoints(0, 3), endpoints(1, 1), endpoints(5, 5)];
+        let d = decide(&sized(Strategy::Equal), &obs, None, t(0));
+        // 30 each by weight; east serves 20, west takes the other 40.
+        assert_eq!(d.weights, vec![0, 3333, 6667]);
+        let mut weighted = sized(Strategy::Weighted);
+        weighted.secondaries[0].weight = Some(1);
+        weighted.secondaries[1].weight = Some(3);
+        let obs = [endpoints(0, 3), endpoints(5, 5), endpoints(5, 5)];
+        let d = decide(&weighted, &obs, None, t(0));
+        assert_eq!(d.weights, vec![0, 2500, 7500]);
+    }
+
+    #[test]
+    fn a_failback_gives_the_primary_what_its_ready_endpoints_serve() {
+        let s = sized(Strategy::Ordered);
+        let failed = decide(
+            &s,
+            &[endpoints(0, 3), endpoints(3, 3), endpoints(1, 1)],
+            None,
+            t(0),
+        );
+        let one = decide(
+            &s,
+            &[endpoints(1, 3), endpoints(3, 3), endpoints(1, 1)],
+            Some(&failed.status),
+            t(10),
+        );
+        assert_eq!(one.weights, vec![3333, 6667, 0]);
+        assert_eq!(reason(&one.status, READY), ready::FAILBACK_BY_CAPACITY);
+        let two = decide(
+            &s,
+            &[endpoints(2, 3), endpoints(3, 3), endpoints(1, 1)],
+            Some(&one.status),
+            t(20),
+        );
+        assert_eq!(two.weights, vec![6667, 3333, 0]);
+        let all = decide(
+            &s,
+            &[endpoints(3, 3), endpoints(3, 3), endpoints(1, 1)],
+            Some(&two.status),
+            t(30),
+        );
+        assert_eq!(all.weights, vec![1, 0, 0]);
+        assert_eq!(reason(&all.status, READY), ready::PRIMARY_ACTIVE);
+    }
+
+    /// The example of docs/decision-rules.md ("Capacity"), row by row.
+    #[test]
+    fn the_documented_example_holds_row_by_row() {
+        let s = sized(Strategy::Ordered);
+        let rows: [([i32; 3], [i32; 3], &str, &str); 5] = [
+            ([3, 1, 2], [1, 0, 0], ready::PRIMARY_ACTIVE, "0%"),
+            ([0, 1, 2], [0, 3333, 6667], ready::FAILED_OVER, "0%"),
+            ([0, 1, 1], [3334, 3333, 3333], ready::FAILED_OVER, "33.33%"),
+            (
+                [1, 1, 1],
+                [3334, 3333, 3333],
+                ready::FAILBACK_BY_CAPACITY,
+                "0%",
+            ),
+            ([3, 1, 1], [1, 0, 0], ready::PRIMARY_ACTIVE, "0%"),
+        ];
+        let mut previous = None;
+        for (i, (ready_endpoints, weights, rule, unserved)) in rows.into_iter().enumerate() {
+            let obs = [
+                endpoints(ready_endpoints[0], 3),
+                endpoints(ready_endpoints[1], 1),
+                endpoints(ready_endpoints[2], 2),
+            ];
+            let d = decide(&s, &obs, previous.as_ref(), t(10 * i as i64));
+            assert_eq!(d.weights, weights.to_vec(), "row {}", i + 1);
+            assert_eq!(reason(&d.status, READY), rule, "row {}", i + 1);
+            let capacity = d.status.capacity.as_ref().expect("capacity status");
+            assert_eq!(capacity.unserved, unserved, "row {}", i + 1);
+            previous = Some(d.status);
+        }
+    }
+
+    #[test]
+    fn the_demand_is_kept_while_the_primary_has_no_endpoints() {
+        let s = sized(Strategy::Ordered);
+        let before = decide(
+            &s,
+            &[endpoints(3, 3), endpoints(1, 1), endpoints(1, 1)],
+            None,
+            t(0),
+        );
+        let gone = BackendObservation {
+            service_exists: true,
+            ..Default::default()
+        };
+        let d = decide(
+            &s,
+            &[gone, endpoints(1, 1), endpoints(1, 1)],
+            Some(&before.status),
+            t(10),
+        );
+        assert_eq!(d.status.capacity.map(|c| c.demand), Some(60));
+        assert_eq!(d.weights, vec![3334, 3333, 3333]);
+    }
+
+    #[test]
+    fn scaling_asks_each_workload_for_what_the_demand_needs_within_its_bound() {
+        let mut s = sized(Strategy::Ordered);
+        s.secondaries[0].scale_target = Some(ScaleTarget {
+            kind: ScaleKind::HorizontalPodAutoscaler,
+            name: "east".into(),
+        });
+        if let Some(c) = s.capacity.as_mut() {
+            c.scale = Some(ScaleSpec {
+                deadline: "1m".into(),
+                max_replicas: 2,
+            });
+        }
+        let policy = crate::decide::tests::policy_of(&s);
+        let valid = crate::validate::validate(&policy).expect("valid");
+        let backends = crate::decide::readiness::assess(
+            &valid,
+            &[endpoints(0, 3), endpoints(1, 1), endpoints(1, 1)],
+            None,
+            t(0),
+        );
+        let cap = valid.capacity.as_deref().expect("capacity");
+        // 60 requests/s: east may have 2 replicas (40), west serves the other 20 as it is.
+        assert_eq!(
+            super::scale_wants(&valid, cap, &backends, 60),
+            vec![super::ScaleWant {
+                backend: 1,
+                replicas: 2
+            }]
+        );
+    }
+}
