@@ -160,7 +160,7 @@ cmd_start() {
     bind=0.0.0.0 advertise=$NODE_IP
     admission=()
     extra_api=(--kubelet-preferred-address-types=InternalIP --kubelet-client-certificate="$dir/pki/kubelet-client.crt" --kubelet-client-key="$dir/pki/kubelet-client.key")
-    controllers+=,deployment-controller,replicaset-controller,pod-garbage-collector-controller,disruption-controller,root-ca-certificate-publisher-controller,node-lifecycle-controller
+    controllers+=,deployment-controller,replicaset-controller,pod-garbage-collector-controller,disruption-controller,root-ca-certificate-publisher-controller,node-lifecycle-controller,horizontal-pod-autoscaler-controller
   fi
   gen_pki "$dir" "${NODE_IP:-}"
   write_kubeconfig "$dir" "$api_port"
@@ -179,7 +179,7 @@ cmd_start() {
     --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true \
     "${admission[@]}" --profiling=false --v=1 > "$dir/kube-apiserver.cmd"
   q "$bin/kube-controller-manager" --kubeconfig="$dir/admin.kubeconfig" \
-    --controllers="$controllers" \
+    --controllers="$controllers" --horizontal-pod-autoscaler-sync-period=1s \
     --service-account-private-key-file="$dir/pki/sa.key" --root-ca-file="$dir/pki/ca.crt" \
     --leader-elect=false --secure-port=0 --profiling=false --v=1 > "$dir/kube-controller-manager.cmd"
   {

@@ -60,7 +60,7 @@ kubectl rollout status deployment/fc-failover-controller --timeout=120s
 begin "three backends: Deployments of busybox httpd, ready while /www/ready exists, answering with their name"
 for name in web web-east web-west; do
   replicas=$([[ $name == web ]] && echo 2 || echo 1)
-  sed -e "s/__NAME__/$name/g" -e "s/__REPLICAS__/$replicas/" hack/backend.yaml | kubectl apply -f - >/dev/null
+  sed -e "s/__NAME__/$name/g" -e "s/__REPLICAS__/$replicas/" -e "s/__RATE__/0/" hack/backend.yaml | kubectl apply -f - >/dev/null
 done
 for name in web web-east web-west; do kubectl rollout status "deployment/$name" --timeout=120s >/dev/null; done
 

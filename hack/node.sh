@@ -214,7 +214,7 @@ node_guard_cleanup() {
 # module's build/pause/linux/pause.c) and the test backend (busybox httpd with a CGI script that
 # answers with the backend's name, or 500 for a share of requests), as OCI archives cached beside
 # the binaries. The archive's name carries the backend's revision: a changed backend is rebuilt.
-NODE_BACKEND_ARCHIVE=backend-3.tar
+NODE_BACKEND_ARCHIVE=backend-4.tar
 node_images() {
   local bin=$1 cache=$1/../images src
   mkdir -p "$cache"
@@ -238,12 +238,27 @@ node_image() {
       cp /bin/busybox "$ctx/busybox"
       # GET /cgi-bin/name answers with the backend's name (/www/name), or with a 500 for the
       # share of requests /www/fail-percent asks for; /ready is the readiness probe's file.
+      # Above /www/rate-limit requests in one second (0: no limit), it answers 503
+      # "<name> overloaded": a Pod that serves at most a known rate.
       cat > "$ctx/name" <<'CGI'
 #!/bin/sh
 # Shell builtins only: one process per request.
 read -r name < /www/name
-fail=0
+fail=0 limit=0
 [ -r /www/fail-percent ] && read -r fail < /www/fail-percent
+[ -r /www/rate-limit ] && read -r limit < /www/rate-limit
+if [ "${limit:-0}" -gt 0 ]; then
+  # This second's requests, one line each in its own file (appends of a line do not mix).
+  read -r up _ < /proc/uptime
+  second=/tmp/second-${up%.*}
+  echo >> "$second"
+  count=0
+  while read -r _; do count=$((count + 1)); done < "$second"
+  if [ "$count" -gt "$limit" ]; then
+    printf 'HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n%s overloaded\n' "$name"
+    exit 0
+  fi
+fi
 if [ $((RANDOM % 100)) -lt "${fail:-0}" ]; then
   printf 'HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n%s failed\n' "$name"
 else

@@ -99,6 +99,12 @@ struct Args {
     #[arg(long, env = "ALLOWED_GATEWAYS", value_delimiter = ',')]
     allowed_gateways: Vec<String>,
 
+    /// Let policies with `capacity.scale` raise their secondaries' HorizontalPodAutoscalers and
+    /// Deployments before a failover (needs the chart's `scaling.enabled` RBAC). Off: they are
+    /// told so in their `ScaledUp` condition, and traffic moves as the ready capacity allows.
+    #[arg(long, env = "ALLOW_SCALING")]
+    allow_scaling: bool,
+
     /// Namespace of the Secrets that declare remote clusters (labelled `failover.dev/cluster`);
     /// default: the Pod's namespace, else `default`.
     #[arg(long)]
@@ -236,6 +242,7 @@ fn settings(args: &Args, identity: &str) -> Settings {
         prometheus_namespace_label: Some(args.prometheus_namespace_label.clone())
             .filter(|l| !l.is_empty()),
         allowed_gateways: Gateways::default(),
+        allow_scaling: args.allow_scaling,
     }
 }
 

@@ -31,6 +31,7 @@
 mod support;
 
 mod apiserver;
+mod capacity;
 mod latency;
 mod memory;
 mod neighbour;

@@ -184,6 +184,7 @@ pub fn print_traffic(t: &Traffic) {
         println!("\nTraffic through a real proxy: not measured ({why}).");
         return;
     }
+    print_capacity(&t.capacity);
     println!(
         "\nTraffic through a real proxy ({} requests/s), each failover in ms after the probe file was removed:\n",
         t.rate
@@ -244,12 +245,70 @@ pub fn print_traffic(t: &Traffic) {
     );
 }
 
+/// The capacity scenario: overload answers and the time to all traffic served, each run.
+fn print_capacity(runs: &[crate::capacity::CapacityRun]) {
+    println!(
+        "\nCapacity through the proxy (25 requests/s; primary 3 Pods, secondary 1 Pod with an HPA; each Pod serves 10 requests/s, above that it answers 503 overloaded), from the primary's failure on:\n"
+    );
+    println!(
+        "| policy | requests | overload answers | share | failed otherwise | all traffic served after |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for r in runs {
+        let served = r.all_served_ms.map_or("not within 60 s".to_string(), |ms| {
+            format!("{:.1} s", ms / 1000.0)
+        });
+        println!(
+            "| {} | {} | {} | {:.2}% | {} | {served} |",
+            if r.with_capacity {
+                "capacity and scaling"
+            } else {
+                "no capacity"
+            },
+            r.sent,
+            r.overloaded,
+            r.overloaded_percent(),
+            r.failed
+        );
+    }
+}
+
+/// With capacity and scaling, at most 1% overload answers, and all traffic served in the end.
+fn capacity_verdict(t: &Traffic) -> Verdict {
+    let target = "capacity: with capacity and scaling, overload answers ≤ 1% and all traffic served within 60 s";
+    let sized = t.capacity.iter().find(|r| r.with_capacity);
+    let without = t.capacity.iter().find(|r| !r.with_capacity);
+    match sized {
+        Some(r) if r.not_measured.is_none() => verdict(
+            target,
+            format!(
+                "{} of {} ({:.2}%) overloaded, all served after {}; without capacity {:.1}% overloaded",
+                r.overloaded,
+                r.sent,
+                r.overloaded_percent(),
+                r.all_served_ms
+                    .map_or("never".into(), |ms| format!("{:.1} s", ms / 1000.0)),
+                without.map_or(0.0, crate::capacity::CapacityRun::overloaded_percent)
+            ),
+            r.overloaded_percent() <= 1.0 && r.all_served_ms.is_some(),
+        ),
+        _ => Verdict {
+            target: target.into(),
+            measured: sized
+                .and_then(|r| r.not_measured.clone())
+                .unwrap_or_else(|| "not run".into()),
+            met: None,
+        },
+    }
+}
+
 fn traffic_verdicts(t: &Traffic) -> Vec<Verdict> {
     if let Some(why) = &t.not_measured {
         return [
             "traffic: our segment (EndpointSlice event → route written) p99 ≤ 50 ms and ≤ 5% of the whole",
             "traffic: 0 failed requests on planned switches and ramps",
             "traffic: unplanned failover loses no request after the proxy applied the route",
+            "capacity: with capacity and scaling, overload answers ≤ 1% and all traffic served within 60 s",
         ]
         .into_iter()
         .map(|target| Verdict {
@@ -299,6 +358,7 @@ fn traffic_verdicts(t: &Traffic) -> Vec<Verdict> {
             ),
             after == 0 && t.failed_rounds == 0 && !t.rounds.is_empty(),
         ),
+        capacity_verdict(t),
     ]
 }
 

@@ -85,6 +85,8 @@ pub struct Traffic {
     pub unsettled_switches: usize,
     pub ours: Percentiles,
     pub whole: Percentiles,
+    /// The capacity scenario: without capacity, then with capacity and scaling.
+    pub capacity: Vec<crate::capacity::CapacityRun>,
 }
 
 /// Events of one kind with the instant this program saw each.
@@ -173,7 +175,9 @@ pub async fn run(o: &Options) -> Traffic {
         Box::leak(Box::new(start_control_plane_with(&["--node", "--proxy"])));
     install_crds(cp);
     let env = TestEnv::on(cp, "bench-traffic").await.expect("namespace");
-    let traffic = measure(&env, o).await;
+    let mut traffic = measure(&env, o).await;
+    drop(env);
+    traffic.capacity = crate::capacity::measure(cp, o).await;
     let _ = cp.script(&["stop", cp.dir.to_str().unwrap_or_default()]);
     traffic
 }

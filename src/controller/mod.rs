@@ -69,6 +69,8 @@ pub struct Settings {
     pub prometheus_namespace_label: Option<String>,
     /// The Gateways of other namespaces that policies' HTTPRoutes may attach to.
     pub allowed_gateways: Gateways,
+    /// Whether policies may scale their secondaries' workloads (`capacity.scale`).
+    pub allow_scaling: bool,
 }
 
 impl Default for Settings {
@@ -82,6 +84,7 @@ impl Default for Settings {
             prometheus_allowed_addresses: Vec::new(),
             prometheus_namespace_label: Some("namespace".to_string()),
             allowed_gateways: Gateways::default(),
+            allow_scaling: false,
         }
     }
 }
@@ -135,6 +138,7 @@ fn context(
                 }),
             ),
             gateways: settings.allowed_gateways.clone(),
+            allow_scaling: settings.allow_scaling,
             queue,
         })
     });

@@ -1,7 +1,7 @@
 //! One reconcile of one policy, step by step, each step a module:
 //!
 //! ```text
-//! validate → gather → decide (pure) → apply → status (pure) → write
+//! validate → gather → decide (pure) → apply (route, scale) → status (pure) → write
 //! ```
 //!
 //! The pure steps (validate, decide, status) are the core crate's ([`crate::validate`],
@@ -12,4 +12,5 @@
 pub mod apply;
 pub mod gather;
 pub mod reconcile;
+pub mod scale;
 pub mod write;

@@ -22,7 +22,7 @@ use crate::{
     observation::PolicyKey,
     pipeline::{
         apply::{self, Applied, ApplyError, DesiredRoute},
-        gather, write,
+        gather, scale, write,
     },
     policy::ValidPolicy,
     route::{Claim, ParentKind, RouteParent},
@@ -205,12 +205,22 @@ async fn act(
     if let Applied::ApiMissing(api) = applied {
         ctx.apis.needed(api);
     }
+    let held_scaled = previous.map(|p| &*p.scaled).unwrap_or_default();
+    let scaled = scale::scale(
+        &ctx.gate,
+        ctx.allow_scaling,
+        &valid,
+        &plan.scale,
+        held_scaled,
+    )
+    .await;
     let decided = Decided {
         policy: valid,
         plan,
         applied,
         route: inputs.route,
         refused_parents,
+        scaled,
     };
     Ok((decided, failure))
 }

@@ -36,7 +36,14 @@ use crate::{
 const PREFIX: &str = "failover";
 
 /// Every kind of API write, as `api_writes` labels it.
-pub const WRITE_KINDS: [&str; 5] = ["trafficsplit", "httproute", "status", "event", "lease"];
+pub const WRITE_KINDS: [&str; 6] = [
+    "trafficsplit",
+    "httproute",
+    "status",
+    "event",
+    "lease",
+    "scale",
+];
 
 /// Every CRD the controller may need, as `missing_api` labels it.
 pub const CRDS: [&str; 3] = [

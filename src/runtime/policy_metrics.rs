@@ -1,6 +1,7 @@
 //! The per-policy series (`failover_failovers_total`, `failover_failbacks_total`,
 //! `failover_ready_backends`, `failover_policy_phase`, `failover_seconds_since_last_transition`,
-//! `failover_drill_end_timestamp_seconds`),
+//! `failover_drill_end_timestamp_seconds`, `failover_demand_requests_per_second`,
+//! `failover_unserved_ratio`),
 //! held as one small record per policy and encoded at scrape time.
 //!
 //! A `Family` per series kept five label sets, five metric objects and five map entries per
@@ -51,6 +52,8 @@ struct PolicyState {
     last_transition: Option<f64>,
     /// When the running drill ends (Unix seconds).
     drill_end: Option<f64>,
+    /// With `spec.capacity`: the demand (requests/s) and its unserved share (0 to 1).
+    load: Option<(f64, f64)>,
 }
 
 /// Every policy's series, by policy (keyed by the shared namespace and the name; the labels are
@@ -99,6 +102,12 @@ impl PolicyTable {
         self.update(labels, |s| s.drill_end = unix_seconds);
     }
 
+    /// Records a policy's demand (requests/s) and the share of it unserved (`None`: no
+    /// capacity, or the demand unknown).
+    pub fn set_load(&self, labels: &PolicyLabels, load: Option<(f64, f64)>) {
+        self.update(labels, |s| s.load = load);
+    }
+
     /// Counts a failover of a policy.
     pub fn failed_over(&self, labels: &PolicyLabels) {
         self.update(labels, |s| s.failovers = s.failovers.saturating_add(1));
@@ -121,7 +130,8 @@ impl PolicyTable {
 enum Sample {
     Count(u64),
     Whole(i64),
-    Seconds(f64),
+    /// A number with a fraction: seconds, a time, a rate, a ratio.
+    Real(f64),
     /// A state set: one sample per state, 1 for this one (by its index in [`PHASES`]), 0 for
     /// the others.
     State(u8),
@@ -141,7 +151,7 @@ struct StateLabels {
 type Value = fn(&PolicyState, f64) -> Option<Sample>;
 
 /// Each series: name, help, type and its value of a policy (`None`: absent) at a time.
-const SERIES: [(&str, &str, MetricType, Value); 6] = [
+const SERIES: [(&str, &str, MetricType, Value); 8] = [
     (
         "failovers",
         "Times traffic left the primary or moved between secondaries, per policy",
@@ -172,14 +182,26 @@ const SERIES: [(&str, &str, MetricType, Value); 6] = [
         MetricType::Gauge,
         |s, now| {
             s.last_transition
-                .map(|at| Sample::Seconds((now - at).max(0.0)))
+                .map(|at| Sample::Real((now - at).max(0.0)))
         },
     ),
     (
         "drill_end_timestamp_seconds",
         "When each policy's running drill (spec.drill) ends, as Unix time; absent while none runs",
         MetricType::Gauge,
-        |s, _| s.drill_end.map(Sample::Seconds),
+        |s, _| s.drill_end.map(Sample::Real),
+    ),
+    (
+        "demand_requests_per_second",
+        "With spec.capacity: the requests per second each policy has to serve",
+        MetricType::Gauge,
+        |s, _| s.load.map(|(demand, _)| Sample::Real(demand)),
+    ),
+    (
+        "unserved_ratio",
+        "With spec.capacity: the share of each policy's demand no ready backend serves (0 to 1)",
+        MetricType::Gauge,
+        |s, _| s.load.map(|(_, unserved)| Sample::Real(unserved)),
     ),
 ];
 
@@ -293,7 +315,7 @@ impl Collector for Rows {
             match sample {
                 Sample::Count(v) => ConstCounter::new(v).encode(metric)?,
                 Sample::Whole(v) => ConstGauge::new(v).encode(metric)?,
-                Sample::Seconds(v) => ConstGauge::new(v).encode(metric)?,
+                Sample::Real(v) => ConstGauge::new(v).encode(metric)?,
                 Sample::State(_) => {}
             }
         }

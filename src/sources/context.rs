@@ -55,6 +55,8 @@ pub struct Context {
     pub health: Health,
     /// The Gateways of other namespaces that routes may attach to.
     pub gateways: Gateways,
+    /// Whether policies may scale their secondaries' workloads.
+    pub allow_scaling: bool,
     /// Retry delays of the policies failing now.
     pub retries: Mutex<HashMap<PolicyKey, ExponentialBackoff>>,
     /// The work queue's door: the policies woken.
@@ -73,6 +75,8 @@ pub struct Parts {
     pub health: Health,
     /// The Gateways of other namespaces that routes may attach to.
     pub gateways: Gateways,
+    /// Whether policies may scale their secondaries' workloads.
+    pub allow_scaling: bool,
     /// The work queue's door.
     pub queue: mpsc::UnboundedSender<PolicyKey>,
 }
@@ -94,6 +98,7 @@ impl Context {
             remote: parts.remote,
             health: parts.health,
             gateways: parts.gateways,
+            allow_scaling: parts.allow_scaling,
             retries: Mutex::default(),
             queue: parts.queue,
         }

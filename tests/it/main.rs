@@ -8,6 +8,8 @@ mod support;
 
 mod admin_endpoints;
 mod architecture;
+mod capacity;
+mod capacity_traffic;
 mod chart;
 mod chart_monitoring;
 mod chart_values;

@@ -161,6 +161,7 @@ fn a_primary_failing_for_2_s_breaks_the_unplanned_failover_bound() {
                     took: Duration::from_millis(2),
                     status: if failing { 503 } else { 200 },
                     backend: (!failing).then(|| "web-east".to_string()),
+                    overloaded: false,
                 }
             })
             .collect()

@@ -16,6 +16,9 @@ pub const DRILL: &str = "Drill";
 /// Condition type, with `spec.capacity`: some of the demand is sent where no ready endpoint
 /// serves it (no backend has the capacity).
 pub const DEMAND_UNSERVED: &str = "DemandUnserved";
+/// Condition type, with `spec.capacity.scale`: the controller holds some secondary's workload
+/// raised for a failover.
+pub const SCALED_UP: &str = "ScaledUp";
 /// Condition type: a health query fails (the last verdict is kept).
 pub const HEALTH_QUERY_FAILED: &str = "HealthQueryFailed";
 /// Condition type: every cluster the policy reads readiness from answers.
@@ -136,6 +139,18 @@ pub mod capacity {
     pub const ENOUGH_CAPACITY: &str = "EnoughCapacity";
     /// Some of the demand goes where no ready endpoint serves it.
     pub const NOT_ENOUGH_CAPACITY: &str = "NotEnoughCapacity";
+}
+
+/// Reasons of the `ScaledUp` condition, and of the Events of scaling.
+pub mod scaling {
+    /// Some workload is raised for a failover (an Event of this reason for each raise).
+    pub const SCALED_UP: &str = "ScaledUp";
+    /// No workload is raised.
+    pub const NOT_SCALED: &str = "NotScaled";
+    /// A workload could not be scaled: not allowed, not found, or refused.
+    pub const SCALING_FAILED: &str = "ScalingFailed";
+    /// Event: a raised workload was restored after the failback.
+    pub const SCALE_RESTORED: &str = "ScaleRestored";
 }
 
 /// Reasons of the `Suspended` condition.

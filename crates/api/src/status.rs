@@ -133,6 +133,11 @@ pub struct FailoverPolicyStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<CapacityStatus>,
 
+    /// With `spec.capacity.scale`: the workloads the controller raised for a failover, and what
+    /// each had before (restored after the failback, unless someone changed it since).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scaled: Vec<ScaledWorkload>,
+
     /// Where the HTTPRoute attaches (output `HTTPRoute`), and whether each parent's controller
     /// accepted it: a route written but not attached shows here (and in the `Attached`
     /// condition).
@@ -217,6 +222,23 @@ pub struct BackendStatus {
     /// With `spec.capacity`: the requests per second its ready endpoints serve.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<i64>,
+}
+
+/// A workload the controller raised for a failover.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaledWorkload {
+    /// `HorizontalPodAutoscaler` or `Deployment`.
+    pub kind: crate::ScaleKind,
+    /// Its name.
+    pub name: String,
+    /// The replicas it had (an HPA's `minReplicas`), restored after the failback.
+    pub original_replicas: i32,
+    /// The replicas the controller set.
+    pub replicas: i32,
+    /// Someone changed it after the controller did: theirs is kept, and nothing is restored.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released: bool,
 }
 
 /// The demand of a policy with `spec.capacity`, and what is served of it.

@@ -1,6 +1,7 @@
-//! What the apply step did to a policy's route, as the status step reads it.
+//! What the apply step did to a policy's route and to the workloads it scales, as the status
+//! step reads it.
 
-use crate::{apis::NeededApi, observation::PolicyKey, route::Claim};
+use crate::{api::ScaledWorkload, apis::NeededApi, observation::PolicyKey, route::Claim};
 
 /// What the apply step did.
 #[derive(Clone, Debug, PartialEq)]
@@ -25,4 +26,24 @@ pub enum Applied {
         /// The older policy.
         holder: PolicyKey,
     },
+}
+
+/// What the scale step did (`spec.capacity.scale`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Scaled {
+    /// The workloads raised and not yet restored, with what each had.
+    pub workloads: Vec<ScaledWorkload>,
+    /// Why some workload could not be scaled (not allowed, not found, refused), in one line.
+    pub problem: Option<String>,
+    /// What was changed this time (an Event each).
+    pub changes: Vec<ScaleChange>,
+}
+
+/// One change the scale step made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScaleChange {
+    /// Raised for a failover (else restored after a failback).
+    pub raised: bool,
+    /// What was changed, in a sentence.
+    pub note: String,
 }

@@ -38,6 +38,8 @@ pub struct LastStatus {
     pub last_failback_time: Option<Timestamp>,
     /// With `spec.capacity`: the demand recorded.
     pub demand: Option<i64>,
+    /// With `spec.capacity.scale`: the workloads raised, with what each had.
+    pub scaled: Box<[crate::api::ScaledWorkload]>,
     /// A digest of the whole status (`None`: it could not be encoded, so it equals nothing).
     pub digest: Option<u64>,
 }
@@ -108,6 +110,7 @@ impl LastStatus {
             last_failover_time: status.last_failover_time,
             last_failback_time: status.last_failback_time,
             demand: status.capacity.as_ref().map(|c| c.demand),
+            scaled: status.scaled.clone().into_boxed_slice(),
             digest: digest_of(status),
         }
     }

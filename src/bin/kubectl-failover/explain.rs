@@ -212,6 +212,10 @@ fn other_rules(f: &Facts, rule: &str) -> (String, String) {
                 f.policy.name_any()
             ),
         ),
+        ready::FAILBACK_BY_CAPACITY => (
+            format!("the primary {primary} is back and takes what its ready endpoints serve: {message}."),
+            "its share grows as its endpoints become ready; a failure sends traffic back to the secondaries at once.".to_string(),
+        ),
         ready::DRILL | ready::DRILL_BACKEND_NOT_READY => (
             format!("{message}, whatever the primary's readiness (spec.drill)."),
             format!(

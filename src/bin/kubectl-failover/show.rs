@@ -106,6 +106,7 @@ fn text(policy: &FailoverPolicy, now: DateTime<Utc>) -> String {
     );
     out.push_str(&wrap(&summary, "    "));
     out.push_str(&backend_table(&status.backends, now));
+    out.push_str(&capacity_lines(status));
     for parent in &status.route_parents {
         let answer = match parent.accepted.as_deref() {
             Some("True") => "accepted the route".to_string(),
@@ -138,6 +139,39 @@ fn text(policy: &FailoverPolicy, now: DateTime<Utc>) -> String {
     for c in &status.conditions {
         let line = format!("  {} {} {}: {}", c.type_, c.status, c.reason, c.message);
         out.push_str(&wrap(&line, "      "));
+    }
+    out
+}
+
+/// With `spec.capacity`: the demand, what each backend serves, the unserved share, and the
+/// workloads raised for a failover.
+fn capacity_lines(status: &FailoverPolicyStatus) -> String {
+    let mut out = String::new();
+    if let Some(load) = &status.capacity {
+        let serves: Vec<String> = status
+            .backends
+            .iter()
+            .map(|b| format!("{} {}", b.service, b.capacity.unwrap_or(0)))
+            .collect();
+        let line = format!(
+            "  capacity: demand {} requests/s, {} unserved; ready capacity {}",
+            load.demand,
+            load.unserved,
+            serves.join(", ")
+        );
+        out.push_str(&wrap(&line, "    "));
+    }
+    for w in &status.scaled {
+        let state = if w.released {
+            "changed by someone since, kept as it is"
+        } else {
+            "restored after the failback"
+        };
+        let line = format!(
+            "  scaled: {:?} {} from {} to {} for the failover ({state})",
+            w.kind, w.name, w.original_replicas, w.replicas
+        );
+        out.push_str(&wrap(&line, "    "));
     }
     out
 }

@@ -346,19 +346,7 @@ fn decided(
         let desired = DesiredRoute::of(owner, valid, &plan.routing.weights);
         serde_json::to_value(&desired.object).unwrap_or_default()
     });
-    let shares = plan.shares();
-    let backends = valid
-        .backend_names()
-        .zip(&plan.routing.weights)
-        .zip(&plan.backends)
-        .zip(shares)
-        .map(|(((service, weight), b), share)| Weight {
-            service: service.to_string(),
-            ready: b.ready,
-            weight: *weight,
-            share,
-        })
-        .collect();
+    let backends = weights(valid, &plan);
     let outcome = Outcome::Decided(Box::new(Decided {
         policy: valid.clone(),
         plan,
@@ -369,6 +357,7 @@ fn decided(
         },
         route: imagined.route.cloned(),
         refused_parents: Vec::new(),
+        scaled: Default::default(),
     }));
     let status = status::build(&StatusInput {
         generation: policy.metadata.generation,
@@ -393,6 +382,22 @@ fn decided(
         route,
     };
     (status, step)
+}
+
+/// Each backend's readiness, weight and share in a decision.
+fn weights(valid: &ValidPolicy, plan: &Plan) -> Vec<Weight> {
+    valid
+        .backend_names()
+        .zip(&plan.routing.weights)
+        .zip(&plan.backends)
+        .zip(plan.shares())
+        .map(|(((service, weight), b), share)| Weight {
+            service: service.to_string(),
+            ready: b.ready,
+            weight: *weight,
+            share,
+        })
+        .collect()
 }
 
 /// The report for people: one line per step, then the conditions where it settles.

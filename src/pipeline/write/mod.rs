@@ -10,7 +10,9 @@ use tracing::{info, warn};
 use crate::{
     api::{
         Condition, FailoverPolicyStatus, Phase,
-        conditions::{ATTACHED, DRILL, HEALTH_QUERY_FAILED, READY, attached, drill, ready},
+        conditions::{
+            ATTACHED, DRILL, HEALTH_QUERY_FAILED, READY, SCALED_UP, attached, drill, ready, scaling,
+        },
     },
     applied::Applied,
     decide::plan::{Announcement, Transition},
@@ -70,6 +72,7 @@ pub fn report(
             if wrote && !suspended {
                 announce_drill(gate, policy, status, written.previous);
             }
+            announce_scaling(gate, policy, &decided.scaled);
             record_state(gate, &labels, decided, status);
         }
         Applied::Yielded { claim, holder } if wrote => publish(
@@ -104,6 +107,11 @@ fn record_state(
         .flatten()
         .map(|d| d.until.timestamp_millis() as f64 / 1000.0);
     policies.set_drill_end(labels, drill_end);
+    let load = decided.plan.load.as_ref().map(|l| {
+        let unserved = f64::from(l.unserved_basis_points()) / 10_000.0;
+        (l.demand as f64, unserved)
+    });
+    policies.set_load(labels, load);
 }
 
 /// A Warning Event for each failure the status says and the previous status did not (the same
@@ -130,6 +138,18 @@ fn warn_failures(
                 c.message.clone(),
             );
         }
+    }
+}
+
+/// A Normal Event for each workload raised or restored.
+fn announce_scaling(gate: &WriteGate, policy: &Held, scaled: &crate::applied::Scaled) {
+    for change in &scaled.changes {
+        let reason = if change.raised {
+            scaling::SCALED_UP
+        } else {
+            scaling::SCALE_RESTORED
+        };
+        publish(gate, policy, EventType::Normal, reason, change.note.clone());
     }
 }
 
@@ -182,6 +202,7 @@ fn is_failure(c: &Condition) -> bool {
         (HEALTH_QUERY_FAILED, "True") => true,
         // No answer yet is how every route starts; a refusal is a failure.
         (ATTACHED, "False") => c.reason != attached::NO_ANSWER,
+        (SCALED_UP, _) => c.reason == scaling::SCALING_FAILED,
         _ => false,
     }
 }

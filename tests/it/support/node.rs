@@ -197,11 +197,18 @@ impl TestEnv {
     /// A Deployment of real backend Pods (busybox httpd) behind a Service of the same name
     /// (`hack/backend.yaml`). Each Pod is ready while its `/www/ready` file exists.
     pub fn backend(&self, name: &str, replicas: u32) {
+        self.backend_at_rate(name, replicas, 0);
+    }
+
+    /// As [`TestEnv::backend`], each Pod answering 503 `<name> overloaded` above `rate`
+    /// requests in a second (0: no limit).
+    pub fn backend_at_rate(&self, name: &str, replicas: u32, rate: u32) {
         let template = std::fs::read_to_string(repo_root().join("hack/backend.yaml"))
             .expect("hack/backend.yaml");
         let yaml = template
             .replace("__NAME__", name)
-            .replace("__REPLICAS__", &replicas.to_string());
+            .replace("__REPLICAS__", &replicas.to_string())
+            .replace("__RATE__", &rate.to_string());
         let out = self.kubectl_stdin(&["apply", "-f", "-"], &yaml);
         ok(&out, "applying a backend");
     }
@@ -271,14 +278,19 @@ impl TestEnv {
     /// Makes every Pod of a backend pass (or fail) its readiness probe, from inside the Pod.
     pub async fn set_backend_ready(&self, app: &str, ready: bool) {
         for pod in self.pods(app).await {
-            let action = if ready {
-                "touch /www/ready"
-            } else {
-                "rm -f /www/ready"
-            };
-            let out = self.kubectl(&["exec", &pod, "--", "sh", "-c", action]);
-            ok(&out, "changing a Pod's readiness");
+            self.set_pod_ready(&pod, ready);
         }
+    }
+
+    /// Makes one Pod pass or fail its readiness probe.
+    pub fn set_pod_ready(&self, pod: &str, ready: bool) {
+        let action = if ready {
+            "touch /www/ready"
+        } else {
+            "rm -f /www/ready"
+        };
+        let out = self.kubectl(&["exec", pod, "--", "sh", "-c", action]);
+        ok(&out, "changing a Pod's readiness");
     }
 }
 

@@ -51,6 +51,8 @@ pub struct Answer {
     pub status: u16,
     /// Which backend answered (the body's first line), for a 2xx answer.
     pub backend: Option<String>,
+    /// A backend answered 503 `<name> overloaded`: more requests than it serves.
+    pub overloaded: bool,
 }
 
 impl Answer {
@@ -145,6 +147,7 @@ async fn send(
                     took: Duration::ZERO,
                     status: 0,
                     backend: None,
+                    overloaded: false,
                 },
             );
             continue;
@@ -186,6 +189,7 @@ async fn one(
             took: Duration::ZERO,
             status: 0,
             backend: None,
+            overloaded: false,
         };
     };
     let exchange = async {
@@ -207,6 +211,7 @@ async fn one(
         sent,
         took: sent.elapsed(),
         status,
+        overloaded: status == 503 && first.as_deref().is_some_and(|l| l.ends_with(" overloaded")),
         backend: first.filter(|_| (200..300).contains(&status)),
     }
 }

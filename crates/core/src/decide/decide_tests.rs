@@ -92,6 +92,7 @@ pub(crate) fn decide(
         applied,
         route,
         refused_parents: Vec::new(),
+        scaled: Default::default(),
     }));
     let status = build(&StatusInput {
         generation: None,

@@ -24,9 +24,9 @@ use crate::{
     api::{
         BackendStatus, Condition, FailoverPolicyStatus, HealthReading, ReadinessSource, Role,
         Timestamp,
-        conditions::{READY, STALLED, ready},
+        conditions::{READY, SCALED_UP, STALLED, ready, scaling},
     },
-    applied::Applied,
+    applied::{Applied, Scaled},
     decide::{
         Plan, Rule,
         conditions::{self, Verdict},
@@ -60,6 +60,8 @@ pub struct Decided {
     /// The parents the policy asks for that the cluster admin does not allow (Gateways of
     /// other namespaces not in `--allowed-gateways`): left out of the route.
     pub refused_parents: Vec<RouteParent>,
+    /// What the scale step did.
+    pub scaled: Scaled,
 }
 
 /// Everything the status is built from.
@@ -149,7 +151,44 @@ fn decided_or_in_place(d: &Decided, input: &StatusInput) -> (FailoverPolicyStatu
         verdicts[0] = ready;
     }
     verdicts.extend(parents::verdict(&status.route_parents));
+    verdicts.extend(scaled_up(&d.policy, &d.scaled));
     (status, verdicts)
+}
+
+/// `ScaledUp`, with `spec.capacity.scale`: which workloads are raised, or why one could not be.
+fn scaled_up(policy: &ValidPolicy, scaled: &Scaled) -> Option<Verdict> {
+    policy.capacity.as_ref()?.scale.as_ref()?;
+    let raised: Vec<String> = scaled
+        .workloads
+        .iter()
+        .filter(|w| !w.released)
+        .map(|w| {
+            format!(
+                "{:?} {} at {} (was {})",
+                w.kind, w.name, w.replicas, w.original_replicas
+            )
+        })
+        .collect();
+    Some(match (&scaled.problem, raised.is_empty()) {
+        (Some(problem), _) => Verdict::new(
+            SCALED_UP,
+            !raised.is_empty(),
+            scaling::SCALING_FAILED,
+            problem.clone(),
+        ),
+        (None, false) => Verdict::new(
+            SCALED_UP,
+            true,
+            scaling::SCALED_UP,
+            format!("raised for the failover: {}", raised.join(", ")),
+        ),
+        (None, true) => Verdict::new(
+            SCALED_UP,
+            false,
+            scaling::NOT_SCALED,
+            "no workload is raised".to_string(),
+        ),
+    })
 }
 
 /// Names the route, sets the generation everywhere, and bounds every message.
@@ -208,6 +247,7 @@ fn decided(d: &Decided) -> FailoverPolicyStatus {
             | Rule::FailbackRamp { due, .. } => Some(Timestamp(due)),
             _ => None,
         },
+        scaled: d.scaled.workloads.clone(),
         capacity: plan.load.as_ref().map(|l| crate::api::CapacityStatus {
             demand: l.demand,
             unserved: crate::decide::plan::share(l.unserved_basis_points(), 10_000),
