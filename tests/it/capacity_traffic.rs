@@ -7,7 +7,8 @@
 //! - With `capacity` (8 requests/s declared per Pod, below what a Pod serves) and `scale`, the
 //!   secondary's HPA is raised to 3 the moment the primary fails, traffic moves as its Pods
 //!   become ready, a failback ramps as the primary's Pods come back one by one, overload answers
-//!   stay at most 1%, and the HPA is restored after the failback.
+//!   stay at most 1%, and the HPA is restored after the failback; a hand edit of the HPA made
+//!   during the failover is kept instead.
 
 use std::time::{Duration, Instant};
 
@@ -253,4 +254,45 @@ async fn with_capacity_and_scaling_the_failover_and_failback_overload_nothing() 
         condition(&policy, failover::api::conditions::SCALED_UP)
             .is_some_and(|(s, ..)| s == "False")
     );
+}
+
+#[tokio::test]
+async fn a_hand_edit_of_the_hpa_during_a_failover_is_kept_after_the_failback() {
+    const TEST: &str = "capacity-hand-edit";
+    let Some(env) = scene(TEST, policy(TEST, true)).await else {
+        return;
+    };
+    env.set_backend_ready("web", false).await;
+    let raised = wait_until(WAIT, || async { min_replicas(&env) == "3" }).await;
+    assert!(
+        raised,
+        "the HPA was not raised: minReplicas {}",
+        min_replicas(&env)
+    );
+    ok(
+        &env.kubectl(&[
+            "patch",
+            "hpa",
+            "web-east",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"minReplicas":4}}"#,
+        ]),
+        "a hand edit of the HPA",
+    );
+    env.set_backend_ready("web", true).await;
+    env.wait_http_route_weights("web", &crate::support::ON_WEB, WAIT)
+        .await;
+    env.wait_policy(
+        "web",
+        WAIT,
+        "no workload recorded after the failback",
+        |p| p.status.as_ref().is_some_and(|s| s.scaled.is_empty()),
+    )
+    .await;
+    assert_eq!(min_replicas(&env), "4", "the hand edit is kept");
+    support::figure(format!(
+        "a hand edit of the HPA during a failover (minReplicas 3 → 4) kept after the failback: minReplicas {}",
+        min_replicas(&env)
+    ));
 }

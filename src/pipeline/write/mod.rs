@@ -108,7 +108,7 @@ fn record_state(
         .map(|d| d.until.timestamp_millis() as f64 / 1000.0);
     policies.set_drill_end(labels, drill_end);
     let load = decided.plan.load.as_ref().map(|l| {
-        let unserved = f64::from(l.unserved_basis_points()) / 10_000.0;
+        let unserved = f64::from(l.unserved_basis_points) / 10_000.0;
         (l.demand as f64, unserved)
     });
     policies.set_load(labels, load);

@@ -13,8 +13,10 @@
 //!   the moment the primary turns not ready; past the scale `deadline`, capacity no longer holds
 //!   traffic back and the ordinary rules apply.
 //!
-//! Weights are basis points of the demand, adding up to [`PROPORTIONAL_TOTAL`]. Pins, drills,
-//! holds and the nothing-ready case are left as the other rules decided them.
+//! Weights are basis points of the demand, adding up to [`PROPORTIONAL_TOTAL`]; each backend's
+//! capacity is counted in the same unit (rounded to the nearest basis point), so a small demand
+//! loses nothing to rounding. Pins, drills, holds and the nothing-ready case are left as the
+//! other rules decided them.
 
 use chrono::{DateTime, Utc};
 
@@ -36,14 +38,15 @@ pub struct Load {
     pub demand: i64,
     /// What each backend's ready endpoints serve, primary first.
     pub capacity: Vec<i64>,
-    /// Requests per second no ready backend serves.
-    pub unserved: i64,
+    /// The share of the traffic (basis points) sent beyond what the backends it goes to serve.
+    pub unserved_basis_points: i32,
 }
 
 impl Load {
-    /// The unserved share of the demand, in basis points.
-    pub fn unserved_basis_points(&self) -> i32 {
-        basis_points(self.unserved, self.demand)
+    /// Requests per second no ready backend serves, rounded.
+    pub fn unserved(&self) -> i64 {
+        (self.demand * i64::from(self.unserved_basis_points) + i64::from(PROPORTIONAL_TOTAL) / 2)
+            / i64::from(PROPORTIONAL_TOTAL)
     }
 }
 
@@ -94,11 +97,11 @@ pub fn bound(
         }
         _ => routing,
     };
-    let unserved = unserved(&routing.weights, &capacity, demand);
+    let unserved = unserved(&routing.weights, &shares(&capacity, demand));
     let load = Load {
         demand,
         capacity,
-        unserved,
+        unserved_basis_points: unserved,
     };
     (routing, Some(load), wants)
 }
@@ -131,12 +134,39 @@ pub fn capacities(cap: &Capacity, backends: &[BackendState]) -> Vec<i64> {
         .collect()
 }
 
+/// Each backend's capacity as basis points of the demand (rounded to the nearest, at most all
+/// of it): the unit the weights are in, so a small demand loses nothing to rounding.
+fn shares(capacity: &[i64], demand: i64) -> Vec<i64> {
+    let total = i64::from(PROPORTIONAL_TOTAL);
+    capacity
+        .iter()
+        .map(|c| ((c * total + demand / 2) / demand.max(1)).min(total))
+        .collect()
+}
+
+/// Weights of these takes (basis points), the primary getting what is left.
+fn weights(takes: &[i64]) -> Vec<i32> {
+    let mut weights: Vec<i32> = takes
+        .iter()
+        .map(|t| i32::try_from(*t).unwrap_or(0))
+        .collect();
+    let taken: i32 = weights.iter().skip(1).sum();
+    if let Some(first) = weights.first_mut() {
+        *first = PROPORTIONAL_TOTAL - taken;
+    }
+    weights
+}
+
 /// The failover: the secondaries take the demand up to their capacity, the primary keeps the
 /// rest.
 fn failed_over(policy: &ValidPolicy, capacity: &[i64], demand: i64, routing: Routing) -> Routing {
-    let takes = fill(policy, capacity, demand);
+    let takes = fill(
+        policy,
+        &shares(capacity, demand),
+        i64::from(PROPORTIONAL_TOTAL),
+    );
     Routing {
-        weights: weights(&takes, demand, 0),
+        weights: weights(&takes),
         ..routing
     }
 }
@@ -149,14 +179,14 @@ fn failing_back_by_capacity(
     demand: i64,
     routing: Routing,
 ) -> Routing {
-    let mut primary = capacity.first().copied().unwrap_or(0).min(demand);
+    let shares = shares(capacity, demand);
+    let mut primary = shares.first().copied().unwrap_or(0);
     if let Rule::FailbackRamp { .. } = routing.rule {
-        let step = routing.weights.first().copied().unwrap_or(0);
-        primary = primary.min(demand * i64::from(step) / i64::from(PROPORTIONAL_TOTAL));
+        primary = primary.min(i64::from(routing.weights.first().copied().unwrap_or(0)));
     }
-    let takes = fill(policy, capacity, demand - primary);
+    let takes = fill(policy, &shares, i64::from(PROPORTIONAL_TOTAL) - primary);
     // The primary serves it all, or no secondary can take any of the rest.
-    if primary >= demand || takes.iter().all(|t| *t == 0) {
+    if primary >= i64::from(PROPORTIONAL_TOTAL) || takes.iter().all(|t| *t == 0) {
         return match routing.rule {
             Rule::FailbackRamp { .. } => routing,
             _ => Routing {
@@ -172,12 +202,12 @@ fn failing_back_by_capacity(
     };
     Routing {
         phase: Phase::FailedOver,
-        weights: weights(&takes, demand, primary),
+        weights: weights(&takes),
         rule,
     }
 }
 
-/// Shares `amount` among the ready secondaries, each up to its capacity: in list order with
+/// Shares `amount` among the secondaries with capacity, each up to it (any unit): in list order with
 /// `Ordered`; by weight with `Equal` (all 1) and `Weighted`, what one cannot take going to the
 /// others. The primary's entry is 0.
 pub fn fill(policy: &ValidPolicy, capacity: &[i64], amount: i64) -> Vec<i64> {
@@ -216,49 +246,23 @@ pub fn fill(policy: &ValidPolicy, capacity: &[i64], amount: i64) -> Vec<i64> {
     takes
 }
 
-/// Weights in basis points of the demand: each secondary's take, the primary `primary` plus
-/// whatever is left (what nobody serves stays on it). The basis points lost to rounding go to
-/// the largest fractions (ties to the first backend), so no backend gets a basis point more
-/// than its share rounds to.
-fn weights(takes: &[i64], demand: i64, primary: i64) -> Vec<i32> {
-    let mut parts = takes.to_vec();
-    if let Some(first) = parts.first_mut() {
-        *first = (demand - takes.iter().skip(1).sum::<i64>()).max(primary);
-    }
-    let total = i64::from(PROPORTIONAL_TOTAL);
-    let scaled: Vec<(i64, i64)> = parts
-        .iter()
-        .map(|p| (p * total / demand.max(1), p * total % demand.max(1)))
-        .collect();
-    let mut weights: Vec<i32> = scaled
-        .iter()
-        .map(|(w, _)| i32::try_from(*w).unwrap_or(0))
-        .collect();
-    let mut order: Vec<usize> = (0..weights.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(scaled[i].1));
-    let short = PROPORTIONAL_TOTAL - weights.iter().sum::<i32>();
-    for &i in order
-        .iter()
-        .cycle()
-        .take(usize::try_from(short.max(0)).unwrap_or(0))
-    {
-        weights[i] += 1;
-    }
-    weights
-}
-
-/// Requests per second of the demand that the weights send where no ready endpoint serves them.
-fn unserved(weights: &[i32], capacity: &[i64], demand: i64) -> i64 {
+/// The share of the traffic (basis points) the weights send beyond what each backend serves
+/// (`shares`: its capacity in basis points of the demand), less the basis point each weight
+/// may be off by rounding.
+fn unserved(weights: &[i32], shares: &[i64]) -> i32 {
     let total: i64 = weights.iter().map(|w| i64::from((*w).max(0))).sum();
     if total <= 0 {
-        return demand;
+        return PROPORTIONAL_TOTAL;
     }
-    let served: i64 = weights
+    let over: i64 = weights
         .iter()
-        .zip(capacity)
-        .map(|(w, c)| ((demand * i64::from((*w).max(0)) + total / 2) / total).min(*c))
+        .zip(shares)
+        .map(|(w, share)| {
+            let over = i64::from((*w).max(0)) * i64::from(PROPORTIONAL_TOTAL) - share * total;
+            (over / total - 1).max(0)
+        })
         .sum();
-    (demand - served).max(0)
+    i32::try_from(over.min(i64::from(PROPORTIONAL_TOTAL))).unwrap_or(PROPORTIONAL_TOTAL)
 }
 
 /// The replicas each secondary's workload needs for the demand: the demand filled over them as
@@ -295,14 +299,6 @@ fn scale_wants(
 /// `a / b` rounded up, for positive `b`.
 fn ceil_div(a: i64, b: i64) -> i64 {
     (a + b - 1) / b
-}
-
-/// `part` of `whole` in basis points, rounded down.
-fn basis_points(part: i64, whole: i64) -> i32 {
-    if whole <= 0 {
-        return 0;
-    }
-    i32::try_from(part.clamp(0, whole) * i64::from(PROPORTIONAL_TOTAL) / whole).unwrap_or(0)
 }
 
 #[cfg(test)]

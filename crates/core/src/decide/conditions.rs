@@ -237,8 +237,8 @@ fn spillover_shares(policy: &ValidPolicy, plan: &Plan) -> String {
 /// `DemandUnserved`, for a policy with `spec.capacity` whose demand is known.
 fn demand_unserved(policy: &ValidPolicy, plan: &Plan) -> Option<Verdict> {
     let load = plan.load.as_ref()?;
-    let unserved = load.unserved_basis_points();
-    if load.unserved == 0 {
+    let unserved = load.unserved_basis_points;
+    if unserved == 0 {
         return Some(Verdict::new(
             DEMAND_UNSERVED,
             false,
@@ -255,7 +255,7 @@ fn demand_unserved(policy: &ValidPolicy, plan: &Plan) -> Option<Verdict> {
         capacity::NOT_ENOUGH_CAPACITY,
         format!(
             "{} of {} requests/s ({}) go where no ready endpoint serves them; ready capacity: {}",
-            load.unserved,
+            load.unserved(),
             load.demand,
             super::plan::share(unserved, i64::from(super::PROPORTIONAL_TOTAL)),
             policy

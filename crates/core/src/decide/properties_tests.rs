@@ -437,14 +437,19 @@ fn check_capacity(
     let unserved: f64 = load.unserved.trim_end_matches('%').parse().unwrap_or(-1.0);
     let can_serve: i64 = capacity.iter().sum();
     let least = (demand - can_serve).max(0) as f64 * 100.0 / demand as f64;
+    // Each weight may be a basis point (0.01%) off by rounding.
+    let rounding = 0.01 * (d.weights.len() as f64 + 1.0);
     prop_assert!(
-        unserved + 0.02 >= least,
+        unserved + rounding >= least,
         "unserved {unserved}% with capacity {capacity:?} for {demand}"
     );
     let secondaries: i64 = capacity.iter().skip(1).sum();
     if d.decided_reason == ready::FAILED_OVER && secondaries >= demand {
         seen.met("capacity: secondaries enough, nothing unserved");
-        prop_assert!(unserved <= 0.02, "{unserved}% unserved with {capacity:?}");
+        prop_assert!(
+            unserved <= rounding,
+            "{unserved}% unserved with {capacity:?}"
+        );
     }
     Ok(())
 }

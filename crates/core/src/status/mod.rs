@@ -250,7 +250,7 @@ fn decided(d: &Decided) -> FailoverPolicyStatus {
         scaled: d.scaled.workloads.clone(),
         capacity: plan.load.as_ref().map(|l| crate::api::CapacityStatus {
             demand: l.demand,
-            unserved: crate::decide::plan::share(l.unserved_basis_points(), 10_000),
+            unserved: crate::decide::plan::share(l.unserved_basis_points, 10_000),
         }),
         traffic_split: None,
         http_route: None,
