@@ -10,7 +10,7 @@ use failover::api::{
 };
 
 use crate::support::{
-    self, ControllerProcess, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, condition, test_env,
+    self, ControllerProcess, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, condition, hpa, test_env,
     wait_until,
 };
 
@@ -62,16 +62,7 @@ spec:
         "a Deployment",
     );
     if kind == ScaleKind::HorizontalPodAutoscaler {
-        let hpa = r#"
-apiVersion: autoscaling/v2
-kind: HorizontalPodAutoscaler
-metadata: {name: web-east}
-spec:
-  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web-east}
-  minReplicas: 1
-  maxReplicas: 5
-"#;
-        support::ok(&env.kubectl_stdin(&["apply", "-f", "-"], hpa), "an HPA");
+        hpa(env, "web-east", 5);
     }
 }
 

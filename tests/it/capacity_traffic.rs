@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use failover::api::{CapacitySpec, ScaleKind, ScaleSpec, ScaleTarget};
 
-use crate::support::{self, Answer, Load, PolicyBuilder, TestEnv, condition, ok, wait_until};
+use crate::support::{self, Answer, Load, PolicyBuilder, TestEnv, condition, hpa, ok, wait_until};
 
 const WAIT: Duration = Duration::from_secs(120);
 /// Requests per second through the proxy: more than two secondary Pods serve, at most three.
@@ -71,16 +71,7 @@ async fn scene(test: &str, policy: PolicyBuilder) -> Option<TestEnv> {
     for (name, replicas) in [("web", 3), ("web-east", 1), ("web-west", 1)] {
         env.wait_ready_replicas(name, replicas, WAIT).await;
     }
-    let hpa = r#"
-apiVersion: autoscaling/v2
-kind: HorizontalPodAutoscaler
-metadata: {name: web-east}
-spec:
-  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web-east}
-  minReplicas: 1
-  maxReplicas: 5
-"#;
-    ok(&env.kubectl_stdin(&["apply", "-f", "-"], hpa), "an HPA");
+    hpa(&env, "web-east", 5);
     env.install_controller(&["scaling.enabled=true"]);
     env.apply(&policy);
     env.wait_http_route_weights("web", &crate::support::ON_WEB, WAIT)

@@ -14,7 +14,7 @@ use failover::api::{
 
 use crate::support::{
     self, ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS,
-    condition, condition_reason, kubectl_failover, metric, routing_to_web, test_env,
+    condition, condition_reason, election_args, kubectl_failover, metric, routing_to_web, test_env,
 };
 
 /// Starts a drill of `web` to `to` for `duration` with the plugin; returns its end time.
@@ -200,17 +200,8 @@ async fn a_drill_survives_a_controller_restart_and_still_ends_on_time() {
 async fn a_drill_survives_a_change_of_leader_and_still_ends_on_time() {
     let Some(env) = test_env!() else { return };
     env.ready_backends(&WEB_BACKENDS).await;
-    let election = [
-        "--leader-elect",
-        "--lease-namespace",
-        env.ns.as_str(),
-        "--lease-duration",
-        "4s",
-        "--renew-deadline",
-        "3s",
-        "--retry-period",
-        "250ms",
-    ];
+    let election = election_args(&env.ns);
+    let election: Vec<&str> = election.iter().map(String::as_str).collect();
     let a = ControllerProcess::start(&env, &election);
     let b = ControllerProcess::start(&env, &election);
     env.apply(&PolicyBuilder::web());

@@ -5,25 +5,8 @@ use std::time::{Duration, Instant};
 
 use crate::support::{
     self, ControllerProcess, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS,
-    api_writes, metric, test_env, wait_until,
+    api_writes, election_args, metric, test_env, wait_until,
 };
-
-fn election_args(ns: &str) -> Vec<String> {
-    [
-        "--leader-elect",
-        "--lease-namespace",
-        ns,
-        "--lease-duration",
-        "4s",
-        "--renew-deadline",
-        "3s",
-        "--retry-period",
-        "250ms",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
 
 /// Every holder the controllers' Lease has had since the watch started (`None`: released).
 struct LeaseHolders {

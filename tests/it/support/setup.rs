@@ -63,3 +63,31 @@ pub async fn routing_to_web(
     let controller = env.routing_to_web(&policy, super::WAIT).await;
     Some((env, controller))
 }
+
+/// The controller's arguments for leader election in the test's namespace, with short timings
+/// (lease 4 s, renew deadline 3 s, retry 250 ms) so a standby takes over within seconds.
+pub fn election_args(ns: &str) -> Vec<String> {
+    [
+        "--leader-elect",
+        "--lease-namespace",
+        ns,
+        "--lease-duration",
+        "4s",
+        "--renew-deadline",
+        "3s",
+        "--retry-period",
+        "250ms",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// An `autoscaling/v2` HorizontalPodAutoscaler `name` of the Deployment of the same name, with
+/// `minReplicas` 1 and this `maxReplicas`.
+pub fn hpa(env: &TestEnv, name: &str, max_replicas: u32) {
+    let yaml = format!(
+        "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {{name: {name}}}\nspec:\n  scaleTargetRef: {{apiVersion: apps/v1, kind: Deployment, name: {name}}}\n  minReplicas: 1\n  maxReplicas: {max_replicas}\n"
+    );
+    super::ok(&env.kubectl_stdin(&["apply", "-f", "-"], &yaml), "an HPA");
+}
