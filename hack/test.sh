@@ -65,6 +65,9 @@ echo "$(wc -l < "$FAILOVER_FIGURES_FILE") figures in target/test-figures.log"
 echo "== failed tests"
 if grep -E '^test .+ \.\.\. FAILED$' "$output"; then
   status=1
+  # Each failure's own output (its panic message last), so the end of the log says why.
+  echo "== why they failed"
+  awk '/^---- .* stdout ----$/ {on = 1} /^(failures|successes):$/ {on = 0} on' "$output" | tail -n 200
 elif [[ "$status" == 0 ]]; then
   echo "none"
 else

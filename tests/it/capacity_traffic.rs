@@ -204,7 +204,8 @@ async fn with_capacity_and_scaling_the_failover_and_failback_overload_nothing() 
     ));
     assert!(
         percent(overloaded, sent) <= OVERLOAD_BOUND,
-        "{overloaded} of {sent} requests answered overloaded during the failover"
+        "{overloaded} of {sent} requests answered overloaded during the failover, sent at {:?} after the failure",
+        overload_times(&answers, failed_at)
     );
 
     // The primary's Pods come back one by one: its share follows them.
@@ -242,7 +243,8 @@ async fn with_capacity_and_scaling_the_failover_and_failback_overload_nothing() 
     ));
     assert!(
         percent(overloaded, sent) <= OVERLOAD_BOUND,
-        "{overloaded} of {sent} requests answered overloaded during the failback"
+        "{overloaded} of {sent} requests answered overloaded during the failback, sent at {:?} after the first Pod was back",
+        overload_times(&answers, back_at)
     );
     let policy = env.policy("web").await.expect("policy");
     assert!(
