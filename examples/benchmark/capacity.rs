@@ -15,10 +15,11 @@ use crate::{
     support::{Answer, ControlPlane, Load, Running, TestEnv, ok, wait_until},
 };
 
-/// Requests per second: more than two Pods serve, at most three.
-const RATE: u32 = 25;
+/// Requests per second: more than two Pods serve, at most three (7 each, 70% of what one
+/// serves).
+pub const RATE: u32 = 21;
 /// What one Pod serves.
-const POD_RATE: u32 = 10;
+pub const POD_RATE: u32 = 10;
 /// How long a run waits for all traffic to be served again.
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -35,6 +36,9 @@ pub struct CapacityRun {
     /// From the primary's failure to a whole second of requests all served by the secondary;
     /// `None`: not within [`LIMIT`].
     pub all_served_ms: Option<f64>,
+    /// When each overload answer's request was sent, in ms from the primary's failure (with
+    /// capacity only).
+    pub overloaded_at_ms: Vec<f64>,
     /// Why the run did not complete, if it did not.
     pub not_measured: Option<String>,
 }
@@ -73,6 +77,7 @@ async fn one(env: &TestEnv, o: &Options, with_capacity: bool) -> CapacityRun {
         overloaded: 0,
         failed: 0,
         all_served_ms: None,
+        overloaded_at_ms: Vec::new(),
         not_measured: None,
     };
     let host = format!("{}.bench.test", env.ns);
@@ -105,6 +110,12 @@ async fn one(env: &TestEnv, o: &Options, with_capacity: bool) -> CapacityRun {
     let sent: Vec<&Answer> = answers.iter().filter(|a| a.sent >= failed_at).collect();
     run.sent = sent.len();
     run.overloaded = sent.iter().filter(|a| a.overloaded).count();
+    // Each one's time where they are few (with capacity); without, most answers are.
+    run.overloaded_at_ms = sent
+        .iter()
+        .filter(|a| with_capacity && a.overloaded)
+        .map(|a| (a.sent - failed_at).as_secs_f64() * 1000.0)
+        .collect();
     run.failed = sent.iter().filter(|a| a.failed() && !a.overloaded).count();
     drop(controller);
     run

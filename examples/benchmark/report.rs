@@ -248,18 +248,30 @@ pub fn print_traffic(t: &Traffic) {
 /// The capacity scenario: overload answers and the time to all traffic served, each run.
 fn print_capacity(runs: &[crate::capacity::CapacityRun]) {
     println!(
-        "\nCapacity through the proxy (25 requests/s; primary 3 Pods, secondary 1 Pod with an HPA; each Pod serves 10 requests/s, above that it answers 503 overloaded), from the primary's failure on:\n"
+        "\nCapacity through the proxy ({} requests/s; primary 3 Pods, secondary 1 Pod with an HPA; each Pod serves {} requests/s, above that it answers 503 overloaded), from the primary's failure on:\n",
+        crate::capacity::RATE,
+        crate::capacity::POD_RATE
     );
     println!(
-        "| policy | requests | overload answers | share | failed otherwise | all traffic served after |"
+        "| policy | requests | overload answers | share | failed otherwise | all traffic served after | overload answers sent at (s after the failure) |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---|");
     for r in runs {
         let served = r.all_served_ms.map_or("not within 60 s".to_string(), |ms| {
             format!("{:.1} s", ms / 1000.0)
         });
+        let at = if r.with_capacity {
+            let at: Vec<String> = r
+                .overloaded_at_ms
+                .iter()
+                .map(|ms| format!("{:.1}", ms / 1000.0))
+                .collect();
+            at.join(", ")
+        } else {
+            "(most of them)".to_string()
+        };
         println!(
-            "| {} | {} | {} | {:.2}% | {} | {served} |",
+            "| {} | {} | {} | {:.2}% | {} | {served} | {at} |",
             if r.with_capacity {
                 "capacity and scaling"
             } else {
