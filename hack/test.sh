@@ -67,7 +67,8 @@ if grep -E '^test .+ \.\.\. FAILED$' "$output"; then
   status=1
   # Each failure's own output (its panic message last), so the end of the log says why.
   echo "== why they failed"
-  awk '/^---- .* stdout ----$/ {on = 1} /^(failures|successes):$/ {on = 0} on' "$output" | tail -n 200
+  awk '/^---- .* stdout ----$/ {on = 1; trace = 0} /^(failures|successes):$/ {on = 0}
+       /^stack backtrace:$/ {trace = 1} on && !trace' "$output" | tail -n 200
 elif [[ "$status" == 0 ]]; then
   echo "none"
 else

@@ -13,9 +13,10 @@ use super::rules::{
 
 /// What each backend can serve. A backend's capacity is its ready endpoints times the requests
 /// per second one endpoint serves; the demand is the primary's capacity with all its endpoints
-/// (the traffic it was sized for). Traffic leaving a primary that is not ready goes to the
-/// secondaries only up to their capacity; the rest stays on the primary, and the status says how
-/// much is unserved. A failback gives the primary the share its ready endpoints can serve.
+/// ready (the traffic it was sized for; kept while some are not). Traffic leaving a primary that
+/// is not ready goes to the secondaries only up to their capacity; the rest stays on the
+/// primary, and the status says how much is unserved. A primary short of ready endpoints, and a
+/// failback, give the primary the share its ready endpoints serve and the secondaries the rest.
 /// Not with strategy `Proportional`, which shares by health.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Validate)]
 #[serde(rename_all = "camelCase")]

@@ -47,6 +47,9 @@ pub mod ready {
     /// With `spec.capacity`: the primary is back and takes what its ready endpoints serve; the
     /// secondaries keep the rest.
     pub const FAILBACK_BY_CAPACITY: &str = "FailbackByCapacity";
+    /// The primary is ready but serves only part of the demand (`spec.capacity`): the
+    /// secondaries take the rest, within their capacity.
+    pub const SPILLOVER_BY_CAPACITY: &str = "SpilloverByCapacity";
     /// `spec.pin` sends all traffic to a ready backend.
     pub const PINNED: &str = "Pinned";
     /// `spec.pin` sends all traffic to a backend that is not ready.

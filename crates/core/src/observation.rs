@@ -151,6 +151,9 @@ pub struct BackendObservation {
     pub ready_endpoints: i32,
     /// All endpoints over all slices.
     pub total_endpoints: i32,
+    /// Of those, the endpoints terminating (their Pod is being deleted: a rollout or a scale
+    /// down), which the capacity rules do not count as capacity the backend is missing.
+    pub terminating_endpoints: i32,
     /// Why the counts cannot be trusted, when they come from a cluster that is not answering (or
     /// not declared): the backend then counts as not ready, with this as the reason.
     pub unavailable: Option<String>,

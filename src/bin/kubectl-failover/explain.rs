@@ -216,6 +216,10 @@ fn other_rules(f: &Facts, rule: &str) -> (String, String) {
             format!("the primary {primary} is back and takes what its ready endpoints serve: {message}."),
             "its share grows as its endpoints become ready; a failure sends traffic back to the secondaries at once.".to_string(),
         ),
+        ready::SPILLOVER_BY_CAPACITY => (
+            format!("the primary {primary} is ready but short of endpoints, so it keeps only what they serve: {message}."),
+            "the secondaries take the rest within their capacity; it all returns to the primary once its endpoints serve the demand.".to_string(),
+        ),
         ready::DRILL | ready::DRILL_BACKEND_NOT_READY => (
             format!("{message}, whatever the primary's readiness (spec.drill)."),
             format!(

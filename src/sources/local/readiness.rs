@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::discovery::v1::{EndpointConditions, EndpointSlice};
 use kube::runtime::watcher;
 use smallvec::SmallVec;
 
@@ -27,6 +27,7 @@ struct SliceCounts {
     ipv6: bool,
     ready: i32,
     total: i32,
+    terminating: i32,
 }
 
 /// One slice of a Service: a digest of its name, its counts, and the relist of the slice watch
@@ -79,26 +80,22 @@ impl ServiceEntry {
 
 impl ServiceEntry {
     fn observation(&self) -> BackendObservation {
-        let (mut ready4, mut total4, mut ready6, mut total6) = (0i32, 0i32, 0i32, 0i32);
+        // Per address family: (ready, total, terminating).
+        let (mut v4, mut v6) = ((0i32, 0i32, 0i32), (0i32, 0i32, 0i32));
         for c in self.slices.iter().map(|s| &s.counts) {
-            if c.ipv6 {
-                ready6 = ready6.saturating_add(c.ready);
-                total6 = total6.saturating_add(c.total);
-            } else {
-                ready4 = ready4.saturating_add(c.ready);
-                total4 = total4.saturating_add(c.total);
-            }
+            let family = if c.ipv6 { &mut v6 } else { &mut v4 };
+            family.0 = family.0.saturating_add(c.ready);
+            family.1 = family.1.saturating_add(c.total);
+            family.2 = family.2.saturating_add(c.terminating);
         }
-        let (ready_endpoints, total_endpoints) = if (ready6, total6) > (ready4, total4) {
-            (ready6, total6)
-        } else {
-            (ready4, total4)
-        };
+        let (ready_endpoints, total_endpoints, terminating_endpoints) =
+            if (v6.0, v6.1) > (v4.0, v4.1) { v6 } else { v4 };
         BackendObservation {
             service_exists: self.exists,
             slices: u32::try_from(self.slices.len()).unwrap_or(u32::MAX),
             ready_endpoints,
             total_endpoints,
+            terminating_endpoints,
             unavailable: None,
             refused: false,
             as_of: None,
@@ -126,18 +123,23 @@ pub fn observe_service(exists: bool, slices: &[EndpointSlice]) -> BackendObserva
     entry.observation()
 }
 
-/// Counts ready and total endpoints of one slice. An endpoint is ready when its `ready`
-/// condition is true or unset, as the EndpointSlice API defines.
+/// Counts ready, total and terminating endpoints of one slice. An endpoint is ready when its
+/// `ready` condition is true or unset, and terminating when its `terminating` condition is true,
+/// as the EndpointSlice API defines.
 fn slice_counts(slice: &EndpointSlice) -> SliceCounts {
     let endpoints = slice.endpoints.as_slice();
-    let ready = endpoints
-        .iter()
-        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
-        .count();
+    let count = |condition: fn(&EndpointConditions) -> Option<bool>, unset: bool| {
+        let n = endpoints
+            .iter()
+            .filter(|e| e.conditions.as_ref().and_then(condition).unwrap_or(unset))
+            .count();
+        i32::try_from(n).unwrap_or(i32::MAX)
+    };
     SliceCounts {
         ipv6: slice.address_type == "IPv6",
-        ready: i32::try_from(ready).unwrap_or(i32::MAX),
+        ready: count(|c| c.ready, true),
         total: i32::try_from(endpoints.len()).unwrap_or(i32::MAX),
+        terminating: count(|c| c.terminating, false),
     }
 }
 
@@ -428,6 +430,23 @@ mod tests {
         assert_eq!(changed, vec![ServiceKey::new("ns", "a")]);
         let o = store.observe("ns", "a");
         assert_eq!((o.ready_endpoints, o.total_endpoints, o.slices), (2, 3, 2));
+    }
+
+    #[test]
+    fn terminating_endpoints_are_counted_apart() {
+        let mut leaving = slice("a-1", "a", "IPv4", &[Some(true), Some(false), Some(false)]);
+        if let Some(conditions) = leaving.endpoints[2].conditions.as_mut() {
+            conditions.terminating = Some(true);
+        }
+        let o = observe_service(true, &[leaving]);
+        assert_eq!(
+            (
+                o.ready_endpoints,
+                o.total_endpoints,
+                o.terminating_endpoints
+            ),
+            (1, 3, 1)
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Rule 4c: capacity (`spec.capacity`). A backend serves its ready endpoints times the requests
 //! per second one endpoint serves; the demand is the primary's capacity with all its endpoints
-//! (the traffic it was sized for), kept in the status while it has none.
+//! ready (the traffic it was sized for), kept in the status while some are not.
 //!
 //! - Traffic leaving a primary that is not ready goes to the ready secondaries in their order
 //!   (`Ordered`: the first until it is full, then the next) or shared as the strategy says
@@ -9,6 +9,9 @@
 //! - A failback gives the primary the share its ready endpoints serve (and no more than a ramp
 //!   step allows); the rest stays on the secondaries, within their capacity, until the primary
 //!   serves it all.
+//! - A primary that is ready but serves only part of the demand (some of its endpoints are not
+//!   ready) keeps that part; the secondaries take the rest as in a failover, within their
+//!   capacity, so the endpoints left are not sent what the missing ones served.
 //! - With `scale`, the secondaries' workloads are asked for the replicas the demand needs from
 //!   the moment the primary turns not ready; past the scale `deadline`, capacity no longer holds
 //!   traffic back and the ordinary rules apply.
@@ -93,7 +96,10 @@ pub fn bound(
         Rule::PrimaryActive | Rule::FailbackRamp { .. } | Rule::CapacityFailback
             if failing_back =>
         {
-            failing_back_by_capacity(policy, &capacity, demand, routing)
+            shared_with_the_primary(policy, &capacity, demand, routing, Rule::CapacityFailback)
+        }
+        Rule::PrimaryActive if !primary_down => {
+            shared_with_the_primary(policy, &capacity, demand, routing, Rule::CapacitySpillover)
         }
         _ => routing,
     };
@@ -106,16 +112,19 @@ pub fn bound(
     (routing, Some(load), wants)
 }
 
-/// The demand: the primary's capacity with all its endpoints, or the demand last recorded while
-/// it has none; `None` when neither is known.
+/// The demand: what the primary serves with every endpoint ready. Its endpoints that are
+/// terminating (a rollout, a scale down) are leaving on purpose and do not count. While some of
+/// the others are not ready (or it has none), the demand last recorded stands, so a primary
+/// losing endpoints is not taken to need less, and a rollout's extra Pod starting is not taken
+/// to need more; `None` when neither is known.
 pub fn demand(cap: &Capacity, backends: &[BackendState], recorded: Option<i64>) -> Option<i64> {
-    let primary = backends.first()?;
-    let total = i64::from(primary.observation.total_endpoints.max(0));
-    let from_primary = total * cap.per_endpoint.first().copied().unwrap_or(0);
-    if from_primary > 0 {
-        Some(from_primary)
-    } else {
-        recorded.filter(|d| *d > 0)
+    let o = &backends.first()?.observation;
+    let staying = (o.total_endpoints - o.terminating_endpoints).max(0);
+    let sized = i64::from(staying) * cap.per_endpoint.first().copied().unwrap_or(0);
+    let whole = o.ready_endpoints >= staying;
+    match recorded.filter(|d| *d > 0) {
+        Some(recorded) if !whole || sized == 0 => Some(recorded),
+        _ => (sized > 0).then_some(sized),
     }
 }
 
@@ -171,13 +180,15 @@ fn failed_over(policy: &ValidPolicy, capacity: &[i64], demand: i64, routing: Rou
     }
 }
 
-/// A failback: the primary takes what its ready endpoints serve (within the ramp's step), the
-/// secondaries what they can of the rest; all of it once the primary serves the demand.
-fn failing_back_by_capacity(
+/// A ready primary's share: it takes what its ready endpoints serve (within a failback ramp's
+/// step), the secondaries what they can of the rest, by `rule` (a failback, or a spillover of a
+/// primary short of endpoints); all of it once the primary serves the demand.
+fn shared_with_the_primary(
     policy: &ValidPolicy,
     capacity: &[i64],
     demand: i64,
     routing: Routing,
+    rule: Rule,
 ) -> Routing {
     let shares = shares(capacity, demand);
     let mut primary = shares.first().copied().unwrap_or(0);
@@ -198,7 +209,7 @@ fn failing_back_by_capacity(
     }
     let rule = match routing.rule {
         Rule::FailbackRamp { .. } => routing.rule,
-        _ => Rule::CapacityFailback,
+        _ => rule,
     };
     Routing {
         phase: Phase::FailedOver,
@@ -404,11 +415,85 @@ mod tests {
         assert_eq!(reason(&all.status, READY), ready::PRIMARY_ACTIVE);
     }
 
+    #[test]
+    fn a_primary_short_of_endpoints_keeps_what_they_serve_and_the_secondaries_take_the_rest() {
+        // Demand 3 x 20 = 60: with 1 of its 3 endpoints ready the primary serves 20.
+        let s = sized(Strategy::Ordered);
+        let full = decide(
+            &s,
+            &[endpoints(3, 3), endpoints(1, 1), endpoints(1, 1)],
+            None,
+            t(0),
+        );
+        assert_eq!(full.weights, vec![1, 0, 0]);
+        let two = decide(
+            &s,
+            &[endpoints(2, 3), endpoints(1, 1), endpoints(1, 1)],
+            Some(&full.status),
+            t(10),
+        );
+        assert_eq!(two.weights, vec![6667, 3333, 0]);
+        assert_eq!(reason(&two.status, READY), ready::SPILLOVER_BY_CAPACITY);
+        assert_eq!(
+            two.transition_message.as_deref(),
+            Some(
+                "primary web-primary is short of ready endpoints; what they cannot serve moved to east"
+            )
+        );
+        let one = decide(
+            &s,
+            &[endpoints(1, 3), endpoints(1, 1), endpoints(1, 1)],
+            Some(&two.status),
+            t(20),
+        );
+        assert_eq!(one.weights, vec![3334, 3333, 3333]);
+        let capacity = one.status.capacity.as_ref().expect("capacity status");
+        assert_eq!(capacity.unserved, "0%");
+        let back = decide(
+            &s,
+            &[endpoints(3, 3), endpoints(1, 1), endpoints(1, 1)],
+            Some(&one.status),
+            t(30),
+        );
+        assert_eq!(back.weights, vec![1, 0, 0]);
+        assert_eq!(reason(&back.status, READY), ready::PRIMARY_ACTIVE);
+    }
+
+    #[test]
+    fn a_rollout_of_the_primary_moves_nothing_while_its_ready_endpoints_serve_the_demand() {
+        // 3 endpoints (demand 60); a rollout with a surge of one: a fourth starts, becomes
+        // ready, then an old one terminates (still listed, not ready) and goes.
+        let s = sized(Strategy::Ordered);
+        let terminating = |ready, total, leaving| BackendObservation {
+            terminating_endpoints: leaving,
+            ..endpoints(ready, total)
+        };
+        let steps = [
+            (terminating(3, 3, 0), 60),
+            (terminating(3, 4, 0), 60),
+            (terminating(4, 4, 0), 80),
+            (terminating(3, 4, 1), 60),
+            (terminating(3, 3, 0), 60),
+        ];
+        let mut previous = None;
+        for (i, (primary, demand)) in steps.into_iter().enumerate() {
+            let d = decide(
+                &s,
+                &[primary, endpoints(1, 1), endpoints(1, 1)],
+                previous.as_ref(),
+                t(10 * i as i64),
+            );
+            assert_eq!(d.weights, vec![1, 0, 0], "step {}", i + 1);
+            assert_eq!(d.status.capacity.as_ref().map(|c| c.demand), Some(demand));
+            previous = Some(d.status);
+        }
+    }
+
     /// The example of docs/decision-rules.md ("Capacity"), row by row.
     #[test]
     fn the_documented_example_holds_row_by_row() {
         let s = sized(Strategy::Ordered);
-        let rows: [([i32; 3], [i32; 3], &str, &str); 5] = [
+        let rows: [([i32; 3], [i32; 3], &str, &str); 6] = [
             ([3, 1, 2], [1, 0, 0], ready::PRIMARY_ACTIVE, "0%"),
             ([0, 1, 2], [0, 3333, 6667], ready::FAILED_OVER, "0%"),
             ([0, 1, 1], [3334, 3333, 3333], ready::FAILED_OVER, "33.33%"),
@@ -419,6 +504,12 @@ mod tests {
                 "0%",
             ),
             ([3, 1, 1], [1, 0, 0], ready::PRIMARY_ACTIVE, "0%"),
+            (
+                [2, 1, 1],
+                [6667, 3333, 0],
+                ready::SPILLOVER_BY_CAPACITY,
+                "0%",
+            ),
         ];
         let mut previous = None;
         for (i, (ready_endpoints, weights, rule, unserved)) in rows.into_iter().enumerate() {

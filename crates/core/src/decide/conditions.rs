@@ -95,7 +95,8 @@ fn ready(policy: &ValidPolicy, plan: &Plan) -> Verdict {
                     .map_or("", |r| r.every.written.as_str())
             ),
         ),
-        Rule::CapacityFailback => capacity_failback(policy, plan),
+        Rule::CapacityFailback => shared_by_capacity(policy, plan, true),
+        Rule::CapacitySpillover => shared_by_capacity(policy, plan, false),
         Rule::PrimaryActive => Verdict::new(
             READY,
             true,
@@ -174,24 +175,39 @@ fn drilled(policy: &ValidPolicy, plan: &Plan, to: usize, until: DateTime<Utc>) -
     }
 }
 
-/// `Ready` while the primary takes back what its ready endpoints serve.
-fn capacity_failback(policy: &ValidPolicy, plan: &Plan) -> Verdict {
+/// `Ready` while a ready primary takes what its ready endpoints serve and the secondaries the
+/// rest: a failback (`FailbackByCapacity`) or a primary short of endpoints
+/// (`SpilloverByCapacity`).
+fn shared_by_capacity(policy: &ValidPolicy, plan: &Plan, failback: bool) -> Verdict {
     let primary = policy.primary();
     let rest: Vec<String> = plan
         .active(policy)
         .into_iter()
         .filter(|a| a.as_str() != primary)
         .collect();
-    Verdict::new(
-        READY,
-        true,
-        ready::FAILBACK_BY_CAPACITY,
-        format!(
-            "failing back by capacity: primary {primary} takes {} of the traffic, what its ready endpoints serve; the rest stays on {}",
-            plan.shares().first().map_or("0%", String::as_str),
-            rest.join(", ")
-        ),
-    )
+    let share = plan
+        .shares()
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "0%".into());
+    let (reason, message) = if failback {
+        (
+            ready::FAILBACK_BY_CAPACITY,
+            format!(
+                "failing back by capacity: primary {primary} takes {share} of the traffic, what its ready endpoints serve; the rest stays on {}",
+                rest.join(", ")
+            ),
+        )
+    } else {
+        (
+            ready::SPILLOVER_BY_CAPACITY,
+            format!(
+                "primary {primary} is short of ready endpoints: it takes {share} of the traffic, what they serve; the rest goes to {}",
+                rest.join(", ")
+            ),
+        )
+    };
+    Verdict::new(READY, true, reason, message)
 }
 
 /// `Ready` while a hold keeps traffic where it is, with when it falls due.

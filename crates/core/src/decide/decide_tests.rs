@@ -152,6 +152,7 @@ pub(crate) fn up(ready: i32) -> BackendObservation {
         slices: 1,
         ready_endpoints: ready,
         total_endpoints: ready.max(2),
+        terminating_endpoints: 0,
         unavailable: None,
         refused: false,
         as_of: None,

@@ -53,6 +53,9 @@ pub enum Rule {
     /// `spec.capacity`: the primary is back and takes what its ready endpoints serve; the
     /// secondaries keep the rest.
     CapacityFailback,
+    /// `spec.capacity`: the primary is ready but its ready endpoints serve only part of the
+    /// demand; the secondaries take the rest, within their capacity.
+    CapacitySpillover,
     /// `Proportional`: traffic is shared by health.
     Spillover,
     /// No backend is ready; `whenNoneReady` chose the weights.

@@ -382,8 +382,9 @@ fn check_drill(
     Ok(())
 }
 
-/// With `spec.capacity`, after a failover and during a failback by capacity: no secondary is
-/// sent more than it serves (within a basis point of the demand, the weights' rounding);
+/// With `spec.capacity`: a ready primary keeps all the traffic only when it serves it (or no
+/// secondary has room); after a failover, during a failback by capacity and while a primary
+/// short of endpoints spills over: no secondary is sent more than it serves (within a basis point of the demand, the weights' rounding);
 /// `Ordered` sends to a secondary only once the ready ones before it are full; what is unserved
 /// is at least what the ready backends cannot serve, and nothing when the secondaries can.
 fn check_capacity(
@@ -401,9 +402,22 @@ fn check_capacity(
         .iter()
         .map(|b| b.capacity.unwrap_or(0))
         .collect();
+    if d.decided_reason == ready::PRIMARY_ACTIVE && d.status.phase.is_some() && !s.suspend {
+        // A ready primary keeps all the traffic only if it serves it, or no secondary has room.
+        // In basis points of the demand, as the rule counts them.
+        let share = |c: i64| ((c * 10_000 + demand / 2) / demand.max(1)).min(10_000);
+        if capacity.iter().skip(1).any(|c| share(*c) > 0) {
+            seen.met("capacity: a primary keeps it all only when it serves it all");
+            prop_assert!(
+                share(capacity[0]) >= 10_000,
+                "primary serves {} of {demand} yet keeps it all ({capacity:?})",
+                capacity[0]
+            );
+        }
+    }
     let bounded = matches!(
         d.decided_reason.as_str(),
-        ready::FAILED_OVER | ready::FAILBACK_BY_CAPACITY
+        ready::FAILED_OVER | ready::FAILBACK_BY_CAPACITY | ready::SPILLOVER_BY_CAPACITY
     );
     if !bounded || d.status.phase.is_none() || s.suspend {
         return Ok(());
@@ -607,6 +621,12 @@ fn the_decision_keeps_its_properties_over_every_field_of_the_spec() {
         "suspended: same decision, nothing announced",
         "suspended: the status shows the route kept",
         "no hold pending: a later decision on the same input changes nothing",
+        "drill: all traffic on its backend, a wake-up by its end",
+        "drill past its end time: not a drill's decision",
+        "capacity: traffic bounded by what each backend serves",
+        "capacity, Ordered: a secondary only once those before are full",
+        "capacity: secondaries enough, nothing unserved",
+        "capacity: a primary keeps it all only when it serves it all",
     ];
     let never: Vec<&str> = expected
         .iter()

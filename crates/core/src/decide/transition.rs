@@ -64,7 +64,8 @@ pub fn detect(
     })
 }
 
-/// The note of a transition: the rule's own for a ramp, a drill and a pin, else the move's.
+/// The note of a transition: the rule's own for a ramp, a drill, a pin and a spillover by
+/// capacity, else the move's.
 fn rule_message(
     policy: &ValidPolicy,
     routing: &Routing,
@@ -83,6 +84,16 @@ fn rule_message(
             "drill: all traffic moved to {} until {}",
             active.join(", "),
             Timestamp(until)
+        ),
+        Rule::CapacitySpillover => format!(
+            "primary {} is short of ready endpoints; what they cannot serve moved to {}",
+            policy.primary(),
+            active
+                .iter()
+                .filter(|a| a.as_str() != policy.primary())
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         Rule::Pinned(_) if transition != Transition::PinnedBackendNotReady => {
             format!("spec.pin: all traffic moved to {}", active.join(", "))
