@@ -63,10 +63,12 @@ impl Answer {
     }
 }
 
-/// A load under way.
+/// A load under way, sent from a thread of its own: a test that blocks its own thread (a
+/// `kubectl` it runs and waits for) neither delays requests nor makes them leave in a burst.
 pub struct Running {
     answers: Arc<Mutex<Vec<Answer>>>,
-    task: tokio::task::JoinHandle<()>,
+    done: tokio::sync::oneshot::Receiver<()>,
+    finished: Arc<std::sync::atomic::AtomicBool>,
     stop: Arc<tokio::sync::Notify>,
     /// When it started.
     #[allow(
@@ -105,10 +107,25 @@ impl Load {
         let answers = Arc::new(Mutex::new(Vec::new()));
         let started = Instant::now();
         let stop = Arc::new(tokio::sync::Notify::new());
-        let task = tokio::spawn(send(self, uri, answers.clone(), started, stop.clone()));
+        let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tell_done, done) = tokio::sync::oneshot::channel();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("the load's runtime: {e}"))?;
+        let (sent, flag, halt) = (answers.clone(), finished.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("load".into())
+            .spawn(move || {
+                runtime.block_on(send(self, uri, sent, started, halt));
+                flag.store(true, std::sync::atomic::Ordering::Release);
+                let _ = tell_done.send(());
+            })
+            .map_err(|e| format!("the load's thread: {e}"))?;
         Ok(Running {
             answers,
-            task,
+            done,
+            finished,
             stop,
             started,
         })
@@ -231,14 +248,14 @@ impl Running {
         reason = "the load example's (examples/load): no test waits for it"
     )]
     pub fn finished(&self) -> bool {
-        self.task.is_finished()
+        self.finished.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Stops sending, waits for the requests in flight (each answered or timed out, so counted
     /// as served or failed) and returns every answer.
     pub async fn stop(self) -> Vec<Answer> {
         self.stop.notify_one();
-        let _ = self.task.await;
+        let _ = self.done.await;
         std::mem::take(
             &mut *self
                 .answers
