@@ -1,7 +1,8 @@
 //! What a health query costs the controller: each regex compiled at the regex crate's default
 //! size limit and at the controller's, and a whole query checked, parsed and scoped, as
-//! `failover::health_query` does it. Prints the least of five runs of each (build with
-//! `--release`, as the controller runs).
+//! `failover::health_query` does it (on the parser's own thread), the deepest queries allowed and
+//! the shapes refused. Prints the least of five runs of each (build with `--release`, as the
+//! controller runs).
 //!
 //! ```sh
 //! cargo run --release --example query_cost
@@ -78,6 +79,34 @@ fn main() {
     println!(
         "210 matchers of \\w{{100}} ({} characters): refused in {:.3} ms: {}",
         flood.len(),
+        refused.as_secs_f64() * 1e3,
+        why.err().unwrap_or_default()
+    );
+    for query in failover::health_query::deepest_at_limit() {
+        let (took, parsed) = least(|| HealthQuery::parse(&query, "shop"));
+        println!(
+            "The deepest query allowed ({}…, {} characters): {} in {:.3} ms",
+            query.chars().take(24).collect::<String>(),
+            query.len(),
+            if parsed.is_ok() {
+                "checked and parsed"
+            } else {
+                "REFUSED"
+            },
+            took.as_secs_f64() * 1e3
+        );
+    }
+    let deep = format!("{}up{}", "(".repeat(2000), ")".repeat(2000));
+    let (refused, why) = least(|| HealthQuery::parse(&deep, "shop"));
+    println!(
+        "2,000 parentheses deep: refused in {:.3} ms: {}",
+        refused.as_secs_f64() * 1e3,
+        why.err().unwrap_or_default()
+    );
+    let hidden = failover::health_query::behind_a_comment();
+    let (refused, why) = least(|| HealthQuery::parse(&hidden, "shop"));
+    println!(
+        "8 matchers of (\\w{{99}}){{9}} behind a comment ending with \\r: refused in {:.3} ms: {}",
         refused.as_secs_f64() * 1e3,
         why.err().unwrap_or_default()
     );

@@ -13,8 +13,8 @@
 //! - cold start: controller start → every route and status in place, against the same writes
 //!   issued by a bare client at the same concurrency;
 //! - restart with everything in place: ready time and writes (none expected);
-//! - at `--noisy-neighbour-at` policies: the latency again, in turns with and without a policy
-//!   whose health query sits at every cost limit being edited every second;
+//! - at `--noisy-neighbour-at` policies: the latency again, in turns with and without tenants
+//!   of other namespaces editing policies whose health queries are the costliest shapes;
 //! - CPU seconds, peak RSS, and KiB per policy above the idle process;
 //! - what the controller's writes cost the API server: a TrafficSplit apply by the object's shape
 //!   and a status write by the way it is written (`probe`);
@@ -99,8 +99,8 @@ pub struct Options {
     /// first), the log every one.
     #[arg(long, default_value_t = 3)]
     restarts_in_place: usize,
-    /// The scale at which latency is measured again with a noisy neighbour (a policy with a
-    /// health query at every cost limit, edited every second); 0: not measured.
+    /// The scale at which latency is measured again with noisy neighbours (tenants editing
+    /// policies whose health queries are the costliest shapes); 0: not measured.
     #[arg(long, default_value_t = 1000)]
     noisy_neighbour_at: usize,
     /// The controller's --log-level (e.g. `info,failover=debug` to follow one change through

@@ -5,9 +5,9 @@
 
 use crate::support::{ControllerProcess, metric};
 
-/// The phase of the noisy neighbour's edits: one costly policy's memory, which the cost per
+/// The phase of the noisy neighbours' edits: a few costly policies' memory, which the cost per
 /// policy leaves out.
-pub const NOISY_NEIGHBOUR: &str = "noisy neighbour (one policy's query at every limit)";
+pub const NOISY_NEIGHBOUR: &str = "noisy neighbour (tenants' costliest queries)";
 
 /// One phase's memory.
 #[derive(Debug, Clone, serde::Serialize)]

@@ -592,7 +592,7 @@ fn neighbour_verdict(r: &ScaleResult) -> Option<Verdict> {
         &[&nb.quiet, &nb.noisy],
         || {
             format!(
-                "p50 {:.1} / {:.1} ms ({p50:.2}x), p99 {:.1} / {:.1} ms ({p99:.2}x) without / with {} edits of a query at every limit; lost {:?}",
+                "p50 {:.1} / {:.1} ms ({p50:.2}x), p99 {:.1} / {:.1} ms ({p99:.2}x) without / with {} edits of the costliest queries by other namespaces; lost {:?}",
                 nb.quiet.p50_ms,
                 nb.noisy.p50_ms,
                 nb.quiet.p99_ms,

@@ -35,6 +35,7 @@ mod samples;
 mod strategies;
 mod suspend_and_pin;
 mod tenancy;
+mod tenant_limits;
 mod traffic;
 mod validation;
 mod warning_events;

@@ -41,8 +41,10 @@ pub struct PrometheusHealth {
     /// Every selector reads the policy's namespace only: `namespace="<it>"` (the controller's
     /// `--prometheus-namespace-label`) is added to each; one that names another namespace is
     /// refused (reason `QueryNotAllowed`). Its cost is bounded: at most 4096 characters, 8
-    /// regex matchers (`=~`, `!~`), no counted repetition of three digits (`{100}`), and each
-    /// regex at most 256 characters that compiles to at most 256 KiB.
+    /// regex matchers (`=~`, `!~`), no counted repetition of three digits (`{100}`), each
+    /// regex at most 256 characters that compiles as written (a literal `{` is `\{`) to at most
+    /// 256 KiB, and a depth of at most 64 (the deepest parenthesis, plus each operator and each
+    /// range or subquery); names starting `__failover_` are the controller's.
     #[schemars(length(min = 1, max = MAX_QUERY_LENGTH))]
     #[x_kube(validation = rules::regex_matchers_rule())]
     #[x_kube(validation = rules::repetition_rule())]

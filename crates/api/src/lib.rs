@@ -149,6 +149,7 @@ pub const GROUP: &str = "failover.dev";
     validation = rules::PIN_NAMES_A_BACKEND.schema_rule(),
     validation = rules::DRILL_NAMES_A_BACKEND.schema_rule(),
     validation = rules::HTTP_ROUTE_NEEDS_PORT.schema_rule(),
+    validation = rules::ROUTE_BACKENDS_FIT.schema_rule(),
     validation = rules::HTTP_ROUTE_NEEDS_A_PARENT.schema_rule(),
     validation = rules::HTTP_ROUTE_NAME_FIXED.schema_rule(),
     validation = rules::OUTPUT_FIXED.schema_rule(),

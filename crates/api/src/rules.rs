@@ -291,6 +291,15 @@ pub const HTTP_ROUTE_NEEDS_PORT: CrossFieldRule = CrossFieldRule {
     message: "httpRoute (with the backends' port) is required with output HTTPRoute",
     field: ".httpRoute",
 };
+/// Most backendRefs one rule of a Gateway API route holds (its CRD's `maxItems`): the primary
+/// and the secondaries of a policy with a route output must fit in one rule.
+pub const MAX_ROUTE_BACKENDS: usize = 16;
+/// A route output fits its backends in one rule of at most [`MAX_ROUTE_BACKENDS`].
+pub const ROUTE_BACKENDS_FIT: CrossFieldRule = CrossFieldRule {
+    cel: "self.output != 'HTTPRoute' || size(self.secondaries) <= 15",
+    message: "output HTTPRoute takes at most 15 secondaries: with the primary, one HTTPRoute rule holds at most 16 backendRefs",
+    field: ".secondaries",
+};
 /// An HTTPRoute attaches to something: the apex Service, or at least one Gateway.
 pub const HTTP_ROUTE_NEEDS_A_PARENT: CrossFieldRule = CrossFieldRule {
     cel: "!has(self.httpRoute) || !has(self.httpRoute.serviceParent) || self.httpRoute.serviceParent || (has(self.httpRoute.gateways) && size(self.httpRoute.gateways) > 0)",
@@ -363,6 +372,9 @@ pub fn health_interval_rule() -> kube::core::Rule {
 pub const MAX_QUERY_LENGTH: usize = 4096;
 /// Most regex matchers (`=~`, `!~`) a query may hold.
 pub const MAX_REGEX_MATCHERS: usize = 8;
+/// Deepest a query may nest: the deepest parenthesis, plus each operator and each `[` (read on
+/// the parser's tokens, before it parses; the controller refuses a deeper one as InvalidSpec).
+pub const MAX_QUERY_DEPTH: usize = 64;
 /// Longest regex value, in characters.
 pub const MAX_REGEX_LENGTH: usize = 256;
 /// Most bytes one regex may compile to (the regex crate's default is 10 MiB).

@@ -172,7 +172,7 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
     let names =
         || std::iter::once(&spec.primary).chain(spec.secondaries.iter().map(|s| &s.service));
     let mut seen = BTreeSet::new();
-    let checks: [(bool, &CrossFieldRule); 7] = [
+    let checks: [(bool, &CrossFieldRule); 8] = [
         (
             !spec.secondaries.iter().any(|s| s.service == spec.primary),
             &rules::PRIMARY_NOT_SECONDARY,
@@ -207,6 +207,11 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
         (
             spec.output != crate::api::Output::HttpRoute || spec.http_route.is_some(),
             &rules::HTTP_ROUTE_NEEDS_PORT,
+        ),
+        (
+            spec.output != crate::api::Output::HttpRoute
+                || spec.secondaries.len() < rules::MAX_ROUTE_BACKENDS,
+            &rules::ROUTE_BACKENDS_FIT,
         ),
     ];
     let mut problems: Vec<SpecProblem> = checks

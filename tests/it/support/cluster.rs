@@ -47,19 +47,7 @@ impl ControlPlane {
         if done.contains(&self.kubeconfig) {
             return;
         }
-        let versions =
-            std::fs::read_to_string(repo_root().join("hack/versions.env")).expect("versions.env");
-        let version = versions
-            .lines()
-            .find_map(|l| l.strip_prefix("GATEWAY_API_VERSION="))
-            .expect("GATEWAY_API_VERSION")
-            .trim()
-            .to_string();
-        let crds = std::fs::read_to_string(
-            self.bin_dir
-                .join(format!("gateway-api-{version}-standard.yaml")),
-        )
-        .expect("Gateway API CRDs (hack/build-control-plane.sh fetches them)");
+        let crds = self.gateway_api_crds();
         let out = kubectl_stdin(self, &["apply", "--server-side", "-f", "-"], &crds);
         assert!(
             out.status.success(),
@@ -77,6 +65,23 @@ impl ControlPlane {
             String::from_utf8_lossy(&out.stderr)
         );
         done.push(self.kubeconfig.clone());
+    }
+
+    /// The Gateway API's standard-channel CRDs of the pinned version, as YAML.
+    pub fn gateway_api_crds(&self) -> String {
+        let versions =
+            std::fs::read_to_string(repo_root().join("hack/versions.env")).expect("versions.env");
+        let version = versions
+            .lines()
+            .find_map(|l| l.strip_prefix("GATEWAY_API_VERSION="))
+            .expect("GATEWAY_API_VERSION")
+            .trim()
+            .to_string();
+        std::fs::read_to_string(
+            self.bin_dir
+                .join(format!("gateway-api-{version}-standard.yaml")),
+        )
+        .expect("Gateway API CRDs (hack/build-control-plane.sh fetches them)")
     }
 
     /// A value of the instance's `env` file (`PROXY_URL`, `NODE_IP`, …), if it has it.
