@@ -121,7 +121,7 @@ async fn a_route_output_with_more_backends_than_one_route_rule_holds_is_refused_
         s.output = Output::HttpRoute;
         s.http_route = Some(HttpRouteSpec::on_port(80));
         s.secondaries = (0..MAX_ROUTE_BACKENDS)
-            .map(|i| SecondaryBackend::new(&format!("web-{i}")))
+            .map(|i| SecondaryBackend::new(format!("web-{i}")))
             .collect();
     });
     let said = tenant.apply_refused(&too_many.yaml());
