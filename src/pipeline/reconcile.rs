@@ -22,7 +22,7 @@ use crate::{
     observation::PolicyKey,
     pipeline::{
         apply::{self, Applied, ApplyError, DesiredRoute},
-        gather, scale, write,
+        deletion, gather, scale, write,
     },
     policy::ValidPolicy,
     route::{Claim, ParentKind, RouteParent},
@@ -104,7 +104,7 @@ impl Error {
 }
 
 /// The delay before retrying a policy that failed again: 200 ms doubling up to 10 s.
-fn next_retry(ctx: &Context, policy: &PolicyKey) -> Duration {
+pub fn next_retry(ctx: &Context, policy: &PolicyKey) -> Duration {
     retry::next(
         ctx.retries
             .lock()
@@ -116,9 +116,17 @@ fn next_retry(ctx: &Context, policy: &PolicyKey) -> Duration {
 /// Reconciles one policy, as the policy table holds it (validated once per generation).
 #[tracing::instrument(skip_all, fields(namespace = %held.key.namespace, policy = %held.key.name))]
 pub async fn reconcile(held: Held, ctx: Arc<Context>) -> Result<Next, Error> {
-    if !ctx.gate.leadership.is_leader() || held.identity.deleting {
+    if !ctx.gate.leadership.is_leader() {
         // Standbys keep their caches warm and write nothing; leadership triggers a full pass.
         return Ok(Next::Wait);
+    }
+    if held.identity.deleting {
+        // Nothing more is routed; what the policy scaled is restored before it goes.
+        return Ok(if held.identity.finalizer {
+            deletion::finalize(&held, &ctx).await
+        } else {
+            Next::Wait
+        });
     }
     let started = Instant::now();
     debug!("reconcile started");
@@ -209,6 +217,7 @@ async fn act(
     let scaled = scale::scale(
         &ctx.gate,
         ctx.allow_scaling,
+        policy,
         &valid,
         &plan.scale,
         held_scaled,
