@@ -18,7 +18,7 @@ use kube::Api;
 use crate::{
     api::FailoverPolicy,
     applied::Scaled,
-    pipeline::{finalize, gather, reconcile::Next, reconcile::next_retry, scale, write},
+    pipeline::{finalize, gather, scale, write},
     sources::{Context, local::policies::Held},
 };
 
@@ -26,9 +26,18 @@ use crate::{
 /// removed anyway.
 pub const GIVE_UP_AFTER: Duration = Duration::from_secs(300);
 
-/// Restores what the deleted policy raised and removes its finalizer; what to do next (retry
-/// while a restore fails and the deletion is younger than [`GIVE_UP_AFTER`]).
-pub async fn finalize(policy: &Held, ctx: &Context) -> Next {
+/// What became of a deleted policy's finalizer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finalized {
+    /// Removed: the policy goes.
+    Done,
+    /// Kept: a restore failed and the deletion is younger than [`GIVE_UP_AFTER`], or the
+    /// finalizer could not be removed; try again with backoff.
+    Retry,
+}
+
+/// Restores what the deleted policy raised and removes its finalizer.
+pub async fn finalize(policy: &Held, ctx: &Context) -> Finalized {
     let gate = &ctx.gate;
     let previous = gather::previous_status(policy, gate);
     let records = previous.last.map(|l| l.scaled.to_vec()).unwrap_or_default();
@@ -54,8 +63,7 @@ pub async fn finalize(policy: &Held, ctx: &Context) -> Next {
         (false, Ok(())) => {
             info!(left_raised = scaled.workloads.len(), "finalizer removed");
             write::announce_scaling(gate, policy, &scaled);
-            ctx.retries.lock().remove(&policy.key);
-            Next::Wait
+            Finalized::Done
         }
         (_, removed) => {
             let problem = removed.err().or(scaled.problem.clone()).unwrap_or_default();
@@ -68,7 +76,7 @@ pub async fn finalize(policy: &Held, ctx: &Context) -> Next {
                 ..scaled
             };
             write::announce_scaling(gate, policy, &changes);
-            Next::After(next_retry(ctx, &policy.key))
+            Finalized::Retry
         }
     }
 }

@@ -22,7 +22,8 @@ use crate::{
     observation::PolicyKey,
     pipeline::{
         apply::{self, Applied, ApplyError, DesiredRoute},
-        deletion, gather, scale, write,
+        deletion::{self, Finalized},
+        gather, scale, write,
     },
     policy::ValidPolicy,
     route::{Claim, ParentKind, RouteParent},
@@ -104,7 +105,7 @@ impl Error {
 }
 
 /// The delay before retrying a policy that failed again: 200 ms doubling up to 10 s.
-pub fn next_retry(ctx: &Context, policy: &PolicyKey) -> Duration {
+fn next_retry(ctx: &Context, policy: &PolicyKey) -> Duration {
     retry::next(
         ctx.retries
             .lock()
@@ -122,10 +123,15 @@ pub async fn reconcile(held: Held, ctx: Arc<Context>) -> Result<Next, Error> {
     }
     if held.identity.deleting {
         // Nothing more is routed; what the policy scaled is restored before it goes.
-        return Ok(if held.identity.finalizer {
-            deletion::finalize(&held, &ctx).await
-        } else {
-            Next::Wait
+        if !held.identity.finalizer {
+            return Ok(Next::Wait);
+        }
+        return Ok(match deletion::finalize(&held, &ctx).await {
+            Finalized::Done => {
+                ctx.retries.lock().remove(&held.key);
+                Next::Wait
+            }
+            Finalized::Retry => Next::After(next_retry(&ctx, &held.key)),
         });
     }
     let started = Instant::now();
