@@ -11,9 +11,8 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use tracing::{info, warn};
-
 use kube::Api;
+use tracing::{info, warn};
 
 use crate::{
     api::FailoverPolicy,
@@ -88,10 +87,15 @@ async fn overdue(policy: &Held, ctx: &Context) -> bool {
     let Ok(Some(current)) = api.get_opt(&policy.key.name).await else {
         return false;
     };
-    current.metadata.deletion_timestamp.is_some_and(|t| {
-        let age = Utc::now().timestamp().saturating_sub(t.0.as_second());
-        age >= GIVE_UP_AFTER.as_secs() as i64
-    })
+    current
+        .metadata
+        .deletion_timestamp
+        .is_some_and(|t| past_giving_up(t.0.as_second(), Utc::now().timestamp()))
+}
+
+/// Whether a deletion asked at `deleted` (seconds) is [`GIVE_UP_AFTER`] old or more at `now`.
+fn past_giving_up(deleted: i64, now: i64) -> bool {
+    now.saturating_sub(deleted) >= GIVE_UP_AFTER.as_secs() as i64
 }
 
 /// Restores every recorded workload; what could not be restored stays in `workloads`, with
@@ -113,4 +117,18 @@ async fn restore_all(
         }
     }
     scaled
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restores_are_retried_until_the_deletion_is_old_enough_to_give_up() {
+        let bound = GIVE_UP_AFTER.as_secs() as i64;
+        assert!(!past_giving_up(1_000, 1_000));
+        assert!(!past_giving_up(1_000, 1_000 + bound - 1));
+        assert!(past_giving_up(1_000, 1_000 + bound));
+        assert!(!past_giving_up(1_000, 900), "a clock behind the server's");
+    }
 }
