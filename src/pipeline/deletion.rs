@@ -107,7 +107,7 @@ async fn restore_all(
 ) -> Scaled {
     let mut scaled = Scaled::default();
     for record in records {
-        let why = "the policy is deleted";
+        let why = "as the policy is deleted";
         match scale::restore_one(&ctx.gate, &policy.key.namespace, &record, why).await {
             Ok(change) => scaled.changes.extend(change),
             Err(problem) => {

@@ -160,7 +160,14 @@ async fn restore_unnamed(
     scaled: &mut Scaled,
 ) {
     for record in restore::unnamed(held, targets) {
-        match restore_one(gate, namespace, record, "its scaleTarget was removed").await {
+        match restore_one(
+            gate,
+            namespace,
+            record,
+            "as no scaleTarget names it any more",
+        )
+        .await
+        {
             Ok(change) => scaled.changes.extend(change),
             Err(problem) => {
                 scaled.workloads.push(record.clone());
@@ -188,19 +195,31 @@ pub async fn restore_one(
         Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
         Err(e) => return Err(failed(&target, &e)),
     };
-    let Some(original) = restore::restored(record, current.replicas) else {
-        return Ok(None);
+    match restore::restored(record, current.replicas) {
+        Some(to) => Ok(Some(put_back(gate, namespace, record, to, why).await?)),
+        None => Ok(None),
+    }
+}
+
+/// Writes back `to`, what the recorded workload had before it was raised; the change, `why`.
+async fn put_back(
+    gate: &WriteGate,
+    namespace: &str,
+    record: &ScaledWorkload,
+    to: i32,
+    why: &str,
+) -> Result<ScaleChange, String> {
+    let target = ScaleTarget {
+        kind: record.kind,
+        name: record.name.clone(),
     };
-    write(gate, namespace, &target, original).await?;
-    let note = format!(
-        "{} restored from {} to {original}: {why}",
-        describe_target(&target),
-        record.replicas
-    );
-    Ok(Some(ScaleChange {
+    write(gate, namespace, &target, to).await?;
+    let what = describe_target(&target);
+    let note = format!("{what} restored from {} to {to} {why}", record.replicas);
+    Ok(ScaleChange {
         raised: false,
         note,
-    }))
+    })
 }
 
 /// One workload: the record to keep, and what was changed.
@@ -247,21 +266,13 @@ async fn one(
             Ok((Some(kept), Some(ScaleChange { raised: true, note })))
         }
         // The failback is over: restore what it had, unless someone changed it since.
-        (None, Some(r)) => {
-            let Some(original) = restore::restored(&r, current.replicas) else {
-                return Ok((None, None));
-            };
-            write(gate, namespace, target, original).await?;
-            let note = format!(
-                "{what} restored from {} to {original} after the failback",
-                r.replicas
-            );
-            let change = ScaleChange {
-                raised: false,
-                note,
-            };
-            Ok((None, Some(change)))
-        }
+        (None, Some(r)) => match restore::restored(&r, current.replicas) {
+            Some(to) => {
+                let change = put_back(gate, namespace, &r, to, "after the failback").await?;
+                Ok((None, Some(change)))
+            }
+            None => Ok((None, None)),
+        },
         (None, None) => Ok((None, None)),
     }
 }
