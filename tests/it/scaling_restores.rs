@@ -2,8 +2,9 @@
 //! policy-edit role): deleting a policy while its secondaries are scaled up restores the
 //! Deployment's replicas and the HPA's `minReplicas` before the policy goes (a finalizer, held
 //! only while something is raised; the controller runs under the chart's RBAC with
-//! `scaling.enabled`); removing a secondary's `scaleTarget` restores its workload; one workload
-//! named on two secondaries is refused at `kubectl apply`.
+//! `scaling.enabled`), and a deletion is not held when the workload is gone or scaling is off;
+//! removing a secondary's `scaleTarget` restores its workload; one workload named on two
+//! secondaries is refused at `kubectl apply`.
 
 use failover::api::{
     CapacitySpec, FailoverPolicy, SCALE_FINALIZER, ScaleKind, ScaleSpec, ScaleTarget, Strategy,
@@ -190,6 +191,55 @@ async fn removing_the_scale_target_of_a_scaled_up_secondary_restores_its_workloa
     support::figure(format!(
         "scaleTarget removed during a failover: web-east restored from {raised} to 1"
     ));
+}
+
+/// Applies the policy as the tenant, fails the primary over and waits until web-east is raised
+/// and the policy holds its finalizer.
+async fn raised(env: &TestEnv, tenant: &support::Tenant) {
+    env.set_endpoints("web", 3, 0).await;
+    tenant.apply(&scaled(Some(ScaleKind::Deployment), None).yaml());
+    env.wait_weights("web", &ON_WEB, WAIT).await;
+    env.set_endpoints("web", 0, 3).await;
+    env.wait_policy("web", WAIT, "a record and the finalizer", |p| {
+        finalized(p) && p.status.as_ref().is_some_and(|s| !s.scaled.is_empty())
+    })
+    .await;
+}
+
+/// The tenant deletes the policy, and it goes.
+async fn deleted(env: &TestEnv, tenant: &support::Tenant) {
+    ok(
+        &tenant.kubectl(&["delete", "failoverpolicy", "web", "--timeout=30s"]),
+        "kubectl delete as the tenant",
+    );
+    assert!(env.policy("web").await.is_none(), "the policy is gone");
+}
+
+#[tokio::test]
+async fn a_deleted_policy_is_not_held_when_its_workload_is_gone_or_scaling_is_off() {
+    let Some(env) = test_env!() else { return };
+    deployment(&env, "web-east");
+    let allowed = env.with_controller(&["--allow-scaling"]).await;
+    let tenant = env.tenant();
+    raised(&env, &tenant).await;
+    ok(
+        &env.kubectl(&["delete", "deployment", "web-east"]),
+        "deleting the workload",
+    );
+    deleted(&env, &tenant).await;
+
+    // Raised again, then the controller restarted without --allow-scaling.
+    deployment(&env, "web-east");
+    raised(&env, &tenant).await;
+    let raised_to = replicas(&env, ScaleKind::Deployment, "web-east");
+    drop(allowed);
+    let _off = ControllerProcess::start(&env, &[]);
+    deleted(&env, &tenant).await;
+    assert_eq!(
+        replicas(&env, ScaleKind::Deployment, "web-east"),
+        raised_to,
+        "nothing is restored without --allow-scaling"
+    );
 }
 
 #[tokio::test]
