@@ -20,9 +20,9 @@
 //! | runtime | [`runtime`] | what every step runs against: the API client, metrics, leadership, the leader-gated door for writes, the memory of writes, the backoff |
 //! | watch, observe | [`sources`] | what feeds the decision: the list-and-watch helper, the local caches and index, remote clusters, health queries, and which policies a change wakes |
 //! | gather | [`pipeline::gather`] | read what a decision needs from the sources |
-//! | apply | [`pipeline::apply`], [`pipeline::scale`] | write the route, raise or restore the workloads a failover needs; what each did, or why it could not |
+//! | apply | [`pipeline::apply`], [`pipeline::scale`], [`pipeline::finalize`] | write the route, raise or restore the workloads a failover needs, hold the policy's finalizer while one is raised; what each did, or why it could not |
 //! | write | [`pipeline::write`] | queue the status (written in the background), Events, metrics |
-//! | reconcile | [`pipeline::reconcile`] | the steps as named calls, and what happens next |
+//! | reconcile | [`pipeline::reconcile`] | the steps as named calls, what happens next, and a deleted policy's last restores ([`pipeline::deletion`]) |
 //! | controller | [`controller`] | the running controller: wiring, the work queue, the policy watch, the admin server |
 //!
 //! Within this crate, a module imports only from its own floor or the floors below
@@ -70,7 +70,7 @@ pub const LAYERS: &[Layer] = &[
     },
     Layer {
         name: "apply",
-        modules: &["pipeline::apply", "pipeline::scale"],
+        modules: &["pipeline::apply", "pipeline::scale", "pipeline::finalize"],
     },
     Layer {
         name: "write",

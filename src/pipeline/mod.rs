@@ -10,6 +10,8 @@
 //! from the floors below (`crate::LAYERS`).
 
 pub mod apply;
+pub mod deletion;
+pub mod finalize;
 pub mod gather;
 pub mod reconcile;
 pub mod scale;

@@ -22,6 +22,7 @@ use crate::{
     observation::PolicyKey,
     pipeline::{
         apply::{self, Applied, ApplyError, DesiredRoute},
+        deletion::{self, Finalized},
         gather, scale, write,
     },
     policy::ValidPolicy,
@@ -116,9 +117,22 @@ fn next_retry(ctx: &Context, policy: &PolicyKey) -> Duration {
 /// Reconciles one policy, as the policy table holds it (validated once per generation).
 #[tracing::instrument(skip_all, fields(namespace = %held.key.namespace, policy = %held.key.name))]
 pub async fn reconcile(held: Held, ctx: Arc<Context>) -> Result<Next, Error> {
-    if !ctx.gate.leadership.is_leader() || held.identity.deleting {
+    if !ctx.gate.leadership.is_leader() {
         // Standbys keep their caches warm and write nothing; leadership triggers a full pass.
         return Ok(Next::Wait);
+    }
+    if held.identity.deleting {
+        // Nothing more is routed; what the policy scaled is restored before it goes.
+        if !held.identity.finalizer {
+            return Ok(Next::Wait);
+        }
+        return Ok(match deletion::finalize(&held, &ctx).await {
+            Finalized::Done => {
+                ctx.retries.lock().remove(&held.key);
+                Next::Wait
+            }
+            Finalized::Retry => Next::After(next_retry(&ctx, &held.key)),
+        });
     }
     let started = Instant::now();
     debug!("reconcile started");
@@ -209,6 +223,7 @@ async fn act(
     let scaled = scale::scale(
         &ctx.gate,
         ctx.allow_scaling,
+        policy,
         &valid,
         &plan.scale,
         held_scaled,

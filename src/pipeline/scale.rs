@@ -1,7 +1,10 @@
 //! Step 6b of the pipeline, with `spec.capacity.scale`: raises each secondary's workload (an
 //! HorizontalPodAutoscaler's `minReplicas`, or a Deployment's replicas through its scale
 //! subresource) to what the decision asks for, and restores what it raised once the decision
-//! asks for nothing (the failback is over).
+//! asks for nothing (the failback is over) or no `scaleTarget` names it any more (removed or
+//! changed). The policy holds its finalizer ([`crate::pipeline::finalize`]) from before the
+//! first raise until every record is restored or released, so that its deletion restores them
+//! too ([`crate::pipeline::deletion`]).
 //!
 //! What a workload had is recorded in the status (`status.scaled`), so a restart or a new leader
 //! restores it too. A value someone changed after the controller did is theirs: the record is
@@ -16,13 +19,16 @@ use kube::{
     api::{Patch, PatchParams},
 };
 use serde_json::json;
+use tracing::warn;
 
 use crate::{
     api::{ScaleKind, ScaleTarget, ScaledWorkload},
     applied::{ScaleChange, Scaled},
-    decide::capacity::ScaleWant,
+    decide::{capacity::ScaleWant, restore},
+    pipeline::finalize,
     policy::ValidPolicy,
     runtime::{api_client::describe, gate::WriteGate},
+    sources::local::policies::Held,
 };
 
 /// The field manager of the controller's changes to workloads.
@@ -35,57 +41,185 @@ struct Current {
 }
 
 /// Raises and restores the policy's workloads as `wants` says, from what `held` recorded;
-/// changes nothing while the policy is suspended.
+/// changes nothing while the policy is suspended. A record of a workload no `scaleTarget` names
+/// any more is restored too, and the policy holds its finalizer while it holds a record.
 pub async fn scale(
     gate: &WriteGate,
     allowed: bool,
+    policy: &Held,
     valid: &ValidPolicy,
     wants: &[ScaleWant],
     held: &[ScaledWorkload],
 ) -> Scaled {
-    let Some(scale) = valid.capacity.as_ref().and_then(|c| c.scale.as_ref()) else {
+    let scale = valid.capacity.as_ref().and_then(|c| c.scale.as_ref());
+    let targets = scale.map_or(&[][..], |s| &s.targets[..]);
+    if targets.is_empty() && held.is_empty() {
         return Scaled::default();
-    };
+    }
+    if valid.suspend || !allowed {
+        return unchanged(valid.suspend, wants, held);
+    }
     let mut scaled = Scaled::default();
+    let raising = !wants.is_empty();
+    // No raise before the finalizer is in place: a deletion in between would leave it raised.
+    let mut may_raise = true;
+    if restore::finalizer_wanted(raising, held)
+        && !policy.identity.finalizer
+        && let Err(problem) = finalize::set(gate, policy, true).await
+    {
+        scaled.problem = Some(problem);
+        may_raise = false;
+    }
+    restore_unnamed(gate, &valid.namespace, targets, held, &mut scaled).await;
+    let raise = Raise {
+        gate,
+        namespace: &valid.namespace,
+        wants,
+        held,
+        may_raise,
+    };
+    raise.named(targets, &mut scaled).await;
+    let done = !restore::finalizer_wanted(raising, &scaled.workloads);
+    if done && policy.identity.finalizer {
+        // Harmless when it fails: the next reconcile, or the deletion, removes it.
+        if let Err(problem) = finalize::set(gate, policy, false).await {
+            warn!(problem, "the policy's finalizer could not be removed");
+        }
+    }
+    scaled
+}
+
+/// What a suspended policy, or one the cluster admin does not let scale, keeps: every record as
+/// it is, and (when not suspended) why nothing is scaled.
+fn unchanged(suspended: bool, wants: &[ScaleWant], held: &[ScaledWorkload]) -> Scaled {
+    let mut scaled = Scaled {
+        workloads: held.to_vec(),
+        ..Scaled::default()
+    };
     let nothing_to_do = wants.is_empty() && held.is_empty();
-    if valid.suspend {
-        scaled.workloads = held.to_vec();
-        return scaled;
+    if !suspended && !nothing_to_do {
+        scaled.problem = Some(
+            "the cluster admin has not let the controller scale workloads (--allow-scaling, the chart's scaling.enabled); traffic moves as the ready capacity allows".into(),
+        );
     }
-    if !allowed {
-        scaled.workloads = held.to_vec();
-        if !nothing_to_do {
-            scaled.problem = Some(
-                "the cluster admin has not let the controller scale workloads (--allow-scaling, the chart's scaling.enabled); traffic moves as the ready capacity allows".into(),
-            );
-        }
-        return scaled;
-    }
-    for (backend, target) in scale.targets.iter().enumerate() {
-        let Some(target) = target else { continue };
-        let want = wants
-            .iter()
-            .find(|w| w.backend == backend)
-            .map(|w| w.replicas);
-        let record = held
-            .iter()
-            .find(|r| r.kind == target.kind && r.name == target.name)
-            .cloned();
-        if want.is_none() && record.is_none() {
-            continue;
-        }
-        match one(gate, &valid.namespace, target, want, record.clone()).await {
-            Ok((kept, change)) => {
-                scaled.workloads.extend(kept);
-                scaled.changes.extend(change);
+    scaled
+}
+
+/// Raising and restoring the workloads the targets name.
+struct Raise<'a> {
+    gate: &'a WriteGate,
+    namespace: &'a str,
+    wants: &'a [ScaleWant],
+    held: &'a [ScaledWorkload],
+    /// The finalizer is in place (nothing is raised without it).
+    may_raise: bool,
+}
+
+impl Raise<'_> {
+    /// Each target's workload raised as its want says, or restored without one.
+    async fn named(&self, targets: &[Option<ScaleTarget>], scaled: &mut Scaled) {
+        let (gate, namespace, wants, held) = (self.gate, self.namespace, self.wants, self.held);
+        for (backend, target) in targets.iter().enumerate() {
+            let Some(target) = target else { continue };
+            let want = wants
+                .iter()
+                .find(|w| w.backend == backend)
+                .map(|w| w.replicas);
+            let record = held
+                .iter()
+                .find(|r| r.kind == target.kind && r.name == target.name)
+                .cloned();
+            if want.is_none() && record.is_none() {
+                continue;
             }
-            Err(problem) => {
+            if want.is_some() && !self.may_raise {
                 scaled.workloads.extend(record);
+                continue;
+            }
+            match one(gate, namespace, target, want, record.clone()).await {
+                Ok((kept, change)) => {
+                    scaled.workloads.extend(kept);
+                    scaled.changes.extend(change);
+                }
+                Err(problem) => {
+                    scaled.workloads.extend(record);
+                    scaled.problem.get_or_insert(problem);
+                }
+            }
+        }
+    }
+}
+
+/// Restores the workloads of `held` that no target names any more (the `scaleTarget` removed
+/// or changed); a record that could not be restored is kept, to be tried again.
+async fn restore_unnamed(
+    gate: &WriteGate,
+    namespace: &str,
+    targets: &[Option<ScaleTarget>],
+    held: &[ScaledWorkload],
+    scaled: &mut Scaled,
+) {
+    for record in restore::unnamed(held, targets) {
+        match restore_one(
+            gate,
+            namespace,
+            record,
+            "as no scaleTarget names it any more",
+        )
+        .await
+        {
+            Ok(change) => scaled.changes.extend(change),
+            Err(problem) => {
+                scaled.workloads.push(record.clone());
                 scaled.problem.get_or_insert(problem);
             }
         }
     }
-    scaled
+}
+
+/// Restores one raised workload to what it had before, `why` (for the Event), unless someone
+/// changed it since; a workload that no longer exists has nothing to restore. The change, if
+/// one was made.
+pub async fn restore_one(
+    gate: &WriteGate,
+    namespace: &str,
+    record: &ScaledWorkload,
+    why: &str,
+) -> Result<Option<ScaleChange>, String> {
+    let target = ScaleTarget {
+        kind: record.kind,
+        name: record.name.clone(),
+    };
+    let current = match read(gate, namespace, &target).await {
+        Ok(current) => current,
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
+        Err(e) => return Err(failed(&target, &e)),
+    };
+    match restore::restored(record, current.replicas) {
+        Some(to) => Ok(Some(put_back(gate, namespace, record, to, why).await?)),
+        None => Ok(None),
+    }
+}
+
+/// Writes back `to`, what the recorded workload had before it was raised; the change, `why`.
+async fn put_back(
+    gate: &WriteGate,
+    namespace: &str,
+    record: &ScaledWorkload,
+    to: i32,
+    why: &str,
+) -> Result<ScaleChange, String> {
+    let target = ScaleTarget {
+        kind: record.kind,
+        name: record.name.clone(),
+    };
+    write(gate, namespace, &target, to).await?;
+    let what = describe_target(&target);
+    let note = format!("{what} restored from {} to {to} {why}", record.replicas);
+    Ok(ScaleChange {
+        raised: false,
+        note,
+    })
 }
 
 /// One workload: the record to keep, and what was changed.
@@ -96,7 +230,9 @@ async fn one(
     want: Option<i32>,
     record: Option<ScaledWorkload>,
 ) -> Result<(Option<ScaledWorkload>, Option<ScaleChange>), String> {
-    let current = read(gate, namespace, target).await?;
+    let current = read(gate, namespace, target)
+        .await
+        .map_err(|e| failed(target, &e))?;
     let what = describe_target(target);
     match (want, record) {
         // Someone changed it since the controller did: theirs stays, until the failback.
@@ -130,21 +266,14 @@ async fn one(
             Ok((Some(kept), Some(ScaleChange { raised: true, note })))
         }
         // The failback is over: restore what it had, unless someone changed it since.
-        (None, Some(r)) if !r.released && current.replicas == r.replicas => {
-            write(gate, namespace, target, r.original_replicas).await?;
-            let note = format!(
-                "{what} restored from {} to {} after the failback",
-                r.replicas, r.original_replicas
-            );
-            Ok((
-                None,
-                Some(ScaleChange {
-                    raised: false,
-                    note,
-                }),
-            ))
-        }
-        (None, _) => Ok((None, None)),
+        (None, Some(r)) => match restore::restored(&r, current.replicas) {
+            Some(to) => {
+                let change = put_back(gate, namespace, &r, to, "after the failback").await?;
+                Ok((None, Some(change)))
+            }
+            None => Ok((None, None)),
+        },
+        (None, None) => Ok((None, None)),
     }
 }
 
@@ -158,13 +287,15 @@ fn describe_target(target: &ScaleTarget) -> String {
 }
 
 /// What the workload has now.
-async fn read(gate: &WriteGate, namespace: &str, target: &ScaleTarget) -> Result<Current, String> {
-    let missing = |e: kube::Error| format!("{}: {}", describe_target(target), describe(&e));
+async fn read(
+    gate: &WriteGate,
+    namespace: &str,
+    target: &ScaleTarget,
+) -> Result<Current, kube::Error> {
     match target.kind {
         ScaleKind::HorizontalPodAutoscaler => {
             let api: Api<HorizontalPodAutoscaler> = Api::namespaced(gate.client.clone(), namespace);
-            let hpa = api.get(&target.name).await.map_err(missing)?;
-            let spec = hpa.spec.unwrap_or_default();
+            let spec = api.get(&target.name).await?.spec.unwrap_or_default();
             Ok(Current {
                 replicas: spec.min_replicas.unwrap_or(1),
                 most: Some(spec.max_replicas),
@@ -172,13 +303,18 @@ async fn read(gate: &WriteGate, namespace: &str, target: &ScaleTarget) -> Result
         }
         ScaleKind::Deployment => {
             let api: Api<Deployment> = Api::namespaced(gate.client.clone(), namespace);
-            let scale = api.get_scale(&target.name).await.map_err(missing)?;
+            let scale = api.get_scale(&target.name).await?;
             Ok(Current {
                 replicas: scale.spec.and_then(|s| s.replicas).unwrap_or(0),
                 most: None,
             })
         }
     }
+}
+
+/// A failed read or write of the workload, in one line.
+fn failed(target: &ScaleTarget, error: &kube::Error) -> String {
+    format!("{}: {}", describe_target(target), describe(error))
 }
 
 /// Sets the workload's replicas, as the leader only.
@@ -193,7 +329,7 @@ async fn write(
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    let failed = |e: kube::Error| format!("{}: {}", describe_target(target), describe(&e));
+    let failed = |e: kube::Error| failed(target, &e);
     match target.kind {
         ScaleKind::HorizontalPodAutoscaler => {
             let api: Api<HorizontalPodAutoscaler> = Api::namespaced(gate.client.clone(), namespace);

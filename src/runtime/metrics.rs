@@ -36,13 +36,14 @@ use crate::{
 const PREFIX: &str = "failover";
 
 /// Every kind of API write, as `api_writes` labels it.
-pub const WRITE_KINDS: [&str; 6] = [
+pub const WRITE_KINDS: [&str; 7] = [
     "trafficsplit",
     "httproute",
     "status",
     "event",
     "lease",
     "scale",
+    "finalizer",
 ];
 
 /// Every CRD the controller may need, as `missing_api` labels it.

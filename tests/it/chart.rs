@@ -265,7 +265,8 @@ fn verbs(role: &serde_json::Value, group: &str, resource: &str) -> Vec<String> {
 }
 
 /// The controller deletes a route it owns when an older policy holds the same apex Service, so
-/// its ClusterRole grants `delete` on both kinds of route, while policies stay read-only to it.
+/// its ClusterRole grants `delete` on both kinds of route; on policies it only patches (their
+/// finalizer, while a workload it scaled is not restored), with or without scaling.
 #[tokio::test]
 async fn the_controllers_cluster_role_lets_it_delete_the_routes_it_yields() {
     let Some(env) = test_env!() else { return };
@@ -280,11 +281,15 @@ async fn the_controllers_cluster_role_lets_it_delete_the_routes_it_yields() {
         verbs(role, "gateway.networking.k8s.io", "httproutes"),
         route_verbs
     );
-    assert_eq!(
-        verbs(role, "failover.dev", "failoverpolicies"),
-        ["get", "list", "watch"],
-        "the controller never writes a policy's spec"
-    );
+    for values in [&[][..], &["scaling.enabled=true"][..]] {
+        let objects = render(&env, values);
+        let role = find(&objects, "ClusterRole", RENDER_CLUSTER_NAME).expect("ClusterRole");
+        assert_eq!(
+            verbs(role, "failover.dev", "failoverpolicies"),
+            ["get", "list", "watch", "patch"],
+            "no create, update or delete: only the finalizer is patched ({values:?})"
+        );
+    }
 }
 
 /// Like cert-manager's and Argo Rollouts', the chart's user roles aggregate into the built-in

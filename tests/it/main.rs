@@ -32,6 +32,7 @@ mod recovery;
 mod remote_clusters;
 mod route_ownership;
 mod samples;
+mod scaling_restores;
 mod strategies;
 mod suspend_and_pin;
 mod tenancy;

@@ -65,6 +65,10 @@ pub struct ScaleSpec {
     pub max_replicas: i32,
 }
 
+/// The finalizer a policy holds while a workload it raised is not restored: deleting the policy
+/// waits until the controller has restored (or let go of) every workload in `status.scaled`.
+pub const SCALE_FINALIZER: &str = "failover.dev/restore-scaled";
+
 fn five_minutes() -> String {
     "5m".to_string()
 }

@@ -155,7 +155,8 @@ pub const GROUP: &str = "failover.dev";
     validation = rules::OUTPUT_FIXED.schema_rule(),
     validation = rules::NO_RAMP_WITH_PROPORTIONAL.schema_rule(),
     validation = rules::NO_CAPACITY_WITH_PROPORTIONAL.schema_rule(),
-    validation = rules::SECONDARY_CAPACITY_NEEDS_CAPACITY.schema_rule()
+    validation = rules::SECONDARY_CAPACITY_NEEDS_CAPACITY.schema_rule(),
+    validation = rules::DISTINCT_SCALE_TARGETS.schema_rule()
 )]
 #[serde(rename_all = "camelCase")]
 pub struct FailoverPolicySpec {

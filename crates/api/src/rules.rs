@@ -261,6 +261,13 @@ pub const SECONDARY_CAPACITY_NEEDS_CAPACITY: CrossFieldRule = CrossFieldRule {
     message: "secondaries[].perEndpoint needs spec.capacity, and secondaries[].scaleTarget needs spec.capacity.scale",
     field: ".secondaries",
 };
+/// Each secondary's `scaleTarget` names a workload no other secondary names: the controller
+/// records what it raised once per workload, and could not restore one raised for two.
+pub const DISTINCT_SCALE_TARGETS: CrossFieldRule = CrossFieldRule {
+    cel: "self.secondaries.all(s, !has(s.scaleTarget) || self.secondaries.exists_one(t, has(t.scaleTarget) && t.scaleTarget.kind == s.scaleTarget.kind && t.scaleTarget.name == s.scaleTarget.name))",
+    message: "secondaries[].scaleTarget must name a different workload on each secondary",
+    field: ".secondaries",
+};
 /// Exactly one threshold (a rule on the health query).
 pub const ONE_THRESHOLD: CrossFieldRule = CrossFieldRule {
     cel: "has(self.max) != has(self.min)",

@@ -232,8 +232,16 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
 }
 
 /// The rules on `spec.capacity`, with whether each holds.
-fn capacity_checks(spec: &FailoverPolicySpec) -> [(bool, &'static CrossFieldRule); 2] {
+fn capacity_checks(spec: &FailoverPolicySpec) -> [(bool, &'static CrossFieldRule); 3] {
     let capacity = spec.capacity.as_ref();
+    let mut named = std::collections::HashSet::new();
+    let targets = spec
+        .secondaries
+        .iter()
+        .filter_map(|s| s.scale_target.as_ref());
+    let distinct = targets
+        .map(|t| (t.kind, t.name.as_str()))
+        .all(|workload| named.insert(workload));
     [
         (
             spec.strategy != Strategy::Proportional || capacity.is_none(),
@@ -246,6 +254,7 @@ fn capacity_checks(spec: &FailoverPolicySpec) -> [(bool, &'static CrossFieldRule
             }),
             &rules::SECONDARY_CAPACITY_NEEDS_CAPACITY,
         ),
+        (distinct, &rules::DISTINCT_SCALE_TARGETS),
     ]
 }
 
@@ -466,6 +475,47 @@ mod tests {
         assert_eq!(
             fields,
             ["spec.primary", "spec.secondaries", "spec.failbackAfter"]
+        );
+    }
+
+    #[test]
+    fn one_workload_named_on_two_secondaries_is_refused_naming_the_field() {
+        use crate::api::{CapacitySpec, ScaleKind, ScaleSpec, ScaleTarget};
+        let target = |kind, name: &str| {
+            Some(ScaleTarget {
+                kind,
+                name: name.into(),
+            })
+        };
+        let mut s = spec();
+        s.capacity = Some(CapacitySpec {
+            per_endpoint: 10,
+            primary_per_endpoint: None,
+            scale: Some(ScaleSpec {
+                deadline: "5m".into(),
+                max_replicas: 10,
+            }),
+        });
+        s.secondaries = vec![
+            SecondaryBackend::new("web-east"),
+            SecondaryBackend::new("web-west"),
+        ];
+        s.secondaries[0].scale_target = target(ScaleKind::Deployment, "web");
+        s.secondaries[1].scale_target = target(ScaleKind::HorizontalPodAutoscaler, "web");
+        assert!(
+            validate(&policy(s.clone())).is_ok(),
+            "two kinds, two workloads"
+        );
+
+        s.secondaries[1].scale_target = target(ScaleKind::Deployment, "web");
+        let problems = validate(&policy(s)).expect_err("one workload twice");
+        let rule = &rules::DISTINCT_SCALE_TARGETS;
+        assert_eq!(
+            problems
+                .iter()
+                .map(|p| (p.field.as_str(), p.message.as_str()))
+                .collect::<Vec<_>>(),
+            [("spec.secondaries", rule.message)]
         );
     }
 }

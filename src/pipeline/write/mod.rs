@@ -141,8 +141,9 @@ fn warn_failures(
     }
 }
 
-/// A Normal Event for each workload raised or restored.
-fn announce_scaling(gate: &WriteGate, policy: &Held, scaled: &crate::applied::Scaled) {
+/// A Normal Event for each workload raised or restored, and (a deleted policy's last restores)
+/// a Warning for a workload that could not be restored.
+pub fn announce_scaling(gate: &WriteGate, policy: &Held, scaled: &crate::applied::Scaled) {
     for change in &scaled.changes {
         let reason = if change.raised {
             scaling::SCALED_UP
@@ -150,6 +151,19 @@ fn announce_scaling(gate: &WriteGate, policy: &Held, scaled: &crate::applied::Sc
             scaling::SCALE_RESTORED
         };
         publish(gate, policy, EventType::Normal, reason, change.note.clone());
+    }
+    if let Some(problem) = &scaled.problem
+        && !scaled.workloads.is_empty()
+        && policy.identity.deleting
+    {
+        let note = format!("not restored before the policy was deleted: {problem}");
+        publish(
+            gate,
+            policy,
+            EventType::Warning,
+            scaling::SCALING_FAILED,
+            note,
+        );
     }
 }
 

@@ -6,7 +6,8 @@
 //! not change is no change at all (nothing is woken for it, nothing is validated).
 //!
 //! Each policy is held as
-//! - its identity: uid, generation, resource version, creation time, whether it is being deleted;
+//! - its identity: uid, generation, resource version, creation time, whether it is being
+//!   deleted, whether it holds the finalizer that restores what it scaled;
 //! - its spec as validated ([`Spec`]), once per generation: the policy watch validates a policy
 //!   whose uid and generation it has not seen (a query's check and parse, which compiles regexes,
 //!   off the thread that serves `/healthz`), and every reconcile, the index, the claims and the
@@ -24,7 +25,7 @@ use std::sync::Arc;
 use k8s_openapi::{
     api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::OwnerReference,
 };
-use kube::{Resource, runtime::watcher};
+use kube::{Resource, ResourceExt, runtime::watcher};
 
 use crate::{
     api::{FailoverPolicy, FailoverPolicyStatus},
@@ -97,6 +98,9 @@ pub struct Identity {
     pub created: i64,
     /// It is being deleted.
     pub deleting: bool,
+    /// It holds the finalizer that restores the workloads it scaled
+    /// ([`crate::api::SCALE_FINALIZER`]).
+    pub finalizer: bool,
 }
 
 impl Identity {
@@ -111,6 +115,10 @@ impl Identity {
                 .as_ref()
                 .map_or(i64::MAX, |t| t.0.as_second()),
             deleting: meta.deletion_timestamp.is_some(),
+            finalizer: policy
+                .finalizers()
+                .iter()
+                .any(|f| f == crate::api::SCALE_FINALIZER),
         }
     }
 

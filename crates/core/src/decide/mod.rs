@@ -17,6 +17,8 @@
 //! 7. [`conditions`]: what the decision means for the `Ready`, `Degraded`, `Pinned` and
 //!    `Suspended` conditions.
 //!
+//! [`restore`] says what becomes of a workload the controller raised once nothing asks for it.
+//!
 //! `suspend` changes no weight here: the plan is the same, the apply step does not write it, no
 //! transition is announced, and the `Suspended` condition says what would happen.
 //! [`previous`] reads the previous status once for the rules that need it.
@@ -31,6 +33,7 @@ pub mod plan;
 pub mod previous;
 pub mod ramp;
 pub mod readiness;
+pub mod restore;
 pub mod strategy;
 pub mod transition;
 

@@ -1,0 +1,98 @@
+//! The policy's finalizer ([`SCALE_FINALIZER`]): added before the first workload is raised,
+//! removed once every workload recorded in `status.scaled` is restored or let go of, so that
+//! deleting a policy never leaves a workload raised.
+//!
+//! Only policies that scale something carry it: a policy without `capacity.scale`, or one that
+//! never raised a workload, is never written to here. Each change reads the policy and writes
+//! its whole list of finalizers back with its resource version (a merge patch under the field
+//! manager [`FIELD_MANAGER`]): a concurrent change to the list is a conflict, retried, never
+//! overwritten.
+
+use kube::{
+    Api, ResourceExt,
+    api::{Patch, PatchParams},
+};
+use serde_json::json;
+
+use crate::{
+    api::{FailoverPolicy, SCALE_FINALIZER},
+    runtime::{api_client::describe, gate::WriteGate},
+    sources::local::policies::Held,
+};
+
+/// The field manager of the controller's changes to a policy's finalizers.
+pub const FIELD_MANAGER: &str = "failover-controller-finalizer";
+
+/// Adds (`hold`) or removes the finalizer on the policy, unless it already is as asked; a
+/// policy gone, or replaced by another object of its name, is left alone. Adding is refused
+/// once the policy is being deleted (the API server allows no new finalizer then).
+pub async fn set(gate: &WriteGate, policy: &Held, hold: bool) -> Result<(), String> {
+    let failed = |e: kube::Error| format!("the policy's finalizer: {}", describe(&e));
+    let api: Api<FailoverPolicy> = Api::namespaced(gate.client.clone(), &policy.key.namespace);
+    let Some(current) = api.get_opt(&policy.key.name).await.map_err(failed)? else {
+        return Ok(());
+    };
+    if current.uid().as_deref() != Some(&*policy.identity.uid) {
+        return Ok(());
+    }
+    let Some(finalizers) = changed(current.finalizers(), hold) else {
+        return Ok(());
+    };
+    if hold && current.metadata.deletion_timestamp.is_some() {
+        return Err("the policy is being deleted".into());
+    }
+    gate.ensure_leader().map_err(|e| e.to_string())?;
+    let patch = json!({
+        "metadata": {
+            "resourceVersion": current.resource_version(),
+            "finalizers": finalizers,
+        }
+    });
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    api.patch(&policy.key.name, &params, &Patch::Merge(&patch))
+        .await
+        .map_err(failed)?;
+    gate.metrics.write("finalizer");
+    Ok(())
+}
+
+/// The finalizers with ours added (`hold`) or removed; `None` when they already are.
+fn changed(finalizers: &[String], hold: bool) -> Option<Vec<String>> {
+    let held = finalizers.iter().any(|f| f == SCALE_FINALIZER);
+    if held == hold {
+        return None;
+    }
+    let mut list: Vec<String> = finalizers
+        .iter()
+        .filter(|f| *f != SCALE_FINALIZER)
+        .cloned()
+        .collect();
+    if hold {
+        list.push(SCALE_FINALIZER.into());
+    }
+    Some(list)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ours_is_added_or_removed_and_every_other_finalizer_kept() {
+        let other = || "example.com/keep".to_string();
+        assert_eq!(
+            changed(&[other()], true),
+            Some(vec![other(), SCALE_FINALIZER.into()])
+        );
+        assert_eq!(changed(&[other(), SCALE_FINALIZER.into()], true), None);
+        assert_eq!(
+            changed(&[SCALE_FINALIZER.into(), other()], false),
+            Some(vec![other()])
+        );
+        assert_eq!(changed(&[other()], false), None);
+        assert_eq!(changed(&[], true), Some(vec![SCALE_FINALIZER.into()]));
+    }
+}
