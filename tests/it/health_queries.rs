@@ -11,7 +11,7 @@ use failover::api::conditions::{HEALTH_QUERY_FAILED, health};
 
 use crate::support::{
     self, ControllerProcess, Exporter, ON_EAST, ON_WEB, PolicyBuilder, PrometheusServer, Tenant,
-    TestEnv, WAIT, WEB_BACKENDS, condition, http_get, metric_sum, test_env, wait_until, weights,
+    TestEnv, WAIT, WEB_BACKENDS, condition, metric_sum, test_env, wait_until, weights,
 };
 
 fn query_failed(p: &FailoverPolicy) -> bool {
@@ -178,9 +178,17 @@ async fn queries_sent(controller: &ControllerProcess) -> f64 {
     metric_sum(&text, "failover_health_queries_total")
 }
 
-/// The instant queries Prometheus has answered, by its own count.
+/// The instant queries Prometheus has answered, by its own count. Asked in HTTP/1.0, so the
+/// answer is not chunked (a chunk's frame can split a line).
 fn queries_answered(prometheus: &PrometheusServer) -> f64 {
-    let (_, text) = http_get(prometheus.url.trim_start_matches("http://"), "/metrics");
+    use std::io::{Read, Write};
+    let address = prometheus.url.trim_start_matches("http://");
+    let mut text = String::new();
+    let mut stream = std::net::TcpStream::connect(address).expect("Prometheus answers");
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n").expect("request");
+    stream
+        .read_to_string(&mut text)
+        .expect("Prometheus' metrics");
     text.lines()
         .filter(|l| {
             l.starts_with("prometheus_http_requests_total{")
