@@ -1,6 +1,6 @@
 //! `failover-controller`: runs the FailoverPolicy controller.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{net::SocketAddr, num::NonZeroU32, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use clap::Parser;
@@ -14,6 +14,7 @@ use failover::{
         leader::{self, Leadership, LeaseSettings},
         metrics::Metrics,
     },
+    sources::health::budget::DEFAULT_QUERIES_PER_SECOND,
     tenancy::Gateways,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
@@ -92,6 +93,11 @@ struct Args {
     /// of one tenant).
     #[arg(long, env = "PROMETHEUS_NAMESPACE_LABEL", default_value = "namespace")]
     prometheus_namespace_label: String,
+
+    /// The most health queries sent to Prometheus a second, every policy's together, shared by
+    /// namespace: while several namespaces wait, each gets the next query in turn.
+    #[arg(long, env = "PROMETHEUS_QUERIES_PER_SECOND", default_value_t = DEFAULT_QUERIES_PER_SECOND)]
+    prometheus_queries_per_second: NonZeroU32,
 
     /// Gateways of other namespaces that policies' HTTPRoutes may attach to, each
     /// `namespace/name` or `namespace/*` (comma-separated). A policy always may attach to a
@@ -241,6 +247,7 @@ fn settings(args: &Args, identity: &str) -> Settings {
         prometheus_allowed_addresses: args.prometheus_allowed_addresses.clone(),
         prometheus_namespace_label: Some(args.prometheus_namespace_label.clone())
             .filter(|l| !l.is_empty()),
+        prometheus_queries_per_second: args.prometheus_queries_per_second,
         allowed_gateways: Gateways::default(),
         allow_scaling: args.allow_scaling,
     }

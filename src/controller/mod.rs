@@ -20,6 +20,7 @@ pub mod triggers;
 
 use std::{
     future::Future,
+    num::NonZeroU32,
     sync::{Arc, Weak},
     time::{Duration, Instant},
 };
@@ -42,7 +43,7 @@ use crate::{
     },
     sources::{
         Context, Parts,
-        health::{Health, Reach},
+        health::{Health, Reach, budget::DEFAULT_QUERIES_PER_SECOND},
         local::{apis::Apis, feeds::feeds, synced::Synced},
         remote::Clusters,
     },
@@ -67,6 +68,8 @@ pub struct Settings {
     /// The label that scopes every selector of a health query to the policy's namespace
     /// (`None`: queries are sent as written).
     pub prometheus_namespace_label: Option<String>,
+    /// The most health queries sent a second, shared by namespace.
+    pub prometheus_queries_per_second: NonZeroU32,
     /// The Gateways of other namespaces that policies' HTTPRoutes may attach to.
     pub allowed_gateways: Gateways,
     /// Whether policies may scale their secondaries' workloads (`capacity.scale`).
@@ -83,6 +86,7 @@ impl Default for Settings {
             prometheus_address: None,
             prometheus_allowed_addresses: Vec::new(),
             prometheus_namespace_label: Some("namespace".to_string()),
+            prometheus_queries_per_second: DEFAULT_QUERIES_PER_SECOND,
             allowed_gateways: Gateways::default(),
             allow_scaling: false,
         }
@@ -111,6 +115,7 @@ fn context(
             settings.prometheus_address.as_deref(),
         ),
         namespace_label: settings.prometheus_namespace_label.clone(),
+        queries_per_second: settings.prometheus_queries_per_second,
     };
     // The remote clusters and the health pollers wake policies through the context they are
     // part of.

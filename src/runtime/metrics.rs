@@ -69,6 +69,8 @@ pub struct Metrics {
     pub reconcile_duration: Histogram,
     /// Failed reconciles, by error kind (the controller's own errors).
     pub reconcile_errors: Family<KindLabels, Counter>,
+    /// Health queries sent to Prometheus, every policy's.
+    pub health_queries: Counter,
     /// Failed health queries: tenants' queries, apart from the controller's own errors.
     pub health_query_errors: Counter,
     /// Policies waiting in the work queue for a reconcile to start.
@@ -146,6 +148,7 @@ impl Metrics {
             reconciles: Counter::default(),
             reconcile_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             reconcile_errors: Family::default(),
+            health_queries: Counter::default(),
             health_query_errors: Counter::default(),
             workqueue_depth: Gauge::default(),
             workqueue_queue_duration: Histogram::new(exponential_buckets(0.0001, 4.0, 10)),
@@ -187,6 +190,11 @@ impl Metrics {
             "reconcile_duration_seconds",
             "Duration of each reconcile",
             self.reconcile_duration.clone(),
+        );
+        r.register(
+            "health_queries",
+            "Health queries sent to Prometheus, within the --prometheus-queries-per-second budget",
+            self.health_queries.clone(),
         );
         r.register(
             "health_query_errors",
@@ -403,6 +411,11 @@ impl Metrics {
                 kind: kind.to_string(),
             })
             .inc();
+    }
+
+    /// Counts one health query sent.
+    pub fn health_query(&self) {
+        self.health_queries.inc();
     }
 
     /// Counts one failed health query (a tenant's query, not the controller's error).

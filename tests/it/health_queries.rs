@@ -1,6 +1,8 @@
 //! Health beyond readiness, end to end: a real Prometheus (built from its Go module) scrapes an
 //! exporter the test controls, and the controller fails over on a backend's error ratio although
-//! all its endpoints are ready; Prometheus stopped keeps the last verdict and says so.
+//! all its endpoints are ready; Prometheus stopped keeps the last verdict and says so. An answer
+//! that is not one number is a failed query, and a tenant asking for many queries a second is
+//! held to the controller's budget while another namespace's queries are still answered.
 
 use std::time::{Duration, Instant};
 
@@ -8,8 +10,8 @@ use failover::api::FailoverPolicy;
 use failover::api::conditions::{HEALTH_QUERY_FAILED, health};
 
 use crate::support::{
-    self, Exporter, ON_EAST, ON_WEB, PolicyBuilder, PrometheusServer, WAIT, condition, test_env,
-    weights,
+    self, ControllerProcess, Exporter, ON_EAST, ON_WEB, PolicyBuilder, PrometheusServer, Tenant,
+    TestEnv, WAIT, WEB_BACKENDS, condition, metric_sum, test_env, wait_until, weights,
 };
 
 fn query_failed(p: &FailoverPolicy) -> bool {
@@ -159,4 +161,191 @@ async fn a_prometheus_answering_html_or_ten_megabytes_is_reported_in_one_line() 
         condition(&big, HEALTH_QUERY_FAILED).expect("condition").2
     ));
     env.wait_weights("web", &ON_WEB, WAIT).await;
+}
+
+/// A condition's message as the tenant reads it with kubectl.
+fn seen_by(tenant: &Tenant, type_: &str) -> String {
+    let path = format!("jsonpath={{.status.conditions[?(@.type==\"{type_}\")].message}}");
+    support::ok(
+        &tenant.kubectl(&["get", "failoverpolicy", "web", "-o", &path]),
+        "kubectl get as the tenant",
+    )
+}
+
+/// The health queries the controller has sent, by its own count.
+async fn queries_sent(controller: &ControllerProcess) -> f64 {
+    let text = controller.admin_get("/metrics").await.1;
+    metric_sum(&text, "failover_health_queries_total")
+}
+
+/// The instant queries Prometheus has answered, by its own count. Asked in HTTP/1.0, so the
+/// answer is not chunked (a chunk's frame can split a line).
+fn queries_answered(prometheus: &PrometheusServer) -> f64 {
+    use std::io::{Read, Write};
+    let address = prometheus.url.trim_start_matches("http://");
+    let mut text = String::new();
+    let mut stream = std::net::TcpStream::connect(address).expect("Prometheus answers");
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n").expect("request");
+    stream
+        .read_to_string(&mut text)
+        .expect("Prometheus' metrics");
+    text.lines()
+        .filter(|l| {
+            l.starts_with("prometheus_http_requests_total{")
+                && l.contains("handler=\"/api/v1/query\"")
+        })
+        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_matrix_answer_is_a_failed_query_named_in_the_condition_and_backs_off() {
+    let Some(env) = test_env!() else { return };
+    let exporter = Exporter::start();
+    exporter.set(&[("web", 0.01), ("web-east", 0.0), ("web-west", 0.0)]);
+    let prometheus = PrometheusServer::start(env.cp, &exporter, &env.ns).await;
+    let controller = env
+        .with_controller(&["--prometheus-address", &prometheus.url])
+        .await;
+    let tenant = env.tenant();
+    // Eleven hours at one sample a second: most of a MiB of answer, once read as "no data".
+    tenant.apply(&PolicyBuilder::web_with_health(None, "vector(1)[11h:1s]").yaml());
+    env.wait_weights("web", &ON_WEB, WAIT).await;
+    let p = env
+        .wait_policy("web", WAIT, "the matrix answer reported", |p| {
+            condition(p, HEALTH_QUERY_FAILED)
+                .is_some_and(|c| c.0 == "True" && c.2.contains("non-scalar answer"))
+        })
+        .await;
+    let (_, reason, message) = condition(&p, HEALTH_QUERY_FAILED).expect("condition");
+    assert_eq!(reason, health::HEALTH_QUERY_FAILED);
+    assert!(
+        message.contains("web, web-east, web-west: non-scalar answer: a range vector (matrix)"),
+        "{message}"
+    );
+    let backends = p
+        .status
+        .as_ref()
+        .map(|s| s.backends.as_slice())
+        .unwrap_or_default();
+    assert!(
+        !backends.is_empty() && backends.iter().all(|b| b.health.is_none()),
+        "no verdict from an answer that is not one number: {backends:?}"
+    );
+    // Every query of the policy fails: the pause between rounds doubles to eight intervals.
+    // Once it has, a window of sixteen seconds holds at most three rounds of three queries
+    // (forty-eight queries at the interval).
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let before = queries_sent(&controller).await;
+    let window = Duration::from_secs(16);
+    tokio::time::sleep(window).await;
+    let sent = queries_sent(&controller).await - before;
+    support::figure(format!(
+        "the tenant sees: HealthQueryFailed: {}; backed off: {sent} queries in {window:?} (48 at the interval)",
+        seen_by(&tenant, HEALTH_QUERY_FAILED)
+    ));
+    assert!(sent <= 9.0, "{sent} queries in {window:?}: no backoff");
+    assert_eq!(env.split_weights("web").await, Some(weights(&ON_WEB)));
+}
+
+/// The noisy tenant's policies: `count` of 33 backends each (a primary and the most
+/// secondaries), their query every second.
+fn wide_policies(count: usize, query: &str) -> String {
+    (0..count)
+        .map(|i| {
+            let secondaries: Vec<String> = (1..=failover::api::rules::MAX_SECONDARIES)
+                .map(|j| format!("b{i}-{j}"))
+                .collect();
+            let secondaries: Vec<&str> = secondaries.iter().map(String::as_str).collect();
+            PolicyBuilder::named(&format!("wide-{i}"), &format!("b{i}-0"), &secondaries)
+                .with_health(None, query)
+                .yaml()
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+#[tokio::test]
+async fn a_tenant_with_many_backends_at_1s_stays_within_the_budget_and_another_namespace_fails_over()
+ {
+    const BUDGET: f64 = 10.0;
+    let Some(noisy) = TestEnv::dedicated("noisy-health-queries").await else {
+        return;
+    };
+    let quiet = TestEnv::on(noisy.cp, "quiet-health-queries")
+        .await
+        .expect("a second namespace");
+    quiet.ready_backends(&WEB_BACKENDS).await;
+    let exporter = Exporter::start();
+    exporter.set(&[("web", 0.01), ("web-east", 0.0), ("web-west", 0.0)]);
+    let prometheus = PrometheusServer::start(noisy.cp, &exporter, &quiet.ns).await;
+    let controller = ControllerProcess::start_cluster_wide(
+        &noisy,
+        &[
+            "--prometheus-address",
+            &prometheus.url,
+            "--prometheus-queries-per-second",
+            "10",
+        ],
+    );
+    let query = "backend_error_ratio{service=\"{{service}}\"}";
+    quiet
+        .tenant()
+        .apply(&PolicyBuilder::web_with_health(None, query).yaml());
+    quiet.wait_weights("web", &ON_WEB, WAIT).await;
+    let first_value =
+        |p: &FailoverPolicy| p.status.as_ref()?.backends.first()?.health.as_ref()?.value;
+    quiet
+        .wait_policy("web", WAIT, "the primary's first reading", |p| {
+            first_value(p) == Some(0.01)
+        })
+        .await;
+
+    // Eight policies of 33 backends at 1 s: 264 queries a second asked for.
+    let asked = 8 * (failover::api::rules::MAX_SECONDARIES + 1);
+    noisy.tenant().apply(&wide_policies(8, query));
+    let before = queries_sent(&controller).await;
+    let flooding = wait_until(WAIT, || async {
+        queries_sent(&controller).await > before + 3.0 * BUDGET
+    })
+    .await;
+    assert!(flooding, "the noisy tenant's pollers never ran");
+
+    // Meanwhile the quiet namespace's primary goes bad: its queries must still be answered.
+    let (sent_before, answered_before) = (
+        queries_sent(&controller).await,
+        queries_answered(&prometheus),
+    );
+    let started = Instant::now();
+    exporter.set(&[("web", 0.9), ("web-east", 0.0), ("web-west", 0.0)]);
+    quiet.wait_weights("web", &ON_EAST, WAIT).await;
+    let failover = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(10).saturating_sub(started.elapsed())).await;
+    let (sent, answered) = (
+        queries_sent(&controller).await - sent_before,
+        queries_answered(&prometheus) - answered_before,
+    );
+    let window = started.elapsed().as_secs_f64();
+    let bound = BUDGET * (window + 1.0);
+    support::figure(format!(
+        "a tenant asking {asked} queries/s: the controller sent {sent} in {window:.1} s ({:.1}/s), Prometheus answered {answered} (budget 10/s, bound {bound:.0}); another namespace failed over on its error ratio in {failover:.1?}",
+        sent / window
+    ));
+    assert!(
+        sent <= bound && answered <= bound,
+        "sent {sent}, answered {answered} in {window:.1} s: over the budget"
+    );
+    assert!(
+        sent >= BUDGET * window / 2.0,
+        "the budget is in use: {sent} in {window:.1} s"
+    );
+    assert!(
+        failover <= Duration::from_secs(10),
+        "the quiet namespace failed over {failover:.1?} after its ratio rose (about 3 s alone)"
+    );
+    let p = quiet.policy("web").await.expect("the quiet policy");
+    assert!(
+        condition(&p, HEALTH_QUERY_FAILED).is_some_and(|c| c.0 == "False"),
+        "the quiet namespace's queries answer"
+    );
 }

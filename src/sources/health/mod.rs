@@ -9,17 +9,22 @@
 //! error rate stays failed over while Prometheus is down. A query that has never answered (no
 //! address, or Prometheus down since the start) gives no verdict: routing follows readiness
 //! alone, and the `HealthQueryFailed` condition says why.
+//!
+//! Every query waits for its namespace's turn in the cluster-wide [`budget::Budget`], so no
+//! number of policies or backends sends more than the admin's budget to Prometheus, and each
+//! namespace gets its share of it.
 
+pub mod budget;
 pub mod prometheus;
 
-use std::{collections::HashMap, sync::Arc};
+use std::{collections::HashMap, num::NonZeroU32, sync::Arc};
 
 use chrono::Utc;
 use parking_lot::{Mutex, RwLock};
 use tokio::task::AbortHandle;
 use tracing::warn;
 
-use self::prometheus::Prometheus;
+use self::{budget::Budget, prometheus::Prometheus};
 use crate::{
     api::{
         FailoverPolicy, conditions::health::ADDRESS_NOT_ALLOWED,
@@ -71,8 +76,9 @@ struct Unasked {
     message: String,
 }
 
-/// Where health queries may go and what they may read, as the cluster admin set it.
-#[derive(Clone, Debug, Default)]
+/// Where health queries may go, what they may read and how many may be sent, as the cluster
+/// admin set it.
+#[derive(Clone, Debug)]
 pub struct Reach {
     /// The Prometheus for policies that name none (`--prometheus-address`).
     pub default_address: Option<String>,
@@ -80,6 +86,19 @@ pub struct Reach {
     pub addresses: Addresses,
     /// The label every selector is scoped by to the policy's namespace (`None`: not scoped).
     pub namespace_label: Option<String>,
+    /// The most queries sent a second, every policy's together (`--prometheus-queries-per-second`).
+    pub queries_per_second: NonZeroU32,
+}
+
+impl Default for Reach {
+    fn default() -> Self {
+        Self {
+            default_address: None,
+            addresses: Addresses::default(),
+            namespace_label: None,
+            queries_per_second: budget::DEFAULT_QUERIES_PER_SECOND,
+        }
+    }
 }
 
 /// Every reading, and the pollers that make them.
@@ -91,6 +110,7 @@ pub struct Health {
     pollers: Arc<Mutex<HashMap<PolicyKey, (Plan, AbortHandle)>>>,
     reach: Arc<Reach>,
     prometheus: Prometheus,
+    budget: Budget,
     metrics: Arc<Metrics>,
     wake: Arc<dyn Fn(PolicyKey) + Send + Sync>,
 }
@@ -105,6 +125,7 @@ impl Health {
         Self {
             readings: Arc::default(),
             pollers: Arc::default(),
+            budget: Budget::new(reach.queries_per_second),
             reach: Arc::new(reach),
             prometheus: Prometheus::default(),
             metrics,
@@ -269,14 +290,18 @@ impl Health {
     }
 }
 
-/// Runs a policy's queries every interval, for ever (until its plan changes). While every query
-/// fails, the pause doubles, up to eight intervals, so a Prometheus that is down is not hammered.
+/// Runs a policy's queries every interval, for ever (until its plan changes), each when the
+/// budget gives its namespace a turn. While every query fails (Prometheus down, or an answer
+/// that is not one number), the pause doubles, up to eight intervals, so Prometheus is not
+/// hammered.
 async fn poll(health: Health, key: PolicyKey, plan: Plan) {
     let mut failed_rounds = 0u32;
     loop {
         let mut changed = false;
         let mut failures = 0;
         for (service, query) in &plan.queries {
+            health.budget.turn(&key.namespace).await;
+            health.metrics.health_query();
             let outcome = health.prometheus.query(&plan.address, query).await;
             if let Err(e) = &outcome {
                 failures += 1;

@@ -30,8 +30,13 @@ impl PolicyBuilder {
     /// asked every second, no data counting as healthy (`address`: `None` for the controller's
     /// own Prometheus).
     pub fn web_with_health(address: Option<String>, query: &str) -> Self {
+        Self::web().with_health(address, query)
+    }
+
+    /// With a Prometheus query every backend must also pass, as in [`Self::web_with_health`].
+    pub fn with_health(self, address: Option<String>, query: &str) -> Self {
         let query = query.to_string();
-        Self::web().spec(move |s| {
+        self.spec(move |s| {
             s.health = Some(failover::api::HealthSpec {
                 prometheus: Some(failover::api::PrometheusHealth {
                     address,
