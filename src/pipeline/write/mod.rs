@@ -80,7 +80,9 @@ pub fn report(
             policy,
             EventType::Warning,
             crate::api::conditions::ready::APEX_CONFLICT,
-            format!("{claim} is routed by the older policy {holder}; this policy writes no route"),
+            format!(
+                "{claim} is routed by policy {holder}, which claimed it first; this policy writes no route"
+            ),
         ),
         Applied::Conflict
         | Applied::Failed(_)
