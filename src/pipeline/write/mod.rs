@@ -81,7 +81,8 @@ pub fn report(
             EventType::Warning,
             crate::api::conditions::ready::APEX_CONFLICT,
             format!(
-                "{claim} is routed by policy {holder}, which claimed it first; this policy writes no route"
+                "{claim} is routed by {}, which claimed it first; this policy writes no route",
+                crate::route::claim::holder_seen_from(holder, &policy.key.namespace)
             ),
         ),
         Applied::Conflict

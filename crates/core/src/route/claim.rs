@@ -5,7 +5,11 @@
 use std::fmt;
 
 use super::{ParentKind, RouteTarget, Shape};
-use crate::{observation::Namespace, policy::ValidPolicy, tenancy::Gateways};
+use crate::{
+    observation::{Namespace, PolicyKey},
+    policy::ValidPolicy,
+    tenancy::Gateways,
+};
 
 /// One thing a policy routes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -107,5 +111,31 @@ impl Claim {
                 }
             })
             .collect()
+    }
+}
+
+/// The policy holding a claim, as a policy of namespace `reader` may read of it (its author
+/// reads its status and Events): named when it is of the same namespace, else only "a policy in
+/// another namespace", so nothing of another namespace is told.
+pub fn holder_seen_from(holder: &PolicyKey, reader: &str) -> String {
+    if &*holder.namespace == reader {
+        format!("policy {holder}")
+    } else {
+        "a policy in another namespace".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holder_is_named_only_to_a_reader_of_its_namespace() {
+        let holder = PolicyKey::new("b", "old");
+        assert_eq!(holder_seen_from(&holder, "b"), "policy b/old");
+        assert_eq!(
+            holder_seen_from(&holder, "a"),
+            "a policy in another namespace"
+        );
     }
 }

@@ -9,7 +9,8 @@
 //! - the route's CRD not installed: the backends as observed, `Ready=False` `<Kind>CRDMissing`
 //!   naming the CRD and how to install it;
 //! - another policy routing the same apex, having claimed it first: the backends as observed,
-//!   `Ready=False` `ApexConflict` naming the claim and the policy that holds it.
+//!   `Ready=False` `ApexConflict` naming the claim and the policy that holds it (only when of the
+//!   same namespace: else "a policy in another namespace").
 //!
 //! Conditions keep their `lastTransitionTime` while their status does not change.
 
@@ -34,7 +35,7 @@ use crate::{
     last_status::LastStatus,
     message,
     policy::{SpecProblem, ValidPolicy},
-    route::{RouteKind, RouteParent, RouteTarget, RouteView},
+    route::{RouteKind, RouteParent, RouteTarget, RouteView, claim::holder_seen_from},
 };
 
 /// What a reconcile came to.
@@ -133,7 +134,8 @@ fn decided_or_in_place(d: &Decided, input: &StatusInput) -> (FailoverPolicyStatu
             false,
             ready::APEX_CONFLICT,
             format!(
-                "{claim} is routed by policy {holder}, which claimed it first, so this policy writes no route; delete one of the two, or give this one its own apex"
+                "{claim} is routed by {}, which claimed it first, so this policy writes no route; delete one of the two, or give this one its own apex",
+                holder_seen_from(holder, &d.policy.namespace)
             ),
         )),
     };
