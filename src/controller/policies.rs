@@ -113,8 +113,6 @@ fn follow(ctx: &Context, change: &Change) -> Vec<Request> {
             object,
             revalidated,
         } => {
-            let before = previous.as_deref().map(Claimant::of);
-            let after = Claimant::of(held);
             ctx.index.write().update(
                 &held.key,
                 previous.as_ref().and_then(|p| p.spec.valid()).map(|v| &**v),
@@ -129,15 +127,15 @@ fn follow(ctx: &Context, change: &Change) -> Vec<Request> {
                     held.spec.valid().map(|v| &**v),
                 );
             }
-            let handed = ctx.claims.write().update(before.as_ref(), Some(&after));
+            let now = Claimant::of(held, &ctx.gateways);
+            let handed = ctx.claims.write().update(&held.key, Some(&now), seen_at());
             std::iter::once(held.key.clone()).chain(handed).collect()
         }
         Change::Deleted(held) => {
-            let before = Claimant::of(held);
             ctx.index
                 .write()
                 .update(&held.key, held.spec.valid().map(|v| &**v), None);
-            let handed = ctx.claims.write().update(Some(&before), None);
+            let handed = ctx.claims.write().update(&held.key, None, seen_at());
             ctx.health.follow(held.key.clone(), None, None);
             ctx.metrics().forget_policy(&PolicyLabels {
                 namespace: held.key.namespace.to_string(),
@@ -145,7 +143,10 @@ fn follow(ctx: &Context, change: &Change) -> Vec<Request> {
             });
             handed
         }
-        Change::Listed => return vec![Request::Listed],
+        Change::Listed => {
+            ctx.claims.write().listed();
+            return vec![Request::Listed];
+        }
     };
     // Remote clusters watch exactly the namespaces policies read from; the cluster Secrets are
     // watched once any policy reads from a remote cluster.
@@ -159,4 +160,9 @@ fn follow(ctx: &Context, change: &Change) -> Vec<Request> {
         ));
     });
     requests.into_iter().map(Request::One).collect()
+}
+
+/// Now, in milliseconds: when the claims table saw a change.
+fn seen_at() -> i64 {
+    chrono::Utc::now().timestamp_millis()
 }

@@ -6,7 +6,7 @@
 //! - a route not controlled by this policy: [`Applied::Conflict`], untouched;
 //! - a route that says what the plan says (and carries the policy label): nothing is written;
 //! - otherwise: one server-side apply with the controller's field manager;
-//! - an older policy holds the apex: the route this policy owns is deleted ([`withdraw`]).
+//! - another policy claimed the apex first: the route this policy owns is deleted ([`withdraw`]).
 //!
 //! A route this replica wrote wins over an older cached copy until the cache catches up, so a
 //! stale cache never causes a second write.
@@ -120,8 +120,9 @@ impl ApplyError {
     }
 }
 
-/// Deletes the route this policy owns, once it yields its claim to an older policy (so one
-/// route, not two, says where the apex's traffic goes); `current` is the cached view of it.
+/// Deletes the route this policy owns, once it yields its claim to a policy that made it first
+/// (so one route, not two, says where the apex's traffic goes); `current` is the cached view of
+/// it.
 /// The delete is conditioned on the version seen, so a route changed meanwhile is left to the
 /// next reconcile.
 pub async fn withdraw(
@@ -150,7 +151,7 @@ pub async fn withdraw(
     match api.delete(&desired.target.name, &params).await {
         Ok(_) => {
             gate.metrics.write(desired.target.kind().metric_label());
-            info!(kind = desired.target.kind().as_str(), route = %desired.target.name, %claim, holder = %holder, "deleted route: an older policy holds its apex");
+            info!(kind = desired.target.kind().as_str(), route = %desired.target.name, %claim, holder = %holder, "deleted route: another policy claimed its apex first");
             Ok(Applied::Yielded { claim, holder })
         }
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {

@@ -26,7 +26,7 @@ use crate::{
         gather, scale, write,
     },
     policy::ValidPolicy,
-    route::{Claim, ParentKind, RouteParent},
+    route::{Claim, RouteParent},
     runtime::{gate::NotLeader, retry, written::StatusKey},
     sources::{
         Context,
@@ -157,6 +157,7 @@ async fn run(policy: &Held, ctx: &Context) -> Result<Next, Error> {
         }
     };
     let target = policy.spec.target();
+    let claims = ctx.claims.read().records(&policy.key);
     let status = status::build(&StatusInput {
         generation: policy.identity.generation,
         target,
@@ -164,6 +165,7 @@ async fn run(policy: &Held, ctx: &Context) -> Result<Next, Error> {
         whole: previous.whole.as_ref(),
         outcome: &outcome,
         now,
+        claims: &claims,
     });
     // Written in the background: the next reconcile of this policy does not wait for it.
     let key = StatusKey::new(&policy.key, &policy.identity.uid);
@@ -191,8 +193,9 @@ async fn act(
     if !ctx.wait_for_inputs().await {
         return Err(Error::CachesNotSynced);
     }
-    let claims = Claim::of(&valid);
+    // What it may attach to, and so what it claims: one function decides both.
     let (valid, refused_parents) = attachable(valid, &ctx.gateways);
+    let claims = Claim::of(&valid, &ctx.gateways);
     let inputs = gather::inputs(&valid, ctx);
     let plan = decide(&valid, &inputs.observations, previous, now);
     let owner = policy.owner_reference().ok_or(Error::MissingUid)?;
@@ -246,15 +249,7 @@ fn attachable(
     valid: Arc<ValidPolicy>,
     gateways: &Gateways,
 ) -> (Arc<ValidPolicy>, Vec<RouteParent>) {
-    let namespace = valid.namespace.as_str();
-    let (route, refused) = valid.route.without_parents(|p| {
-        p.kind == ParentKind::Gateway
-            && !gateways.allows(
-                namespace,
-                p.namespace.as_deref().unwrap_or(namespace),
-                &p.name,
-            )
-    });
+    let (route, refused) = gateways.attachable(&valid.namespace, &valid.route);
     if refused.is_empty() {
         return (valid, refused);
     }

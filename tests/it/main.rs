@@ -13,6 +13,7 @@ mod capacity_traffic;
 mod chart;
 mod chart_monitoring;
 mod chart_values;
+mod claims;
 mod control_plane;
 mod crd;
 mod demo;

@@ -77,8 +77,8 @@ pub mod ready {
     pub const TRAFFIC_SPLIT_CRD_MISSING: &str = "TrafficSplitCRDMissing";
     /// The HTTPRoute CRD is not installed.
     pub const HTTP_ROUTE_CRD_MISSING: &str = "HTTPRouteCRDMissing";
-    /// An older policy routes the same apex Service (or hostname and path on a Gateway
-    /// listener); this one writes no route.
+    /// Another policy, which claimed it first, routes the same apex Service (or hostname and
+    /// path on a Gateway listener); this one writes no route.
     pub const APEX_CONFLICT: &str = "ApexConflict";
 
     /// The `Ready` reasons of a failure that no transition Event announces: each raises a

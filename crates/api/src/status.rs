@@ -144,6 +144,15 @@ pub struct FailoverPolicyStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub route_parents: Vec<RouteParentState>,
 
+    /// What this policy routes (its apex Service; for an HTTPRoute on Gateways, each hostname
+    /// and path on each listener it may attach to), each with when this policy first claimed
+    /// it. Of two policies claiming one thing, the one that claimed it first routes it. Only the
+    /// controller writes status (the chart's roles grant no one else `failoverpolicies/status`,
+    /// and the API server drops a status sent with the object), so an author cannot backdate a
+    /// claim.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<ClaimRecord>,
+
     /// Standard conditions, one of each type: `Ready` (traffic is routed to a ready backend
     /// through the owned route) and `Degraded` (some backend, the primary above all, is not
     /// ready); `Suspended` and `Pinned` while `spec.suspend` or `spec.pin` is set;
@@ -222,6 +231,17 @@ pub struct BackendStatus {
     /// With `spec.capacity`: the requests per second its ready endpoints serve.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<i64>,
+}
+
+/// Something a policy routes, and since when.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimRecord {
+    /// What is claimed, as conditions name it: `apex Service api`, or `hostname
+    /// shop.example.com path / on Gateway shop/gw`.
+    pub claim: String,
+    /// When this policy first claimed it, as the controller saw it.
+    pub since: Timestamp,
 }
 
 /// A workload the controller raised for a failover.

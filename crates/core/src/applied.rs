@@ -18,12 +18,12 @@ pub enum Applied {
     Failed(String),
     /// The CRD of the route's kind is not installed: nothing was written.
     ApiMissing(NeededApi),
-    /// An older policy holds what this one would route (`claim`): no route is written, and the
-    /// route this policy owned, if any, is deleted.
+    /// Another policy, which claimed it first, holds what this one would route (`claim`): no
+    /// route is written, and the route this policy owned, if any, is deleted.
     Yielded {
-        /// What the older policy holds.
+        /// What the other policy holds.
         claim: Claim,
-        /// The older policy.
+        /// The other policy (only named to a reader of its namespace).
         holder: PolicyKey,
     },
 }

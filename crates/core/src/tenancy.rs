@@ -29,10 +29,13 @@
 //!   a Gateway's `allowedRoutes` admits routes, not the tenants who would have the controller
 //!   write them, and a tenant without any right on HTTPRoutes must not get one on a shared
 //!   Gateway. A Gateway not allowed is left out of the route (`Attached=False`, reason
-//!   `GatewayNotAllowed`).
+//!   `GatewayNotAllowed`), and the policy claims nothing on it: what a policy may not attach to
+//!   it cannot take from the namespace that may.
 //!
 //! Each refusal names the field and the rule, in the policy's status, and never what the admin
 //! allowed or granted to others.
+
+use crate::route::{ParentKind, RouteParent, RouteTarget};
 
 /// The annotation of a cluster Secret that grants policy namespaces remote namespaces:
 /// `from=to` pairs separated by commas, `*` for any on either side.
@@ -114,6 +117,25 @@ impl Gateways {
                 .allowed
                 .iter()
                 .any(|(ns, n)| ns == namespace && (n == "*" || n == name))
+    }
+
+    /// A policy's route as it may attach: without the Gateways of other namespaces the admin
+    /// does not allow, and those Gateways. The one place a route's parents are decided: the
+    /// route written and what its policy claims ([`crate::route::Claim`]) both come from it, so a
+    /// policy never claims what it may not attach to.
+    pub fn attachable(
+        &self,
+        policy_namespace: &str,
+        route: &RouteTarget,
+    ) -> (RouteTarget, Vec<RouteParent>) {
+        route.without_parents(|p| {
+            p.kind == ParentKind::Gateway
+                && !self.allows(
+                    policy_namespace,
+                    p.namespace.as_deref().unwrap_or(policy_namespace),
+                    &p.name,
+                )
+        })
     }
 }
 

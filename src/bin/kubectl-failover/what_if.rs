@@ -366,6 +366,7 @@ fn decided(
         whole: None,
         outcome: &outcome,
         now: at,
+        claims: &[],
     });
     let step = Step {
         at,

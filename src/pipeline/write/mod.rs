@@ -80,7 +80,10 @@ pub fn report(
             policy,
             EventType::Warning,
             crate::api::conditions::ready::APEX_CONFLICT,
-            format!("{claim} is routed by the older policy {holder}; this policy writes no route"),
+            format!(
+                "{claim} is routed by {}, which claimed it first; this policy writes no route",
+                crate::route::claim::holder_seen_from(holder, &policy.key.namespace)
+            ),
         ),
         Applied::Conflict
         | Applied::Failed(_)

@@ -1,9 +1,22 @@
 //! Who routes what. A policy claims its apex Service (the root of its TrafficSplit, or the
 //! Service its HTTPRoute attaches to) and, for an HTTPRoute on Gateways, each hostname and path
-//! on each Gateway listener it names. Two policies claiming one thing would write two routes for
-//! it, and what a mesh or a Gateway does then is undefined: the older policy holds the claim
-//! (creationTimestamp, then namespace and name: the Gateway API's rule for conflicting routes),
-//! and the younger writes no route and says why (`Ready=False`, reason `ApexConflict`).
+//! on each Gateway listener it may attach to: its parents are those
+//! [`crate::tenancy::Gateways::attachable`] keeps, the function that decides the route's
+//! parents, so a Gateway the admin does not allow the policy is no claim of it. Two policies
+//! claiming one thing would write two routes for it, and what a mesh or a Gateway does then is
+//! undefined: the policy that claimed it first holds it, and the other writes no route and says
+//! why (`Ready=False`, reason `ApexConflict`). A claim ranks by when it was made, not by the
+//! policy's age: an old policy that names something later does not take it from the policy
+//! routing it.
+//!
+//! When a claim was made is when the controller first saw the policy make it, kept in the
+//! policy's status (`status.claims`, which only the controller writes), so it survives a restart
+//! and a change of leader. The status is read when this process first sees a policy; from then
+//! on the table's own times stand (a status read back late may still record a claim the policy
+//! has dropped since, and a claim dropped and made again is a new claim). A claim the status does
+//! not record counts from when this process first saw it, and all those of the first list from
+//! the list's start: they tie, and a tie goes to the older policy (creationTimestamp, then
+//! namespace and name), so claims a release without `status.claims` left keep their holders.
 //!
 //! The policy watch keeps this table current and wakes every claimant of a claim whose holder
 //! changed, so deleting the holder hands the claim over at once. Claims compare exactly: a
@@ -11,94 +24,175 @@
 
 use std::collections::HashMap;
 
+use chrono::DateTime;
 use smallvec::SmallVec;
 
 pub use crate::route::Claim;
 use crate::{
+    api::{ClaimRecord, Timestamp},
     observation::PolicyKey,
     sources::local::policies::{Held, Spec},
+    tenancy::Gateways,
 };
 
-/// A policy as the claims read it: its key, its age, and its spec.
+/// A policy as the claims read it.
 #[derive(Clone, Copy, Debug)]
 pub struct Claimant<'a> {
     /// Its namespace and name.
     pub key: &'a PolicyKey,
-    /// Its creationTimestamp, in seconds (none: `i64::MAX`).
+    /// Its uid: a new object of the same name makes its claims anew.
+    pub uid: &'a str,
+    /// Its creationTimestamp, in seconds (none: `i64::MAX`): breaks ties.
     pub created: i64,
     /// Its spec.
     pub spec: &'a Spec,
+    /// The claims its status records, with when each was made.
+    pub recorded: &'a [ClaimRecord],
+    /// The Gateways of other namespaces the admin allows.
+    pub gateways: &'a Gateways,
 }
 
 impl<'a> Claimant<'a> {
     /// A policy as the table holds it.
-    pub fn of(held: &'a Held) -> Self {
+    pub fn of(held: &'a Held, gateways: &'a Gateways) -> Self {
         Self {
             key: &held.key,
+            uid: &held.identity.uid,
             created: held.identity.created,
             spec: &held.spec,
+            recorded: held.last.as_ref().map_or(&[], |l| &l.claims),
+            gateways,
         }
     }
 
     fn claims(&self) -> Vec<Claim> {
-        self.spec.claims(&self.key.namespace)
+        self.spec.claims(&self.key.namespace, self.gateways)
     }
 
-    fn rank(&self) -> Rank {
-        Rank {
-            created: self.created,
-            key: self.key.clone(),
-        }
+    /// When its status says it made `claim`, in milliseconds.
+    fn recorded(&self, claim: &Claim) -> Option<i64> {
+        let text = claim.to_string();
+        self.recorded
+            .iter()
+            .find(|r| r.claim == text)
+            .map(|r| r.since.0.timestamp_millis())
     }
 }
 
 /// A policy claiming something, in the order that decides who holds it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Rank {
+    /// When it made the claim, in milliseconds.
+    since: i64,
     /// Its creationTimestamp, in seconds (none sorts last).
     created: i64,
     key: PolicyKey,
 }
 
-/// Every claim, with its claimants oldest first (nearly always one).
+/// What one policy claims, each with when it made it (in milliseconds).
+#[derive(Clone, Debug, PartialEq)]
+struct Made {
+    uid: Box<str>,
+    created: i64,
+    claims: Vec<(Claim, i64)>,
+}
+
+impl Made {
+    fn since(&self, claim: &Claim) -> Option<i64> {
+        self.claims.iter().find(|(c, _)| c == claim).map(|c| c.1)
+    }
+}
+
+/// Every claim, with its claimants first made first (nearly always one), and what each policy
+/// claims.
 #[derive(Debug, Default)]
 pub struct Claims {
     by_claim: HashMap<Claim, SmallVec<[Rank; 1]>>,
+    by_policy: HashMap<PolicyKey, Made>,
+    /// When the first list began, until it is complete: what its new claims count from.
+    first_list: Option<i64>,
+    listed: bool,
 }
 
 impl Claims {
-    /// Records a policy's change: `before` as recorded before (none: new), `after` now (none:
-    /// deleted); returns the other policies to wake: every claimant of a claim whose holder
-    /// changed.
+    /// Records a policy as it is now (`None`: deleted), seen at `at` (milliseconds); returns
+    /// the other policies to wake: every claimant of a claim whose holder changed.
     pub fn update(
         &mut self,
-        before: Option<&Claimant>,
-        after: Option<&Claimant>,
+        key: &PolicyKey,
+        policy: Option<&Claimant>,
+        at: i64,
     ) -> Vec<PolicyKey> {
-        let old = before.map(Claimant::claims).unwrap_or_default();
-        let new = after.map(Claimant::claims).unwrap_or_default();
-        let (old_rank, new_rank) = (before.map(Claimant::rank), after.map(Claimant::rank));
-        if old == new && old_rank == new_rank {
-            return Vec::new();
-        }
+        let at = self.seen_at(at);
+        let made = policy.map(|c| self.made(c, at));
+        let old = self.by_policy.remove(key);
         let mut woken = Vec::new();
-        if let Some(rank) = &old_rank {
-            for claim in &old {
-                self.change(claim, &mut woken, |c| c.retain(|c| c.key != rank.key));
+        if old != made {
+            for (claim, _) in old.iter().flat_map(|m| &m.claims) {
+                self.change(claim, &mut woken, |c| c.retain(|r| &r.key != key));
+            }
+            if let Some(made) = &made {
+                for (claim, since) in &made.claims {
+                    let rank = Rank {
+                        since: *since,
+                        created: made.created,
+                        key: key.clone(),
+                    };
+                    self.change(claim, &mut woken, |c| {
+                        if let Err(at) = c.binary_search(&rank) {
+                            c.insert(at, rank);
+                        }
+                    });
+                }
             }
         }
-        if let Some(rank) = &new_rank {
-            for claim in &new {
-                self.change(claim, &mut woken, |c| {
-                    if let Err(at) = c.binary_search(rank) {
-                        c.insert(at, rank.clone());
-                    }
-                });
-            }
+        if let Some(made) = made {
+            self.by_policy.insert(key.clone(), made);
         }
-        let me = after.or(before).map(|c| c.key);
-        woken.retain(|k| Some(k) != me);
+        woken.sort();
+        woken.dedup();
+        woken.retain(|k| k != key);
         woken
+    }
+
+    /// The first list is complete: a claim seen from now on counts from when it is seen.
+    pub fn listed(&mut self) {
+        self.listed = true;
+        self.first_list = None;
+    }
+
+    /// What a new claim seen at `at` counts from.
+    fn seen_at(&mut self, at: i64) -> i64 {
+        if self.listed {
+            at
+        } else {
+            *self.first_list.get_or_insert(at)
+        }
+    }
+
+    /// What a policy claims now, each with when it made it: as this table had it, else (the
+    /// first time this process sees the policy) as its status records it, else `at`.
+    fn made(&self, claimant: &Claimant, at: i64) -> Made {
+        let before = self
+            .by_policy
+            .get(claimant.key)
+            .filter(|m| *m.uid == *claimant.uid);
+        let mut claims: Vec<(Claim, i64)> = Vec::new();
+        for claim in claimant.claims() {
+            if claims.iter().any(|(c, _)| *c == claim) {
+                continue;
+            }
+            let since = match before {
+                Some(before) => before.since(&claim),
+                None => claimant.recorded(&claim),
+            };
+            claims.push((claim, since.map_or(at, |s| s.min(at))));
+        }
+        Made {
+            uid: claimant.uid.into(),
+            created: claimant.created,
+            claims,
+        }
     }
 
     /// The first of `claims` that a policy other than `policy` holds, and that holder.
@@ -111,6 +205,22 @@ impl Claims {
             let holder = &self.by_claim.get(claim)?.first()?.key;
             (holder != policy).then(|| (claim.clone(), holder.clone()))
         })
+    }
+
+    /// What a policy claims, with when it first did, as its status records it.
+    pub fn records(&self, policy: &PolicyKey) -> Vec<ClaimRecord> {
+        let Some(made) = self.by_policy.get(policy) else {
+            return Vec::new();
+        };
+        made.claims
+            .iter()
+            .filter_map(|(claim, since)| {
+                Some(ClaimRecord {
+                    claim: claim.to_string(),
+                    since: Timestamp(DateTime::from_timestamp_millis(*since)?),
+                })
+            })
+            .collect()
     }
 
     /// Changes a claim's claimants; when its holder changed, every claimant is woken.
@@ -134,29 +244,49 @@ impl Claims {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, LazyLock};
+
     use super::*;
     use crate::api::{
         FailoverPolicy, FailoverPolicySpec, GatewayParent, HttpRouteSpec, Output, SecondaryBackend,
     };
 
+    static NONE_ALLOWED: LazyLock<Gateways> = LazyLock::new(Gateways::default);
+
     fn valid(p: &FailoverPolicy) -> Spec {
-        Spec::Valid(std::sync::Arc::new(
-            crate::validate::validate(p).expect("valid"),
-        ))
+        Spec::Valid(Arc::new(crate::validate::validate(p).expect("valid")))
     }
 
-    fn policy(name: &str, primary: &str) -> FailoverPolicy {
+    /// A policy of namespace `ns` on the apex `service`.
+    fn policy(ns: &str, name: &str, service: &str) -> FailoverPolicy {
         let mut p = FailoverPolicy::new(
             name,
             FailoverPolicySpec {
-                service: "api".into(),
-                primary: primary.into(),
-                secondaries: vec![SecondaryBackend::new("api-b")],
+                service: service.into(),
+                primary: format!("{service}-a"),
+                secondaries: vec![SecondaryBackend::new(format!("{service}-b"))],
                 ..Default::default()
             },
         );
-        p.metadata.namespace = Some("ns".into());
+        p.metadata.namespace = Some(ns.into());
         p
+    }
+
+    /// A policy of `ns` whose HTTPRoute attaches to the Gateway `gw` for `shop.example.com`.
+    fn on_gateway(ns: &str, name: &str, gateway: (&str, &str)) -> Spec {
+        let mut p = policy(ns, name, "web");
+        p.spec.output = Output::HttpRoute;
+        p.spec.http_route = Some(HttpRouteSpec {
+            gateways: vec![GatewayParent {
+                name: gateway.1.into(),
+                namespace: Some(gateway.0.into()),
+                section_name: None,
+                port: None,
+            }],
+            hostnames: vec!["shop.example.com".into()],
+            ..HttpRouteSpec::on_port(8080)
+        });
+        valid(&p)
     }
 
     fn key(name: &str) -> PolicyKey {
@@ -164,91 +294,190 @@ mod tests {
     }
 
     fn claimant<'a>(key: &'a PolicyKey, created: i64, spec: &'a Spec) -> Claimant<'a> {
-        Claimant { key, created, spec }
+        Claimant {
+            key,
+            uid: &key.name,
+            created,
+            spec,
+            recorded: &[],
+            gateways: &NONE_ALLOWED,
+        }
+    }
+
+    /// The claims table after its first list.
+    fn listed() -> Claims {
+        let mut claims = Claims::default();
+        claims.listed();
+        claims
+    }
+
+    fn holder(claims: &Claims, of: &Claimant) -> Option<PolicyKey> {
+        claims.held_by_other(of.key, &of.claims()).map(|h| h.1)
     }
 
     #[test]
-    fn the_older_policy_holds_an_apex_and_deleting_it_hands_the_apex_over() {
-        let mut claims = Claims::default();
-        let (older, younger) = (
-            valid(&policy("b-old", "api-a")),
-            valid(&policy("a-new", "api-c")),
+    fn the_first_to_claim_holds_a_claim_however_old_the_other_policy_and_deleting_it_hands_it_over()
+    {
+        let mut claims = listed();
+        let (old_key, young_key) = (key("old"), key("young"));
+        let (elsewhere, api) = (
+            valid(&policy("ns", "old", "other")),
+            valid(&policy("ns", "young", "api")),
         );
-        let (old_key, new_key) = (key("b-old"), key("a-new"));
-        let (older, younger) = (
-            claimant(&old_key, 100, &older),
-            claimant(&new_key, 200, &younger),
+        let young = claimant(&young_key, 200, &api);
+        assert!(claims.update(&young_key, Some(&young), 1_000).is_empty());
+        // The older policy, created before, names the same apex later.
+        claims.update(&old_key, Some(&claimant(&old_key, 100, &elsewhere)), 1_500);
+        let moved = valid(&policy("ns", "old", "api"));
+        let old = claimant(&old_key, 100, &moved);
+        assert!(
+            claims.update(&old_key, Some(&old), 2_000).is_empty(),
+            "the holder did not change"
         );
-        assert!(claims.update(None, Some(&younger)).is_empty());
+        assert_eq!(holder(&claims, &old), Some(young_key.clone()));
+        assert_eq!(holder(&claims, &young), None);
+        // Seen again later (a status write, a resync): the claim keeps its time.
+        claims.update(&young_key, Some(&young), 9_000);
+        assert_eq!(holder(&claims, &old), Some(young_key.clone()));
         assert_eq!(
-            claims.update(None, Some(&older)),
-            vec![key("a-new")],
-            "the holder changed"
+            claims.update(&young_key, None, 9_500),
+            vec![old_key.clone()]
         );
-        let mine = younger.claims();
-        let (claim, holder) = claims.held_by_other(&key("a-new"), &mine).expect("held");
-        assert_eq!(
-            (claim.to_string(), holder),
-            ("apex Service api".into(), key("b-old"))
-        );
-        assert_eq!(claims.held_by_other(&key("b-old"), &older.claims()), None);
-        assert_eq!(claims.update(Some(&older), None), vec![key("a-new")]);
-        assert_eq!(claims.held_by_other(&key("a-new"), &mine), None);
+        assert_eq!(holder(&claims, &old), None);
+        // Made again, the claim is a new one: the other holds it now.
+        claims.update(&young_key, Some(&young), 10_000);
+        assert_eq!(holder(&claims, &young), Some(old_key));
     }
 
     #[test]
-    fn same_second_policies_are_ordered_by_name_and_a_moved_apex_is_released() {
+    fn claims_made_at_once_go_to_the_older_policy_then_by_name() {
+        let mut claims = listed();
+        let (a_key, b_key, c_key) = (key("a"), key("b"), key("c"));
+        let api = [
+            valid(&policy("ns", "a", "api")),
+            valid(&policy("ns", "b", "api")),
+            valid(&policy("ns", "c", "api")),
+        ];
+        let (a, b, c) = (
+            claimant(&a_key, 100, &api[0]),
+            claimant(&b_key, 100, &api[1]),
+            claimant(&c_key, 50, &api[2]),
+        );
+        claims.update(&b_key, Some(&b), 1_000);
+        claims.update(&a_key, Some(&a), 1_000);
+        assert_eq!(holder(&claims, &b), Some(a_key.clone()), "by name");
+        claims.update(&c_key, Some(&c), 1_000);
+        assert_eq!(holder(&claims, &a), Some(c_key), "the older");
+    }
+
+    #[test]
+    fn every_claim_of_the_first_list_counts_from_its_start_unless_the_status_records_it() {
         let mut claims = Claims::default();
+        let (old_key, young_key, recorded_key) = (key("old"), key("young"), key("recorded"));
+        let api = [
+            valid(&policy("ns", "old", "api")),
+            valid(&policy("ns", "young", "api")),
+            valid(&policy("ns", "recorded", "api")),
+        ];
+        let (old, young) = (
+            claimant(&old_key, 100, &api[0]),
+            claimant(&young_key, 200, &api[1]),
+        );
+        // Listed across a second: unrecorded claims tie, and the older policy holds them.
+        claims.update(&young_key, Some(&young), 1_000);
+        claims.update(&old_key, Some(&old), 2_300);
+        assert_eq!(holder(&claims, &young), Some(old_key.clone()));
+        // The status records when the youngest made its claim: before the list.
+        let record = ClaimRecord {
+            claim: "apex Service api".into(),
+            since: Timestamp(DateTime::from_timestamp_millis(500).expect("time")),
+        };
+        let recorded = Claimant {
+            recorded: std::slice::from_ref(&record),
+            ..claimant(&recorded_key, 300, &api[2])
+        };
+        claims.update(&recorded_key, Some(&recorded), 2_400);
+        claims.listed();
+        assert_eq!(holder(&claims, &old), Some(recorded_key.clone()));
+        assert_eq!(claims.records(&recorded_key), [record]);
+        assert_eq!(
+            claims.records(&old_key)[0].since,
+            Timestamp(DateTime::from_timestamp_millis(1_000).expect("time"))
+        );
+    }
+
+    #[test]
+    fn a_status_is_read_only_when_the_policy_is_first_seen() {
+        let mut claims = listed();
         let (a_key, b_key) = (key("a"), key("b"));
-        let (a_valid, b_valid) = (valid(&policy("a", "x")), valid(&policy("b", "y")));
+        let (api, other) = (
+            valid(&policy("ns", "a", "api")),
+            valid(&policy("ns", "a", "other")),
+        );
+        let b_api = valid(&policy("ns", "b", "api"));
+        let stale = [ClaimRecord {
+            claim: "apex Service api".into(),
+            since: Timestamp(DateTime::from_timestamp_millis(100).expect("time")),
+        }];
+        let a = |spec| Claimant {
+            recorded: &stale,
+            ..claimant(&a_key, 100, spec)
+        };
+        claims.update(&a_key, Some(&a(&api)), 1_000);
+        claims.update(&b_key, Some(&claimant(&b_key, 200, &b_api)), 2_000);
+        // A drops the apex, and makes it again before its status stops recording it.
+        claims.update(&a_key, Some(&a(&other)), 3_000);
+        claims.update(&a_key, Some(&a(&api)), 4_000);
+        assert_eq!(holder(&claims, &a(&api)), Some(b_key));
+    }
+
+    #[test]
+    fn a_gateway_the_admin_does_not_allow_is_no_claim() {
+        let mut claims = listed();
+        let (a_key, b_key) = (PolicyKey::new("a", "shop"), PolicyKey::new("b", "old"));
+        let own = on_gateway("a", "shop", ("a", "gw"));
+        let borrowed = on_gateway("b", "old", ("a", "gw"));
         let (a, b) = (
-            claimant(&a_key, 100, &a_valid),
-            claimant(&b_key, 100, &b_valid),
+            claimant(&a_key, 200, &own),
+            claimant(&b_key, 100, &borrowed),
         );
-        claims.update(None, Some(&b));
-        claims.update(None, Some(&a));
-        assert_eq!(
-            claims.held_by_other(&key("b"), &b.claims()).map(|h| h.1),
-            Some(key("a"))
-        );
-        let mut moved = policy("a", "x");
-        moved.spec.service = "other".into();
-        let moved = valid(&moved);
-        assert_eq!(
-            claims.update(Some(&a), Some(&claimant(&a_key, 100, &moved))),
-            vec![key("b")]
-        );
-        assert_eq!(claims.held_by_other(&key("b"), &b.claims()), None);
+        assert!(b.claims().is_empty(), "{:?}", b.claims());
+        claims.update(&b_key, Some(&b), 1_000);
+        claims.update(&a_key, Some(&a), 2_000);
+        assert_eq!(holder(&claims, &a), None);
+        // Allowed, B claims it, but after A did.
+        let allowed = Gateways::parse(&["a/gw".into()]).expect("allowed");
+        let b = Claimant {
+            gateways: &allowed,
+            ..b
+        };
+        assert_eq!(b.claims().len(), 1);
+        claims.update(&b_key, Some(&b), 3_000);
+        assert_eq!(holder(&claims, &a), None);
+        assert_eq!(holder(&claims, &b), Some(a_key));
     }
 
     #[test]
     fn an_invalid_policy_still_claims_what_its_route_in_place_routes() {
-        let mut claims = Claims::default();
+        let mut claims = listed();
         let (a_key, b_key) = (key("a"), key("b"));
-        let mut broken = policy("a", "");
-        broken.metadata.namespace = Some("ns".into());
-        let invalid = Spec::Invalid(std::sync::Arc::new(
-            crate::sources::local::policies::Invalid {
-                problems: std::sync::Arc::from([]),
-                target: crate::route::RouteTarget::of(&broken),
-                service: "api".into(),
-                status: None,
-            },
-        ));
-        let b_spec = valid(&policy("b", "y"));
-        claims.update(None, Some(&claimant(&a_key, 100, &invalid)));
-        claims.update(None, Some(&claimant(&b_key, 200, &b_spec)));
-        assert_eq!(
-            claims
-                .held_by_other(&b_key, &b_spec.claims("ns"))
-                .map(|h| h.1),
-            Some(a_key)
-        );
+        let broken = policy("ns", "a", "api");
+        let invalid = Spec::Invalid(Arc::new(crate::sources::local::policies::Invalid {
+            problems: Arc::from([]),
+            target: crate::route::RouteTarget::of(&broken),
+            service: "api".into(),
+            status: None,
+        }));
+        let b_spec = valid(&policy("ns", "b", "api"));
+        claims.update(&a_key, Some(&claimant(&a_key, 100, &invalid)), 1_000);
+        let b = claimant(&b_key, 50, &b_spec);
+        claims.update(&b_key, Some(&b), 2_000);
+        assert_eq!(holder(&claims, &b), Some(a_key));
     }
 
     #[test]
     fn gateway_routes_claim_each_hostname_and_path_on_each_listener() {
-        let mut p = policy("edge", "api-a");
+        let mut p = policy("ns", "edge", "api");
         p.spec.output = Output::HttpRoute;
         p.spec.http_route = Some(HttpRouteSpec {
             gateways: vec![GatewayParent {
@@ -261,8 +490,9 @@ mod tests {
             path_prefix: Some("/api".into()),
             ..HttpRouteSpec::on_port(8080)
         });
+        let allowed = Gateways::parse(&["infra/*".into()]).expect("allowed");
         let claims: Vec<String> = valid(&p)
-            .claims("ns")
+            .claims("ns", &allowed)
             .iter()
             .map(ToString::to_string)
             .collect();

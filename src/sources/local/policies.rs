@@ -34,6 +34,7 @@ use crate::{
     policy::{SpecProblem, ValidPolicy, Validated},
     route::{Claim, RouteTarget},
     sources::store::{self, Keep, Store},
+    tenancy::Gateways,
 };
 
 /// A policy's spec, as validated for its generation.
@@ -67,12 +68,14 @@ impl Spec {
         }
     }
 
-    /// Everything the policy's route claims (an invalid policy's route stays in place, so it
-    /// still claims what it routes).
-    pub fn claims(&self, namespace: &str) -> Vec<Claim> {
+    /// Everything the policy's route claims: what it may attach to (an invalid policy's route
+    /// stays in place, so it still claims what it routes).
+    pub fn claims(&self, namespace: &str, gateways: &Gateways) -> Vec<Claim> {
         match self {
-            Spec::Valid(valid) => Claim::of(valid),
-            Spec::Invalid(invalid) => Claim::of_route(namespace, &invalid.service, &invalid.target),
+            Spec::Valid(valid) => Claim::of(valid, gateways),
+            Spec::Invalid(invalid) => {
+                Claim::of_route(namespace, &invalid.service, &invalid.target, gateways)
+            }
         }
     }
 

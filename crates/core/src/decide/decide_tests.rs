@@ -101,6 +101,7 @@ pub(crate) fn decide(
         whole: previous,
         outcome: &outcome,
         now,
+        claims: &[],
     });
     Decision {
         weights: plan.routing.weights,
@@ -938,6 +939,7 @@ fn an_invalid_spec_is_stalled_and_a_settled_policy_is_not() {
                 message: "names no backend".into(),
             }]),
             now,
+            claims: &[],
         })
     };
     let status = invalid(&settled.status, t(10));

@@ -1,11 +1,15 @@
 //! What a policy routes: its apex Service, and each hostname and path on each Gateway listener
-//! its HTTPRoute names. Two policies must not route one thing; the policy watch keeps the table
-//! of who holds each claim.
+//! its HTTPRoute may attach to. Two policies must not route one thing; the policy watch keeps
+//! the table of who holds each claim.
 
 use std::fmt;
 
 use super::{ParentKind, RouteTarget, Shape};
-use crate::{observation::Namespace, policy::ValidPolicy};
+use crate::{
+    observation::{Namespace, PolicyKey},
+    policy::ValidPolicy,
+    tenancy::Gateways,
+};
 
 /// One thing a policy routes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -51,17 +55,25 @@ impl fmt::Display for Claim {
 }
 
 impl Claim {
-    /// Everything a policy claims.
-    pub fn of(policy: &ValidPolicy) -> Vec<Claim> {
-        Self::of_route(&policy.namespace, &policy.service, &policy.route)
+    /// Everything a policy claims: what its route may attach to.
+    pub fn of(policy: &ValidPolicy, gateways: &Gateways) -> Vec<Claim> {
+        Self::of_route(&policy.namespace, &policy.service, &policy.route, gateways)
     }
 
-    /// Everything a route claims: `service` is its policy's apex, `namespace` its policy's.
-    pub fn of_route(namespace: &str, service: &str, route: &RouteTarget) -> Vec<Claim> {
+    /// Everything a route claims: `service` is its policy's apex, `namespace` its policy's. Its
+    /// parents are those [`Gateways::attachable`] keeps, as written: a Gateway the admin does
+    /// not allow the policy is claimed on no listener.
+    pub fn of_route(
+        namespace: &str,
+        service: &str,
+        route: &RouteTarget,
+        gateways: &Gateways,
+    ) -> Vec<Claim> {
         let apex = || Claim::Apex {
             namespace: Namespace::new(namespace),
             service: service.into(),
         };
+        let (route, _) = gateways.attachable(namespace, route);
         let route = match &route.shape {
             Shape::TrafficSplit(_) => return vec![apex()],
             Shape::HttpRoute(route) => route,
@@ -99,5 +111,31 @@ impl Claim {
                 }
             })
             .collect()
+    }
+}
+
+/// The policy holding a claim, as a policy of namespace `reader` may read of it (its author
+/// reads its status and Events): named when it is of the same namespace, else only "a policy in
+/// another namespace", so nothing of another namespace is told.
+pub fn holder_seen_from(holder: &PolicyKey, reader: &str) -> String {
+    if &*holder.namespace == reader {
+        format!("policy {holder}")
+    } else {
+        "a policy in another namespace".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holder_is_named_only_to_a_reader_of_its_namespace() {
+        let holder = PolicyKey::new("b", "old");
+        assert_eq!(holder_seen_from(&holder, "b"), "policy b/old");
+        assert_eq!(
+            holder_seen_from(&holder, "a"),
+            "a policy in another namespace"
+        );
     }
 }

@@ -8,8 +8,9 @@
 //! - an invalid spec: the previous status, `Ready=False` `InvalidSpec` naming the fields;
 //! - the route's CRD not installed: the backends as observed, `Ready=False` `<Kind>CRDMissing`
 //!   naming the CRD and how to install it;
-//! - an older policy routing the same apex: the backends as observed, `Ready=False`
-//!   `ApexConflict` naming the claim and the policy that holds it.
+//! - another policy routing the same apex, having claimed it first: the backends as observed,
+//!   `Ready=False` `ApexConflict` naming the claim and the policy that holds it (only when of the
+//!   same namespace: else "a policy in another namespace").
 //!
 //! Conditions keep their `lastTransitionTime` while their status does not change.
 
@@ -22,8 +23,8 @@ use chrono::{DateTime, Utc};
 
 use crate::{
     api::{
-        BackendStatus, Condition, FailoverPolicyStatus, HealthReading, ReadinessSource, Role,
-        Timestamp,
+        BackendStatus, ClaimRecord, Condition, FailoverPolicyStatus, HealthReading,
+        ReadinessSource, Role, Timestamp,
         conditions::{READY, SCALED_UP, STALLED, ready, scaling},
     },
     applied::{Applied, Scaled},
@@ -34,7 +35,7 @@ use crate::{
     last_status::LastStatus,
     message,
     policy::{SpecProblem, ValidPolicy},
-    route::{RouteKind, RouteParent, RouteTarget, RouteView},
+    route::{RouteKind, RouteParent, RouteTarget, RouteView, claim::holder_seen_from},
 };
 
 /// What a reconcile came to.
@@ -79,6 +80,8 @@ pub struct StatusInput<'a> {
     pub outcome: &'a Outcome,
     /// Now, for conditions that change.
     pub now: DateTime<Utc>,
+    /// What the policy claims, with when it first did (as the claims table holds it).
+    pub claims: &'a [ClaimRecord],
 }
 
 /// The status of a policy after a reconcile.
@@ -131,7 +134,8 @@ fn decided_or_in_place(d: &Decided, input: &StatusInput) -> (FailoverPolicyStatu
             false,
             ready::APEX_CONFLICT,
             format!(
-                "{claim} is routed by policy {holder}, which is older, so this policy writes no route; delete one of the two, or give this one its own apex"
+                "{claim} is routed by {}, which claimed it first, so this policy writes no route; delete one of the two, or give this one its own apex",
+                holder_seen_from(holder, &d.policy.namespace)
             ),
         )),
     };
@@ -203,6 +207,7 @@ fn finish(
         RouteKind::HttpRoute => status.http_route = name,
     }
     status.observed_generation = input.generation;
+    status.claims = input.claims.to_vec();
     for b in &mut status.backends {
         b.message = b.message.as_deref().map(message::line);
     }
@@ -255,6 +260,7 @@ fn decided(d: &Decided) -> FailoverPolicyStatus {
         traffic_split: None,
         http_route: None,
         route_parents: Vec::new(),
+        claims: Vec::new(),
         conditions: Vec::new(),
     }
 }

@@ -1,0 +1,153 @@
+//! Who routes what when namespaces share a Gateway, end to end: a policy claims only what it may
+//! attach to, a claim goes to the policy that made it first (however old the other policy is),
+//! that order survives a restart of the controller, and a conflict names no policy of another
+//! namespace. Each namespace's author is a tenant bound to the chart's edit role there.
+
+use std::time::Duration;
+
+use failover::api::{
+    FailoverPolicy,
+    conditions::{ATTACHED, READY, attached, ready},
+};
+use kube::{Api, api::DynamicObject};
+
+use crate::support::{
+    self, ControllerProcess, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, condition, wait_until,
+};
+
+/// The usual policy, its HTTPRoute on the Gateway `gw` of `namespace` for `shop.example.com`.
+fn shop_on_gateway_of(namespace: &str) -> PolicyBuilder {
+    PolicyBuilder::web().on_gateway(namespace, "gw").spec(|s| {
+        if let Some(route) = s.http_route.as_mut() {
+            route.hostnames = vec!["shop.example.com".into()];
+        }
+    })
+}
+
+/// The Gateways an HTTPRoute attaches to, as `namespace/name`.
+fn parents(route: &DynamicObject) -> Vec<String> {
+    route.data["spec"]["parentRefs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            format!(
+                "{}/{}",
+                p["namespace"].as_str().unwrap_or(""),
+                p["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+fn ready_reason(p: &FailoverPolicy) -> Option<String> {
+    condition(p, READY).map(|c| c.1)
+}
+
+/// Whether the namespace's route `web` exists, attached to its own Gateway `gw`, and its
+/// policy routes.
+async fn routes_its_own_gateway(env: &TestEnv) -> bool {
+    let routes: Api<DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        &env.ns,
+        &failover::route::httproute::resource(),
+    );
+    let attached = routes
+        .get_opt("web")
+        .await
+        .ok()
+        .flatten()
+        .is_some_and(|r| parents(&r) == [format!("{}/gw", env.ns)]);
+    let policy = env.policy("web").await;
+    attached && policy.as_ref().and_then(ready_reason).as_deref() != Some(ready::APEX_CONFLICT)
+}
+
+#[tokio::test]
+async fn an_older_policy_of_another_namespace_cannot_take_a_route_by_naming_its_gateway() {
+    // Named short: the conflict message names the Gateway, namespace and all, within its bound.
+    let Some(shop) = TestEnv::dedicated("shop").await else {
+        return;
+    };
+    let other = TestEnv::on(shop.cp, "other")
+        .await
+        .expect("a second namespace");
+    shop.cp.install_gateway_api();
+    for env in [&shop, &other] {
+        env.ready_backends(&WEB_BACKENDS).await;
+    }
+    let (shop_author, other_author) = (shop.tenant(), other.tenant());
+    let controller = ControllerProcess::start_cluster_wide(&shop, &[]);
+
+    // 1. The other namespace holds the older policy, on a Gateway of its own.
+    other_author.apply(&shop_on_gateway_of(&other.ns).yaml());
+    assert!(
+        wait_until(WAIT, || routes_its_own_gateway(&other)).await,
+        "the other namespace's route"
+    );
+    // creationTimestamp counts seconds: the shop's policy is younger by at least one.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // 2. The shop routes shop.example.com on its own Gateway; the claim is recorded.
+    shop_author.apply(&shop_on_gateway_of(&shop.ns).yaml());
+    let listener = format!("hostname shop.example.com path / on Gateway {}/gw", shop.ns);
+    let recorded = shop
+        .wait_policy("web", WAIT, "the listener claim recorded", |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.claims.iter().any(|c| c.claim == listener))
+        })
+        .await;
+    assert!(routes_its_own_gateway(&shop).await);
+    support::figure(format!(
+        "the shop's status.claims: {:?}",
+        recorded.status.map(|s| s.claims)
+    ));
+
+    // 3. The older policy names the shop's Gateway and hostname: refused that Gateway, it
+    // claims nothing there, and the shop keeps its route.
+    other_author.apply(&shop_on_gateway_of(&shop.ns).yaml());
+    other
+        .wait_policy("web", WAIT, attached::GATEWAY_NOT_ALLOWED, |p| {
+            condition(p, ATTACHED).is_some_and(|c| c.1 == attached::GATEWAY_NOT_ALLOWED)
+        })
+        .await;
+    let taken = wait_until(Duration::from_secs(3), || async {
+        !routes_its_own_gateway(&shop).await
+    })
+    .await;
+    assert!(
+        !taken,
+        "the shop lost its route: {:?}",
+        shop.policy("web").await.and_then(|p| condition(&p, READY))
+    );
+
+    // The admin allows the shop's Gateway to the other namespace, on a restart: its claim is
+    // made now, after the shop's (recorded in status across the restart), so the shop keeps
+    // the route and the other policy yields.
+    drop(controller);
+    let allowed = format!("{}/gw", shop.ns);
+    let _c = ControllerProcess::start_cluster_wide(&shop, &["--allowed-gateways", &allowed]);
+    let p = other
+        .wait_policy("web", WAIT, ready::APEX_CONFLICT, |p| {
+            ready_reason(p).as_deref() == Some(ready::APEX_CONFLICT)
+        })
+        .await;
+    let (_, _, message) = condition(&p, READY).expect("Ready");
+    assert!(
+        message.contains(&format!(
+            "{listener} is routed by a policy in another namespace, which claimed it first"
+        )) && !message.contains(&format!("{}/web", shop.ns)),
+        "{message}"
+    );
+    assert!(routes_its_own_gateway(&shop).await, "the shop's route");
+    let seen = other_author.kubectl(&[
+        "get",
+        "failoverpolicy",
+        "web",
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Ready\")].message}",
+    ]);
+    support::figure(format!(
+        "the other namespace's author sees: ApexConflict: {}",
+        support::ok(&seen, "kubectl get as the tenant")
+    ));
+}
