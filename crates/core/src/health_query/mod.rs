@@ -260,10 +260,13 @@ fn check_regex(value: &str) -> Result<(), String> {
             "has a regex that compiles to more than {} KiB; simplify it (a Unicode class such as \\w or \\pL repeated is the usual cause)",
             REGEX_SIZE_LIMIT / 1024
         )),
-        Err(e) => Err(format!(
-            "has a regex that does not compile ({}); a literal {{ is written \\{{",
-            crate::message::line(&e.to_string())
-        )),
+        Err(e) => {
+            let text = e.to_string();
+            let why = text.lines().last().unwrap_or_default().trim();
+            Err(format!(
+                "has a regex that does not compile ({why}): {value}; a literal {{ is written \\{{"
+            ))
+        }
     }
 }
 
