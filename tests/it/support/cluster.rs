@@ -54,16 +54,7 @@ impl ControlPlane {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let crd = "crd/httproutes.gateway.networking.k8s.io";
-        let out = kubectl(
-            self,
-            &["wait", "--for=condition=Established", "--timeout=60s", crd],
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        wait_established(self, &["crd/httproutes.gateway.networking.k8s.io"]);
         done.push(self.kubeconfig.clone());
     }
 
@@ -256,21 +247,33 @@ pub fn install_crds(cp: &ControlPlane) {
         "installing CRDs: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = kubectl(
+    wait_established(
         cp,
         &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
             "crd/failoverpolicies.failover.dev",
             "crd/trafficsplits.split.smi-spec.io",
         ],
     );
-    assert!(
-        out.status.success(),
-        "waiting for CRDs: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+}
+
+/// Waits until each CRD is Established. A CRD read before the API server gave it any condition
+/// makes `kubectl wait` fail at once ("accessor error": no conditions yet): that is waited out.
+pub fn wait_established(cp: &ControlPlane, crds: &[&str]) {
+    let mut args = vec!["wait", "--for=condition=Established", "--timeout=60s"];
+    args.extend_from_slice(crds);
+    for _ in 0..50 {
+        let out = kubectl(cp, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            return;
+        }
+        assert!(
+            stderr.contains("accessor error"),
+            "waiting for CRDs: {stderr}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("waiting for CRDs: {crds:?} never had a condition");
 }
 
 /// One test's view: a client and its own namespace. Dropping it deletes the namespace (without
