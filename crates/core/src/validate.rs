@@ -172,7 +172,7 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
     let names =
         || std::iter::once(&spec.primary).chain(spec.secondaries.iter().map(|s| &s.service));
     let mut seen = BTreeSet::new();
-    let checks: [(bool, &CrossFieldRule); 8] = [
+    let checks: [(bool, &CrossFieldRule); 6] = [
         (
             !spec.secondaries.iter().any(|s| s.service == spec.primary),
             &rules::PRIMARY_NOT_SECONDARY,
@@ -204,18 +204,10 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
                 .is_none_or(|drill| names().any(|n| *n == drill.to)),
             &rules::DRILL_NAMES_A_BACKEND,
         ),
-        (
-            spec.output != crate::api::Output::HttpRoute || spec.http_route.is_some(),
-            &rules::HTTP_ROUTE_NEEDS_PORT,
-        ),
-        (
-            spec.output != crate::api::Output::HttpRoute
-                || spec.secondaries.len() < rules::MAX_ROUTE_BACKENDS,
-            &rules::ROUTE_BACKENDS_FIT,
-        ),
     ];
     let mut problems: Vec<SpecProblem> = checks
         .into_iter()
+        .chain(output_checks(spec))
         .chain(http_route_checks(spec))
         .chain(capacity_checks(spec))
         .filter(|(holds, _)| !holds)
@@ -229,6 +221,22 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
         problems.push(problem(&rule.spec_field(), rule.message));
     }
     problems
+}
+
+/// The rules of a route output, with whether each holds: what it needs, and that its backends
+/// fit the one rule it writes.
+fn output_checks(spec: &FailoverPolicySpec) -> [(bool, &'static CrossFieldRule); 2] {
+    let http_route = spec.output == crate::api::Output::HttpRoute;
+    [
+        (
+            !http_route || spec.http_route.is_some(),
+            &rules::HTTP_ROUTE_NEEDS_PORT,
+        ),
+        (
+            !http_route || spec.secondaries.len() < rules::MAX_ROUTE_BACKENDS,
+            &rules::ROUTE_BACKENDS_FIT,
+        ),
+    ]
 }
 
 /// The rules on `spec.capacity`, with whether each holds.
