@@ -24,22 +24,6 @@ fn shop_on_gateway_of(namespace: &str) -> PolicyBuilder {
     })
 }
 
-/// The Gateways an HTTPRoute attaches to, as `namespace/name`.
-fn parents(route: &DynamicObject) -> Vec<String> {
-    route.data["spec"]["parentRefs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| {
-            format!(
-                "{}/{}",
-                p["namespace"].as_str().unwrap_or(""),
-                p["name"].as_str().unwrap_or("")
-            )
-        })
-        .collect()
-}
-
 fn ready_reason(p: &FailoverPolicy) -> Option<String> {
     condition(p, READY).map(|c| c.1)
 }
@@ -57,7 +41,7 @@ async fn routes_its_own_gateway(env: &TestEnv) -> bool {
         .await
         .ok()
         .flatten()
-        .is_some_and(|r| parents(&r) == [format!("{}/gw", env.ns)]);
+        .is_some_and(|r| support::route_parents(&r) == [format!("{}/gw", env.ns)]);
     let policy = env.policy("web").await;
     attached && policy.as_ref().and_then(ready_reason).as_deref() != Some(ready::APEX_CONFLICT)
 }

@@ -454,20 +454,7 @@ async fn a_gateway_of_another_namespace_is_attached_to_only_where_the_admin_allo
     env.cp.install_gateway_api();
     let tenant = env.tenant();
     let policy = PolicyBuilder::web().on_gateway("infra", "public");
-    let parents = |route: &DynamicObject| -> Vec<String> {
-        route.data["spec"]["parentRefs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|p| {
-                format!(
-                    "{}/{}",
-                    p["namespace"].as_str().unwrap_or(""),
-                    p["name"].as_str().unwrap_or("")
-                )
-            })
-            .collect()
-    };
+    let parents = support::route_parents;
     let routes: kube::Api<DynamicObject> = kube::Api::namespaced_with(
         env.client.clone(),
         &env.ns,

@@ -336,3 +336,19 @@ pub fn route_backend_weights(route: &kube::api::DynamicObject) -> Option<Vec<(St
             .collect(),
     )
 }
+
+/// The parents an HTTPRoute attaches to, as `namespace/name`.
+pub fn route_parents(route: &kube::api::DynamicObject) -> Vec<String> {
+    route.data["spec"]["parentRefs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            format!(
+                "{}/{}",
+                p["namespace"].as_str().unwrap_or(""),
+                p["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
