@@ -357,19 +357,20 @@ async fn a_tenant_editing_a_query_at_the_limits_every_second_does_not_stop_anoth
     let probes = {
         let stop = stop.clone();
         std::thread::spawn(move || {
-            let mut slowest = (Duration::ZERO, 200u16);
+            // The slowest answer, and every answer that was not 200 (none overwrites another).
+            let (mut slowest, mut failed) = (Duration::ZERO, Vec::new());
             let mut count = 0;
             while !stop.load(Ordering::Relaxed) {
                 let started = Instant::now();
                 let (code, _) = http_get(&admin, "/healthz");
-                let took = started.elapsed();
-                if took > slowest.0 || code != 200 {
-                    slowest = (took.max(slowest.0), code);
+                slowest = slowest.max(started.elapsed());
+                if code != 200 {
+                    failed.push(code);
                 }
                 count += 1;
                 std::thread::sleep(Duration::from_millis(200));
             }
-            (count, slowest)
+            (count, (slowest, failed))
         })
     };
 
@@ -389,7 +390,7 @@ async fn a_tenant_editing_a_query_at_the_limits_every_second_does_not_stop_anoth
     stop.store(true, Ordering::Relaxed);
     edits.join().expect("the noisy tenant's edits");
     let edited = edited.load(Ordering::Relaxed);
-    let (probed, (slowest, code)) = probes.join().expect("probes");
+    let (probed, (slowest, failed)) = probes.join().expect("probes");
     took.sort();
     support::figure(format!(
         "with {edited} edits of a query at the limits, 5 failovers in another namespace took {took:?}; {probed} /healthz probes, the slowest {slowest:?}"
@@ -400,8 +401,8 @@ async fn a_tenant_editing_a_query_at_the_limits_every_second_does_not_stop_anoth
         "each failover lands in its usual time (under 300 ms without the noise): {took:?}"
     );
     assert!(
-        code == 200 && slowest < Duration::from_secs(1),
-        "every /healthz answered 200 within 1 s: slowest {slowest:?}, code {code}"
+        failed.is_empty() && slowest < Duration::from_secs(1),
+        "every /healthz answered 200 within 1 s: slowest {slowest:?}, answers not 200: {failed:?}"
     );
     // Nothing of the noisy namespace reached the quiet one: its own route, its own status.
     let p = quiet.policy("web").await.expect("the quiet policy");
