@@ -233,6 +233,14 @@ async fn one(
     }
 }
 
+/// A load dropped without [`Running::stop`] (a test that failed midway) stops sending: it never
+/// goes on into the next test.
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.notify_one();
+    }
+}
+
 impl Running {
     /// Every answer so far, in the order they came.
     pub fn answers(&self) -> Vec<Answer> {
@@ -253,9 +261,9 @@ impl Running {
 
     /// Stops sending, waits for the requests in flight (each answered or timed out, so counted
     /// as served or failed) and returns every answer.
-    pub async fn stop(self) -> Vec<Answer> {
+    pub async fn stop(mut self) -> Vec<Answer> {
         self.stop.notify_one();
-        let _ = self.done.await;
+        let _ = (&mut self.done).await;
         std::mem::take(
             &mut *self
                 .answers
