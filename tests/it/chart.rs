@@ -518,15 +518,7 @@ async fn controller_works_under_exactly_the_charts_rbac_and_touches_nothing_fore
         versions(services, slices_after, splits),
         "foreign objects were modified"
     );
-    let logs = controller.logs();
-    assert!(
-        !logs.to_lowercase().contains("forbidden"),
-        "a permission was missing:\n{logs}"
-    );
-    ok(
-        &helm(&env, &["uninstall", &release, "--namespace", &env.ns]),
-        "helm uninstall",
-    );
+    support::no_permission_missing_then_uninstall(&env, &controller, &release);
 }
 
 /// The rendered chart passes kube-score, a Kubernetes manifest security and reliability linter,

@@ -143,15 +143,7 @@ async fn deleting_a_scaled_up_policy_restores_the_deployment_and_the_hpa_before_
         replicas(&env, ScaleKind::HorizontalPodAutoscaler, "web-west"),
         "1"
     );
-    let logs = controller.logs();
-    assert!(
-        !logs.to_lowercase().contains("forbidden"),
-        "a permission was missing:\n{logs}"
-    );
-    ok(
-        &helm(&env, &["uninstall", &release, "--namespace", &env.ns]),
-        "helm uninstall",
-    );
+    support::no_permission_missing_then_uninstall(&env, &controller, &release);
 }
 
 #[tokio::test]

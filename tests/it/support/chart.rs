@@ -5,7 +5,9 @@ use std::{path::PathBuf, sync::Mutex};
 
 use serde::Deserialize;
 
-use super::{ControlPlane, TestEnv, helm, kubectl, kubectl_stdin, ok, repo_root};
+use super::{
+    ControlPlane, ControllerProcess, TestEnv, helm, kubectl, kubectl_stdin, ok, repo_root,
+};
 
 /// The chart, from the repository's root.
 pub const CHART: &str = "charts/failover-controller";
@@ -94,4 +96,22 @@ pub fn find<'a>(
     objects
         .iter()
         .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+}
+
+/// Ends a test of the controller under the chart's RBAC: no request of the controller was
+/// forbidden (a permission the chart lacks), then the release is uninstalled.
+pub fn no_permission_missing_then_uninstall(
+    env: &TestEnv,
+    controller: &ControllerProcess,
+    release: &str,
+) {
+    let logs = controller.logs();
+    assert!(
+        !logs.to_lowercase().contains("forbidden"),
+        "a permission was missing:\n{logs}"
+    );
+    ok(
+        &helm(env, &["uninstall", release, "--namespace", &env.ns]),
+        "helm uninstall",
+    );
 }

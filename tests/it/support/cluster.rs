@@ -60,14 +60,7 @@ impl ControlPlane {
 
     /// The Gateway API's standard-channel CRDs of the pinned version, as YAML.
     pub fn gateway_api_crds(&self) -> String {
-        let versions =
-            std::fs::read_to_string(repo_root().join("hack/versions.env")).expect("versions.env");
-        let version = versions
-            .lines()
-            .find_map(|l| l.strip_prefix("GATEWAY_API_VERSION="))
-            .expect("GATEWAY_API_VERSION")
-            .trim()
-            .to_string();
+        let version = super::pinned("GATEWAY_API_VERSION");
         std::fs::read_to_string(
             self.bin_dir
                 .join(format!("gateway-api-{version}-standard.yaml")),
