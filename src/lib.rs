@@ -29,16 +29,11 @@
 //! ([`LAYERS`] states the order once; `tests/it/architecture.rs` holds the code to it).
 
 pub use failover_core::{
-    api, apis, applied, crd, decide, digest, health_query, last_status, message, observation,
-    policy, route, status, tenancy, validate,
+    api, apis, applied, crd, decide, digest, endpoints, health_query, intent, last_status, message,
+    observation, policy, route, status, tenancy, validate,
 };
 
-/// The version this build reports (`--version`, `failover_build_info`, the plugin's `version`):
-/// `FAILOVER_VERSION` at build time (a release build, `hack/release.sh`), else the crate's.
-pub const VERSION: &str = match option_env!("FAILOVER_VERSION") {
-    Some(v) => v,
-    None => env!("CARGO_PKG_VERSION"),
-};
+pub use failover_core::VERSION;
 
 pub mod controller;
 pub mod pipeline;

@@ -11,7 +11,6 @@
 //! A route this replica wrote wins over an older cached copy until the cache catches up, so a
 //! stale cache never causes a second write.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
     Api, Resource,
     api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions},
@@ -19,56 +18,16 @@ use kube::{
 use tracing::{debug, info};
 
 pub use crate::applied::Applied;
+pub use crate::intent::DesiredRoute;
 use crate::route::Claim;
 use crate::{
     observation::PolicyKey,
-    policy::ValidPolicy,
-    route::{FIELD_MANAGER, RouteKey, RouteRules, RouteTarget, RouteView, RulesDigest, metadata},
+    route::{FIELD_MANAGER, RouteView, RulesDigest},
     runtime::{
         api_client::{describe, namespace_terminating},
         gate::{NotLeader, WriteGate},
     },
 };
-
-/// The route a plan asks for.
-#[derive(Clone, Debug)]
-pub struct DesiredRoute {
-    /// Which route.
-    pub target: RouteTarget,
-    /// Its namespace.
-    pub namespace: String,
-    /// The name of the policy that owns it (its label value).
-    pub policy: String,
-    /// The uid of the policy that owns it.
-    pub owner_uid: String,
-    /// What it must say.
-    pub rules: RouteRules,
-    /// The whole object to write.
-    pub object: DynamicObject,
-}
-
-impl DesiredRoute {
-    /// The route of a valid policy with these weights, owned by `owner` (the policy).
-    pub fn of(owner: OwnerReference, valid: &ValidPolicy, weights: &[i32]) -> Self {
-        let owner_uid = owner.uid.clone();
-        let target = valid.route.clone();
-        let rules = target.rules(&valid.service, valid.backend_names(), weights);
-        let meta = metadata(&target.name, &valid.namespace, &valid.name, owner);
-        let object = target.object(meta, &rules);
-        Self {
-            target,
-            namespace: valid.namespace.to_string(),
-            policy: valid.name.to_string(),
-            owner_uid,
-            rules,
-            object,
-        }
-    }
-
-    fn key(&self) -> RouteKey {
-        self.target.key(&self.namespace)
-    }
-}
 
 /// Why writing the route failed.
 #[derive(Debug, thiserror::Error)]

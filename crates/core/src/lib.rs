@@ -15,12 +15,21 @@
 
 pub use failover_api as api;
 
+/// The version this build reports (the controller's `--version` and `failover_build_info`, the
+/// plugin's `version`): `FAILOVER_VERSION` at build time (a release build), else the crate's.
+pub const VERSION: &str = match option_env!("FAILOVER_VERSION") {
+    Some(v) => v,
+    None => env!("CARGO_PKG_VERSION"),
+};
+
 pub mod apis;
 pub mod applied;
 pub mod crd;
 pub mod decide;
 pub mod digest;
+pub mod endpoints;
 pub mod health_query;
+pub mod intent;
 pub mod last_status;
 pub mod message;
 pub mod observation;

@@ -8,27 +8,17 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::discovery::v1::{EndpointConditions, EndpointSlice};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher;
 use smallvec::SmallVec;
 
+pub use crate::endpoints::SERVICE_NAME_LABEL;
 use crate::{
     digest::digest,
+    endpoints::{self, SliceCounts},
     observation::{BackendObservation, ServiceKey},
     sources::store::Relist,
 };
-
-/// Label that ties an EndpointSlice to its Service.
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-
-/// Endpoint counts of one EndpointSlice.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct SliceCounts {
-    ipv6: bool,
-    ready: i32,
-    total: i32,
-    terminating: i32,
-}
 
 /// One slice of a Service: a digest of its name, its counts, and the relist of the slice watch
 /// that last listed it.
@@ -80,66 +70,11 @@ impl ServiceEntry {
 
 impl ServiceEntry {
     fn observation(&self) -> BackendObservation {
-        // Per address family: (ready, total, terminating).
-        let (mut v4, mut v6) = ((0i32, 0i32, 0i32), (0i32, 0i32, 0i32));
-        for c in self.slices.iter().map(|s| &s.counts) {
-            let family = if c.ipv6 { &mut v6 } else { &mut v4 };
-            family.0 = family.0.saturating_add(c.ready);
-            family.1 = family.1.saturating_add(c.total);
-            family.2 = family.2.saturating_add(c.terminating);
-        }
-        let (ready_endpoints, total_endpoints, terminating_endpoints) =
-            if (v6.0, v6.1) > (v4.0, v4.1) { v6 } else { v4 };
-        BackendObservation {
-            service_exists: self.exists,
-            slices: u32::try_from(self.slices.len()).unwrap_or(u32::MAX),
-            ready_endpoints,
-            total_endpoints,
-            terminating_endpoints,
-            unavailable: None,
-            refused: false,
-            as_of: None,
-            awaiting: false,
-            health: None,
-        }
+        endpoints::observe(self.exists, self.slices.iter().map(|s| &s.counts))
     }
 
     fn is_empty(&self) -> bool {
         !self.exists && self.slices.is_empty()
-    }
-}
-
-/// What the watches would observe of one Service from its slices: the counts the decision reads
-/// (how `kubectl failover what-if` reads the live readiness of a local backend).
-pub fn observe_service(exists: bool, slices: &[EndpointSlice]) -> BackendObservation {
-    let mut entry = ServiceEntry {
-        exists,
-        ..ServiceEntry::default()
-    };
-    for slice in slices {
-        let name = slice.metadata.name.as_deref().unwrap_or_default();
-        entry.set_slice(name, slice_counts(slice), Relist::default());
-    }
-    entry.observation()
-}
-
-/// Counts ready, total and terminating endpoints of one slice. An endpoint is ready when its
-/// `ready` condition is true or unset, and terminating when its `terminating` condition is true,
-/// as the EndpointSlice API defines.
-fn slice_counts(slice: &EndpointSlice) -> SliceCounts {
-    let endpoints = slice.endpoints.as_slice();
-    let count = |condition: fn(&EndpointConditions) -> Option<bool>, unset: bool| {
-        let n = endpoints
-            .iter()
-            .filter(|e| e.conditions.as_ref().and_then(condition).unwrap_or(unset))
-            .count();
-        i32::try_from(n).unwrap_or(i32::MAX)
-    };
-    SliceCounts {
-        ipv6: slice.address_type == "IPv6",
-        ready: count(|c| c.ready, true),
-        total: i32::try_from(endpoints.len()).unwrap_or(i32::MAX),
-        terminating: count(|c| c.terminating, false),
     }
 }
 
@@ -158,7 +93,7 @@ fn counted(slice: &EndpointSlice) -> Option<(ServiceKey, String, SliceCounts)> {
     let ns = slice.metadata.namespace.as_deref()?;
     let name = slice.metadata.name.clone()?;
     let service = slice.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
-    Some((ServiceKey::new(ns, service), name, slice_counts(slice)))
+    Some((ServiceKey::new(ns, service), name, SliceCounts::of(slice)))
 }
 
 /// Readiness of every Service in the watched scope.
@@ -438,7 +373,7 @@ mod tests {
         if let Some(conditions) = leaving.endpoints[2].conditions.as_mut() {
             conditions.terminating = Some(true);
         }
-        let o = observe_service(true, &[leaving]);
+        let o = endpoints::observe_service(true, &[leaving]);
         assert_eq!(
             (
                 o.ready_endpoints,
