@@ -19,6 +19,7 @@ use tracing::{debug, info};
 
 pub use crate::applied::Applied;
 pub use crate::intent::DesiredRoute;
+use crate::intent::{Action, Intent};
 use crate::route::Claim;
 use crate::{
     observation::PolicyKey,
@@ -84,7 +85,7 @@ impl ApplyError {
 /// it.
 /// The delete is conditioned on the version seen, so a route changed meanwhile is left to the
 /// next reconcile.
-pub async fn withdraw(
+async fn withdraw(
     gate: &WriteGate,
     desired: &DesiredRoute,
     current: Option<RouteView>,
@@ -120,19 +121,25 @@ pub async fn withdraw(
     }
 }
 
-/// Makes the route say what `desired` says; `current` is the cached view of it.
-pub async fn apply(
+/// Carries out what the apply step does with an intent ([`Intent::action`]); `current` is the
+/// cached view of the route.
+pub async fn carry_out(
     gate: &WriteGate,
-    desired: &DesiredRoute,
+    intent: &Intent,
+    action: Action,
     current: Option<RouteView>,
-    suspend: bool,
 ) -> Result<Applied, ApplyError> {
-    if suspend {
-        return Ok(Applied::Suspended);
+    match action {
+        Action::Withdraw { claim, holder } => {
+            withdraw(gate, &intent.route, current, claim, holder).await
+        }
+        Action::ApiMissing(api) => Ok(Applied::ApiMissing(api)),
+        Action::Suspended => Ok(Applied::Suspended),
+        Action::Write => write(gate, &intent.route, current).await,
     }
-    write(gate, desired, current).await
 }
 
+/// Makes the route say what `desired` says; `current` is the cached view of it.
 async fn write(
     gate: &WriteGate,
     desired: &DesiredRoute,

@@ -12,8 +12,11 @@ use tower_test::mock::{self, Handle};
 use super::*;
 use crate::{
     api::{FailoverPolicy, FailoverPolicySpec, SecondaryBackend},
+    intent::{Observed, intend},
+    observation::BackendObservation,
     route::RouteKind,
     runtime::{leader::Leadership, metrics::Metrics},
+    tenancy::Gateways,
     validate::validate,
 };
 
@@ -103,13 +106,13 @@ async fn a_missing_route_is_created_and_remembered() {
         )
         .await;
     });
-    let applied = apply(&gate, &want, None, false).await;
+    let applied = write(&gate, &want, None).await;
     server.await.expect("server");
     assert!(matches!(applied, Ok(Applied::Written)), "{applied:?}");
     // The cache catches up with an older copy first: the write just made wins, nothing is
     // written again.
     let stale = view(UID, "4", &[0, 1]);
-    let again = apply(&gate, &want, Some(stale), false).await;
+    let again = write(&gate, &want, Some(stale)).await;
     assert!(matches!(again, Ok(Applied::Unchanged)), "{again:?}");
 }
 
@@ -117,7 +120,7 @@ async fn a_missing_route_is_created_and_remembered() {
 async fn a_route_owned_by_someone_else_is_a_conflict_and_untouched() {
     let (gate, api) = gate();
     let foreign = view("someone-else", "3", &[1, 0]);
-    let applied = apply(&gate, &desired(&[1, 0]), Some(foreign), false).await;
+    let applied = write(&gate, &desired(&[1, 0]), Some(foreign)).await;
     assert!(matches!(applied, Ok(Applied::Conflict)), "{applied:?}");
     assert_no_request(api).await;
 }
@@ -142,7 +145,7 @@ async fn a_create_that_finds_a_foreign_route_is_a_conflict() {
         )
         .await;
     });
-    let applied = apply(&gate, &desired(&[1, 0]), None, false).await;
+    let applied = write(&gate, &desired(&[1, 0]), None).await;
     server.await.expect("server");
     assert!(matches!(applied, Ok(Applied::Conflict)), "{applied:?}");
 }
@@ -166,7 +169,7 @@ async fn a_failed_write_is_an_outcome_with_the_api_servers_words() {
         .await;
     });
     let current = view(UID, "3", &[1, 0]);
-    let applied = apply(&gate, &desired(&[0, 1]), Some(current), false).await;
+    let applied = write(&gate, &desired(&[0, 1]), Some(current)).await;
     server.await.expect("server");
     let Err(error) = applied else {
         panic!("expected a failure, got {applied:?}");
@@ -191,11 +194,11 @@ async fn a_route_that_differs_is_applied_once_then_left_alone() {
         .await;
     });
     let want = desired(&[0, 1]);
-    let applied = apply(&gate, &want, Some(view(UID, "7", &[1, 0])), false).await;
+    let applied = write(&gate, &want, Some(view(UID, "7", &[1, 0]))).await;
     server.await.expect("server");
     assert!(matches!(applied, Ok(Applied::Written)), "{applied:?}");
     // The route cache has not caught up (still version 7): the write just made wins.
-    let again = apply(&gate, &want, Some(view(UID, "7", &[1, 0])), false).await;
+    let again = write(&gate, &want, Some(view(UID, "7", &[1, 0]))).await;
     assert!(matches!(again, Ok(Applied::Unchanged)), "{again:?}");
     assert_eq!(
         gate.metrics
@@ -218,13 +221,22 @@ async fn assert_no_request(mut api: Api) {
 #[tokio::test]
 async fn a_suspended_policy_writes_nothing() {
     let (gate, api) = gate();
-    let applied = apply(
-        &gate,
-        &desired(&[0, 1]),
-        Some(view(UID, "7", &[1, 0])),
-        true,
-    )
-    .await;
+    let mut suspended = policy();
+    suspended.spec.suspend = true;
+    let valid = Arc::new(validate(&suspended).expect("valid"));
+    let observations = [
+        BackendObservation::counted(0, 1),
+        BackendObservation::counted(1, 1),
+    ];
+    let observed = Observed {
+        observations: &observations,
+        previous: None,
+        now: chrono::Utc::now(),
+    };
+    let intent = intend(valid, UID, &Gateways::default(), &observed);
+    let action = intent.action(None, false);
+    assert_eq!(action, Action::Suspended);
+    let applied = carry_out(&gate, &intent, action, Some(view(UID, "7", &[1, 0]))).await;
     assert!(matches!(applied, Ok(Applied::Suspended)), "{applied:?}");
     assert_no_request(api).await;
 }
@@ -233,7 +245,7 @@ async fn a_suspended_policy_writes_nothing() {
 async fn a_standby_writes_nothing() {
     let (mut gate, api) = gate();
     gate.leadership = Leadership::pending();
-    let applied = apply(&gate, &desired(&[0, 1]), None, false).await;
+    let applied = write(&gate, &desired(&[0, 1]), None).await;
     assert!(
         matches!(applied, Err(ApplyError::NotLeader(_))),
         "{applied:?}"

@@ -112,7 +112,7 @@ async fn restore_all(
             Ok(change) => scaled.changes.extend(change),
             Err(problem) => {
                 scaled.workloads.push(record);
-                scaled.problem.get_or_insert(problem);
+                scaled.problem.get_or_insert(problem.to_string());
             }
         }
     }

@@ -16,24 +16,21 @@ use chrono::Utc;
 use tracing::{debug, warn};
 
 use crate::{
-    apis::NeededApi,
-    decide::decide,
+    intent::{self, Observed, Record},
     last_status::LastStatus,
     observation::PolicyKey,
     pipeline::{
-        apply::{self, Applied, ApplyError, DesiredRoute},
+        apply::{self, Applied, ApplyError},
         deletion::{self, Finalized},
         gather, scale, write,
     },
     policy::ValidPolicy,
-    route::{Claim, RouteParent},
     runtime::{gate::NotLeader, retry, written::StatusKey},
     sources::{
         Context,
         local::policies::{Held, Spec},
     },
-    status::{self, Decided, Outcome, StatusInput},
-    tenancy::Gateways,
+    status::Outcome,
 };
 
 /// How often every policy is reconciled even without a trigger, as a safety net (it writes
@@ -144,29 +141,27 @@ pub async fn reconcile(held: Held, ctx: Arc<Context>) -> Result<Next, Error> {
     result
 }
 
-/// The pipeline: (validated) → gather → decide → apply → status → write.
+/// The pipeline: (validated) → gather → intend → apply → report → write.
 async fn run(policy: &Held, ctx: &Context) -> Result<Next, Error> {
     let now = Utc::now();
     let previous = gather::previous_status(policy, &ctx.gate);
     let (outcome, failure) = match &policy.spec {
         Spec::Invalid(invalid) => (Outcome::Invalid(invalid.problems.to_vec()), None),
-        Spec::Valid(valid) => {
-            let (decided, failure) =
-                act(policy, valid.clone(), previous.last.as_ref(), now, ctx).await?;
-            (Outcome::Decided(Box::new(decided)), failure)
-        }
+        Spec::Valid(valid) => act(policy, valid.clone(), previous.last.as_ref(), now, ctx).await?,
     };
     let target = policy.spec.target();
     let claims = ctx.claims.read().records(&policy.key);
-    let status = status::build(&StatusInput {
-        generation: policy.identity.generation,
-        target,
-        previous: previous.last.as_ref(),
-        whole: previous.whole.as_ref(),
-        outcome: &outcome,
-        now,
-        claims: &claims,
-    });
+    let status = intent::report(
+        &outcome,
+        &Record {
+            generation: policy.identity.generation,
+            target,
+            previous: previous.last.as_ref(),
+            whole: previous.whole.as_ref(),
+            claims: &claims,
+            now,
+        },
+    );
     // Written in the background: the next reconcile of this policy does not wait for it.
     let key = StatusKey::new(&policy.key, &policy.identity.uid);
     let wrote = ctx
@@ -182,43 +177,40 @@ async fn run(policy: &Held, ctx: &Context) -> Result<Next, Error> {
     next(outcome, failure)
 }
 
-/// Gather, decide and apply for a valid policy.
+/// Gather, intend and carry out the intent for a valid policy: the route, then the workloads.
 async fn act(
     policy: &Held,
     valid: Arc<ValidPolicy>,
     previous: Option<&LastStatus>,
     now: chrono::DateTime<Utc>,
     ctx: &Context,
-) -> Result<(Decided, Option<ApplyError>), Error> {
+) -> Result<(Outcome, Option<ApplyError>), Error> {
     if !ctx.wait_for_inputs().await {
         return Err(Error::CachesNotSynced);
     }
-    // What it may attach to, and so what it claims: one function decides both.
-    let (valid, refused_parents) = attachable(valid, &ctx.gateways);
-    let claims = Claim::of(&valid, &ctx.gateways);
+    if policy.identity.uid.is_empty() {
+        return Err(Error::MissingUid);
+    }
     let inputs = gather::inputs(&valid, ctx);
-    let plan = decide(&valid, &inputs.observations, previous, now);
-    let owner = policy.owner_reference().ok_or(Error::MissingUid)?;
-    let desired = DesiredRoute::of(owner, &valid, &plan.routing.weights);
-    let api = NeededApi::of_route(valid.route.kind());
-    let held = ctx.claims.read().held_by_other(&policy.key, &claims);
-    let applied = if let Some((claim, holder)) = held {
-        apply::withdraw(&ctx.gate, &desired, inputs.route.clone(), claim, holder).await
-    } else if ctx.apis.is_missing(api) {
-        Ok(Applied::ApiMissing(api))
-    } else {
-        apply::apply(&ctx.gate, &desired, inputs.route.clone(), valid.suspend).await
+    let observed = Observed {
+        observations: &inputs.observations,
+        previous,
+        now,
     };
-    let (applied, failure) = match applied {
-        Ok(applied) => (applied, None),
-        Err(ApplyError::NotLeader(e)) => return Err(Error::NotLeader(e)),
-        // The API server does not serve the route's kind: its CRD is not installed.
-        Err(e) if e.not_found() => {
-            ctx.apis.missing(api);
-            (Applied::ApiMissing(api), None)
-        }
-        Err(e) => (Applied::Failed(e.to_string()), Some(e)),
-    };
+    let intent = intent::intend(valid, &policy.identity.uid, &ctx.gateways, &observed);
+    let held = ctx.claims.read().held_by_other(&policy.key, &intent.claims);
+    let action = intent.action(held, ctx.apis.is_missing(intent.api));
+    let (applied, failure) =
+        match apply::carry_out(&ctx.gate, &intent, action, inputs.route.clone()).await {
+            Ok(applied) => (applied, None),
+            Err(ApplyError::NotLeader(e)) => return Err(Error::NotLeader(e)),
+            // The API server does not serve the route's kind: its CRD is not installed.
+            Err(e) if e.not_found() => {
+                ctx.apis.missing(intent.api);
+                (Applied::ApiMissing(intent.api), None)
+            }
+            Err(e) => (Applied::Failed(e.to_string()), Some(e)),
+        };
     if let Applied::ApiMissing(api) = applied {
         ctx.apis.needed(api);
     }
@@ -227,35 +219,12 @@ async fn act(
         &ctx.gate,
         ctx.allow_scaling,
         policy,
-        &valid,
-        &plan.scale,
+        &intent.policy,
+        &intent.plan.scale,
         held_scaled,
     )
     .await;
-    let decided = Decided {
-        policy: valid,
-        plan,
-        applied,
-        route: inputs.route,
-        refused_parents,
-        scaled,
-    };
-    Ok((decided, failure))
-}
-
-/// The policy with its route's Gateways of other namespaces that the cluster admin does not
-/// allow left out, and those Gateways.
-fn attachable(
-    valid: Arc<ValidPolicy>,
-    gateways: &Gateways,
-) -> (Arc<ValidPolicy>, Vec<RouteParent>) {
-    let (route, refused) = gateways.attachable(&valid.namespace, &valid.route);
-    if refused.is_empty() {
-        return (valid, refused);
-    }
-    let mut allowed = (*valid).clone();
-    allowed.route = route;
-    (Arc::new(allowed), refused)
+    Ok((intent.outcome(applied, scaled, inputs.route), failure))
 }
 
 /// What to do after a reconcile: retry a failed write, requeue when a hold falls due, or wait.

@@ -7,11 +7,10 @@
 //! too ([`crate::pipeline::deletion`]).
 //!
 //! What a workload had is recorded in the status (`status.scaled`), so a restart or a new leader
-//! restores it too. A value someone changed after the controller did is theirs: the record is
-//! marked released, nothing is raised again until the failback, and nothing is restored. Each
-//! write is a merge patch under the field manager [`FIELD_MANAGER`], so `managedFields` shows
-//! who set the value, and only while the cluster admin let the controller scale
-//! (`--allow-scaling`, the chart's `scaling.enabled`).
+//! restores it too. What to write is the core's decision ([`restore::step`]); this step reads
+//! each workload and writes what it says, each write a merge patch under the field manager
+//! [`FIELD_MANAGER`], so `managedFields` shows who set the value, and only while the cluster
+//! admin let the controller scale (`--allow-scaling`, the chart's `scaling.enabled`).
 
 use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
 use kube::{
@@ -24,20 +23,45 @@ use tracing::warn;
 use crate::{
     api::{ScaleKind, ScaleTarget, ScaledWorkload},
     applied::{ScaleChange, Scaled},
-    decide::{capacity::ScaleWant, restore},
+    decide::{
+        capacity::ScaleWant,
+        restore::{self, Replicas, WorkloadStep},
+    },
     pipeline::finalize,
     policy::ValidPolicy,
-    runtime::{api_client::describe, gate::WriteGate},
+    runtime::{
+        api_client::describe,
+        gate::{NotLeader, WriteGate},
+    },
     sources::local::policies::Held,
 };
 
 /// The field manager of the controller's changes to workloads.
 pub const FIELD_MANAGER: &str = "failover-controller-scale";
 
-/// A workload's replicas now, and the most it may have (an HPA's `maxReplicas`).
-struct Current {
-    replicas: i32,
-    most: Option<i32>,
+/// Why a workload could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ScaleError {
+    /// This replica lost leadership before writing.
+    #[error(transparent)]
+    NotLeader(#[from] NotLeader),
+    /// The API server refused or did not answer.
+    #[error("{what}: {message}")]
+    Api {
+        /// The workload and the field, in words.
+        what: String,
+        /// The API server's message, in one line.
+        message: String,
+    },
+}
+
+impl ScaleError {
+    fn api(target: &ScaleTarget, error: &kube::Error) -> Self {
+        ScaleError::Api {
+            what: describe_target(target),
+            message: describe(error),
+        }
+    }
 }
 
 /// Raises and restores the policy's workloads as `wants` says, from what `held` recorded;
@@ -143,7 +167,7 @@ impl Raise<'_> {
                 }
                 Err(problem) => {
                     scaled.workloads.extend(record);
-                    scaled.problem.get_or_insert(problem);
+                    scaled.problem.get_or_insert(problem.to_string());
                 }
             }
         }
@@ -171,7 +195,7 @@ async fn restore_unnamed(
             Ok(change) => scaled.changes.extend(change),
             Err(problem) => {
                 scaled.workloads.push(record.clone());
-                scaled.problem.get_or_insert(problem);
+                scaled.problem.get_or_insert(problem.to_string());
             }
         }
     }
@@ -185,7 +209,7 @@ pub async fn restore_one(
     namespace: &str,
     record: &ScaledWorkload,
     why: &str,
-) -> Result<Option<ScaleChange>, String> {
+) -> Result<Option<ScaleChange>, ScaleError> {
     let target = ScaleTarget {
         kind: record.kind,
         name: record.name.clone(),
@@ -193,9 +217,9 @@ pub async fn restore_one(
     let current = match read(gate, namespace, &target).await {
         Ok(current) => current,
         Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
-        Err(e) => return Err(failed(&target, &e)),
+        Err(e) => return Err(ScaleError::api(&target, &e)),
     };
-    match restore::restored(record, current.replicas) {
+    match restore::restored(record, current.now) {
         Some(to) => Ok(Some(put_back(gate, namespace, record, to, why).await?)),
         None => Ok(None),
     }
@@ -208,7 +232,7 @@ async fn put_back(
     record: &ScaledWorkload,
     to: i32,
     why: &str,
-) -> Result<ScaleChange, String> {
+) -> Result<ScaleChange, ScaleError> {
     let target = ScaleTarget {
         kind: record.kind,
         name: record.name.clone(),
@@ -229,51 +253,26 @@ async fn one(
     target: &ScaleTarget,
     want: Option<i32>,
     record: Option<ScaledWorkload>,
-) -> Result<(Option<ScaledWorkload>, Option<ScaleChange>), String> {
+) -> Result<(Option<ScaledWorkload>, Option<ScaleChange>), ScaleError> {
     let current = read(gate, namespace, target)
         .await
-        .map_err(|e| failed(target, &e))?;
-    let what = describe_target(target);
-    match (want, record) {
-        // Someone changed it since the controller did: theirs stays, until the failback.
-        (Some(_), Some(r)) if r.released || current.replicas != r.replicas => Ok((
-            Some(ScaledWorkload {
-                released: true,
-                ..r
-            }),
-            None,
-        )),
-        (Some(want), record) => {
-            let original = record
-                .as_ref()
-                .map_or(current.replicas, |r| r.original_replicas);
-            let replicas = want.max(original).min(current.most.unwrap_or(i32::MAX));
-            if replicas == current.replicas {
-                return Ok((record, None));
-            }
-            write(gate, namespace, target, replicas).await?;
-            let kept = ScaledWorkload {
-                kind: target.kind,
-                name: target.name.clone(),
-                original_replicas: original,
-                replicas,
-                released: false,
-            };
+        .map_err(|e| ScaleError::api(target, &e))?;
+    match restore::step(target, want, record, current) {
+        WorkloadStep::Keep(kept) => Ok((kept, None)),
+        WorkloadStep::Raise(kept) => {
+            write(gate, namespace, target, kept.replicas).await?;
             let note = format!(
-                "{what} raised from {} to {replicas} for the failover",
-                current.replicas
+                "{} raised from {} to {} for the failover",
+                describe_target(target),
+                current.now,
+                kept.replicas
             );
             Ok((Some(kept), Some(ScaleChange { raised: true, note })))
         }
-        // The failback is over: restore what it had, unless someone changed it since.
-        (None, Some(r)) => match restore::restored(&r, current.replicas) {
-            Some(to) => {
-                let change = put_back(gate, namespace, &r, to, "after the failback").await?;
-                Ok((None, Some(change)))
-            }
-            None => Ok((None, None)),
-        },
-        (None, None) => Ok((None, None)),
+        WorkloadStep::Restore { to, record } => {
+            let change = put_back(gate, namespace, &record, to, "after the failback").await?;
+            Ok((None, Some(change)))
+        }
     }
 }
 
@@ -291,30 +290,25 @@ async fn read(
     gate: &WriteGate,
     namespace: &str,
     target: &ScaleTarget,
-) -> Result<Current, kube::Error> {
+) -> Result<Replicas, kube::Error> {
     match target.kind {
         ScaleKind::HorizontalPodAutoscaler => {
             let api: Api<HorizontalPodAutoscaler> = Api::namespaced(gate.client.clone(), namespace);
             let spec = api.get(&target.name).await?.spec.unwrap_or_default();
-            Ok(Current {
-                replicas: spec.min_replicas.unwrap_or(1),
+            Ok(Replicas {
+                now: spec.min_replicas.unwrap_or(1),
                 most: Some(spec.max_replicas),
             })
         }
         ScaleKind::Deployment => {
             let api: Api<Deployment> = Api::namespaced(gate.client.clone(), namespace);
             let scale = api.get_scale(&target.name).await?;
-            Ok(Current {
-                replicas: scale.spec.and_then(|s| s.replicas).unwrap_or(0),
+            Ok(Replicas {
+                now: scale.spec.and_then(|s| s.replicas).unwrap_or(0),
                 most: None,
             })
         }
     }
-}
-
-/// A failed read or write of the workload, in one line.
-fn failed(target: &ScaleTarget, error: &kube::Error) -> String {
-    format!("{}: {}", describe_target(target), describe(error))
 }
 
 /// Sets the workload's replicas, as the leader only.
@@ -323,13 +317,13 @@ async fn write(
     namespace: &str,
     target: &ScaleTarget,
     replicas: i32,
-) -> Result<(), String> {
-    gate.ensure_leader().map_err(|e| e.to_string())?;
+) -> Result<(), ScaleError> {
+    gate.ensure_leader()?;
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    let failed = |e: kube::Error| failed(target, &e);
+    let failed = |e: kube::Error| ScaleError::api(target, &e);
     match target.kind {
         ScaleKind::HorizontalPodAutoscaler => {
             let api: Api<HorizontalPodAutoscaler> = Api::namespaced(gate.client.clone(), namespace);

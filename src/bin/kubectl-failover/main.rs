@@ -24,6 +24,7 @@
 mod connect;
 mod edit;
 mod explain;
+mod live;
 mod show;
 mod watch;
 mod what_if;

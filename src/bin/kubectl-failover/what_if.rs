@@ -12,26 +12,21 @@ use std::{fmt::Write as _, sync::Arc, time::Duration};
 use anyhow::bail;
 use chrono::{DateTime, Utc};
 use failover::{
-    api::{Condition, FailoverPolicy, Phase, conditions::READY},
-    applied::Applied,
-    decide::{Plan, decide},
-    endpoints::{SERVICE_NAME_LABEL, observe_service},
-    intent::DesiredRoute,
+    api::{Condition, FailoverPolicy, FailoverPolicyStatus, Phase, conditions::READY},
+    applied::{Applied, Scaled},
+    decide::Plan,
+    intent::{self, Observed, Record},
     last_status::LastStatus,
     observation::{BackendObservation, Reading, Sample},
     policy::ValidPolicy,
-    route::{RouteView, owner},
-    status::{self, Decided, Outcome, StatusInput},
+    route::RouteView,
+    tenancy::Gateways,
     validate::validate,
 };
-use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
-use kube::{
-    Api, Client, ResourceExt,
-    api::{DynamicObject, ListParams},
-};
+use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
 
-use crate::Format;
+use crate::{Format, live};
 
 /// At most this many steps are printed: a ramp has at most 10, and each hold is one.
 const MAX_STEPS: usize = 32;
@@ -66,7 +61,7 @@ pub struct Report {
 }
 
 /// One decision.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Debug, Clone)]
 #[serde(rename_all = "camelCase")]
 pub struct Step {
     /// When it is made.
@@ -89,7 +84,7 @@ pub struct Step {
 }
 
 /// A backend's weight in a step.
-#[derive(Serialize, Debug, PartialEq)]
+#[derive(Serialize, Debug, PartialEq, Clone)]
 #[serde(rename_all = "camelCase")]
 pub struct Weight {
     /// The backend Service.
@@ -124,16 +119,18 @@ pub async fn run(
             );
         }
     };
-    let live = observe(&client, &policy, &valid).await?;
-    let route = live_route(&client, &valid).await?;
+    let live = live::observe(&client, &policy, &valid).await?;
+    let route = live::route(&client, &valid).await?;
     let from = Utc::now() + scenario.at;
     let changed = imagine(&valid, &live, scenario, from)?;
+    let gateways = live::consent(&valid, policy.status.as_ref());
     let report = simulate(&Imagined {
         policy: &policy,
         valid,
         before: &live,
         after: &changed,
         route: route.as_ref(),
+        gateways,
         now: Utc::now(),
         from,
         changes: describe(scenario),
@@ -142,62 +139,6 @@ pub async fn run(
         Format::Json => serde_json::to_string_pretty(&report)? + "\n",
         Format::Yaml => serde_yaml::to_string(&report)?,
         Format::Text => text(&report),
-    })
-}
-
-/// What the controller's watches would observe of each backend now, primary first.
-async fn observe(
-    client: &Client,
-    policy: &FailoverPolicy,
-    valid: &ValidPolicy,
-) -> anyhow::Result<Vec<BackendObservation>> {
-    let services: Api<Service> = Api::namespaced(client.clone(), &valid.namespace);
-    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &valid.namespace);
-    let recorded = policy
-        .status
-        .as_ref()
-        .map(|s| s.backends.as_slice())
-        .unwrap_or_default();
-    let mut observations = Vec::with_capacity(valid.backends.len());
-    for backend in valid.backends.iter() {
-        let status = recorded.iter().find(|b| b.service == backend.service);
-        let mut observation = if backend.remote.is_some() {
-            // Another cluster's readiness: as the controller last recorded it.
-            status.map_or_else(BackendObservation::default, |b| BackendObservation {
-                as_of: b.readiness_as_of.map(|t| t.0),
-                unavailable: b.message.clone().filter(|_| !b.ready),
-                ..BackendObservation::counted(b.ready_endpoints, b.total_endpoints)
-            })
-        } else {
-            let exists = services.get_opt(&backend.service).await?.is_some();
-            let selector = format!("{SERVICE_NAME_LABEL}={}", backend.service);
-            let listed = slices
-                .list(&ListParams::default().labels(&selector))
-                .await?;
-            observe_service(exists, &listed.items)
-        };
-        observation.health = status.and_then(|b| b.health.as_ref()).map(|h| Reading {
-            sample: Some(Sample {
-                value: h.value,
-                read_at: h.read_at.0,
-            }),
-            ..Reading::default()
-        });
-        observations.push(observation);
-    }
-    Ok(observations)
-}
-
-/// The route the policy owns, as the cluster has it (its parents' answers go into the status).
-async fn live_route(client: &Client, valid: &ValidPolicy) -> anyhow::Result<Option<RouteView>> {
-    let target = &valid.route;
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &valid.namespace, &target.resource());
-    Ok(match api.get_opt(&target.name).await {
-        Ok(route) => route.map(|r| target.kind().view(&r)),
-        // The route's CRD is not installed: the controller would say so; what-if has no route.
-        Err(kube::Error::Api(e)) if e.code == 404 => None,
-        Err(e) => return Err(e.into()),
     })
 }
 
@@ -280,6 +221,8 @@ pub struct Imagined<'a> {
     pub after: &'a [BackendObservation],
     /// The route as the cluster has it.
     pub route: Option<&'a RouteView>,
+    /// The Gateways of other namespaces the cluster admin lets the route attach to.
+    pub gateways: Gateways,
     /// Now.
     pub now: DateTime<Utc>,
     /// When the change happens.
@@ -296,24 +239,25 @@ pub fn simulate(imagined: &Imagined) -> Report {
     let (mut at, mut steps, mut settled) = (imagined.now, Vec::new(), false);
     while steps.len() < MAX_STEPS {
         let changed = at >= imagined.from;
-        let observed = if changed {
+        let observations = if changed {
             imagined.after
         } else {
             imagined.before
         };
-        let plan = decide(valid, observed, previous.as_ref(), at);
-        let next = plan.requeue_after;
-        let (status, step) = decided(imagined, plan, previous.as_ref());
+        let observed = Observed {
+            observations,
+            previous: previous.as_ref(),
+            now: at,
+        };
+        let (status, step) = decided(imagined, &observed);
         previous = Some(LastStatus::of(&status));
-        let next_at = next.and_then(|n| chrono::Duration::from_std(n).ok().map(|n| at + n));
         if changed {
             steps.push(Step {
                 after_seconds: (at - imagined.from).num_seconds(),
-                next_at,
-                ..step
+                ..step.clone()
             });
         }
-        at = match next_at {
+        at = match step.next_at {
             Some(next) if !changed => next.min(imagined.from),
             Some(next) => next,
             None if changed => {
@@ -332,42 +276,40 @@ pub fn simulate(imagined: &Imagined) -> Report {
     }
 }
 
-/// The status the controller would write for a decision (its route written, or suspended), and
-/// the step that reports it.
-fn decided(
-    imagined: &Imagined,
-    plan: Plan,
-    previous: Option<&LastStatus>,
-) -> (failover::api::FailoverPolicyStatus, Step) {
+/// The status the controller would write for one reconcile at `observed.now`, by the
+/// controller's own functions (intend, the apply step's action, report), with every write
+/// imagined to go through; and the step that reports it.
+fn decided(imagined: &Imagined, observed: &Observed) -> (FailoverPolicyStatus, Step) {
     let (policy, valid) = (imagined.policy, &imagined.valid);
-    let at = plan.now;
-    let route = (!valid.suspend).then(|| {
-        let owner = owner(&valid.name, &policy.uid().unwrap_or_default());
-        let desired = DesiredRoute::of(owner, valid, &plan.routing.weights);
-        serde_json::to_value(&desired.object).unwrap_or_default()
-    });
-    let backends = weights(valid, &plan);
-    let outcome = Outcome::Decided(Box::new(Decided {
-        policy: valid.clone(),
-        plan,
-        applied: if valid.suspend {
-            Applied::Suspended
-        } else {
-            Applied::Written
+    let uid = policy.uid().unwrap_or_default();
+    let recorded = policy.status.as_ref();
+    let intent = intent::intend(valid.clone(), &uid, &imagined.gateways, observed);
+    let at = intent.plan.now;
+    let next_at = intent
+        .plan
+        .requeue_after
+        .and_then(|n| chrono::Duration::from_std(n).ok().map(|n| at + n));
+    let applied = intent.action(None, false).imagined(imagined.route, &uid);
+    let route = matches!(applied, Applied::Written)
+        .then(|| serde_json::to_value(&intent.route.object).unwrap_or_default());
+    let backends = weights(&intent.policy, &intent.plan);
+    let scaled = Scaled {
+        workloads: recorded.map(|s| s.scaled.clone()).unwrap_or_default(),
+        ..Scaled::default()
+    };
+    let outcome = intent.outcome(applied, scaled, imagined.route.cloned());
+    let claims = recorded.map(|s| s.claims.as_slice()).unwrap_or_default();
+    let status = intent::report(
+        &outcome,
+        &Record {
+            generation: policy.metadata.generation,
+            target: &valid.route,
+            previous: observed.previous,
+            whole: None,
+            claims,
+            now: at,
         },
-        route: imagined.route.cloned(),
-        refused_parents: Vec::new(),
-        scaled: Default::default(),
-    }));
-    let status = status::build(&StatusInput {
-        generation: policy.metadata.generation,
-        target: &valid.route,
-        previous,
-        whole: None,
-        outcome: &outcome,
-        now: at,
-        claims: &[],
-    });
+    );
     let step = Step {
         at,
         after_seconds: 0,
@@ -378,7 +320,7 @@ fn decided(
             .find(|c| c.type_ == READY)
             .map_or_else(String::new, |c| c.reason.clone()),
         backends,
-        next_at: None,
+        next_at,
         conditions: status.conditions.clone(),
         route,
     };
@@ -502,6 +444,7 @@ mod tests {
             before: &before,
             after,
             route: None,
+            gateways: Gateways::default(),
             now,
             from: now,
             changes: vec![],
@@ -558,6 +501,7 @@ mod tests {
             before: &down,
             after: &up,
             route: None,
+            gateways: Gateways::default(),
             now,
             from: now + chrono::Duration::seconds(5),
             changes: vec![],
