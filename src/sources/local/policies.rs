@@ -22,9 +22,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::{
-    api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::OwnerReference,
-};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{Resource, ResourceExt, runtime::watcher};
 
 use crate::{
@@ -147,13 +145,6 @@ pub struct Held {
 }
 
 impl Held {
-    /// The policy as the controller of what it generates; `None` without a uid (never true of
-    /// an object read from the API server).
-    pub fn owner_reference(&self) -> Option<OwnerReference> {
-        (!self.identity.uid.is_empty())
-            .then(|| crate::route::owner(&self.key.name, &self.identity.uid))
-    }
-
     /// A reference to the policy, for its Events.
     pub fn object_reference(&self) -> ObjectReference {
         ObjectReference {
