@@ -26,7 +26,7 @@ use crate::{
         gather, scale, write,
     },
     policy::ValidPolicy,
-    route::{Claim, RouteParent},
+    route::RouteParent,
     runtime::{gate::NotLeader, retry, written::StatusKey},
     sources::{
         Context,
@@ -195,7 +195,7 @@ async fn act(
     }
     // What it may attach to, and so what it claims: one function decides both.
     let (valid, refused_parents) = attachable(valid, &ctx.gateways);
-    let claims = Claim::of(&valid, &ctx.gateways);
+    let claims = ctx.gateways.claims(&valid);
     let inputs = gather::inputs(&valid, ctx);
     let plan = decide(&valid, &inputs.observations, previous, now);
     let owner = policy.owner_reference().ok_or(Error::MissingUid)?;
