@@ -35,7 +35,11 @@
 //! Each refusal names the field and the rule, in the policy's status, and never what the admin
 //! allowed or granted to others.
 
-use crate::route::{ParentKind, RouteParent, RouteTarget};
+use crate::{
+    observation::Namespace,
+    policy::ValidPolicy,
+    route::{Claim, ParentKind, RouteParent, RouteTarget, Shape},
+};
 
 /// The annotation of a cluster Secret that grants policy namespaces remote namespaces:
 /// `from=to` pairs separated by commas, `*` for any on either side.
@@ -121,7 +125,7 @@ impl Gateways {
 
     /// A policy's route as it may attach: without the Gateways of other namespaces the admin
     /// does not allow, and those Gateways. The one place a route's parents are decided: the
-    /// route written and what its policy claims ([`crate::route::Claim`]) both come from it, so a
+    /// route written and what its policy claims ([`Gateways::claims`]) both come from it, so a
     /// policy never claims what it may not attach to.
     pub fn attachable(
         &self,
@@ -136,6 +140,59 @@ impl Gateways {
                     &p.name,
                 )
         })
+    }
+
+    /// Everything a policy claims: what its route may attach to.
+    pub fn claims(&self, policy: &ValidPolicy) -> Vec<Claim> {
+        self.route_claims(&policy.namespace, &policy.service, &policy.route)
+    }
+
+    /// Everything a route claims: `service` is its policy's apex, `namespace` its policy's. Its
+    /// parents are those [`Gateways::attachable`] keeps, as written: a Gateway the admin does
+    /// not allow the policy is claimed on no listener.
+    pub fn route_claims(&self, namespace: &str, service: &str, route: &RouteTarget) -> Vec<Claim> {
+        let apex = || Claim::Apex {
+            namespace: Namespace::new(namespace),
+            service: service.into(),
+        };
+        let (route, _) = self.attachable(namespace, route);
+        let route = match &route.shape {
+            Shape::TrafficSplit(_) => return vec![apex()],
+            Shape::HttpRoute(route) => route,
+        };
+        let hostnames: Vec<&str> = if route.hostnames.is_empty() {
+            vec!["*"]
+        } else {
+            route.hostnames.iter().map(String::as_str).collect()
+        };
+        let path = route.path_prefix.as_deref().unwrap_or("/");
+        route
+            .parents
+            .iter()
+            .flat_map(|parent| match parent.kind {
+                ParentKind::Service => vec![apex()],
+                ParentKind::Gateway => {
+                    let gateway = format!(
+                        "{}/{}",
+                        parent.namespace.as_deref().unwrap_or(namespace),
+                        parent.name
+                    );
+                    let listener = parent
+                        .section_name
+                        .clone()
+                        .or(parent.port.map(|p| format!("port {p}")));
+                    hostnames
+                        .iter()
+                        .map(|hostname| Claim::Listener {
+                            gateway: gateway.as_str().into(),
+                            listener: listener.as_deref().map(Box::from),
+                            hostname: (*hostname).into(),
+                            path: path.into(),
+                        })
+                        .collect()
+                }
+            })
+            .collect()
     }
 }
 

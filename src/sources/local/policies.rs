@@ -70,9 +70,9 @@ impl Spec {
     /// stays in place, so it still claims what it routes).
     pub fn claims(&self, namespace: &str, gateways: &Gateways) -> Vec<Claim> {
         match self {
-            Spec::Valid(valid) => Claim::of(valid, gateways),
+            Spec::Valid(valid) => gateways.claims(valid),
             Spec::Invalid(invalid) => {
-                Claim::of_route(namespace, &invalid.service, &invalid.target, gateways)
+                gateways.route_claims(namespace, &invalid.service, &invalid.target)
             }
         }
     }

@@ -23,44 +23,16 @@
 
 use chrono::{DateTime, Utc};
 
+pub use super::plan::{Load, ScaleWant};
 use super::{
-    plan::{Routing, Rule},
+    plan::{PROPORTIONAL_TOTAL, Routing, Rule},
     previous::Previous,
     readiness::BackendState,
-    strategy::PROPORTIONAL_TOTAL,
 };
 use crate::{
     api::{Phase, Strategy},
     policy::{Capacity, ValidPolicy},
 };
-
-/// What a policy with `spec.capacity` has to serve, and what it can.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Load {
-    /// Requests per second to serve.
-    pub demand: i64,
-    /// What each backend's ready endpoints serve, primary first.
-    pub capacity: Vec<i64>,
-    /// The share of the traffic (basis points) sent beyond what the backends it goes to serve.
-    pub unserved_basis_points: i32,
-}
-
-impl Load {
-    /// Requests per second no ready backend serves, rounded.
-    pub fn unserved(&self) -> i64 {
-        (self.demand * i64::from(self.unserved_basis_points) + i64::from(PROPORTIONAL_TOTAL) / 2)
-            / i64::from(PROPORTIONAL_TOTAL)
-    }
-}
-
-/// The replicas a secondary's workload is asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ScaleWant {
-    /// The backend (index, never the primary).
-    pub backend: usize,
-    /// Its replicas.
-    pub replicas: i32,
-}
 
 /// The routing bounded by capacity, what is served, and the replicas to ask for; the routing
 /// unchanged without `spec.capacity` or a known demand.

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use super::{
     plan::{Plan, Rule},
     transition,
+    verdict::Verdict,
 };
 use crate::{
     api::{
@@ -19,31 +20,6 @@ use crate::{
     },
     policy::ValidPolicy,
 };
-
-/// One condition as decided, before it gets its transition time.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Verdict {
-    /// The condition type.
-    pub type_: &'static str,
-    /// `True` or `False`.
-    pub status: bool,
-    /// The reason, one CamelCase word.
-    pub reason: String,
-    /// A sentence for people.
-    pub message: String,
-}
-
-impl Verdict {
-    /// A verdict from its parts.
-    pub fn new(type_: &'static str, status: bool, reason: &str, message: String) -> Self {
-        Self {
-            type_,
-            status,
-            reason: reason.to_string(),
-            message,
-        }
-    }
-}
 
 /// The conditions of a decision: `Ready`, `Degraded`, and `Pinned` / `Drill` when set.
 pub fn verdicts(policy: &ValidPolicy, plan: &Plan) -> Vec<Verdict> {
@@ -273,7 +249,7 @@ fn demand_unserved(policy: &ValidPolicy, plan: &Plan) -> Option<Verdict> {
             "{} of {} requests/s ({}) go where no ready endpoint serves them; ready capacity: {}",
             load.unserved(),
             load.demand,
-            super::plan::share(unserved, i64::from(super::PROPORTIONAL_TOTAL)),
+            super::plan::share(unserved, i64::from(super::plan::PROPORTIONAL_TOTAL)),
             policy
                 .backend_names()
                 .zip(&load.capacity)

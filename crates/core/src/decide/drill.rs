@@ -11,9 +11,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::{
-    conditions::Verdict,
     plan::{Plan, Routing, Rule},
     readiness::BackendState,
+    verdict::Verdict,
 };
 use crate::{
     api::{

@@ -36,6 +36,7 @@ pub mod readiness;
 pub mod restore;
 pub mod strategy;
 pub mod transition;
+pub mod verdict;
 
 use chrono::{DateTime, Utc};
 
@@ -49,7 +50,7 @@ use crate::{
 };
 
 /// With strategy `Proportional`, the weights of a route always add up to this (basis points).
-pub use strategy::PROPORTIONAL_TOTAL;
+pub use plan::PROPORTIONAL_TOTAL;
 
 /// Decides where the traffic of one policy goes.
 ///

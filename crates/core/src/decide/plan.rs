@@ -15,6 +15,10 @@ use crate::{
     policy::ValidPolicy,
 };
 
+/// The total of a route's weights (basis points) wherever they are shares: with strategy
+/// `Proportional`, under `spec.capacity` and during a failback ramp.
+pub const PROPORTIONAL_TOTAL: i32 = 10_000;
+
 /// Which rule put traffic where it is: the `Ready` condition's reason, with its data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rule {
@@ -89,10 +93,10 @@ pub struct Plan {
     /// When to decide again even if nothing changes (a hold falls due).
     pub requeue_after: Option<Duration>,
     /// With `spec.capacity`: the demand and what is served of it.
-    pub load: Option<super::capacity::Load>,
+    pub load: Option<Load>,
     /// With `spec.capacity.scale`: the replicas to ask of the secondaries' workloads (none:
     /// restore what was changed).
-    pub scale: Vec<super::capacity::ScaleWant>,
+    pub scale: Vec<ScaleWant>,
     /// The instant of the decision, to the millisecond.
     pub now: DateTime<Utc>,
 }
@@ -112,6 +116,34 @@ impl Plan {
             .map(|w| share(*w, total))
             .collect()
     }
+}
+
+/// What a policy with `spec.capacity` has to serve, and what it can.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Load {
+    /// Requests per second to serve.
+    pub demand: i64,
+    /// What each backend's ready endpoints serve, primary first.
+    pub capacity: Vec<i64>,
+    /// The share of the traffic (basis points) sent beyond what the backends it goes to serve.
+    pub unserved_basis_points: i32,
+}
+
+impl Load {
+    /// Requests per second no ready backend serves, rounded.
+    pub fn unserved(&self) -> i64 {
+        (self.demand * i64::from(self.unserved_basis_points) + i64::from(PROPORTIONAL_TOTAL) / 2)
+            / i64::from(PROPORTIONAL_TOTAL)
+    }
+}
+
+/// The replicas a secondary's workload is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScaleWant {
+    /// The backend (index, never the primary).
+    pub backend: usize,
+    /// Its replicas.
+    pub replicas: i32,
 }
 
 /// A change of where traffic goes, worth an Event and a metric.

@@ -28,7 +28,7 @@ use crate::{
         HealthSpec, NoData, PrometheusHealth, RampSpec, Strategy, Timestamp, WhenNoneReady,
         conditions::ready,
     },
-    decide::strategy::PROPORTIONAL_TOTAL,
+    decide::plan::PROPORTIONAL_TOTAL,
     observation::{BackendObservation, Reading, Sample},
 };
 

@@ -7,10 +7,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{
-    plan::{Routing, Rule},
-    strategy::PROPORTIONAL_TOTAL,
-};
+use super::plan::{PROPORTIONAL_TOTAL, Routing, Rule};
 use crate::{api::Phase, policy::Ramp};
 
 /// The routing at the ramp's current step; `None` once its last step (100%) is reached.

@@ -3,16 +3,13 @@
 //! not ready.
 
 use super::{
-    plan::{Routing, Rule},
+    plan::{PROPORTIONAL_TOTAL, Routing, Rule},
     readiness::BackendState,
 };
 use crate::{
     api::{Phase, Strategy, rules::MAX_WEIGHT},
     policy::ValidPolicy,
 };
-
-/// With strategy `Proportional`, the weights of a route always add up to this (basis points).
-pub const PROPORTIONAL_TOTAL: i32 = 10_000;
 
 /// Weights of the secondaries per strategy, `None` when no secondary is ready. The primary's
 /// weight (index 0) is always 0 here.

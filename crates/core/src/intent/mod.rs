@@ -72,7 +72,7 @@ pub fn intend(
 ) -> Intent {
     // What it may attach to, and so what it claims: one function decides both.
     let (policy, refused_parents) = attachable(policy, gateways);
-    let claims = Claim::of(&policy, gateways);
+    let claims = gateways.claims(&policy);
     let plan = decide(
         &policy,
         observed.observations,

@@ -1,15 +1,11 @@
 //! What a policy routes: its apex Service, and each hostname and path on each Gateway listener
 //! its HTTPRoute may attach to. Two policies must not route one thing; the policy watch keeps
-//! the table of who holds each claim.
+//! the table of who holds each claim. What a policy claims is decided where what it may attach
+//! to is ([`crate::tenancy::Gateways::claims`]).
 
 use std::fmt;
 
-use super::{ParentKind, RouteTarget, Shape};
-use crate::{
-    observation::{Namespace, PolicyKey},
-    policy::ValidPolicy,
-    tenancy::Gateways,
-};
+use crate::observation::{Namespace, PolicyKey};
 
 /// One thing a policy routes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -51,66 +47,6 @@ impl fmt::Display for Claim {
                 }
             }
         }
-    }
-}
-
-impl Claim {
-    /// Everything a policy claims: what its route may attach to.
-    pub fn of(policy: &ValidPolicy, gateways: &Gateways) -> Vec<Claim> {
-        Self::of_route(&policy.namespace, &policy.service, &policy.route, gateways)
-    }
-
-    /// Everything a route claims: `service` is its policy's apex, `namespace` its policy's. Its
-    /// parents are those [`Gateways::attachable`] keeps, as written: a Gateway the admin does
-    /// not allow the policy is claimed on no listener.
-    pub fn of_route(
-        namespace: &str,
-        service: &str,
-        route: &RouteTarget,
-        gateways: &Gateways,
-    ) -> Vec<Claim> {
-        let apex = || Claim::Apex {
-            namespace: Namespace::new(namespace),
-            service: service.into(),
-        };
-        let (route, _) = gateways.attachable(namespace, route);
-        let route = match &route.shape {
-            Shape::TrafficSplit(_) => return vec![apex()],
-            Shape::HttpRoute(route) => route,
-        };
-        let hostnames: Vec<&str> = if route.hostnames.is_empty() {
-            vec!["*"]
-        } else {
-            route.hostnames.iter().map(String::as_str).collect()
-        };
-        let path = route.path_prefix.as_deref().unwrap_or("/");
-        route
-            .parents
-            .iter()
-            .flat_map(|parent| match parent.kind {
-                ParentKind::Service => vec![apex()],
-                ParentKind::Gateway => {
-                    let gateway = format!(
-                        "{}/{}",
-                        parent.namespace.as_deref().unwrap_or(namespace),
-                        parent.name
-                    );
-                    let listener = parent
-                        .section_name
-                        .clone()
-                        .or(parent.port.map(|p| format!("port {p}")));
-                    hostnames
-                        .iter()
-                        .map(|hostname| Claim::Listener {
-                            gateway: gateway.as_str().into(),
-                            listener: listener.as_deref().map(Box::from),
-                            hostname: (*hostname).into(),
-                            path: path.into(),
-                        })
-                        .collect()
-                }
-            })
-            .collect()
     }
 }
 

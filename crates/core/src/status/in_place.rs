@@ -9,7 +9,7 @@ use crate::{
         BackendStatus, FailoverPolicyStatus, Phase,
         conditions::{READY, SUSPENDED, ready, suspended},
     },
-    decide::{conditions::Verdict, plan::share},
+    decide::{plan::share, verdict::Verdict},
     last_status::LastStatus,
     policy::ValidPolicy,
     route::RouteView,

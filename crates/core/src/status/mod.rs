@@ -28,10 +28,7 @@ use crate::{
         conditions::{READY, SCALED_UP, STALLED, ready, scaling},
     },
     applied::{Applied, Scaled},
-    decide::{
-        Plan, Rule,
-        conditions::{self, Verdict},
-    },
+    decide::{Plan, Rule, conditions, verdict::Verdict},
     last_status::LastStatus,
     message,
     policy::{SpecProblem, ValidPolicy},

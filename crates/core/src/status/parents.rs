@@ -7,7 +7,7 @@ use crate::{
         RouteParentState,
         conditions::{ATTACHED, attached},
     },
-    decide::conditions::Verdict,
+    decide::verdict::Verdict,
     message,
     route::{RouteParent, RouteTarget, RouteView, Shape},
 };
