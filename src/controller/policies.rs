@@ -17,7 +17,7 @@ use crate::{
     runtime::{heap, policy_metrics::PolicyLabels},
     sources::{
         Context,
-        local::{claims::Claimant, policies::Change},
+        local::{claims, policies::Change},
         remote::secrets,
         watch::{events, scoped, slim},
     },
@@ -127,7 +127,7 @@ fn follow(ctx: &Context, change: &Change) -> Vec<Request> {
                     held.spec.valid().map(|v| &**v),
                 );
             }
-            let now = Claimant::of(held, &ctx.gateways);
+            let now = claims::claimant(held, &ctx.gateways);
             let handed = ctx.claims.write().update(&held.key, Some(&now), seen_at());
             std::iter::once(held.key.clone()).chain(handed).collect()
         }

@@ -24,6 +24,7 @@ pub const VERSION: &str = match option_env!("FAILOVER_VERSION") {
 
 pub mod apis;
 pub mod applied;
+pub mod claims;
 pub mod crd;
 pub mod decide;
 pub mod digest;

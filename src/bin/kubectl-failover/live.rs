@@ -1,17 +1,21 @@
 //! What `what-if` starts from, read from the cluster as the controller reads it: each backend's
-//! observation, the route the policy owns, and the Gateways the admin lets it attach to.
+//! observation, the route the policy owns, the Gateways the admin lets it attach to, and who
+//! holds what it claims.
 
+use chrono::Utc;
 use failover::{
     api::{FailoverPolicy, FailoverPolicyStatus, conditions::attached},
+    claims::{Claimant, Claims},
     endpoints::{SERVICE_NAME_LABEL, observe_service},
-    observation::{BackendObservation, Reading, Sample},
+    observation::{BackendObservation, PolicyKey, Reading, Sample},
     policy::ValidPolicy,
-    route::{ParentKind, RouteParent, RouteView},
+    route::{ParentKind, RouteParent, RouteTarget, RouteView},
     tenancy::Gateways,
+    validate::validate,
 };
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{
-    Api, Client,
+    Api, Client, Resource, ResourceExt,
     api::{DynamicObject, ListParams},
 };
 
@@ -59,16 +63,34 @@ pub async fn observe(
 }
 
 /// The route the policy owns, as the cluster has it (its parents' answers go into the status).
-pub async fn route(client: &Client, valid: &ValidPolicy) -> anyhow::Result<Option<RouteView>> {
+pub async fn route(client: &Client, valid: &ValidPolicy) -> anyhow::Result<Route> {
     let target = &valid.route;
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &valid.namespace, &target.resource());
     Ok(match api.get_opt(&target.name).await {
-        Ok(route) => route.map(|r| target.kind().view(&r)),
-        // The route's CRD is not installed: the controller would say so; what-if has no route.
-        Err(kube::Error::Api(e)) if e.code == 404 => None,
+        Ok(route) => Route::Served(route.map(|r| target.kind().view(&r))),
+        // The route's CRD is not installed: the controller would say so.
+        Err(kube::Error::Api(e)) if e.code == 404 => Route::ApiMissing,
         Err(e) => return Err(e.into()),
     })
+}
+
+/// The route the policy owns, as the cluster has it.
+pub enum Route {
+    /// Its API is served; the route, if it exists.
+    Served(Option<RouteView>),
+    /// Its API (CRD) is not installed.
+    ApiMissing,
+}
+
+impl Route {
+    /// The route, if it exists.
+    pub fn view(&self) -> Option<&RouteView> {
+        match self {
+            Route::Served(view) => view.as_ref(),
+            Route::ApiMissing => None,
+        }
+    }
 }
 
 /// The Gateways of other namespaces the cluster admin lets this policy's route attach to, as
@@ -97,4 +119,53 @@ pub fn consent(valid: &ValidPolicy, recorded: Option<&FailoverPolicyStatus>) -> 
         .filter_map(|p| Some(format!("{}/{}", p.namespace.as_deref()?, p.name)))
         .collect();
     Gateways::parse(&allowed).unwrap_or_default()
+}
+
+/// Who holds what, in the controller's own claims table built from every policy this client may
+/// list (all namespaces, else the policy's own), each claim ranked by when its status records it
+/// was made.
+pub async fn claims(client: &Client, namespace: &str) -> anyhow::Result<Claims> {
+    let all: Api<FailoverPolicy> = Api::all(client.clone());
+    let listed = match all.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            let own: Api<FailoverPolicy> = Api::namespaced(client.clone(), namespace);
+            own.list(&ListParams::default()).await?.items
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut table = Claims::default();
+    let now = Utc::now().timestamp_millis();
+    for policy in &listed {
+        let (Some(ns), Some(name)) = (policy.namespace(), policy.meta().name.as_deref()) else {
+            continue;
+        };
+        let key = PolicyKey::new(&ns, name);
+        let uid = policy.uid().unwrap_or_default();
+        let recorded = policy.status.as_ref().map_or(&[][..], |s| &s.claims);
+        let claims = match validate(policy) {
+            Ok(valid) => consent(&valid, policy.status.as_ref()).claims(&valid),
+            // An invalid policy still claims what its route in place routes.
+            Err(_) => Gateways::default().route_claims(
+                &ns,
+                &policy.spec.service,
+                &RouteTarget::of(policy),
+            ),
+        };
+        let created = policy
+            .meta()
+            .creation_timestamp
+            .as_ref()
+            .map_or(i64::MAX, |t| t.0.as_second());
+        let claimant = Claimant {
+            key: &key,
+            uid: &uid,
+            created,
+            claims,
+            recorded,
+        };
+        table.update(&key, Some(&claimant), now);
+    }
+    table.listed();
+    Ok(table)
 }

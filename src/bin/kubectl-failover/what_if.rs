@@ -14,10 +14,11 @@ use chrono::{DateTime, Utc};
 use failover::{
     api::{Condition, FailoverPolicy, FailoverPolicyStatus, Phase, conditions::READY},
     applied::{Applied, Scaled},
+    claims::Claims,
     decide::Plan,
     intent::{self, Observed, Record},
     last_status::LastStatus,
-    observation::{BackendObservation, Reading, Sample},
+    observation::{BackendObservation, PolicyKey, Reading, Sample},
     policy::ValidPolicy,
     route::RouteView,
     tenancy::Gateways,
@@ -124,13 +125,16 @@ pub async fn run(
     let from = Utc::now() + scenario.at;
     let changed = imagine(&valid, &live, scenario, from)?;
     let gateways = live::consent(&valid, policy.status.as_ref());
+    let claims = live::claims(&client, namespace).await?;
     let report = simulate(&Imagined {
         policy: &policy,
         valid,
         before: &live,
         after: &changed,
-        route: route.as_ref(),
+        route: route.view(),
+        api_missing: matches!(route, live::Route::ApiMissing),
         gateways,
+        claims,
         now: Utc::now(),
         from,
         changes: describe(scenario),
@@ -221,8 +225,12 @@ pub struct Imagined<'a> {
     pub after: &'a [BackendObservation],
     /// The route as the cluster has it.
     pub route: Option<&'a RouteView>,
+    /// The route's API is not served.
+    pub api_missing: bool,
     /// The Gateways of other namespaces the cluster admin lets the route attach to.
     pub gateways: Gateways,
+    /// Who holds what, as the controller's claims table would.
+    pub claims: Claims,
     /// Now.
     pub now: DateTime<Utc>,
     /// When the change happens.
@@ -289,7 +297,11 @@ fn decided(imagined: &Imagined, observed: &Observed) -> (FailoverPolicyStatus, S
         .plan
         .requeue_after
         .and_then(|n| chrono::Duration::from_std(n).ok().map(|n| at + n));
-    let applied = intent.action(None, false).imagined(imagined.route, &uid);
+    let key = PolicyKey::new(&valid.namespace, &valid.name);
+    let held = imagined.claims.held_by_other(&key, &intent.claims);
+    let applied = intent
+        .action(held, imagined.api_missing)
+        .imagined(imagined.route, &uid);
     let route = matches!(applied, Applied::Written)
         .then(|| serde_json::to_value(&intent.route.object).unwrap_or_default());
     let backends = weights(&intent.policy, &intent.plan);
@@ -444,7 +456,9 @@ mod tests {
             before: &before,
             after,
             route: None,
+            api_missing: false,
             gateways: Gateways::default(),
+            claims: Claims::default(),
             now,
             from: now,
             changes: vec![],
@@ -501,7 +515,9 @@ mod tests {
             before: &down,
             after: &up,
             route: None,
+            api_missing: false,
             gateways: Gateways::default(),
+            claims: Claims::default(),
             now,
             from: now + chrono::Duration::seconds(5),
             changes: vec![],

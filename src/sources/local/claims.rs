@@ -1,257 +1,33 @@
-//! Who routes what. A policy claims its apex Service (the root of its TrafficSplit, or the
-//! Service its HTTPRoute attaches to) and, for an HTTPRoute on Gateways, each hostname and path
-//! on each Gateway listener it may attach to: its parents are those
-//! [`crate::tenancy::Gateways::attachable`] keeps, the function that decides the route's
-//! parents, so a Gateway the admin does not allow the policy is no claim of it. Two policies
-//! claiming one thing would write two routes for it, and what a mesh or a Gateway does then is
-//! undefined: the policy that claimed it first holds it, and the other writes no route and says
-//! why (`Ready=False`, reason `ApexConflict`). A claim ranks by when it was made, not by the
-//! policy's age: an old policy that names something later does not take it from the policy
-//! routing it.
-//!
-//! When a claim was made is when the controller first saw the policy make it, kept in the
-//! policy's status (`status.claims`, which only the controller writes), so it survives a restart
-//! and a change of leader. The status is read when this process first sees a policy; from then
-//! on the table's own times stand (a status read back late may still record a claim the policy
-//! has dropped since, and a claim dropped and made again is a new claim). A claim the status does
-//! not record counts from when this process first saw it, and all those of the first list from
-//! the list's start: they tie, and a tie goes to the older policy (creationTimestamp, then
-//! namespace and name), so claims a release without `status.claims` left keep their holders.
-//!
-//! The policy watch keeps this table current and wakes every claimant of a claim whose holder
-//! changed, so deleting the holder hands the claim over at once. Claims compare exactly: a
-//! route naming a Gateway's listener and one naming the whole Gateway are different claims.
+//! The claims table ([`failover_core::claims`]) as the policy watch feeds it: a policy of the
+//! table, valid or not, claims what its route in place may attach to.
 
-use std::collections::HashMap;
+pub use crate::claims::{Claimant, Claims};
+use crate::{sources::local::policies::Held, tenancy::Gateways};
 
-use chrono::DateTime;
-use smallvec::SmallVec;
-
-pub use crate::route::Claim;
-use crate::{
-    api::{ClaimRecord, Timestamp},
-    observation::PolicyKey,
-    sources::local::policies::{Held, Spec},
-    tenancy::Gateways,
-};
-
-/// A policy as the claims read it.
-#[derive(Clone, Copy, Debug)]
-pub struct Claimant<'a> {
-    /// Its namespace and name.
-    pub key: &'a PolicyKey,
-    /// Its uid: a new object of the same name makes its claims anew.
-    pub uid: &'a str,
-    /// Its creationTimestamp, in seconds (none: `i64::MAX`): breaks ties.
-    pub created: i64,
-    /// Its spec.
-    pub spec: &'a Spec,
-    /// The claims its status records, with when each was made.
-    pub recorded: &'a [ClaimRecord],
-    /// The Gateways of other namespaces the admin allows.
-    pub gateways: &'a Gateways,
-}
-
-impl<'a> Claimant<'a> {
-    /// A policy as the table holds it.
-    pub fn of(held: &'a Held, gateways: &'a Gateways) -> Self {
-        Self {
-            key: &held.key,
-            uid: &held.identity.uid,
-            created: held.identity.created,
-            spec: &held.spec,
-            recorded: held.last.as_ref().map_or(&[], |l| &l.claims),
-            gateways,
-        }
-    }
-
-    fn claims(&self) -> Vec<Claim> {
-        self.spec.claims(&self.key.namespace, self.gateways)
-    }
-
-    /// When its status says it made `claim`, in milliseconds.
-    fn recorded(&self, claim: &Claim) -> Option<i64> {
-        let text = claim.to_string();
-        self.recorded
-            .iter()
-            .find(|r| r.claim == text)
-            .map(|r| r.since.0.timestamp_millis())
-    }
-}
-
-/// A policy claiming something, in the order that decides who holds it.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Rank {
-    /// When it made the claim, in milliseconds.
-    since: i64,
-    /// Its creationTimestamp, in seconds (none sorts last).
-    created: i64,
-    key: PolicyKey,
-}
-
-/// What one policy claims, each with when it made it (in milliseconds).
-#[derive(Clone, Debug, PartialEq)]
-struct Made {
-    uid: Box<str>,
-    created: i64,
-    claims: Vec<(Claim, i64)>,
-}
-
-impl Made {
-    fn since(&self, claim: &Claim) -> Option<i64> {
-        self.claims.iter().find(|(c, _)| c == claim).map(|c| c.1)
-    }
-}
-
-/// Every claim, with its claimants first made first (nearly always one), and what each policy
-/// claims.
-#[derive(Debug, Default)]
-pub struct Claims {
-    by_claim: HashMap<Claim, SmallVec<[Rank; 1]>>,
-    by_policy: HashMap<PolicyKey, Made>,
-    /// When the first list began, until it is complete: what its new claims count from.
-    first_list: Option<i64>,
-    listed: bool,
-}
-
-impl Claims {
-    /// Records a policy as it is now (`None`: deleted), seen at `at` (milliseconds); returns
-    /// the other policies to wake: every claimant of a claim whose holder changed.
-    pub fn update(
-        &mut self,
-        key: &PolicyKey,
-        policy: Option<&Claimant>,
-        at: i64,
-    ) -> Vec<PolicyKey> {
-        let at = self.seen_at(at);
-        let made = policy.map(|c| self.made(c, at));
-        let old = self.by_policy.remove(key);
-        let mut woken = Vec::new();
-        if old != made {
-            for (claim, _) in old.iter().flat_map(|m| &m.claims) {
-                self.change(claim, &mut woken, |c| c.retain(|r| &r.key != key));
-            }
-            if let Some(made) = &made {
-                for (claim, since) in &made.claims {
-                    let rank = Rank {
-                        since: *since,
-                        created: made.created,
-                        key: key.clone(),
-                    };
-                    self.change(claim, &mut woken, |c| {
-                        if let Err(at) = c.binary_search(&rank) {
-                            c.insert(at, rank);
-                        }
-                    });
-                }
-            }
-        }
-        if let Some(made) = made {
-            self.by_policy.insert(key.clone(), made);
-        }
-        woken.sort();
-        woken.dedup();
-        woken.retain(|k| k != key);
-        woken
-    }
-
-    /// The first list is complete: a claim seen from now on counts from when it is seen.
-    pub fn listed(&mut self) {
-        self.listed = true;
-        self.first_list = None;
-    }
-
-    /// What a new claim seen at `at` counts from.
-    fn seen_at(&mut self, at: i64) -> i64 {
-        if self.listed {
-            at
-        } else {
-            *self.first_list.get_or_insert(at)
-        }
-    }
-
-    /// What a policy claims now, each with when it made it: as this table had it, else (the
-    /// first time this process sees the policy) as its status records it, else `at`.
-    fn made(&self, claimant: &Claimant, at: i64) -> Made {
-        let before = self
-            .by_policy
-            .get(claimant.key)
-            .filter(|m| *m.uid == *claimant.uid);
-        let mut claims: Vec<(Claim, i64)> = Vec::new();
-        for claim in claimant.claims() {
-            if claims.iter().any(|(c, _)| *c == claim) {
-                continue;
-            }
-            let since = match before {
-                Some(before) => before.since(&claim),
-                None => claimant.recorded(&claim),
-            };
-            claims.push((claim, since.map_or(at, |s| s.min(at))));
-        }
-        Made {
-            uid: claimant.uid.into(),
-            created: claimant.created,
-            claims,
-        }
-    }
-
-    /// The first of `claims` that a policy other than `policy` holds, and that holder.
-    pub fn held_by_other(
-        &self,
-        policy: &PolicyKey,
-        claims: &[Claim],
-    ) -> Option<(Claim, PolicyKey)> {
-        claims.iter().find_map(|claim| {
-            let holder = &self.by_claim.get(claim)?.first()?.key;
-            (holder != policy).then(|| (claim.clone(), holder.clone()))
-        })
-    }
-
-    /// What a policy claims, with when it first did, as its status records it.
-    pub fn records(&self, policy: &PolicyKey) -> Vec<ClaimRecord> {
-        let Some(made) = self.by_policy.get(policy) else {
-            return Vec::new();
-        };
-        made.claims
-            .iter()
-            .filter_map(|(claim, since)| {
-                Some(ClaimRecord {
-                    claim: claim.to_string(),
-                    since: Timestamp(DateTime::from_timestamp_millis(*since)?),
-                })
-            })
-            .collect()
-    }
-
-    /// Changes a claim's claimants; when its holder changed, every claimant is woken.
-    fn change(
-        &mut self,
-        claim: &Claim,
-        woken: &mut Vec<PolicyKey>,
-        edit: impl FnOnce(&mut SmallVec<[Rank; 1]>),
-    ) {
-        let claimants = self.by_claim.entry(claim.clone()).or_default();
-        let before = claimants.first().map(|c| c.key.clone());
-        edit(claimants);
-        if claimants.first().map(|c| &c.key) != before.as_ref() {
-            woken.extend(claimants.iter().map(|c| c.key.clone()));
-        }
-        if claimants.is_empty() {
-            self.by_claim.remove(claim);
-        }
+/// A policy of the table as the claims read it.
+pub fn claimant<'a>(held: &'a Held, gateways: &Gateways) -> Claimant<'a> {
+    Claimant {
+        key: &held.key,
+        uid: &held.identity.uid,
+        created: held.identity.created,
+        claims: held.spec.claims(&held.key.namespace, gateways),
+        recorded: held.last.as_ref().map_or(&[], |l| &l.claims),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, LazyLock};
+    use std::sync::Arc;
 
     use super::*;
-    use crate::api::{
-        FailoverPolicy, FailoverPolicySpec, GatewayParent, HttpRouteSpec, Output, SecondaryBackend,
+    use crate::{
+        api::{
+            FailoverPolicy, FailoverPolicySpec, GatewayParent, HttpRouteSpec, Output,
+            SecondaryBackend,
+        },
+        observation::PolicyKey,
+        sources::local::policies::Spec,
     };
-
-    static NONE_ALLOWED: LazyLock<Gateways> = LazyLock::new(Gateways::default);
 
     fn valid(p: &FailoverPolicy) -> Spec {
         Spec::Valid(Arc::new(crate::validate::validate(p).expect("valid")))
@@ -272,39 +48,20 @@ mod tests {
         p
     }
 
-    /// A policy of `ns` whose HTTPRoute attaches to the Gateway `gw` for `shop.example.com`.
-    fn on_gateway(ns: &str, name: &str, gateway: (&str, &str)) -> Spec {
-        let mut p = policy(ns, name, "web");
-        p.spec.output = Output::HttpRoute;
-        p.spec.http_route = Some(HttpRouteSpec {
-            gateways: vec![GatewayParent {
-                name: gateway.1.into(),
-                namespace: Some(gateway.0.into()),
-                section_name: None,
-                port: None,
-            }],
-            hostnames: vec!["shop.example.com".into()],
-            ..HttpRouteSpec::on_port(8080)
-        });
-        valid(&p)
-    }
-
     fn key(name: &str) -> PolicyKey {
         PolicyKey::new("ns", name)
     }
 
-    fn claimant<'a>(key: &'a PolicyKey, created: i64, spec: &'a Spec) -> Claimant<'a> {
+    fn claimant<'a>(key: &'a PolicyKey, created: i64, spec: &Spec) -> Claimant<'a> {
         Claimant {
             key,
             uid: &key.name,
             created,
-            spec,
+            claims: spec.claims(&key.namespace, &Gateways::default()),
             recorded: &[],
-            gateways: &NONE_ALLOWED,
         }
     }
 
-    /// The claims table after its first list.
     fn listed() -> Claims {
         let mut claims = Claims::default();
         claims.listed();
@@ -312,149 +69,7 @@ mod tests {
     }
 
     fn holder(claims: &Claims, of: &Claimant) -> Option<PolicyKey> {
-        claims.held_by_other(of.key, &of.claims()).map(|h| h.1)
-    }
-
-    #[test]
-    fn the_first_to_claim_holds_a_claim_however_old_the_other_policy_and_deleting_it_hands_it_over()
-    {
-        let mut claims = listed();
-        let (old_key, young_key) = (key("old"), key("young"));
-        let (elsewhere, api) = (
-            valid(&policy("ns", "old", "other")),
-            valid(&policy("ns", "young", "api")),
-        );
-        let young = claimant(&young_key, 200, &api);
-        assert!(claims.update(&young_key, Some(&young), 1_000).is_empty());
-        // The older policy, created before, names the same apex later.
-        claims.update(&old_key, Some(&claimant(&old_key, 100, &elsewhere)), 1_500);
-        let moved = valid(&policy("ns", "old", "api"));
-        let old = claimant(&old_key, 100, &moved);
-        assert!(
-            claims.update(&old_key, Some(&old), 2_000).is_empty(),
-            "the holder did not change"
-        );
-        assert_eq!(holder(&claims, &old), Some(young_key.clone()));
-        assert_eq!(holder(&claims, &young), None);
-        // Seen again later (a status write, a resync): the claim keeps its time.
-        claims.update(&young_key, Some(&young), 9_000);
-        assert_eq!(holder(&claims, &old), Some(young_key.clone()));
-        assert_eq!(
-            claims.update(&young_key, None, 9_500),
-            vec![old_key.clone()]
-        );
-        assert_eq!(holder(&claims, &old), None);
-        // Made again, the claim is a new one: the other holds it now.
-        claims.update(&young_key, Some(&young), 10_000);
-        assert_eq!(holder(&claims, &young), Some(old_key));
-    }
-
-    #[test]
-    fn claims_made_at_once_go_to_the_older_policy_then_by_name() {
-        let mut claims = listed();
-        let (a_key, b_key, c_key) = (key("a"), key("b"), key("c"));
-        let api = [
-            valid(&policy("ns", "a", "api")),
-            valid(&policy("ns", "b", "api")),
-            valid(&policy("ns", "c", "api")),
-        ];
-        let (a, b, c) = (
-            claimant(&a_key, 100, &api[0]),
-            claimant(&b_key, 100, &api[1]),
-            claimant(&c_key, 50, &api[2]),
-        );
-        claims.update(&b_key, Some(&b), 1_000);
-        claims.update(&a_key, Some(&a), 1_000);
-        assert_eq!(holder(&claims, &b), Some(a_key.clone()), "by name");
-        claims.update(&c_key, Some(&c), 1_000);
-        assert_eq!(holder(&claims, &a), Some(c_key), "the older");
-    }
-
-    #[test]
-    fn every_claim_of_the_first_list_counts_from_its_start_unless_the_status_records_it() {
-        let mut claims = Claims::default();
-        let (old_key, young_key, recorded_key) = (key("old"), key("young"), key("recorded"));
-        let api = [
-            valid(&policy("ns", "old", "api")),
-            valid(&policy("ns", "young", "api")),
-            valid(&policy("ns", "recorded", "api")),
-        ];
-        let (old, young) = (
-            claimant(&old_key, 100, &api[0]),
-            claimant(&young_key, 200, &api[1]),
-        );
-        // Listed across a second: unrecorded claims tie, and the older policy holds them.
-        claims.update(&young_key, Some(&young), 1_000);
-        claims.update(&old_key, Some(&old), 2_300);
-        assert_eq!(holder(&claims, &young), Some(old_key.clone()));
-        // The status records when the youngest made its claim: before the list.
-        let record = ClaimRecord {
-            claim: "apex Service api".into(),
-            since: Timestamp(DateTime::from_timestamp_millis(500).expect("time")),
-        };
-        let recorded = Claimant {
-            recorded: std::slice::from_ref(&record),
-            ..claimant(&recorded_key, 300, &api[2])
-        };
-        claims.update(&recorded_key, Some(&recorded), 2_400);
-        claims.listed();
-        assert_eq!(holder(&claims, &old), Some(recorded_key.clone()));
-        assert_eq!(claims.records(&recorded_key), [record]);
-        assert_eq!(
-            claims.records(&old_key)[0].since,
-            Timestamp(DateTime::from_timestamp_millis(1_000).expect("time"))
-        );
-    }
-
-    #[test]
-    fn a_status_is_read_only_when_the_policy_is_first_seen() {
-        let mut claims = listed();
-        let (a_key, b_key) = (key("a"), key("b"));
-        let (api, other) = (
-            valid(&policy("ns", "a", "api")),
-            valid(&policy("ns", "a", "other")),
-        );
-        let b_api = valid(&policy("ns", "b", "api"));
-        let stale = [ClaimRecord {
-            claim: "apex Service api".into(),
-            since: Timestamp(DateTime::from_timestamp_millis(100).expect("time")),
-        }];
-        let a = |spec| Claimant {
-            recorded: &stale,
-            ..claimant(&a_key, 100, spec)
-        };
-        claims.update(&a_key, Some(&a(&api)), 1_000);
-        claims.update(&b_key, Some(&claimant(&b_key, 200, &b_api)), 2_000);
-        // A drops the apex, and makes it again before its status stops recording it.
-        claims.update(&a_key, Some(&a(&other)), 3_000);
-        claims.update(&a_key, Some(&a(&api)), 4_000);
-        assert_eq!(holder(&claims, &a(&api)), Some(b_key));
-    }
-
-    #[test]
-    fn a_gateway_the_admin_does_not_allow_is_no_claim() {
-        let mut claims = listed();
-        let (a_key, b_key) = (PolicyKey::new("a", "shop"), PolicyKey::new("b", "old"));
-        let own = on_gateway("a", "shop", ("a", "gw"));
-        let borrowed = on_gateway("b", "old", ("a", "gw"));
-        let (a, b) = (
-            claimant(&a_key, 200, &own),
-            claimant(&b_key, 100, &borrowed),
-        );
-        assert!(b.claims().is_empty(), "{:?}", b.claims());
-        claims.update(&b_key, Some(&b), 1_000);
-        claims.update(&a_key, Some(&a), 2_000);
-        assert_eq!(holder(&claims, &a), None);
-        // Allowed, B claims it, but after A did.
-        let allowed = Gateways::parse(&["a/gw".into()]).expect("allowed");
-        let b = Claimant {
-            gateways: &allowed,
-            ..b
-        };
-        assert_eq!(b.claims().len(), 1);
-        claims.update(&b_key, Some(&b), 3_000);
-        assert_eq!(holder(&claims, &a), None);
-        assert_eq!(holder(&claims, &b), Some(a_key));
+        claims.held_by_other(of.key, &of.claims).map(|h| h.1)
     }
 
     #[test]
