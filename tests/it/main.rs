@@ -42,4 +42,5 @@ mod traffic;
 mod validation;
 mod warning_events;
 mod what_if;
+mod what_if_rules;
 mod writes_and_scale;

@@ -1,0 +1,336 @@
+//! `kubectl failover what-if` runs the controller's own reconcile core (intend, the apply step's
+//! action, report), so for every rule what it prints is what the controller then writes: for
+//! each rule below, what-if is asked first, the same change is then made for real, and the route
+//! and the conditions the controller writes must equal the printed ones (the route compared as
+//! the controller compares routes, normalized; a condition by type, status, reason and message,
+//! its timestamps left out, since the real change happens a little later than the imagined one).
+
+use failover::{
+    api::{
+        CapacitySpec, FailoverPolicy, Strategy,
+        conditions::{ATTACHED, READY, SUSPENDED, attached, ready},
+    },
+    route::{RouteKind, RouteView},
+};
+use kube::api::DynamicObject;
+use serde_json::Value;
+
+use crate::support::{
+    self, Exporter, ON_WEB, ON_WEST, PolicyBuilder, PrometheusServer, TestEnv, WAIT, WEB_BACKENDS,
+    kubectl_failover, routing_to_web, started, test_env, wait_until,
+};
+
+/// The plugin's report of `what-if POLICY ARGS`, as JSON.
+fn what_if(env: &TestEnv, policy: &str, args: &[&str]) -> Value {
+    let mut all = vec!["what-if", policy, "-o", "json"];
+    all.extend_from_slice(args);
+    let out = support::ok(&kubectl_failover(env, &all), "kubectl failover what-if");
+    serde_json::from_str(&out).expect("what-if prints JSON")
+}
+
+/// A condition as compared: type, status, reason, and the message without its timestamps.
+type Seen = (String, String, String, String);
+
+fn without_times(message: &str) -> String {
+    let times = regex::Regex::new(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z").expect("regex");
+    times.replace_all(message, "<time>").into_owned()
+}
+
+/// The conditions step `i` of a report says the controller would write.
+fn printed_conditions(report: &Value, i: usize) -> Vec<Seen> {
+    let step = &report["steps"][i];
+    let conditions = step["conditions"].as_array().cloned().unwrap_or_default();
+    conditions
+        .iter()
+        .map(|c| {
+            let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+            (
+                text("type"),
+                text("status"),
+                text("reason"),
+                without_times(&text("message")),
+            )
+        })
+        .collect()
+}
+
+fn written_conditions(policy: &FailoverPolicy) -> Vec<Seen> {
+    let conditions = policy.status.as_ref().map(|s| s.conditions.as_slice());
+    conditions
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            let (t, s, r) = (c.type_.clone(), c.status.clone(), c.reason.clone());
+            (t, s, r, without_times(&c.message))
+        })
+        .collect()
+}
+
+/// A route as the controller compares routes: its owner, its policy label and its normalized
+/// rules (the API server's defaults and the resourceVersion left out).
+fn compared(kind: RouteKind, route: &DynamicObject) -> RouteView {
+    RouteView {
+        resource_version: None,
+        answers: Vec::new(),
+        ..kind.view(route)
+    }
+}
+
+/// The route step `i` of a report says the controller would write (`None`: none written).
+fn printed_route(report: &Value, i: usize) -> Option<DynamicObject> {
+    let route = report["steps"][i]["route"].clone();
+    (!route.is_null()).then(|| serde_json::from_value(route).expect("a route object"))
+}
+
+/// The route of `policy` as the cluster has it now.
+async fn written_route(env: &TestEnv, kind: RouteKind, name: &str) -> Option<DynamicObject> {
+    let resource = match kind {
+        RouteKind::TrafficSplit => failover::route::trafficsplit::resource(Default::default()),
+        RouteKind::HttpRoute => failover::route::httproute::resource(),
+    };
+    let routes: kube::Api<DynamicObject> =
+        kube::Api::namespaced_with(env.client.clone(), &env.ns, &resource);
+    routes.get_opt(name).await.ok().flatten()
+}
+
+/// What step `i` of `report` predicts, for the policy `name` whose route is `kind`.
+struct Predicted {
+    name: String,
+    kind: RouteKind,
+    /// The route printed, compared as the controller compares them (`None`: none written).
+    route: Option<RouteView>,
+    conditions: Vec<Seen>,
+}
+
+impl Predicted {
+    fn of(report: &Value, i: usize, name: &str, kind: RouteKind) -> Self {
+        Self {
+            name: name.to_string(),
+            kind,
+            route: printed_route(report, i).map(|r| compared(kind, &r)),
+            conditions: printed_conditions(report, i),
+        }
+    }
+
+    /// What the cluster has now: the route (when one was printed) and the conditions.
+    async fn written(&self, env: &TestEnv) -> (Option<RouteView>, Vec<Seen>) {
+        let route = match &self.route {
+            Some(_) => written_route(env, self.kind, &self.name)
+                .await
+                .map(|r| compared(self.kind, &r)),
+            None => None,
+        };
+        let policy = env.policy(&self.name).await;
+        (
+            route,
+            policy.as_ref().map(written_conditions).unwrap_or_default(),
+        )
+    }
+
+    /// Fails unless the controller writes the printed route and conditions within the wait.
+    async fn written_as_printed(&self, env: &TestEnv, scenario: &str) {
+        let want = (self.route.clone(), self.conditions.clone());
+        let reached = wait_until(WAIT, || async { self.written(env).await == want }).await;
+        let have = self.written(env).await;
+        assert!(
+            reached,
+            "{scenario}: the controller wrote other than what-if printed:\nprinted: {want:#?}\nwritten: {have:#?}"
+        );
+        support::figure(format!(
+            "what-if {scenario}: {} conditions and the route as printed",
+            self.conditions.len()
+        ));
+    }
+}
+
+/// Each step's rule (the `Ready` reason it would write).
+fn rules(report: &Value) -> Vec<String> {
+    let steps = report["steps"].as_array().cloned().unwrap_or_default();
+    steps
+        .iter()
+        .map(|s| s["rule"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// The usual policy with capacity (10 requests/s per endpoint) and `strategy`.
+fn sized(strategy: Strategy) -> PolicyBuilder {
+    PolicyBuilder::web().strategy(strategy).spec(|s| {
+        s.capacity = Some(CapacitySpec {
+            per_endpoint: 10,
+            primary_per_endpoint: None,
+            scale: None,
+        });
+        if strategy == Strategy::Weighted {
+            s.secondaries[0].weight = Some(3);
+            s.secondaries[1].weight = Some(1);
+        }
+    })
+}
+
+/// The primary fails for real as what-if's `--down web` imagines it: its endpoints stay, not
+/// ready.
+async fn primary_fails(env: &TestEnv) {
+    env.set_endpoints("web", 0, 3).await;
+}
+
+#[tokio::test]
+async fn capacity_under_each_strategy_is_what_what_if_printed() {
+    for (strategy, name) in [
+        (Strategy::Ordered, "ordered"),
+        (Strategy::Equal, "equal"),
+        (Strategy::Weighted, "weighted"),
+    ] {
+        let Some(env) = TestEnv::new(&format!("what-if-capacity-{name}")).await else {
+            return;
+        };
+        let _c = env.routing_to_web(&sized(strategy), WAIT).await;
+        // The primary serves 30 requests/s: more than either secondary alone.
+        env.set_endpoints("web", 3, 0).await;
+        env.wait_policy("web", WAIT, "the primary's 3 endpoints", |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.backends.first().is_some_and(|b| b.ready_endpoints == 3))
+        })
+        .await;
+        let report = what_if(&env, "web", &["--down", "web"]);
+        primary_fails(&env).await;
+        Predicted::of(&report, 0, "web", RouteKind::TrafficSplit)
+            .written_as_printed(&env, &format!("capacity, {name}"))
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn a_pin_and_a_suspend_are_what_what_if_printed() {
+    let pinned = PolicyBuilder::web().spec(|s| s.pin = Some("web-west".into()));
+    let Some((env, _c)) = started("what-if-pin", pinned).await else {
+        return;
+    };
+    env.wait_weights("web", &ON_WEST, WAIT).await;
+    let report = what_if(&env, "web", &["--down", "web-west"]);
+    env.set_endpoints("web-west", 0, 1).await;
+    Predicted::of(&report, 0, "web", RouteKind::TrafficSplit)
+        .written_as_printed(&env, "pinned to a backend that fails")
+        .await;
+
+    let Some((env, _c)) = routing_to_web("what-if-suspend", PolicyBuilder::web()).await else {
+        return;
+    };
+    support::ok(
+        &kubectl_failover(&env, &["suspend", "web"]),
+        "kubectl failover suspend",
+    );
+    env.wait_policy("web", WAIT, "suspended", |p| {
+        support::condition(p, SUSPENDED).is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    let report = what_if(&env, "web", &["--down", "web"]);
+    assert!(report["steps"][0]["route"].is_null(), "{report:#}");
+    env.set_endpoints("web", 0, 1).await;
+    Predicted::of(&report, 0, "web", RouteKind::TrafficSplit)
+        .written_as_printed(&env, "suspended, the primary down")
+        .await;
+    env.wait_weights("web", &ON_WEB, WAIT).await;
+}
+
+#[tokio::test]
+async fn a_drill_and_its_end_are_what_what_if_printed() {
+    let Some((env, _c)) = routing_to_web("what-if-drill", PolicyBuilder::web()).await else {
+        return;
+    };
+    support::ok(
+        &kubectl_failover(&env, &["drill", "web", "--to", "web-east", "--for", "8s"]),
+        "kubectl failover drill",
+    );
+    let report = wait_for_drill(&env).await;
+    assert_eq!(
+        rules(&report).last().map(String::as_str),
+        Some(ready::PRIMARY_ACTIVE),
+        "{report:#}"
+    );
+    Predicted::of(&report, 0, "web", RouteKind::TrafficSplit)
+        .written_as_printed(&env, "a drill running")
+        .await;
+    let last = rules(&report).len() - 1;
+    Predicted::of(&report, last, "web", RouteKind::TrafficSplit)
+        .written_as_printed(&env, "a drill ended")
+        .await;
+}
+
+/// What-if with no change, once the controller has started the drill.
+async fn wait_for_drill(env: &TestEnv) -> Value {
+    env.wait_policy("web", WAIT, "the drill running", |p| {
+        support::condition_reason(p, READY).as_deref() == Some(ready::DRILL)
+    })
+    .await;
+    what_if(env, "web", &[])
+}
+
+#[tokio::test]
+async fn proportional_weights_from_health_are_what_what_if_printed() {
+    let Some(env) = test_env!() else { return };
+    let exporter = Exporter::start();
+    exporter.set(&[("web", 0.0), ("web-east", 0.0), ("web-west", 0.0)]);
+    let prometheus = PrometheusServer::start(env.cp, &exporter, &env.ns).await;
+    let url = prometheus.url.clone();
+    let _c = env
+        .with_controller(&["--prometheus-allowed-addresses", &url])
+        .await;
+    let policy = PolicyBuilder::web_with_health(
+        Some(url),
+        "last_over_time(backend_error_ratio{service=\"{{service}}\"}[5s])",
+    )
+    .strategy(Strategy::Proportional);
+    env.apply(&policy);
+    env.wait_policy("web", WAIT, "every backend's first reading", |p| {
+        p.status
+            .as_ref()
+            .is_some_and(|s| s.backends.len() == 3 && s.backends.iter().all(|b| b.health.is_some()))
+    })
+    .await;
+    let report = what_if(&env, "web", &["--health", "web=0.9"]);
+    exporter.set(&[("web", 0.9), ("web-east", 0.0), ("web-west", 0.0)]);
+    Predicted::of(&report, 0, "web", RouteKind::TrafficSplit)
+        .written_as_printed(&env, "proportional, the primary unhealthy")
+        .await;
+}
+
+#[tokio::test]
+async fn a_gateway_the_admin_refused_is_what_what_if_printed() {
+    let Some(env) = test_env!() else { return };
+    env.cp.install_gateway_api();
+    env.ready_backends(&WEB_BACKENDS).await;
+    let _c = env.with_controller(&[]).await;
+    env.apply(&PolicyBuilder::web().on_gateway("infra", "public"));
+    env.wait_policy("web", WAIT, attached::GATEWAY_NOT_ALLOWED, |p| {
+        support::condition(p, ATTACHED).is_some_and(|c| c.1 == attached::GATEWAY_NOT_ALLOWED)
+    })
+    .await;
+    let report = what_if(&env, "web", &["--down", "web"]);
+    env.set_endpoints("web", 0, 1).await;
+    Predicted::of(&report, 0, "web", RouteKind::HttpRoute)
+        .written_as_printed(&env, "a Gateway the admin does not allow")
+        .await;
+}
+
+#[tokio::test]
+async fn an_apex_another_policy_holds_is_what_what_if_printed() {
+    let Some((env, _c)) = routing_to_web("what-if-apex", PolicyBuilder::web()).await else {
+        return;
+    };
+    // A second policy on the same apex, made later: the first holds it.
+    let second = PolicyBuilder::named("web-b", "web", &["web-east", "web-west"])
+        .spec(|s| s.service = "web".into());
+    env.apply(&second);
+    env.wait_policy("web-b", WAIT, ready::APEX_CONFLICT, |p| {
+        support::condition_reason(p, READY).as_deref() == Some(ready::APEX_CONFLICT)
+    })
+    .await;
+    let conflict = what_if(&env, "web-b", &["--down", "web-east"]);
+    assert_eq!(rules(&conflict), vec![ready::APEX_CONFLICT], "{conflict:#}");
+    assert!(conflict["steps"][0]["route"].is_null(), "{conflict:#}");
+    env.set_endpoints("web-east", 0, 1).await;
+    Predicted::of(&conflict, 0, "web-b", RouteKind::TrafficSplit)
+        .written_as_printed(&env, "an apex another policy holds")
+        .await;
+}
