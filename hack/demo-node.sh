@@ -22,7 +22,8 @@ rate=20
 load_seconds=900
 
 begin "building the kubectl failover plugin, crd-gen and the load generator"
-cargo build --quiet --bin kubectl-failover --bin crd-gen --example load
+cargo build --quiet -p kubectl-failover -p crd-gen -p failover-controller \
+  --bin kubectl-failover --bin crd-gen --example load
 export PATH="$PWD/target/debug:$PATH"
 
 begin "starting a control plane with a real node and a proxy (containerd, kubelet, kube-proxy, kube-scheduler, Traefik)"

@@ -30,7 +30,7 @@ step "packaging the chart"
   --destination "$dist" >/dev/null
 
 step "building the kubectl plugin"
-FAILOVER_VERSION=$version cargo build --quiet --release --locked --bin kubectl-failover
+FAILOVER_VERSION=$version cargo build --quiet --release --locked -p kubectl-failover
 target=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 case $(uname -m) in x86_64) arch=amd64 ;; aarch64) arch=arm64 ;; *) arch=$(uname -m) ;; esac
 plugin=kubectl-failover-$version-linux-$arch.tar.gz

@@ -30,6 +30,9 @@ echo "== the API and core crates on their own (no API client reaches them)"
 # A workspace build unifies kube's features: only a build of these crates alone shows that they
 # use nothing of kube's client.
 cargo check -p failover-api -p failover-core --all-targets --locked
+echo "== the kubectl-failover plugin"
+# A crate of its own: the integration tests run its binary, which their build does not make.
+cargo build -p kubectl-failover --locked
 echo "== cargo test"
 # Every test skipped on purpose is recorded here (tests/it/support/skips.rs) and counted below.
 skips=$(mktemp "${TMPDIR:-/tmp}/failover-skips.XXXXXX")

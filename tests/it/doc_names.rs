@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use regex::Regex;
 
-use crate::support::repo_root;
+use crate::support::{plugin_binary, repo_root};
 
 /// The names the code, the chart and the CRD define, by kind.
 #[derive(Debug, Default)]
@@ -51,7 +51,7 @@ fn flags_in(help: &str) -> impl Iterator<Item = String> + '_ {
         .into_iter()
 }
 
-fn help(binary: &str, args: &[&str]) -> String {
+fn help(binary: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> String {
     let out = std::process::Command::new(binary)
         .args(args)
         .arg("--help")
@@ -66,9 +66,9 @@ fn flags() -> (BTreeSet<String>, BTreeSet<String>) {
         env!("CARGO_BIN_EXE_failover-controller"),
         &[],
     )));
-    let plugin = env!("CARGO_BIN_EXE_kubectl-failover");
+    let plugin = plugin_binary();
     // Every command the plugin's help lists, and each one's flags.
-    let top = help(plugin, &[]);
+    let top = help(&plugin, &[]);
     let commands: Vec<&str> = top
         .lines()
         .skip_while(|l| !l.starts_with("Commands:"))
@@ -79,7 +79,7 @@ fn flags() -> (BTreeSet<String>, BTreeSet<String>) {
         .collect();
     assert!(commands.contains(&"what-if"), "{top}");
     for command in commands {
-        own.extend(flags_in(&help(plugin, &[command])));
+        own.extend(flags_in(&help(&plugin, &[command])));
     }
     // The benchmark's options, from its source (an example, not built for the tests).
     let source = std::fs::read_to_string(repo_root().join("examples/benchmark/main.rs"))

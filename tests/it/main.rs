@@ -28,6 +28,7 @@ mod missing_crds;
 mod names;
 mod node;
 mod plugin;
+mod plugin_deps;
 mod readiness;
 mod recovery;
 mod remote_clusters;

@@ -287,10 +287,7 @@ async fn a_suspended_policy_with_its_primary_down_shows_the_frozen_route_everywh
 
 /// The plugin binary, run directly as kubectl runs it.
 fn plugin() -> std::process::Command {
-    let binary = option_env!("CARGO_BIN_EXE_kubectl-failover")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| support::repo_root().join("target/debug/kubectl-failover"));
-    std::process::Command::new(binary)
+    std::process::Command::new(support::plugin_binary())
 }
 
 /// The plugin with KUBECONFIG pointing nowhere: only its own flags name a cluster.

@@ -267,11 +267,27 @@ pub fn ok(out: &Output, what: &str) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
+/// The `kubectl failover` plugin's binary, built beforehand: it is a crate of its own, so this
+/// test build does not make it. Found in `CARGO_TARGET_DIR` when set (a relative one from the
+/// repository's root), else in the repository's `target/`; a missing binary fails the test with
+/// the command that builds it.
+pub fn plugin_binary() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|dir| !dir.is_empty())
+        .map_or_else(|| repo_root().join("target"), |dir| repo_root().join(dir));
+    let binary = target.join("debug/kubectl-failover");
+    assert!(
+        binary.is_file(),
+        "the kubectl-failover plugin is not built ({} is missing): run `cargo build -p \
+         kubectl-failover` first (hack/test.sh does)",
+        binary.display()
+    );
+    binary
+}
+
 /// `kubectl failover ARGS` in the test namespace, the plugin found on the PATH.
 pub fn kubectl_failover(env: &TestEnv, args: &[&str]) -> Output {
-    let plugin = option_env!("CARGO_BIN_EXE_kubectl-failover")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target/debug/kubectl-failover"));
+    let plugin = plugin_binary();
     let dirs = [
         plugin.parent().expect("plugin dir").to_path_buf(),
         env.cp.bin_dir.clone(),

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
-use failover::api::{
+use failover_core::api::{
     FailoverPolicy, FailoverPolicyStatus, Strategy, WhenNoneReady,
     conditions::{READY, ready},
 };

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
-use failover::api::{
+use failover_core::api::{
     BackendStatus, Condition, FailoverPolicy, FailoverPolicyStatus, Role, conditions::READY,
 };
 use kube::ResourceExt;

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use anyhow::bail;
-use failover::api::{FailoverPolicy, conditions::READY};
+use failover_core::api::{FailoverPolicy, conditions::READY};
 use kube::{
     Api, ResourceExt,
     api::{Patch, PatchParams},
@@ -121,7 +121,7 @@ pub async fn drill(
     }
     let until = chrono::DateTime::from_timestamp((chrono::Utc::now() + duration).timestamp(), 0)
         .unwrap_or_default();
-    let until = failover::api::Timestamp(until);
+    let until = failover_core::api::Timestamp(until);
     let mut drill = json!({ "to": to, "until": until });
     if force {
         drill["force"] = json!(true);

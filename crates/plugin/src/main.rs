@@ -32,12 +32,12 @@ mod what_if;
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
-use failover::api::{FailoverPolicy, rules::parse_duration};
+use failover_core::api::{FailoverPolicy, rules::parse_duration};
 use kube::{Api, api::ListParams};
 
 /// FailoverPolicy status, decisions and operator controls.
 #[derive(Parser, Debug)]
-#[command(name = "kubectl failover", version = failover::VERSION, about)]
+#[command(name = "kubectl failover", version = failover_core::VERSION, about)]
 struct Cli {
     /// Namespace of the policies (default: the context's).
     #[arg(short, long, global = true)]
@@ -237,7 +237,7 @@ async fn main() -> ExitCode {
 /// status is anyone's text (a tenant's query quoted in it), and is shown, never obeyed.
 pub fn screen(text: &str) -> String {
     text.split('\n')
-        .map(|line| failover::message::escaped(line).into_owned())
+        .map(|line| failover_core::message::escaped(line).into_owned())
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -247,7 +247,7 @@ async fn run(cli: Cli) -> anyhow::Result<Verdict> {
         Command::Version => {
             println!(
                 "kubectl-failover {} (API failover.dev/v1alpha1)",
-                failover::VERSION
+                failover_core::VERSION
             );
             return Ok(Verdict::Ready);
         }

@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, io::Write as _};
 
-use failover::api::FailoverPolicy;
+use failover_core::api::FailoverPolicy;
 use futures::StreamExt;
 use kube::{
     Api, ResourceExt,

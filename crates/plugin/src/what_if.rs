@@ -11,7 +11,7 @@ use std::{fmt::Write as _, sync::Arc, time::Duration};
 
 use anyhow::bail;
 use chrono::{DateTime, Utc};
-use failover::{
+use failover_core::{
     api::{Condition, FailoverPolicy, FailoverPolicyStatus, Phase, conditions::READY},
     applied::{Applied, Scaled},
     claims::Claims,
@@ -361,7 +361,7 @@ fn text(report: &Report) -> String {
         "What if {} ({}), from {}:\n",
         report.changes.join(", "),
         report.policy,
-        failover::api::Timestamp(report.from)
+        failover_core::api::Timestamp(report.from)
     );
     let _ = writeln!(
         out,
@@ -420,14 +420,14 @@ pub fn parse_health(text: &str) -> Result<(String, f64), String> {
 
 /// Parses `--at` (`5m`, or `+5m`).
 pub fn parse_at(text: &str) -> Result<Duration, String> {
-    failover::api::rules::parse_duration(text.strip_prefix('+').unwrap_or(text))
+    failover_core::api::rules::parse_duration(text.strip_prefix('+').unwrap_or(text))
         .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use failover::api::{FailoverPolicySpec, SecondaryBackend};
+    use failover_core::api::{FailoverPolicySpec, SecondaryBackend};
 
     fn policy(change: impl FnOnce(&mut FailoverPolicySpec)) -> FailoverPolicy {
         let mut spec = FailoverPolicySpec {
@@ -491,8 +491,8 @@ mod tests {
     #[test]
     fn a_ramp_is_one_step_each_until_all_traffic_is_back() {
         let p = policy(|s| {
-            s.failback = Some(failover::api::FailbackSpec {
-                ramp: Some(failover::api::RampSpec {
+            s.failback = Some(failover_core::api::FailbackSpec {
+                ramp: Some(failover_core::api::RampSpec {
                     steps: vec![25, 50, 100],
                     every: "10s".into(),
                 }),

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use failover::api::FailoverPolicy;
+use failover_core::api::FailoverPolicy;
 use kube::{
     Api, Client, Config,
     config::{KubeConfigOptions, Kubeconfig},

@@ -3,7 +3,7 @@
 //! holds what it claims.
 
 use chrono::Utc;
-use failover::{
+use failover_core::{
     api::{FailoverPolicy, FailoverPolicyStatus, conditions::attached},
     claims::{Claimant, Claims},
     endpoints::{SERVICE_NAME_LABEL, observe_service},
