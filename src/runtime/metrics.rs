@@ -28,30 +28,17 @@ use prometheus_client::{
 use parking_lot::Mutex;
 
 use crate::{
-    apis::WatchKind,
+    apis::{NeededApi, WatchKind},
+    route::RouteKind,
     runtime::policy_metrics::{self, PolicyLabels, PolicyTable},
 };
 
 /// The prefix of every series name.
 const PREFIX: &str = "failover";
 
-/// Every kind of API write, as `api_writes` labels it.
-pub const WRITE_KINDS: [&str; 7] = [
-    "trafficsplit",
-    "httproute",
-    "status",
-    "event",
-    "lease",
-    "scale",
-    "finalizer",
-];
-
-/// Every CRD the controller may need, as `missing_api` labels it.
-pub const CRDS: [&str; 3] = [
-    "failoverpolicies.failover.dev",
-    "trafficsplits.split.smi-spec.io",
-    "httproutes.gateway.networking.k8s.io",
-];
+/// Every kind of API write besides a route's (which its kind's metric label names), as
+/// `api_writes` labels it.
+pub const OTHER_WRITE_KINDS: [&str; 5] = ["status", "event", "lease", "scale", "finalizer"];
 
 /// Labels of a series counted by kind (of error, of write, of watch).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -172,10 +159,11 @@ impl Metrics {
         for kind in WatchKind::LOCAL {
             m.watch_restart_counter(kind);
         }
-        for crd in CRDS {
-            m.set_missing_api(crd, false);
+        for api in NeededApi::all() {
+            m.set_missing_api(api.crd(), false);
         }
-        for kind in WRITE_KINDS {
+        let route_writes = RouteKind::ALL.map(RouteKind::metric_label);
+        for kind in route_writes.into_iter().chain(OTHER_WRITE_KINDS) {
             let _ = m.api_writes.get_or_create_owned(&KindLabels {
                 kind: kind.to_string(),
             });

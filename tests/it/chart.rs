@@ -4,7 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use failover::api::{Phase, Strategy};
+use failover::{
+    api::{Phase, Strategy},
+    route,
+};
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{ResourceExt, api::PostParams};
 
@@ -288,6 +291,26 @@ async fn the_controllers_cluster_role_lets_it_delete_the_routes_it_yields() {
             verbs(role, "failover.dev", "failoverpolicies"),
             ["get", "list", "watch", "patch"],
             "no create, update or delete: only the finalizer is patched ({values:?})"
+        );
+    }
+}
+
+/// Every route kind the controller can write has, in its ClusterRole, the verbs it uses on
+/// routes, on the resource its watch lists: a kind added without its RBAC fails here.
+#[tokio::test]
+async fn the_controllers_cluster_role_grants_every_route_kind_its_verbs() {
+    let Some(env) = test_env!() else { return };
+    let objects = render(&env, &[]);
+    let role = find(&objects, "ClusterRole", RENDER_CLUSTER_NAME).expect("controller ClusterRole");
+    for kind in route::KINDS {
+        let resource = (kind.resource)();
+        assert_eq!(
+            verbs(role, &resource.group, &resource.plural),
+            route::VERBS,
+            "{} ({}.{})",
+            kind.name,
+            resource.plural,
+            resource.group
         );
     }
 }

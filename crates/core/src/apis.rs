@@ -1,5 +1,6 @@
-//! The APIs the controller needs: the FailoverPolicy CRD always, the TrafficSplit CRD and the
-//! Gateway API's HTTPRoute CRD when a policy outputs one; each named with how to install it.
+//! The APIs the controller needs: the FailoverPolicy CRD always, a route kind's CRD when a policy
+//! outputs that kind; each named with how to install it. A route kind's API and watch are its
+//! [`crate::route::KindSpec`]'s.
 
 use crate::route::RouteKind;
 
@@ -8,27 +9,26 @@ use crate::route::RouteKind;
 pub enum NeededApi {
     /// The FailoverPolicy CRD.
     FailoverPolicy,
-    /// The SMI TrafficSplit CRD.
-    TrafficSplit,
-    /// The Gateway API HTTPRoute CRD.
-    HttpRoute,
+    /// The CRD of a route kind.
+    Route(RouteKind),
 }
 
 impl NeededApi {
+    /// Every API the controller may need: the FailoverPolicy CRD, then each route kind's.
+    pub fn all() -> impl Iterator<Item = NeededApi> {
+        std::iter::once(NeededApi::FailoverPolicy).chain(RouteKind::ALL.map(NeededApi::Route))
+    }
+
     /// The API a route kind is written through.
     pub fn of_route(kind: RouteKind) -> Self {
-        match kind {
-            RouteKind::TrafficSplit => NeededApi::TrafficSplit,
-            RouteKind::HttpRoute => NeededApi::HttpRoute,
-        }
+        NeededApi::Route(kind)
     }
 
     /// The CRD's name.
     pub fn crd(self) -> &'static str {
         match self {
             NeededApi::FailoverPolicy => "failoverpolicies.failover.dev",
-            NeededApi::TrafficSplit => "trafficsplits.split.smi-spec.io",
-            NeededApi::HttpRoute => "httproutes.gateway.networking.k8s.io",
+            NeededApi::Route(kind) => kind.spec().crd,
         }
     }
 
@@ -38,12 +38,7 @@ impl NeededApi {
             NeededApi::FailoverPolicy => {
                 "install the chart (it ships the CRD) or run: cargo run --bin crd-gen | kubectl apply -f -"
             }
-            NeededApi::TrafficSplit => {
-                "install a mesh's SMI extension, or the chart with --set trafficSplitCRD.install=true, or run: cargo run --bin crd-gen -- --with-traffic-split | kubectl apply -f -"
-            }
-            NeededApi::HttpRoute => {
-                "install the Gateway API's standard CRDs (v1), e.g. kubectl apply -f https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.6.3/standard-install.yaml"
-            }
+            NeededApi::Route(kind) => kind.spec().install,
         }
     }
 
@@ -66,23 +61,26 @@ pub enum WatchKind {
     Service,
     /// FailoverPolicies.
     FailoverPolicy,
-    /// SMI TrafficSplits: the generated routes of that kind.
-    TrafficSplit,
-    /// Gateway API HTTPRoutes: the generated routes of that kind.
-    HttpRoute,
+    /// The generated routes of one kind.
+    Route(RouteKind),
     /// The Secrets declaring remote clusters.
     Secret,
 }
 
 impl WatchKind {
-    /// The kinds watched in the local cluster, as the `watch_restarts` metric labels them.
-    pub const LOCAL: [WatchKind; 5] = [
-        WatchKind::EndpointSlice,
-        WatchKind::Service,
-        WatchKind::FailoverPolicy,
-        WatchKind::TrafficSplit,
-        WatchKind::HttpRoute,
-    ];
+    /// The kinds watched in the local cluster, as the `watch_restarts` metric labels them: the
+    /// decision inputs, the policies, and each route kind.
+    pub const LOCAL: [WatchKind; 3 + RouteKind::ALL.len()] = {
+        let mut local = [WatchKind::EndpointSlice; 3 + RouteKind::ALL.len()];
+        local[1] = WatchKind::Service;
+        local[2] = WatchKind::FailoverPolicy;
+        let mut i = 0;
+        while i < RouteKind::ALL.len() {
+            local[3 + i] = WatchKind::Route(RouteKind::ALL[i]);
+            i += 1;
+        }
+        local
+    };
 
     /// The kinds a decision needs listed before it can trust the caches.
     pub const DECISION_INPUTS: [WatchKind; 2] = [WatchKind::EndpointSlice, WatchKind::Service];
@@ -93,8 +91,7 @@ impl WatchKind {
             WatchKind::EndpointSlice => "endpointslice",
             WatchKind::Service => "service",
             WatchKind::FailoverPolicy => "failoverpolicy",
-            WatchKind::TrafficSplit => "trafficsplit",
-            WatchKind::HttpRoute => "httproute",
+            WatchKind::Route(kind) => kind.metric_label(),
             WatchKind::Secret => "secret",
         }
     }
@@ -102,8 +99,7 @@ impl WatchKind {
     /// The route kind this watch feeds, if it watches routes.
     pub fn route(self) -> Option<RouteKind> {
         match self {
-            WatchKind::TrafficSplit => Some(RouteKind::TrafficSplit),
-            WatchKind::HttpRoute => Some(RouteKind::HttpRoute),
+            WatchKind::Route(kind) => Some(kind),
             _ => None,
         }
     }
@@ -112,8 +108,7 @@ impl WatchKind {
     pub fn api(self) -> Option<NeededApi> {
         match self {
             WatchKind::FailoverPolicy => Some(NeededApi::FailoverPolicy),
-            WatchKind::TrafficSplit => Some(NeededApi::TrafficSplit),
-            WatchKind::HttpRoute => Some(NeededApi::HttpRoute),
+            WatchKind::Route(kind) => Some(NeededApi::Route(kind)),
             _ => None,
         }
     }
@@ -122,10 +117,7 @@ impl WatchKind {
 impl RouteKind {
     /// The watch of this route kind.
     pub fn watch(self) -> WatchKind {
-        match self {
-            RouteKind::TrafficSplit => WatchKind::TrafficSplit,
-            RouteKind::HttpRoute => WatchKind::HttpRoute,
-        }
+        WatchKind::Route(self)
     }
 }
 
@@ -146,5 +138,28 @@ mod tests {
             assert_eq!(kind.watch().api(), Some(NeededApi::of_route(kind)));
         }
         assert_eq!(WatchKind::Service.api(), None);
+    }
+
+    #[test]
+    fn route_watches_and_apis_keep_their_labels_and_messages() {
+        assert_eq!(
+            WatchKind::LOCAL.map(WatchKind::as_str),
+            [
+                "endpointslice",
+                "service",
+                "failoverpolicy",
+                "trafficsplit",
+                "httproute"
+            ]
+        );
+        let messages: Vec<String> = NeededApi::all().map(NeededApi::missing_message).collect();
+        assert_eq!(
+            messages,
+            [
+                "the CRD failoverpolicies.failover.dev is not installed; install the chart (it ships the CRD) or run: cargo run --bin crd-gen | kubectl apply -f -",
+                "the CRD trafficsplits.split.smi-spec.io is not installed; install a mesh's SMI extension, or the chart with --set trafficSplitCRD.install=true, or run: cargo run --bin crd-gen -- --with-traffic-split | kubectl apply -f -",
+                "the CRD httproutes.gateway.networking.k8s.io is not installed; install the Gateway API's standard CRDs (v1), e.g. kubectl apply -f https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.6.3/standard-install.yaml",
+            ]
+        );
     }
 }

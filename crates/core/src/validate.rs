@@ -22,7 +22,7 @@ use crate::{
         Backend, Bound, Capacity, Drill, Health, Hold, Ramp, ReadinessRule, Scale, SpecProblem,
         ValidPolicy, Validated,
     },
-    route::RouteTarget,
+    route::{KINDS, RouteTarget},
 };
 
 /// Checks every rule of a spec, as the CRD states them; returns every problem found.
@@ -207,8 +207,7 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
     ];
     let mut problems: Vec<SpecProblem> = checks
         .into_iter()
-        .chain(output_checks(spec))
-        .chain(http_route_checks(spec))
+        .chain(KINDS.iter().flat_map(|kind| (kind.checks)(spec)))
         .chain(capacity_checks(spec))
         .filter(|(holds, _)| !holds)
         .map(|(_, rule)| problem(&rule.spec_field(), rule.message))
@@ -221,22 +220,6 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
         problems.push(problem(&rule.spec_field(), rule.message));
     }
     problems
-}
-
-/// The rules of a route output, with whether each holds: what it needs, and that its backends
-/// fit the one rule it writes.
-fn output_checks(spec: &FailoverPolicySpec) -> [(bool, &'static CrossFieldRule); 2] {
-    let http_route = spec.output == crate::api::Output::HttpRoute;
-    [
-        (
-            !http_route || spec.http_route.is_some(),
-            &rules::HTTP_ROUTE_NEEDS_PORT,
-        ),
-        (
-            !http_route || spec.secondaries.len() < rules::MAX_ROUTE_BACKENDS,
-            &rules::ROUTE_BACKENDS_FIT,
-        ),
-    ]
 }
 
 /// The rules on `spec.capacity`, with whether each holds.
@@ -263,35 +246,6 @@ fn capacity_checks(spec: &FailoverPolicySpec) -> [(bool, &'static CrossFieldRule
             &rules::SECONDARY_CAPACITY_NEEDS_CAPACITY,
         ),
         (distinct, &rules::DISTINCT_SCALE_TARGETS),
-    ]
-}
-
-/// The rules on `spec.httpRoute`'s parents, with whether each holds.
-fn http_route_checks(spec: &FailoverPolicySpec) -> Vec<(bool, &'static CrossFieldRule)> {
-    let Some(route) = &spec.http_route else {
-        return Vec::new();
-    };
-    let gateway = |g: &crate::api::GatewayParent| (g.name.clone(), g.namespace.clone());
-    let listener = |g: &crate::api::GatewayParent| (gateway(g), g.section_name.clone(), g.port);
-    let mut seen = BTreeSet::new();
-    let distinct = route.gateways.iter().all(|g| seen.insert(listener(g)));
-    let named_by_listener = route.gateways.iter().all(|g| {
-        g.section_name.is_some()
-            || g.port.is_some()
-            || route
-                .gateways
-                .iter()
-                .filter(|h| gateway(h) == gateway(g))
-                .count()
-                == 1
-    });
-    vec![
-        (
-            route.service_parent != Some(false) || !route.gateways.is_empty(),
-            &rules::HTTP_ROUTE_NEEDS_A_PARENT,
-        ),
-        (distinct, &rules::DISTINCT_GATEWAYS),
-        (named_by_listener, &rules::SAME_GATEWAY_NEEDS_SECTION),
     ]
 }
 

@@ -1,6 +1,6 @@
 //! Which of the APIs the controller needs the cluster does not serve, as the watches find out
-//! (a list answered with 404): the FailoverPolicy CRD always, the TrafficSplit CRD and the
-//! Gateway API's HTTPRoute CRD when a policy outputs one.
+//! (a list answered with 404): the FailoverPolicy CRD always, a route kind's CRD when a policy
+//! outputs that kind.
 //!
 //! Each missing API is named with how to install it: in one log line when it is found missing
 //! (an ERROR for the FailoverPolicy CRD, without which nothing works; a WARN for a route API a
@@ -141,24 +141,27 @@ impl Apis {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::route::RouteKind;
+
+    const TRAFFIC_SPLIT: NeededApi = NeededApi::Route(RouteKind::TrafficSplit);
 
     #[test]
     fn a_missing_api_is_named_at_most_once_a_minute_and_forgotten_once_served() {
         let apis = Apis::new(Arc::new(Metrics::new()));
-        apis.missing(NeededApi::TrafficSplit);
+        apis.missing(TRAFFIC_SPLIT);
         let mut said = Vec::new();
         for _ in 0..3 {
-            apis.log(NeededApi::TrafficSplit, |m| said.push(m.to_string()));
+            apis.log(TRAFFIC_SPLIT, |m| said.push(m.to_string()));
         }
         assert_eq!(said.len(), 1, "{said:?}");
         assert!(said[0].starts_with("the CRD trafficsplits.split.smi-spec.io is not installed"));
         assert_eq!(
-            apis.missing_among(&[NeededApi::TrafficSplit, NeededApi::HttpRoute]),
+            apis.missing_among(&[TRAFFIC_SPLIT, NeededApi::Route(RouteKind::HttpRoute)]),
             said
         );
         let returned = apis.returned();
-        apis.present(NeededApi::TrafficSplit);
-        assert!(!apis.is_missing(NeededApi::TrafficSplit));
+        apis.present(TRAFFIC_SPLIT);
+        assert!(!apis.is_missing(TRAFFIC_SPLIT));
         assert!(
             returned.has_changed().unwrap_or(false),
             "waiting policies are queued"

@@ -1,22 +1,22 @@
 //! This cluster's watches that feed the local caches: EndpointSlices and Services (metadata
-//! only) into the readiness counts, TrafficSplits and HTTPRoutes into the route views. Each event
+//! only) into the readiness counts, the routes of each kind into the route views. Each event
 //! updates one cache and wakes only the policies that reference what changed.
 
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
-use kube::{core::PartialObjectMeta, runtime::watcher};
+use kube::{
+    Api,
+    core::{DynamicObject, PartialObjectMeta},
+    runtime::watcher,
+};
 
 use super::readiness::{ReadinessStore, SERVICE_NAME_LABEL};
 use crate::{
     apis::WatchKind,
     observation::ServiceKey,
-    route::{
-        RouteKey, RouteKind, RouteView,
-        httproute::HttpRoute,
-        trafficsplit::{self, TrafficSplit},
-    },
+    route::{RouteKey, RouteKind},
     sources::{
         Context,
         watch::{events, map_event, scoped},
@@ -77,56 +77,36 @@ async fn readiness_feed<K>(
         .await;
 }
 
-/// TrafficSplits and HTTPRoutes → route views (a watch whose CRD is missing retries until it is
-/// installed); a change wakes the policy that
-/// names the route, to revert a hand edit or resolve a conflict.
+/// Each route kind of [`RouteKind::ALL`] → its route views: one watch per kind, all run
+/// together. A watch whose CRD is missing retries until it is installed; a change wakes the
+/// policy that names the route, to revert a hand edit or resolve a conflict.
 async fn route_feeds(ctx: &Arc<Context>) {
-    let (client, ns) = (&ctx.gate.client, ctx.namespace.as_deref());
-    let splits = feed_routes(
-        events(
-            scoped::<TrafficSplit>(client, ns),
-            WatchKind::TrafficSplit,
-            Default::default(),
-            ctx.clone(),
-        ),
-        RouteKind::TrafficSplit,
-        |s: TrafficSplit| RouteView::new(&s.metadata, Some(&trafficsplit::rules(&s))),
-        ctx,
-    );
-    let routes = feed_routes(
-        events(
-            scoped::<HttpRoute>(client, ns),
-            WatchKind::HttpRoute,
-            Default::default(),
-            ctx.clone(),
-        ),
-        RouteKind::HttpRoute,
-        |r: HttpRoute| RouteView::of_http_route(&r),
-        ctx,
-    );
-    futures::join!(splits, routes);
+    futures::future::join_all(RouteKind::ALL.map(|kind| route_feed(ctx, kind))).await;
 }
 
-async fn feed_routes<K: kube::Resource>(
-    stream: impl Stream<Item = watcher::Event<K>>,
-    kind: RouteKind,
-    view: impl Fn(K) -> RouteView,
-    ctx: &Context,
-) {
-    stream
+/// The watch of one route kind, each object kept as its kind's view of it.
+async fn route_feed(ctx: &Arc<Context>, kind: RouteKind) {
+    let spec = kind.spec();
+    let resource = (spec.resource)();
+    let client = ctx.gate.client.clone();
+    let api: Api<DynamicObject> = match ctx.namespace.as_deref() {
+        Some(ns) => Api::namespaced_with(client, ns, &resource),
+        None => Api::all_with(client, &resource),
+    };
+    events(api, kind.watch(), Default::default(), ctx.clone())
         .for_each(|event| {
-            let keyed = map_event(event, |object: K| {
+            let keyed = map_event(event, |object: DynamicObject| {
                 let key = RouteKey {
                     kind,
                     namespace: object
-                        .meta()
+                        .metadata
                         .namespace
                         .as_deref()
                         .unwrap_or_default()
                         .into(),
-                    name: object.meta().name.as_deref().unwrap_or_default().into(),
+                    name: object.metadata.name.as_deref().unwrap_or_default().into(),
                 };
-                (key, view(object))
+                (key, (spec.view)(&object))
             });
             let (changed, seen) = ctx.routes.write().apply(kind, keyed);
             if let Some(version) = seen {

@@ -1,6 +1,6 @@
 //! What each generated route in the cluster says, kept as a [`RouteView`] per route (owner,
-//! label, version and a digest of its rules), never whole objects. Fed by the TrafficSplit and
-//! HTTPRoute watches, one [`Store`] per kind; read by [`crate::pipeline::gather`].
+//! label, version and a digest of its rules), never whole objects. Fed by the watch of each route
+//! kind, one [`Store`] per kind; read by [`crate::pipeline::gather`].
 
 use kube::runtime::watcher;
 
@@ -33,19 +33,16 @@ impl Keep<(RouteKey, RouteView)> for Views {
     }
 }
 
-/// Every route of the watched scope, by kind, namespace and name.
+/// Every route of the watched scope, by kind, namespace and name: one [`Store`] per kind, in
+/// the order of [`RouteKind::ALL`].
 #[derive(Debug, Default)]
 pub struct RouteStore {
-    traffic_splits: Store<RouteKey, RouteView>,
-    http_routes: Store<RouteKey, RouteView>,
+    kinds: [Store<RouteKey, RouteView>; RouteKind::ALL.len()],
 }
 
 impl RouteStore {
     fn of(&self, kind: RouteKind) -> &Store<RouteKey, RouteView> {
-        match kind {
-            RouteKind::TrafficSplit => &self.traffic_splits,
-            RouteKind::HttpRoute => &self.http_routes,
-        }
+        &self.kinds[kind.index()]
     }
 
     /// What the cluster says of a route, if it exists.
@@ -55,7 +52,7 @@ impl RouteStore {
 
     /// Number of routes kept.
     pub fn len(&self) -> usize {
-        self.traffic_splits.len() + self.http_routes.len()
+        self.kinds.iter().map(Store::len).sum()
     }
 
     /// No route is kept.
@@ -71,11 +68,7 @@ impl RouteStore {
         kind: RouteKind,
         event: watcher::Event<(RouteKey, RouteView)>,
     ) -> (Vec<RouteKey>, Option<u64>) {
-        let store = match kind {
-            RouteKind::TrafficSplit => &mut self.traffic_splits,
-            RouteKind::HttpRoute => &mut self.http_routes,
-        };
-        let applied = store.apply(event, &mut Views);
+        let applied = self.kinds[kind.index()].apply(event, &mut Views);
         let changed = applied
             .changes
             .into_iter()

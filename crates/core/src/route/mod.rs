@@ -1,8 +1,9 @@
 //! The generated route: the one object a policy owns and whose weights carry its decision.
 //!
-//! Two kinds exist, each in its own module with its typed resource: [`trafficsplit`] (SMI
-//! `TrafficSplit`) and [`httproute`] (Gateway API `HTTPRoute`). Everything else in the controller
-//! sees a route only through this module's kind-neutral types:
+//! Each kind lives in its own module with its typed resource: [`trafficsplit`] (SMI
+//! `TrafficSplit`) and [`httproute`] (Gateway API `HTTPRoute`), each described once by a
+//! [`KindSpec`] that [`KINDS`] lists ([`kind`]). Everything else in the controller sees a route
+//! only through this module's kind-neutral types:
 //!
 //! - [`RouteTarget`]: which object a policy generates (kind, name, how it is written);
 //! - [`RouteRules`]: what a route says, normalized (apex, backends, weights), so the desired
@@ -10,12 +11,15 @@
 //! - [`RouteView`]: what the controller keeps of a route in the cluster (owner, label, version,
 //!   rules), never the whole object.
 //!
-//! A third output kind is a new module here plus one arm in each `match` of this file.
+//! A new kind is a new module here (its [`KindSpec`] and its [`Form`]), one line in [`KINDS`],
+//! its [`RouteKind`] and [`Shape`] variants, and what it claims ([`claim`]).
 
 pub mod claim;
 pub mod httproute;
+pub mod kind;
 pub mod rules;
 pub mod trafficsplit;
+mod view;
 
 use std::collections::BTreeMap;
 
@@ -23,10 +27,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::core::{ApiResource, DynamicObject, ObjectMeta};
 
 pub use self::claim::Claim;
+pub use self::httproute::HttpShape;
+pub use self::kind::{Form, KINDS, KindSpec, RouteKind, VERBS};
 pub use self::rules::{ParentKind, RouteBackend, RouteParent, RouteRules, RulesDigest};
+pub use self::view::RouteView;
 use crate::{
-    api::{FailoverPolicy, HttpRouteSpec, Output, TrafficSplitApiVersion, conditions::ready},
-    digest::digest,
+    api::{FailoverPolicy, TrafficSplitApiVersion},
     observation::Namespace,
 };
 
@@ -36,7 +42,7 @@ pub use crate::api::rules::POLICY_LABEL;
 /// The standard label naming the tool that manages an object.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 
-/// How the route of a policy is written.
+/// How the route of a policy is written: one variant per kind, its payload the kind's [`Form`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Shape {
     /// An SMI TrafficSplit in this API version.
@@ -45,41 +51,12 @@ pub enum Shape {
     HttpRoute(Box<HttpShape>),
 }
 
-/// How an HTTPRoute is written: where it attaches, what it matches, the backends' port.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct HttpShape {
-    /// The parents: the apex Service and the Gateways, as the policy asks.
-    pub parents: Vec<RouteParent>,
-    /// The hostnames it serves.
-    pub hostnames: Vec<String>,
-    /// The path prefix it matches (`None`: every request).
-    pub path_prefix: Option<String>,
-    /// The backends' port.
-    pub port: i32,
-}
-
-impl HttpShape {
-    /// The HTTPRoute a policy asks for.
-    fn of(apex: &str, route: &HttpRouteSpec) -> Self {
-        let service = route.attaches_to_service().then(|| RouteParent {
-            kind: ParentKind::Service,
-            namespace: None,
-            name: apex.to_string(),
-            section_name: None,
-            port: route.parent_port,
-        });
-        let gateways = route.gateways.iter().map(|g| RouteParent {
-            kind: ParentKind::Gateway,
-            namespace: g.namespace.clone(),
-            name: g.name.clone(),
-            section_name: g.section_name.clone(),
-            port: g.port,
-        });
-        Self {
-            parents: service.into_iter().chain(gateways).collect(),
-            hostnames: route.hostnames.clone(),
-            path_prefix: route.path_prefix.clone().filter(|p| p != "/"),
-            port: route.port,
+impl Shape {
+    /// The route's form, as its kind's module gives it.
+    pub fn form(&self) -> &dyn Form {
+        match self {
+            Shape::TrafficSplit(version) => version,
+            Shape::HttpRoute(http) => &**http,
         }
     }
 }
@@ -104,158 +81,37 @@ pub struct RouteKey {
     pub name: compact_str::CompactString,
 }
 
-/// The kinds of route, without their form.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum RouteKind {
-    /// SMI TrafficSplit.
-    TrafficSplit,
-    /// Gateway API HTTPRoute.
-    HttpRoute,
-}
-
-impl RouteKind {
-    /// Every kind.
-    pub const ALL: [RouteKind; 2] = [RouteKind::TrafficSplit, RouteKind::HttpRoute];
-
-    /// The kind as the API names it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RouteKind::TrafficSplit => "TrafficSplit",
-            RouteKind::HttpRoute => "HTTPRoute",
-        }
-    }
-
-    /// The kind in lower case, as metric labels (and watches) name it.
-    pub fn metric_label(self) -> &'static str {
-        match self {
-            RouteKind::TrafficSplit => "trafficsplit",
-            RouteKind::HttpRoute => "httproute",
-        }
-    }
-
-    /// What the controller keeps of an object of this kind.
-    pub fn view(self, object: &DynamicObject) -> RouteView {
-        let rules = match self {
-            RouteKind::TrafficSplit => object
-                .clone()
-                .try_parse::<trafficsplit::TrafficSplit>()
-                .ok()
-                .map(|split| trafficsplit::rules(&split)),
-            RouteKind::HttpRoute => {
-                return object
-                    .clone()
-                    .try_parse::<httproute::HttpRoute>()
-                    .map_or_else(
-                        |_| RouteView::new(&object.metadata, None),
-                        |route| RouteView::of_http_route(&route),
-                    );
-            }
-        };
-        RouteView::new(&object.metadata, rules.as_ref())
-    }
-
-    /// The `Ready` reason when a route of this kind and the route's name is not the policy's.
-    pub fn conflict_reason(self) -> &'static str {
-        match self {
-            RouteKind::TrafficSplit => ready::TRAFFIC_SPLIT_CONFLICT,
-            RouteKind::HttpRoute => ready::HTTP_ROUTE_CONFLICT,
-        }
-    }
-
-    /// The `Ready` reason when writing a route of this kind failed.
-    pub fn write_failed_reason(self) -> &'static str {
-        match self {
-            RouteKind::TrafficSplit => ready::TRAFFIC_SPLIT_WRITE_FAILED,
-            RouteKind::HttpRoute => ready::HTTP_ROUTE_WRITE_FAILED,
-        }
-    }
-
-    /// The `Ready` reason when the CRD of this kind is not installed.
-    pub fn crd_missing_reason(self) -> &'static str {
-        match self {
-            RouteKind::TrafficSplit => ready::TRAFFIC_SPLIT_CRD_MISSING,
-            RouteKind::HttpRoute => ready::HTTP_ROUTE_CRD_MISSING,
-        }
-    }
-
-    /// The spec field that names the route of this kind.
-    pub fn name_field(self) -> &'static str {
-        match self {
-            RouteKind::TrafficSplit => "spec.trafficSplit.name",
-            RouteKind::HttpRoute => "spec.httpRoute.name",
-        }
-    }
-}
-
-impl From<Output> for RouteKind {
-    fn from(output: Output) -> Self {
-        match output {
-            Output::TrafficSplit => RouteKind::TrafficSplit,
-            Output::HttpRoute => RouteKind::HttpRoute,
-        }
-    }
-}
-
 impl RouteTarget {
-    /// This route without the parents `refuse` says no to, and those parents (none for a
-    /// TrafficSplit, which has no parents).
+    /// The route a policy generates: the name it sets (default: the policy's name) and the form,
+    /// as the module of its output's kind makes it.
+    pub fn of(policy: &FailoverPolicy) -> Self {
+        (RouteKind::from(policy.spec.output).spec().target)(policy)
+    }
+
+    /// This route without the parents `refuse` says no to, and those parents (none for a kind
+    /// without parents).
     pub fn without_parents(
         &self,
         refuse: impl Fn(&RouteParent) -> bool,
     ) -> (RouteTarget, Vec<RouteParent>) {
-        let Shape::HttpRoute(http) = &self.shape else {
-            return (self.clone(), Vec::new());
-        };
+        let form = self.shape.form();
         let (refused, kept): (Vec<RouteParent>, Vec<RouteParent>) =
-            http.parents.iter().cloned().partition(|p| refuse(p));
-        let shape = Shape::HttpRoute(Box::new(HttpShape {
-            parents: kept,
-            ..(**http).clone()
-        }));
-        (
-            RouteTarget {
-                name: self.name.clone(),
-                shape,
-            },
-            refused,
-        )
-    }
-
-    /// The route a policy generates: the name it sets (default: the policy's name) and the form.
-    pub fn of(policy: &FailoverPolicy) -> Self {
-        let spec = &policy.spec;
-        let policy_name = policy.metadata.name.clone().unwrap_or_default();
-        match (spec.output, &spec.http_route) {
-            (Output::HttpRoute, Some(route)) => Self {
-                name: route.name.clone().unwrap_or(policy_name).into(),
-                shape: Shape::HttpRoute(Box::new(HttpShape::of(&spec.service, route))),
-            },
-            // Validation refuses HTTPRoute without httpRoute; the port then is never used.
-            (Output::HttpRoute, None) => Self {
-                name: policy_name.into(),
-                shape: Shape::HttpRoute(Box::new(HttpShape::of(
-                    &spec.service,
-                    &HttpRouteSpec::on_port(0),
-                ))),
-            },
-            (Output::TrafficSplit, _) => Self {
-                name: spec
-                    .traffic_split
-                    .name
-                    .clone()
-                    .unwrap_or(policy_name)
-                    .into(),
-                shape: Shape::TrafficSplit(spec.traffic_split.api_version),
-            },
-        }
+            form.parents().iter().cloned().partition(|p| refuse(p));
+        let route = RouteTarget {
+            name: self.name.clone(),
+            shape: form.with_parents(kept),
+        };
+        (route, refused)
     }
 
     /// The kind of route.
     pub fn kind(&self) -> RouteKind {
-        match self.shape {
-            Shape::TrafficSplit(_) => RouteKind::TrafficSplit,
-            Shape::HttpRoute(_) => RouteKind::HttpRoute,
-        }
+        self.shape.form().spec().kind
+    }
+
+    /// What the route attaches to (nothing, for a kind without parents).
+    pub fn parents(&self) -> &[RouteParent] {
+        self.shape.form().parents()
     }
 
     /// The key of this route in a namespace.
@@ -269,10 +125,7 @@ impl RouteTarget {
 
     /// The API resource the route is written through.
     pub fn resource(&self) -> ApiResource {
-        match &self.shape {
-            Shape::TrafficSplit(version) => trafficsplit::resource(*version),
-            Shape::HttpRoute(_) => httproute::resource(),
-        }
+        self.shape.form().resource()
     }
 
     /// What the route must say, with one weight per backend (primary first).
@@ -282,40 +135,20 @@ impl RouteTarget {
         backends: impl Iterator<Item = &'a str>,
         weights: &[i32],
     ) -> RouteRules {
-        let backends = |port: Option<i32>| {
-            backends
-                .zip(weights)
-                .map(|(service, weight)| RouteBackend {
-                    service: service.to_string(),
-                    port,
-                    weight: i64::from(*weight),
-                })
-                .collect()
-        };
-        match &self.shape {
-            Shape::TrafficSplit(_) => RouteRules {
-                apex: apex.to_string(),
-                parents: Vec::new(),
-                hostnames: Vec::new(),
-                path_prefix: None,
-                backends: backends(None),
-            },
-            Shape::HttpRoute(http) => RouteRules {
-                apex: String::new(),
-                parents: http.parents.clone(),
-                hostnames: http.hostnames.clone(),
-                path_prefix: http.path_prefix.clone(),
-                backends: backends(Some(http.port)),
-            },
-        }
+        let backends = backends
+            .zip(weights)
+            .map(|(service, weight)| RouteBackend {
+                service: service.to_string(),
+                port: None,
+                weight: i64::from(*weight),
+            })
+            .collect();
+        self.shape.form().rules(apex, backends)
     }
 
     /// The whole object to create or apply: owner reference, labels and rules.
     pub fn object(&self, meta: ObjectMeta, rules: &RouteRules) -> DynamicObject {
-        match &self.shape {
-            Shape::TrafficSplit(version) => trafficsplit::object(*version, meta, rules),
-            Shape::HttpRoute(_) => httproute::object(meta, rules),
-        }
+        self.shape.form().object(meta, rules)
     }
 }
 
@@ -346,91 +179,10 @@ pub fn metadata(name: &str, namespace: &str, policy: &str, owner: OwnerReference
     }
 }
 
-/// What the controller keeps of a route in the cluster: digests where a comparison is all it
-/// is used for (three allocations fewer per route than the strings).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RouteView {
-    /// A digest of the uid of its controlling owner, if any.
-    pub controller: Option<u64>,
-    /// A digest of the value of its [`POLICY_LABEL`].
-    pub policy_label: Option<u64>,
-    /// Its resourceVersion, when a number (as etcd-backed API servers issue them).
-    pub resource_version: Option<u64>,
-    /// A digest of what it says, when it has the form this controller writes.
-    pub rules: Option<RulesDigest>,
-    /// What its parents' controllers said of it (an HTTPRoute's `status.parents`).
-    pub answers: Vec<httproute::ParentAnswer>,
-}
-
-impl RouteView {
-    /// The view of an object's metadata and (normalized) rules.
-    pub fn new(meta: &ObjectMeta, rules: Option<&RouteRules>) -> Self {
-        Self {
-            controller: meta
-                .owner_references
-                .as_deref()
-                .unwrap_or_default()
-                .iter()
-                .find(|o| o.controller == Some(true))
-                .map(|o| digest(o.uid.as_str())),
-            policy_label: meta
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(POLICY_LABEL))
-                .map(|policy| digest(policy.as_str())),
-            resource_version: meta
-                .resource_version
-                .as_deref()
-                .and_then(|v| v.parse().ok()),
-            rules: rules.map(RulesDigest::of),
-            answers: Vec::new(),
-        }
-    }
-
-    /// The view of an HTTPRoute: its metadata, rules and its parents' answers.
-    pub fn of_http_route(route: &httproute::HttpRoute) -> Self {
-        Self {
-            answers: httproute::answers(route),
-            ..Self::new(&route.metadata, httproute::rules(route).as_ref())
-        }
-    }
-
-    /// Whether the object is controlled by the owner with this uid.
-    pub fn owned_by(&self, uid: &str) -> bool {
-        self.controller == Some(digest(uid))
-    }
-
-    /// Whether its [`POLICY_LABEL`] names this policy.
-    pub fn labelled_for(&self, policy: &str) -> bool {
-        self.policy_label == Some(digest(policy))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_http_route_attaches_to_the_service_unless_gateways_replace_it() {
-        let mut route = HttpRouteSpec::on_port(8080);
-        let kinds = |route: &HttpRouteSpec| -> Vec<ParentKind> {
-            HttpShape::of("web", route)
-                .parents
-                .iter()
-                .map(|p| p.kind)
-                .collect()
-        };
-        assert_eq!(kinds(&route), [ParentKind::Service]);
-        route.gateways = vec![crate::api::GatewayParent {
-            name: "edge".into(),
-            namespace: Some("infra".into()),
-            section_name: None,
-            port: None,
-        }];
-        assert_eq!(kinds(&route), [ParentKind::Gateway]);
-        route.service_parent = Some(true);
-        assert_eq!(kinds(&route), [ParentKind::Service, ParentKind::Gateway]);
-    }
+    use crate::api::HttpRouteSpec;
 
     #[test]
     fn traffic_split_resource_follows_the_api_version() {

@@ -1,5 +1,7 @@
-//! The SMI `TrafficSplit` resource (`split.smi-spec.io`), as far as this controller reads and
-//! writes it, and the CRD that tests and the demo install on clusters that have none.
+//! The SMI `TrafficSplit` route kind (`split.smi-spec.io`): its description ([`KIND`]), a
+//! policy's TrafficSplit (written in the API version the policy asks for, routing its apex), the
+//! resource as far as this controller reads and writes it, and the CRD that tests and the demo
+//! install on clusters that have none.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaPropsOrArray,
@@ -11,8 +13,98 @@ use kube::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::rules::{RouteBackend, RouteRules};
-use crate::api::TrafficSplitApiVersion;
+use super::{
+    RouteTarget, RouteView, Shape,
+    kind::{self, Form, KindSpec, Reasons, RouteKind},
+    rules::{RouteBackend, RouteRules},
+};
+use crate::api::{
+    FailoverPolicy, FailoverPolicySpec, FailoverPolicyStatus, TrafficSplitApiVersion,
+    conditions::ready, rules::CrossFieldRule,
+};
+
+/// The TrafficSplit kind.
+pub const KIND: KindSpec = KindSpec {
+    kind: RouteKind::TrafficSplit,
+    name: "TrafficSplit",
+    metric_label: "trafficsplit",
+    crd: "trafficsplits.split.smi-spec.io",
+    install: "install a mesh's SMI extension, or the chart with --set trafficSplitCRD.install=true, or run: cargo run --bin crd-gen -- --with-traffic-split | kubectl apply -f -",
+    resource: watched,
+    view,
+    target,
+    checks,
+    reasons: Reasons {
+        conflict: ready::TRAFFIC_SPLIT_CONFLICT,
+        write_failed: ready::TRAFFIC_SPLIT_WRITE_FAILED,
+        crd_missing: ready::TRAFFIC_SPLIT_CRD_MISSING,
+    },
+    name_field: "spec.trafficSplit.name",
+    status_name,
+};
+
+/// A policy's TrafficSplit is its API version: it routes the apex, and has no parents.
+impl Form for TrafficSplitApiVersion {
+    fn spec(&self) -> &'static KindSpec {
+        &KIND
+    }
+
+    fn resource(&self) -> ApiResource {
+        resource(*self)
+    }
+
+    fn rules(&self, apex: &str, backends: Vec<RouteBackend>) -> RouteRules {
+        RouteRules {
+            apex: apex.to_string(),
+            parents: Vec::new(),
+            hostnames: Vec::new(),
+            path_prefix: None,
+            backends,
+        }
+    }
+
+    fn object(&self, meta: ObjectMeta, rules: &RouteRules) -> DynamicObject {
+        object(*self, meta, rules)
+    }
+
+    fn with_parents(&self, _: Vec<super::RouteParent>) -> Shape {
+        Shape::TrafficSplit(*self)
+    }
+}
+
+/// The TrafficSplit a policy generates: named by `spec.trafficSplit.name` (default: the
+/// policy's name), in the API version of `spec.trafficSplit.apiVersion`.
+fn target(policy: &FailoverPolicy) -> RouteTarget {
+    let split = &policy.spec.traffic_split;
+    RouteTarget {
+        name: split
+            .name
+            .clone()
+            .unwrap_or_else(|| kind::policy_name(policy))
+            .into(),
+        shape: Shape::TrafficSplit(split.api_version),
+    }
+}
+
+/// TrafficSplits are watched in the default API version, whichever version each was written in.
+fn watched() -> ApiResource {
+    resource(TrafficSplitApiVersion::default())
+}
+
+/// What the controller keeps of a TrafficSplit.
+fn view(object: &DynamicObject) -> RouteView {
+    let rules = kind::typed::<TrafficSplit>(object).map(|split| rules(&split));
+    RouteView::new(&object.metadata, rules.as_ref())
+}
+
+/// `spec.trafficSplit` has no rule across fields beyond those of its own schema.
+fn checks(_: &FailoverPolicySpec) -> Vec<(bool, &'static CrossFieldRule)> {
+    Vec::new()
+}
+
+fn status_name(status: &mut FailoverPolicyStatus) -> &mut Option<String> {
+    &mut status.traffic_split
+}
 
 /// An SMI TrafficSplit: the mesh sends the traffic of the root `service` to `backends` in
 /// proportion to their weights.

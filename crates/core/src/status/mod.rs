@@ -198,11 +198,7 @@ fn finish(
     mut conditions: Vec<Condition>,
     input: &StatusInput,
 ) -> FailoverPolicyStatus {
-    let name = Some(input.target.name.to_string());
-    match input.target.kind() {
-        RouteKind::TrafficSplit => status.traffic_split = name,
-        RouteKind::HttpRoute => status.http_route = name,
-    }
+    *(input.target.kind().spec().status_name)(&mut status) = Some(input.target.name.to_string());
     status.observed_generation = input.generation;
     status.claims = input.claims.to_vec();
     for b in &mut status.backends {

@@ -9,24 +9,22 @@ use crate::{
     },
     decide::verdict::Verdict,
     message,
-    route::{RouteParent, RouteTarget, RouteView, Shape},
+    route::{RouteParent, RouteTarget, RouteView},
 };
 
 /// Each parent the policy asks for, with its controller's answer from the route in the cluster
-/// (`route`); empty for a TrafficSplit.
+/// (`route`); empty for a kind without parents (a TrafficSplit).
 pub fn states(
     target: &RouteTarget,
     namespace: &str,
     route: Option<&RouteView>,
 ) -> Vec<RouteParentState> {
-    let Shape::HttpRoute(http) = &target.shape else {
-        return Vec::new();
-    };
     let resolved = |p: &RouteParent| RouteParent {
         namespace: Some(p.namespace.clone().unwrap_or_else(|| namespace.to_string())),
         ..p.clone()
     };
-    http.parents
+    target
+        .parents()
         .iter()
         .map(|parent| {
             let answer = route

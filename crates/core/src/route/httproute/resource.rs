@@ -19,7 +19,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::rules::{ParentKind, RouteBackend, RouteParent, RouteRules};
+use crate::route::rules::{ParentKind, RouteBackend, RouteParent, RouteRules};
 
 /// API group of the parent reference to a Service, as Linkerd documents it.
 const CORE_GROUP: &str = "core";

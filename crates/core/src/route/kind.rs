@@ -1,0 +1,237 @@
+//! Route kinds: each described once, in its own module, and listed once, in [`KINDS`].
+//!
+//! A kind's module gives two things:
+//!
+//! - a [`KindSpec`], what holds for every route of the kind: its name and metric label, its API
+//!   (the CRD, how to install it, the resource its watch lists), how an object of it is read back
+//!   into a [`RouteView`], the route a policy generates of it, the spec rules of its fields, its
+//!   `Ready` reasons, and the policy fields that name the route;
+//! - a [`Form`], one policy's route of the kind (the payload of its [`Shape`] variant): the
+//!   resource it is written through, what it says, the object written, its parents.
+//!
+//! Everything generic iterates [`KINDS`] or looks a kind up in it: the controller's route watches
+//! and route store, the APIs it needs and the watches it runs ([`crate::apis`]), validation, the
+//! status, the metrics' known series and the test that the chart's RBAC grants every kind.
+
+use kube::core::{ApiResource, DynamicObject, ObjectMeta};
+use serde::de::DeserializeOwned;
+
+use super::{RouteBackend, RouteParent, RouteRules, RouteTarget, RouteView, Shape};
+use super::{httproute, trafficsplit};
+use crate::api::{
+    FailoverPolicy, FailoverPolicySpec, FailoverPolicyStatus, Output, rules::CrossFieldRule,
+};
+
+/// Every route kind, in the order of [`RouteKind`] (checked when compiling).
+pub const KINDS: &[&KindSpec] = &[&trafficsplit::KIND, &httproute::KIND];
+
+/// The verbs the controller uses on the routes of every kind: it lists and watches them, creates
+/// a route then applies it server-side, gets one after a create conflict, and deletes one whose
+/// apex another policy claimed first. The chart's ClusterRole grants them on each kind.
+pub const VERBS: [&str; 6] = ["get", "list", "watch", "create", "patch", "delete"];
+
+/// The kinds of route, without their form: the key of [`KINDS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RouteKind {
+    /// SMI TrafficSplit ([`trafficsplit`]).
+    TrafficSplit,
+    /// Gateway API HTTPRoute ([`httproute`]).
+    HttpRoute,
+}
+
+// A kind's spec is `KINDS[kind.index()]`.
+const _: () = {
+    let mut i = 0;
+    while i < KINDS.len() {
+        assert!(
+            KINDS[i].kind.index() == i,
+            "KINDS lists the kinds in the order of RouteKind"
+        );
+        i += 1;
+    }
+};
+
+/// What holds for every route of one kind.
+pub struct KindSpec {
+    /// Its key.
+    pub kind: RouteKind,
+    /// The kind as the API names it.
+    pub name: &'static str,
+    /// The kind in lower case, as metric labels and logs name its watch and its writes.
+    pub metric_label: &'static str,
+    /// The name of the CRD that serves it.
+    pub crd: &'static str,
+    /// How to install that CRD.
+    pub install: &'static str,
+    /// The API resource its watch lists and watches (group, version, plural).
+    pub resource: fn() -> ApiResource,
+    /// What the controller keeps of an object of the kind; its rules are `None` when the object
+    /// is not of the form this controller writes.
+    pub view: fn(&DynamicObject) -> RouteView,
+    /// The route of this kind a policy generates.
+    pub target: fn(&FailoverPolicy) -> RouteTarget,
+    /// The rules of the spec fields of this kind, each with whether it holds.
+    pub checks: fn(&FailoverPolicySpec) -> Vec<(bool, &'static CrossFieldRule)>,
+    /// Its `Ready` reasons.
+    pub reasons: Reasons,
+    /// The spec field that names the route.
+    pub name_field: &'static str,
+    /// The status field that names the route.
+    pub status_name: fn(&mut FailoverPolicyStatus) -> &mut Option<String>,
+}
+
+/// The `Ready` reasons that name one kind (constants of [`crate::api::conditions::ready`]).
+pub struct Reasons {
+    /// A route of the route's name exists and is not the policy's.
+    pub conflict: &'static str,
+    /// Writing the route failed.
+    pub write_failed: &'static str,
+    /// The kind's CRD is not installed.
+    pub crd_missing: &'static str,
+}
+
+/// One policy's route of a kind: the payload of the kind's [`Shape`] variant.
+pub trait Form {
+    /// What holds for every route of its kind.
+    fn spec(&self) -> &'static KindSpec;
+    /// The API resource the route is written through.
+    fn resource(&self) -> ApiResource;
+    /// What the route says, given its apex and its weighted backends (primary first, no port).
+    fn rules(&self, apex: &str, backends: Vec<RouteBackend>) -> RouteRules;
+    /// The whole object to create or apply.
+    fn object(&self, meta: ObjectMeta, rules: &RouteRules) -> DynamicObject;
+    /// What the route attaches to (nothing, for a kind without parents).
+    fn parents(&self) -> &[RouteParent] {
+        &[]
+    }
+    /// The same route, attached to these parents only (a subset of [`Self::parents`]).
+    fn with_parents(&self, parents: Vec<RouteParent>) -> Shape;
+}
+
+impl RouteKind {
+    /// Every kind, in the order of [`KINDS`].
+    pub const ALL: [RouteKind; KINDS.len()] = {
+        let mut all = [RouteKind::TrafficSplit; KINDS.len()];
+        let mut i = 0;
+        while i < KINDS.len() {
+            all[i] = KINDS[i].kind;
+            i += 1;
+        }
+        all
+    };
+
+    /// The kind's place in [`KINDS`] and [`Self::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// What holds for every route of this kind.
+    pub fn spec(self) -> &'static KindSpec {
+        KINDS[self.index()]
+    }
+
+    /// The kind as the API names it.
+    pub fn as_str(self) -> &'static str {
+        self.spec().name
+    }
+
+    /// The kind in lower case, as metric labels (and watches) name it.
+    pub fn metric_label(self) -> &'static str {
+        self.spec().metric_label
+    }
+
+    /// What the controller keeps of an object of this kind.
+    pub fn view(self, object: &DynamicObject) -> RouteView {
+        (self.spec().view)(object)
+    }
+
+    /// The `Ready` reason when a route of this kind and the route's name is not the policy's.
+    pub fn conflict_reason(self) -> &'static str {
+        self.spec().reasons.conflict
+    }
+
+    /// The `Ready` reason when writing a route of this kind failed.
+    pub fn write_failed_reason(self) -> &'static str {
+        self.spec().reasons.write_failed
+    }
+
+    /// The `Ready` reason when the CRD of this kind is not installed.
+    pub fn crd_missing_reason(self) -> &'static str {
+        self.spec().reasons.crd_missing
+    }
+
+    /// The spec field that names the route of this kind.
+    pub fn name_field(self) -> &'static str {
+        self.spec().name_field
+    }
+}
+
+impl From<Output> for RouteKind {
+    fn from(output: Output) -> Self {
+        match output {
+            Output::TrafficSplit => RouteKind::TrafficSplit,
+            Output::HttpRoute => RouteKind::HttpRoute,
+        }
+    }
+}
+
+/// An object read as its kind's typed resource; `None` when it is not one.
+pub fn typed<K: DeserializeOwned>(object: &DynamicObject) -> Option<K> {
+    serde_json::to_value(object)
+        .ok()
+        .and_then(|value| serde_json::from_value(value).ok())
+}
+
+/// The name a policy's route gets when its spec names none: the policy's.
+pub fn policy_name(policy: &FailoverPolicy) -> String {
+    policy.metadata.name.clone().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::conditions::ready;
+
+    #[test]
+    fn every_output_the_crd_offers_has_its_kind_in_the_table() {
+        let crd = serde_json::to_value(crate::crd::failover_policy_crd()).expect("crd");
+        let outputs = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["output"]["enum"];
+        let outputs = outputs.as_array().expect("the outputs");
+        assert_eq!(outputs.len(), KINDS.len());
+        for name in outputs {
+            let output: Output = serde_json::from_value(name.clone()).expect("an output");
+            let spec = RouteKind::from(output).spec();
+            assert_eq!(spec.name, output.kind());
+            assert_eq!(Some(spec.name), name.as_str());
+        }
+    }
+
+    #[test]
+    fn every_kinds_reasons_fail_and_stall_as_their_kind_neutral_meaning_says() {
+        for spec in KINDS {
+            let r = &spec.reasons;
+            assert!(ready::FAILURES.contains(&r.write_failed), "{}", spec.name);
+            assert!(ready::FAILURES.contains(&r.crd_missing), "{}", spec.name);
+            assert!(ready::STALLING.contains(&r.conflict), "{}", spec.name);
+            assert!(ready::STALLING.contains(&r.crd_missing), "{}", spec.name);
+            assert!(
+                [r.conflict, r.write_failed, r.crd_missing]
+                    .iter()
+                    .all(|reason| reason.starts_with(spec.name)),
+                "{}",
+                spec.name
+            );
+        }
+    }
+
+    #[test]
+    fn each_kinds_watch_lists_its_crd() {
+        for spec in KINDS {
+            let resource = (spec.resource)();
+            assert_eq!(format!("{}.{}", resource.plural, resource.group), spec.crd);
+            assert_eq!(resource.kind, spec.name);
+            assert_eq!(spec.metric_label, spec.name.to_lowercase());
+        }
+    }
+}
