@@ -108,8 +108,31 @@ impl fmt::Display for ServiceKey {
     }
 }
 
-/// A policy by namespace and name.
-pub type PolicyKey = ServiceKey;
+/// A policy by namespace and name: of its own type, so a Service's key never passes for a
+/// policy's (a policy and its apex Service often share a name).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PolicyKey {
+    /// Namespace of the policy.
+    pub namespace: Namespace,
+    /// Name of the policy (inline when 24 bytes or shorter).
+    pub name: compact_str::CompactString,
+}
+
+impl PolicyKey {
+    /// A key from borrowed parts.
+    pub fn new(namespace: &str, name: &str) -> Self {
+        Self {
+            namespace: Namespace::new(namespace),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for PolicyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
 
 /// A Service in another cluster, whose readiness stands for a backend's.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -213,6 +236,14 @@ mod tests {
         let a = Namespace::new("namespace-shared");
         let b = Namespace::new("namespace-shared");
         assert!(Arc::ptr_eq(&a.0, &b.0));
+    }
+
+    #[test]
+    fn a_policy_key_is_laid_out_as_a_service_key() {
+        assert_eq!(size_of::<PolicyKey>(), size_of::<ServiceKey>());
+        let (policy, service) = (PolicyKey::new("ns", "web"), ServiceKey::new("ns", "web"));
+        assert!(Arc::ptr_eq(&policy.namespace.0, &service.namespace.0));
+        assert_eq!(policy.to_string(), service.to_string());
     }
 
     #[test]
