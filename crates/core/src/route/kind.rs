@@ -1,4 +1,4 @@
-//! Route kinds: each described once, in its own module, and listed once, in [`KINDS`].
+//! Route kinds: each described once, in its own module, and listed once, in [`super::KINDS`].
 //!
 //! A kind's module gives two things:
 //!
@@ -9,7 +9,7 @@
 //! - a [`Form`], one policy's route of the kind (the payload of its [`Shape`] variant): the
 //!   resource it is written through, what it says, the object written, its parents.
 //!
-//! Everything generic iterates [`KINDS`] or looks a kind up in it: the controller's route watches
+//! Everything generic iterates [`super::KINDS`] or looks a kind up in it: the controller's route watches
 //! and route store, the APIs it needs and the watches it runs ([`crate::apis`]), validation, the
 //! status, the metrics' known series and the test that the chart's RBAC grants every kind.
 
@@ -17,39 +17,23 @@ use kube::core::{ApiResource, DynamicObject, ObjectMeta};
 use serde::de::DeserializeOwned;
 
 use super::{RouteBackend, RouteParent, RouteRules, RouteTarget, RouteView, Shape};
-use super::{httproute, trafficsplit};
 use crate::api::{
     FailoverPolicy, FailoverPolicySpec, FailoverPolicyStatus, Output, rules::CrossFieldRule,
 };
-
-/// Every route kind, in the order of [`RouteKind`] (checked when compiling).
-pub const KINDS: &[&KindSpec] = &[&trafficsplit::KIND, &httproute::KIND];
 
 /// The verbs the controller uses on the routes of every kind: it lists and watches them, creates
 /// a route then applies it server-side, gets one after a create conflict, and deletes one whose
 /// apex another policy claimed first. The chart's ClusterRole grants them on each kind.
 pub const VERBS: [&str; 6] = ["get", "list", "watch", "create", "patch", "delete"];
 
-/// The kinds of route, without their form: the key of [`KINDS`].
+/// The kinds of route, without their form: the key of [`super::KINDS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RouteKind {
-    /// SMI TrafficSplit ([`trafficsplit`]).
+    /// SMI TrafficSplit ([`super::trafficsplit`]).
     TrafficSplit,
-    /// Gateway API HTTPRoute ([`httproute`]).
+    /// Gateway API HTTPRoute ([`super::httproute`]).
     HttpRoute,
 }
-
-// A kind's spec is `KINDS[kind.index()]`.
-const _: () = {
-    let mut i = 0;
-    while i < KINDS.len() {
-        assert!(
-            KINDS[i].kind.index() == i,
-            "KINDS lists the kinds in the order of RouteKind"
-        );
-        i += 1;
-    }
-};
 
 /// What holds for every route of one kind.
 pub struct KindSpec {
@@ -108,64 +92,6 @@ pub trait Form {
     fn with_parents(&self, parents: Vec<RouteParent>) -> Shape;
 }
 
-impl RouteKind {
-    /// Every kind, in the order of [`KINDS`].
-    pub const ALL: [RouteKind; KINDS.len()] = {
-        let mut all = [RouteKind::TrafficSplit; KINDS.len()];
-        let mut i = 0;
-        while i < KINDS.len() {
-            all[i] = KINDS[i].kind;
-            i += 1;
-        }
-        all
-    };
-
-    /// The kind's place in [`KINDS`] and [`Self::ALL`].
-    pub const fn index(self) -> usize {
-        self as usize
-    }
-
-    /// What holds for every route of this kind.
-    pub fn spec(self) -> &'static KindSpec {
-        KINDS[self.index()]
-    }
-
-    /// The kind as the API names it.
-    pub fn as_str(self) -> &'static str {
-        self.spec().name
-    }
-
-    /// The kind in lower case, as metric labels (and watches) name it.
-    pub fn metric_label(self) -> &'static str {
-        self.spec().metric_label
-    }
-
-    /// What the controller keeps of an object of this kind.
-    pub fn view(self, object: &DynamicObject) -> RouteView {
-        (self.spec().view)(object)
-    }
-
-    /// The `Ready` reason when a route of this kind and the route's name is not the policy's.
-    pub fn conflict_reason(self) -> &'static str {
-        self.spec().reasons.conflict
-    }
-
-    /// The `Ready` reason when writing a route of this kind failed.
-    pub fn write_failed_reason(self) -> &'static str {
-        self.spec().reasons.write_failed
-    }
-
-    /// The `Ready` reason when the CRD of this kind is not installed.
-    pub fn crd_missing_reason(self) -> &'static str {
-        self.spec().reasons.crd_missing
-    }
-
-    /// The spec field that names the route of this kind.
-    pub fn name_field(self) -> &'static str {
-        self.spec().name_field
-    }
-}
-
 impl From<Output> for RouteKind {
     fn from(output: Output) -> Self {
         match output {
@@ -185,53 +111,4 @@ pub fn typed<K: DeserializeOwned>(object: &DynamicObject) -> Option<K> {
 /// The name a policy's route gets when its spec names none: the policy's.
 pub fn policy_name(policy: &FailoverPolicy) -> String {
     policy.metadata.name.clone().unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::conditions::ready;
-
-    #[test]
-    fn every_output_the_crd_offers_has_its_kind_in_the_table() {
-        let crd = serde_json::to_value(crate::crd::failover_policy_crd()).expect("crd");
-        let outputs = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-            ["properties"]["output"]["enum"];
-        let outputs = outputs.as_array().expect("the outputs");
-        assert_eq!(outputs.len(), KINDS.len());
-        for name in outputs {
-            let output: Output = serde_json::from_value(name.clone()).expect("an output");
-            let spec = RouteKind::from(output).spec();
-            assert_eq!(spec.name, output.kind());
-            assert_eq!(Some(spec.name), name.as_str());
-        }
-    }
-
-    #[test]
-    fn every_kinds_reasons_fail_and_stall_as_their_kind_neutral_meaning_says() {
-        for spec in KINDS {
-            let r = &spec.reasons;
-            assert!(ready::FAILURES.contains(&r.write_failed), "{}", spec.name);
-            assert!(ready::FAILURES.contains(&r.crd_missing), "{}", spec.name);
-            assert!(ready::STALLING.contains(&r.conflict), "{}", spec.name);
-            assert!(ready::STALLING.contains(&r.crd_missing), "{}", spec.name);
-            assert!(
-                [r.conflict, r.write_failed, r.crd_missing]
-                    .iter()
-                    .all(|reason| reason.starts_with(spec.name)),
-                "{}",
-                spec.name
-            );
-        }
-    }
-
-    #[test]
-    fn each_kinds_watch_lists_its_crd() {
-        for spec in KINDS {
-            let resource = (spec.resource)();
-            assert_eq!(format!("{}.{}", resource.plural, resource.group), spec.crd);
-            assert_eq!(resource.kind, spec.name);
-            assert_eq!(spec.metric_label, spec.name.to_lowercase());
-        }
-    }
 }

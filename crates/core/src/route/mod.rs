@@ -18,6 +18,7 @@ pub mod claim;
 pub mod httproute;
 pub mod kind;
 pub mod rules;
+mod table;
 pub mod trafficsplit;
 mod view;
 
@@ -28,8 +29,9 @@ use kube::core::{ApiResource, DynamicObject, ObjectMeta};
 
 pub use self::claim::Claim;
 pub use self::httproute::HttpShape;
-pub use self::kind::{Form, KINDS, KindSpec, RouteKind, VERBS};
+pub use self::kind::{Form, KindSpec, RouteKind, VERBS};
 pub use self::rules::{ParentKind, RouteBackend, RouteParent, RouteRules, RulesDigest};
+pub use self::table::KINDS;
 pub use self::view::RouteView;
 use crate::{
     api::{FailoverPolicy, TrafficSplitApiVersion},

@@ -1,0 +1,132 @@
+//! The one table of route kinds ([`KINDS`]), each kind's [`KindSpec`] given by its own module,
+//! and the lookups of a [`RouteKind`] into it.
+
+use kube::core::DynamicObject;
+
+use super::{
+    RouteView, httproute,
+    kind::{KindSpec, RouteKind},
+    trafficsplit,
+};
+
+/// Every route kind, in the order of [`RouteKind`] (checked when compiling).
+pub const KINDS: &[&KindSpec] = &[&trafficsplit::KIND, &httproute::KIND];
+
+// A kind's spec is `KINDS[kind.index()]`.
+const _: () = {
+    let mut i = 0;
+    while i < KINDS.len() {
+        assert!(
+            KINDS[i].kind.index() == i,
+            "KINDS lists the kinds in the order of RouteKind"
+        );
+        i += 1;
+    }
+};
+
+impl RouteKind {
+    /// Every kind, in the order of [`KINDS`].
+    pub const ALL: [RouteKind; KINDS.len()] = {
+        let mut all = [RouteKind::TrafficSplit; KINDS.len()];
+        let mut i = 0;
+        while i < KINDS.len() {
+            all[i] = KINDS[i].kind;
+            i += 1;
+        }
+        all
+    };
+
+    /// The kind's place in [`KINDS`] and [`Self::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// What holds for every route of this kind.
+    pub fn spec(self) -> &'static KindSpec {
+        KINDS[self.index()]
+    }
+
+    /// The kind as the API names it.
+    pub fn as_str(self) -> &'static str {
+        self.spec().name
+    }
+
+    /// The kind in lower case, as metric labels (and watches) name it.
+    pub fn metric_label(self) -> &'static str {
+        self.spec().metric_label
+    }
+
+    /// What the controller keeps of an object of this kind.
+    pub fn view(self, object: &DynamicObject) -> RouteView {
+        (self.spec().view)(object)
+    }
+
+    /// The `Ready` reason when a route of this kind and the route's name is not the policy's.
+    pub fn conflict_reason(self) -> &'static str {
+        self.spec().reasons.conflict
+    }
+
+    /// The `Ready` reason when writing a route of this kind failed.
+    pub fn write_failed_reason(self) -> &'static str {
+        self.spec().reasons.write_failed
+    }
+
+    /// The `Ready` reason when the CRD of this kind is not installed.
+    pub fn crd_missing_reason(self) -> &'static str {
+        self.spec().reasons.crd_missing
+    }
+
+    /// The spec field that names the route of this kind.
+    pub fn name_field(self) -> &'static str {
+        self.spec().name_field
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Output, conditions::ready};
+
+    #[test]
+    fn every_output_the_crd_offers_has_its_kind_in_the_table() {
+        let crd = serde_json::to_value(crate::crd::failover_policy_crd()).expect("crd");
+        let outputs = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["output"]["enum"];
+        let outputs = outputs.as_array().expect("the outputs");
+        assert_eq!(outputs.len(), KINDS.len());
+        for name in outputs {
+            let output: Output = serde_json::from_value(name.clone()).expect("an output");
+            let spec = RouteKind::from(output).spec();
+            assert_eq!(spec.name, output.kind());
+            assert_eq!(Some(spec.name), name.as_str());
+        }
+    }
+
+    #[test]
+    fn every_kinds_reasons_fail_and_stall_as_their_kind_neutral_meaning_says() {
+        for spec in KINDS {
+            let r = &spec.reasons;
+            assert!(ready::FAILURES.contains(&r.write_failed), "{}", spec.name);
+            assert!(ready::FAILURES.contains(&r.crd_missing), "{}", spec.name);
+            assert!(ready::STALLING.contains(&r.conflict), "{}", spec.name);
+            assert!(ready::STALLING.contains(&r.crd_missing), "{}", spec.name);
+            assert!(
+                [r.conflict, r.write_failed, r.crd_missing]
+                    .iter()
+                    .all(|reason| reason.starts_with(spec.name)),
+                "{}",
+                spec.name
+            );
+        }
+    }
+
+    #[test]
+    fn each_kinds_watch_lists_its_crd() {
+        for spec in KINDS {
+            let resource = (spec.resource)();
+            assert_eq!(format!("{}.{}", resource.plural, resource.group), spec.crd);
+            assert_eq!(resource.kind, spec.name);
+            assert_eq!(spec.metric_label, spec.name.to_lowercase());
+        }
+    }
+}
