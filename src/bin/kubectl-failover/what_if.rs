@@ -18,7 +18,7 @@ use failover::{
     endpoints::{SERVICE_NAME_LABEL, observe_service},
     intent::DesiredRoute,
     last_status::LastStatus,
-    observation::{BackendObservation, Reading, Sample},
+    observation::{Availability, BackendObservation, Reading, Sample},
     policy::ValidPolicy,
     route::{RouteView, owner},
     status::{self, Decided, Outcome, StatusInput},
@@ -164,8 +164,10 @@ async fn observe(
         let mut observation = if backend.remote.is_some() {
             // Another cluster's readiness: as the controller last recorded it.
             status.map_or_else(BackendObservation::default, |b| BackendObservation {
-                as_of: b.readiness_as_of.map(|t| t.0),
-                unavailable: b.message.clone().filter(|_| !b.ready),
+                availability: Availability::recorded(
+                    b.message.clone().filter(|_| !b.ready),
+                    b.readiness_as_of.map(|t| t.0),
+                ),
                 ..BackendObservation::counted(b.ready_endpoints, b.total_endpoints)
             })
         } else {
