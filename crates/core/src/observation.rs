@@ -177,18 +177,8 @@ pub struct BackendObservation {
     /// Of those, the endpoints terminating (their Pod is being deleted: a rollout or a scale
     /// down), which the capacity rules do not count as capacity the backend is missing.
     pub terminating_endpoints: i32,
-    /// Why the counts cannot be trusted, when they come from a cluster that is not answering (or
-    /// not declared): the backend then counts as not ready, with this as the reason.
-    pub unavailable: Option<String>,
-    /// The cluster does not grant the policy's namespace the remote namespace: not read at all
-    /// (`unavailable` says which rule refused it).
-    pub refused: bool,
-    /// When the counts were last confirmed, when that is not now (a remote cluster's last answer).
-    pub as_of: Option<DateTime<Utc>>,
-    /// The counts are not known yet: their source (a remote cluster) has not answered since the
-    /// controller started, and its `staleAfter` has not passed. The readiness the previous
-    /// status recorded stands meanwhile, so a restart of the controller moves no traffic.
-    pub awaiting: bool,
+    /// Whether the counts can be trusted, and when they were last confirmed.
+    pub availability: Availability,
     /// The last reading of the policy's health query for this backend, if it has one.
     pub health: Option<Reading>,
 }
@@ -202,6 +192,72 @@ impl BackendObservation {
             ready_endpoints: ready,
             total_endpoints: total,
             ..Self::default()
+        }
+    }
+}
+
+/// Whether a backend's counts can be trusted, and when they were last confirmed: one state, so a
+/// refused namespace, counts not known yet and counts from a cluster gone silent never
+/// contradict each other.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Availability {
+    /// The counts are confirmed now.
+    #[default]
+    Counted,
+    /// The counts stand as last confirmed then (a remote cluster's last answer, as a status
+    /// recorded it).
+    AsOf(DateTime<Utc>),
+    /// The counts are not known yet: their source (a remote cluster) has not answered since the
+    /// controller started, and its `staleAfter` has not passed. The readiness the previous
+    /// status recorded stands meanwhile, so a restart of the controller moves no traffic;
+    /// without one, the backend counts as not ready, for `why`.
+    Awaiting {
+        /// Why the counts are not known.
+        why: String,
+        /// When they were last confirmed, if ever.
+        as_of: Option<DateTime<Utc>>,
+    },
+    /// The counts cannot be trusted: they come from a cluster that is not answering (or not
+    /// declared). The backend counts as not ready, with `why` as the reason.
+    Unavailable {
+        /// Why.
+        why: String,
+        /// When they were last confirmed, if ever.
+        as_of: Option<DateTime<Utc>>,
+    },
+    /// The cluster does not grant the policy's namespace the remote namespace: it is not read at
+    /// all. The text says which rule refused it.
+    Refused(String),
+}
+
+impl Availability {
+    /// As a status recorded a remote backend: not available for the recorded `why` when set,
+    /// else counted as of `as_of` (now when none).
+    pub fn recorded(why: Option<String>, as_of: Option<DateTime<Utc>>) -> Self {
+        match (why, as_of) {
+            (Some(why), as_of) => Self::Unavailable { why, as_of },
+            (None, Some(at)) => Self::AsOf(at),
+            (None, None) => Self::Counted,
+        }
+    }
+
+    /// Why the counts cannot be trusted now (not known yet, unavailable or refused); `None`
+    /// when they can.
+    pub fn untrusted(&self) -> Option<&str> {
+        match self {
+            Self::Counted | Self::AsOf(_) => None,
+            Self::Awaiting { why, .. } | Self::Unavailable { why, .. } | Self::Refused(why) => {
+                Some(why)
+            }
+        }
+    }
+
+    /// When the counts were last confirmed, when that is not now.
+    pub fn as_of(&self) -> Option<DateTime<Utc>> {
+        match self {
+            Self::AsOf(at) => Some(*at),
+            Self::Awaiting { as_of, .. } | Self::Unavailable { as_of, .. } => *as_of,
+            Self::Counted | Self::Refused(_) => None,
         }
     }
 }
@@ -236,6 +292,22 @@ mod tests {
         let a = Namespace::new("namespace-shared");
         let b = Namespace::new("namespace-shared");
         assert!(Arc::ptr_eq(&a.0, &b.0));
+    }
+
+    #[test]
+    fn a_recorded_remote_backend_is_unavailable_for_its_reason_else_counted_as_of_then() {
+        let then = DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default();
+        let silent = Availability::recorded(Some("cluster east unreachable".into()), Some(then));
+        assert_eq!(silent.untrusted(), Some("cluster east unreachable"));
+        assert_eq!(silent.as_of(), Some(then));
+        let counted = Availability::recorded(None, Some(then));
+        assert_eq!((counted.untrusted(), counted.as_of()), (None, Some(then)));
+        assert_eq!(Availability::recorded(None, None), Availability::Counted);
+        let refused = Availability::Refused("no grant".into());
+        assert_eq!(
+            (refused.untrusted(), refused.as_of()),
+            (Some("no grant"), None)
+        );
     }
 
     #[test]

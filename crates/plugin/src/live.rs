@@ -7,7 +7,7 @@ use failover_core::{
     api::{FailoverPolicy, FailoverPolicyStatus, conditions::attached},
     claims::{Claimant, Claims},
     endpoints::{SERVICE_NAME_LABEL, observe_service},
-    observation::{BackendObservation, PolicyKey, Reading, Sample},
+    observation::{Availability, BackendObservation, PolicyKey, Reading, Sample},
     policy::ValidPolicy,
     route::{ParentKind, RouteParent, RouteTarget, RouteView},
     tenancy::Gateways,
@@ -38,8 +38,10 @@ pub async fn observe(
         let mut observation = if backend.remote.is_some() {
             // Another cluster's readiness: as the controller last recorded it.
             status.map_or_else(BackendObservation::default, |b| BackendObservation {
-                as_of: b.readiness_as_of.map(|t| t.0),
-                unavailable: b.message.clone().filter(|_| !b.ready),
+                availability: Availability::recorded(
+                    b.message.clone().filter(|_| !b.ready),
+                    b.readiness_as_of.map(|t| t.0),
+                ),
                 ..BackendObservation::counted(b.ready_endpoints, b.total_endpoints)
             })
         } else {

@@ -32,7 +32,7 @@ use parking_lot::RwLock;
 
 use self::cluster::{Cluster, Wake};
 use crate::{
-    observation::{BackendObservation, RemoteService},
+    observation::{Availability, BackendObservation, RemoteService},
     runtime::metrics::Metrics,
     tenancy::NamespaceGrants,
 };
@@ -118,15 +118,18 @@ impl Clusters {
     /// they cannot be trusted, or which rule refuses the policy that namespace.
     pub fn observe(&self, policy_namespace: &str, remote: &RemoteService) -> BackendObservation {
         let entries = self.entries.read();
-        let unavailable = |why: String| BackendObservation {
-            unavailable: Some(why),
+        let not_counted = |availability| BackendObservation {
+            availability,
             ..Default::default()
         };
+        let unavailable = |why| not_counted(Availability::Unavailable { why, as_of: None });
         match entries.get(&remote.cluster) {
-            None if !self.secrets_read.load(Ordering::Acquire) => BackendObservation {
-                awaiting: true,
-                ..unavailable("the cluster Secrets have not been read yet".to_string())
-            },
+            None if !self.secrets_read.load(Ordering::Acquire) => {
+                not_counted(Availability::Awaiting {
+                    why: "the cluster Secrets have not been read yet".to_string(),
+                    as_of: None,
+                })
+            }
             None => unavailable(format!(
                 "cluster {} is not declared: no Secret labelled {CLUSTER_LABEL}={} in namespace {}",
                 remote.cluster, remote.cluster, self.secret_namespace
@@ -137,25 +140,25 @@ impl Clusters {
             Some(Entry::Running { grants, .. })
                 if !grants.allows(policy_namespace, &remote.namespace) =>
             {
-                BackendObservation {
-                    refused: true,
-                    ..unavailable(format!(
-                        "cluster {} does not grant namespace {policy_namespace} its namespace {} ({})",
-                        remote.cluster,
-                        remote.namespace,
-                        grants.rule()
-                    ))
-                }
+                not_counted(Availability::Refused(format!(
+                    "cluster {} does not grant namespace {policy_namespace} its namespace {} ({})",
+                    remote.cluster,
+                    remote.namespace,
+                    grants.rule()
+                )))
             }
             Some(Entry::Running { cluster, .. }) => {
                 let shared = &cluster.shared;
                 let health = shared.health.lock();
                 match health.unavailable(&remote.cluster) {
-                    Some(why) => BackendObservation {
-                        as_of: health.as_of(),
-                        awaiting: health.awaiting(),
-                        ..unavailable(why)
-                    },
+                    Some(why) => {
+                        let as_of = health.as_of();
+                        not_counted(if health.awaiting() {
+                            Availability::Awaiting { why, as_of }
+                        } else {
+                            Availability::Unavailable { why, as_of }
+                        })
+                    }
                     None => shared
                         .readiness
                         .read()

@@ -18,6 +18,7 @@ use crate::{
             capacity, clusters, degraded, health, pinned, ready,
         },
     },
+    observation::Availability,
     policy::ValidPolicy,
 };
 
@@ -328,10 +329,12 @@ fn clusters(policy: &ValidPolicy, plan: &Plan) -> Option<Verdict> {
             .filter(|(b, _)| b.remote.is_some())
             .map(|(_, state)| &state.observation)
     };
-    let mut unreachable: Vec<&str> = remote().filter_map(|o| o.unavailable.as_deref()).collect();
+    let mut unreachable: Vec<&str> = remote()
+        .filter_map(|o| o.availability.untrusted())
+        .collect();
     unreachable.sort_unstable();
     unreachable.dedup();
-    let refused = remote().any(|o| o.refused);
+    let refused = remote().any(|o| matches!(o.availability, Availability::Refused(_)));
     Some(if unreachable.is_empty() {
         Verdict::new(
             CLUSTERS_REACHABLE,

@@ -21,6 +21,7 @@ use crate::{
     },
     applied::Applied,
     last_status::LastStatus,
+    observation::Availability,
     route::{RouteTarget, RouteView, RulesDigest},
     status::{Decided, Outcome, StatusInput, build},
     validate::validate,
@@ -154,10 +155,7 @@ pub(crate) fn up(ready: i32) -> BackendObservation {
         ready_endpoints: ready,
         total_endpoints: ready.max(2),
         terminating_endpoints: 0,
-        unavailable: None,
-        refused: false,
-        as_of: None,
-        awaiting: false,
+        availability: Availability::Counted,
         health: None,
     }
 }

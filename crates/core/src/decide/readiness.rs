@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 
 use crate::{
     last_status::LastStatus,
-    observation::BackendObservation,
+    observation::{Availability, BackendObservation},
     policy::{ReadinessRule, ValidPolicy},
 };
 
@@ -74,7 +74,7 @@ fn last_known(
     name: &str,
     now: DateTime<Utc>,
 ) -> Option<BackendState> {
-    if !observation.awaiting {
+    if !matches!(observation.availability, Availability::Awaiting { .. }) {
         return None;
     }
     let last = previous?.backend(name)?;
@@ -117,7 +117,7 @@ pub fn is_ready(o: &BackendObservation, rule: ReadinessRule) -> bool {
     let ratio_ok = rule.min_ready_ratio <= 0.0
         || (o.total_endpoints > 0
             && f64::from(o.ready_endpoints) >= rule.min_ready_ratio * f64::from(o.total_endpoints));
-    o.unavailable.is_none()
+    o.availability.untrusted().is_none()
         && o.service_exists
         && o.ready_endpoints >= rule.min_ready_endpoints
         && ratio_ok
@@ -125,8 +125,8 @@ pub fn is_ready(o: &BackendObservation, rule: ReadinessRule) -> bool {
 
 /// Why a backend is not ready, in a few words.
 pub fn not_ready_message(o: &BackendObservation, rule: ReadinessRule) -> String {
-    if let Some(why) = &o.unavailable {
-        why.clone()
+    if let Some(why) = o.availability.untrusted() {
+        why.to_string()
     } else if !o.service_exists {
         "Service not found".to_string()
     } else if o.slices == 0 {
@@ -173,8 +173,10 @@ mod tests {
     fn counts_not_known_yet_keep_the_readiness_the_previous_status_recorded() {
         use crate::api::BackendStatus;
         let awaiting = BackendObservation {
-            unavailable: Some("cluster east has not answered yet".into()),
-            awaiting: true,
+            availability: Availability::Awaiting {
+                why: "cluster east has not answered yet".into(),
+                as_of: None,
+            },
             ..BackendObservation::default()
         };
         let previous = LastStatus::of(&crate::api::FailoverPolicyStatus {
@@ -201,7 +203,10 @@ mod tests {
     #[test]
     fn counts_from_a_cluster_that_does_not_answer_are_not_ready_with_its_reason() {
         let stale = BackendObservation {
-            unavailable: Some("cluster east unreachable for 41s".into()),
+            availability: Availability::Unavailable {
+                why: "cluster east unreachable for 41s".into(),
+                as_of: None,
+            },
             ..seen(3, 3)
         };
         assert!(!is_ready(&stale, ONE));

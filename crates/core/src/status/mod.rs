@@ -272,7 +272,7 @@ fn backends(policy: &ValidPolicy, plan: &Plan, shares: Option<&[String]>) -> Vec
                     namespace: r.namespace.clone(),
                     service: r.service.clone(),
                 }),
-            readiness_as_of: b.observation.as_of.map(Timestamp),
+            readiness_as_of: b.observation.availability.as_of().map(Timestamp),
             health: policy
                 .health
                 .as_ref()
