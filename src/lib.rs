@@ -40,13 +40,7 @@ pub mod pipeline;
 pub mod runtime;
 pub mod sources;
 
-/// One floor of this crate: its name and the module paths (below `crate::`) on it.
-pub struct Layer {
-    /// The floor's name, as in the table above.
-    pub name: &'static str,
-    /// The modules on it, by path (`pipeline::write` covers every module below it).
-    pub modules: &'static [&'static str],
-}
+pub use failover_core::Layer;
 
 /// This crate's floors from the ground up: a module may import only from its own floor or a
 /// lower one (the crates below are below them all).

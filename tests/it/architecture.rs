@@ -1,8 +1,9 @@
-//! The architecture, held to the code: data flows one way through the floors that `src/lib.rs`
-//! declares once ([`failover::LAYERS`]). Each module of `src/` (the library; the binaries are
-//! crates of their own) imports only from its own floor or a lower one, no two modules import
-//! each other (directly or round a circle), every module is on a floor, and the table in
-//! `lib.rs`'s documentation lists the floors as `LAYERS` does.
+//! The architecture, held to the code where Cargo cannot hold it (inside a crate): data flows one
+//! way through the floors each crate's `lib.rs` declares once ([`failover::LAYERS`] for the
+//! controller's `src/`, [`failover_core::LAYERS`] for `crates/core/src/`). Each module imports
+//! only from its own floor or a lower one, no two modules import each other (directly or round a
+//! circle), every module is on a floor, and the table in `lib.rs`'s documentation lists the
+//! floors as `LAYERS` does. Between crates, Cargo holds the order.
 //!
 //! Imports are read from the source text: `use` declarations and paths written in code
 //! (`crate::…`, `super::…`, `self::…`, and a child module's name), resolved to the file that
@@ -14,7 +15,29 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use failover::LAYERS;
+use failover::Layer;
+
+/// A crate whose modules are held to its floors.
+struct Crate {
+    /// Its source folder, below the repository.
+    root: PathBuf,
+    /// Its floors.
+    layers: &'static [Layer],
+}
+
+fn crates() -> [Crate; 2] {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    [
+        Crate {
+            root: repo.join("src"),
+            layers: failover::LAYERS,
+        },
+        Crate {
+            root: repo.join("crates/core/src"),
+            layers: failover_core::LAYERS,
+        },
+    ]
+}
 
 /// A module of the library: its path below `crate` (empty for the root) and its file.
 #[derive(Debug, Clone)]
@@ -31,12 +54,12 @@ struct Import {
     target: usize,
 }
 
-fn src() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Every module file of the library (not `main.rs`, not `bin/`, not test-only files).
-fn modules() -> Vec<Module> {
+/// Every module file of a library (not `main.rs`, not `bin/`, not test-only files).
+fn modules(root: &Path) -> Vec<Module> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).expect("src/").flatten() {
             let path = entry.path();
@@ -47,17 +70,18 @@ fn modules() -> Vec<Module> {
             }
         }
     }
-    let root = src();
     let mut files = Vec::new();
-    walk(&root, &mut files);
+    walk(root, &mut files);
     files.sort();
     files
         .into_iter()
         .filter_map(|file| {
-            let relative = file.strip_prefix(&root).ok()?.to_string_lossy().to_string();
+            let relative = file.strip_prefix(root).ok()?.to_string_lossy().to_string();
             if relative == "main.rs"
                 || relative.starts_with("bin/")
                 || relative.ends_with("_tests.rs")
+                || relative == "tests.rs"
+                || relative.ends_with("/tests.rs")
             {
                 return None;
             }
@@ -349,9 +373,9 @@ fn find_word(text: &str, word: &str) -> Option<usize> {
 }
 
 /// The floor of a module: the floor whose module path is the longest prefix of its path.
-fn floor(path: &[String]) -> Option<usize> {
+fn floor(layers: &[Layer], path: &[String]) -> Option<usize> {
     let name = path.join("::");
-    LAYERS
+    layers
         .iter()
         .enumerate()
         .flat_map(|(floor, layer)| layer.modules.iter().map(move |m| (floor, *m)))
@@ -365,8 +389,8 @@ struct Graph {
     edges: Vec<Vec<Import>>,
 }
 
-fn graph() -> Graph {
-    let modules = modules();
+fn graph(root: &Path) -> Graph {
+    let modules = modules(root);
     let index: BTreeMap<Vec<String>, usize> = modules
         .iter()
         .enumerate()
@@ -386,9 +410,10 @@ fn graph() -> Graph {
 }
 
 fn name(module: &Module) -> String {
+    let repo = repo();
     module
         .file
-        .strip_prefix(src().parent().expect("repo"))
+        .strip_prefix(&repo)
         .unwrap_or(&module.file)
         .display()
         .to_string()
@@ -396,63 +421,84 @@ fn name(module: &Module) -> String {
 
 #[test]
 fn every_module_is_on_a_floor_that_lib_rs_declares() {
-    let graph = graph();
-    let lost: Vec<String> = graph
-        .modules
-        .iter()
-        .filter(|m| !m.path.is_empty() && floor(&m.path).is_none())
-        .map(name)
-        .collect();
-    assert!(
-        lost.is_empty(),
-        "modules on no floor of failover::LAYERS (src/lib.rs): {lost:?}"
-    );
-    for layer in LAYERS {
-        for module in layer.modules {
-            let path: Vec<String> = module.split("::").map(str::to_string).collect();
-            assert!(
-                graph.modules.iter().any(|m| m.path.starts_with(&path)),
-                "LAYERS names `{module}` (floor '{}'), which is no module of src/",
-                layer.name
-            );
+    for krate in crates() {
+        let graph = graph(&krate.root);
+        let lost: Vec<String> = graph
+            .modules
+            .iter()
+            .filter(|m| !m.path.is_empty() && floor(krate.layers, &m.path).is_none())
+            .map(name)
+            .collect();
+        assert!(
+            lost.is_empty(),
+            "modules on no floor of LAYERS ({}/lib.rs): {lost:?}",
+            krate.root.display()
+        );
+        for layer in krate.layers {
+            for module in layer.modules {
+                let path: Vec<String> = module.split("::").map(str::to_string).collect();
+                assert!(
+                    graph.modules.iter().any(|m| m.path.starts_with(&path)),
+                    "LAYERS names `{module}` (floor '{}'), which is no module of {}",
+                    layer.name,
+                    krate.root.display()
+                );
+            }
         }
     }
 }
 
 #[test]
 fn no_module_imports_from_a_floor_above_its_own() {
-    let graph = graph();
     let mut wrong = Vec::new();
+    for krate in crates() {
+        up_imports(&krate, &mut wrong);
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports that run back up the pipeline (move the shared part down, see lib.rs):\n{}",
+        wrong.join("\n")
+    );
+}
+
+fn up_imports(krate: &Crate, wrong: &mut Vec<String>) {
+    let (graph, layers) = (graph(&krate.root), krate.layers);
     for (from, imports) in graph.edges.iter().enumerate() {
         let module = &graph.modules[from];
-        let Some(own) = floor(&module.path) else {
+        let Some(own) = floor(layers, &module.path) else {
             continue;
         };
         for import in imports {
             let target = &graph.modules[import.target];
-            if let Some(theirs) = floor(&target.path).filter(|theirs| *theirs > own) {
+            if let Some(theirs) = floor(layers, &target.path).filter(|theirs| *theirs > own) {
                 wrong.push(format!(
                     "{}:{} imports `{}` ({}, floor '{}') from floor '{}' below it",
                     name(module),
                     import.line,
                     import.written,
                     name(target),
-                    LAYERS[theirs].name,
-                    LAYERS[own].name
+                    layers[theirs].name,
+                    layers[own].name
                 ));
             }
         }
     }
-    assert!(
-        wrong.is_empty(),
-        "imports that run back up the pipeline (move the shared part down, see src/lib.rs):\n{}",
-        wrong.join("\n")
-    );
 }
 
 #[test]
 fn no_two_modules_import_each_other_directly_or_round_a_circle() {
-    let graph = graph();
+    let mut circles = Vec::new();
+    for krate in crates() {
+        circles_of(&graph(&krate.root), &mut circles);
+    }
+    assert!(
+        circles.is_empty(),
+        "modules that import each other:\n{}",
+        circles.join("\n")
+    );
+}
+
+fn circles_of(graph: &Graph, circles: &mut Vec<String>) {
     let n = graph.modules.len();
     let reach = |from: usize| -> BTreeSet<usize> {
         let mut seen = BTreeSet::new();
@@ -467,7 +513,6 @@ fn no_two_modules_import_each_other_directly_or_round_a_circle() {
         seen
     };
     let reaches: Vec<BTreeSet<usize>> = (0..n).map(reach).collect();
-    let mut circles = Vec::new();
     for (from, imports) in graph.edges.iter().enumerate() {
         for import in imports {
             if reaches[import.target].contains(&from) {
@@ -487,16 +532,18 @@ fn no_two_modules_import_each_other_directly_or_round_a_circle() {
             }
         }
     }
-    assert!(
-        circles.is_empty(),
-        "modules that import each other:\n{}",
-        circles.join("\n")
-    );
 }
 
 #[test]
 fn the_table_in_lib_rs_lists_the_floors_in_order() {
-    let lib = std::fs::read_to_string(src().join("lib.rs")).expect("lib.rs");
+    for krate in crates() {
+        table_lists_floors(&krate);
+    }
+}
+
+fn table_lists_floors(krate: &Crate) {
+    let (lib, layers) = (krate.root.join("lib.rs"), krate.layers);
+    let lib = std::fs::read_to_string(lib).expect("lib.rs");
     let rows: Vec<String> = lib
         .lines()
         .filter_map(|l| l.strip_prefix("//! | "))
@@ -504,12 +551,14 @@ fn the_table_in_lib_rs_lists_the_floors_in_order() {
         .map(|floor| floor.trim().to_string())
         .filter(|floor| floor != "floor" && !floor.starts_with("---"))
         .collect();
-    let declared: Vec<&str> = LAYERS.iter().map(|l| l.name).collect();
+    let declared: Vec<&str> = layers.iter().map(|l| l.name).collect();
     assert_eq!(
-        rows, declared,
-        "src/lib.rs: the table's floors and LAYERS differ"
+        rows,
+        declared,
+        "{}/lib.rs: the table's floors and LAYERS differ",
+        krate.root.display()
     );
-    for layer in LAYERS {
+    for layer in layers {
         let row = lib
             .lines()
             .find(|l| l.starts_with(&format!("//! | {} |", layer.name)))
@@ -517,7 +566,8 @@ fn the_table_in_lib_rs_lists_the_floors_in_order() {
         for module in layer.modules.iter().filter(|m| **m != "pipeline") {
             assert!(
                 row.contains(&format!("[`{module}`]")),
-                "src/lib.rs: the row of floor '{}' does not name [`{module}`]",
+                "{}/lib.rs: the row of floor '{}' does not name [`{module}`]",
+                krate.root.display(),
                 layer.name
             );
         }

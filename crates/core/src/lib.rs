@@ -4,10 +4,16 @@
 //!
 //! | floor | modules | what they are |
 //! |---|---|---|
-//! | ground | [`message`], [`digest`], [`health_query`], [`route`], [`observation`], [`policy`], [`tenancy`], [`apis`], [`applied`], [`crd`] | shared vocabulary: one-line messages, digests of values only compared, a health query parsed once within its cost limits, the route kinds and what a policy routes, what is known of a backend, a policy in validated form, what a policy's author may reach, the APIs the controller needs, what writing a route did, the CRD's YAML |
+//! | vocabulary | [`message`], [`digest`], [`observation`], [`endpoints`], [`health_query`], [`last_status`] | one-line messages, digests of values only compared, what is known of a backend and how EndpointSlices are counted, a health query parsed once within its cost limits, the status a policy has in the form the next reconcile reads |
+//! | routes | [`route`], [`claims`] | the route kinds (one module each, one table) and what a policy routes; who holds each claim |
+//! | policy | [`policy`], [`tenancy`], [`apis`], [`applied`], [`crd`] | a policy in validated form, what a policy's author may reach, the APIs the controller needs, what writing a route did, the CRD's YAML |
 //! | validate | [`validate`] | a [`policy::ValidPolicy`], every value parsed, or the problems |
 //! | decide | [`decide`] | weights, holds, transition, conditions |
 //! | status | [`status`] | the one place a status is built |
+//! | intent | [`intent`] | the reconcile's pure middle, which the controller and `kubectl failover what-if` both call: [`intent::intend`], the apply step's [`intent::Action`], [`intent::report`] |
+//!
+//! A module imports only from its own floor or the floors below ([`LAYERS`] states the order
+//! once, and the architecture test holds the code to it), and no two modules import each other.
 //!
 //! The CRD's types are the crate below ([`api`]); the controller's I/O (watches, writes, the
 //! work queue) is the crate above. Cargo holds both borders: nothing here can name the
@@ -21,6 +27,54 @@ pub const VERSION: &str = match option_env!("FAILOVER_VERSION") {
     Some(v) => v,
     None => env!("CARGO_PKG_VERSION"),
 };
+
+/// One floor of a crate: its name and the module paths (below `crate::`) on it.
+pub struct Layer {
+    /// The floor's name, as in the crate's table of floors.
+    pub name: &'static str,
+    /// The modules on it, by path (`pipeline::write` covers every module below it).
+    pub modules: &'static [&'static str],
+}
+
+/// This crate's floors from the ground up: a module may import only from its own floor or a
+/// lower one (the API crate is below them all).
+pub const LAYERS: &[Layer] = &[
+    Layer {
+        name: "vocabulary",
+        modules: &[
+            "message",
+            "digest",
+            "observation",
+            "endpoints",
+            "health_query",
+            "last_status",
+        ],
+    },
+    Layer {
+        name: "routes",
+        modules: &["route", "claims"],
+    },
+    Layer {
+        name: "policy",
+        modules: &["policy", "tenancy", "apis", "applied", "crd"],
+    },
+    Layer {
+        name: "validate",
+        modules: &["validate"],
+    },
+    Layer {
+        name: "decide",
+        modules: &["decide"],
+    },
+    Layer {
+        name: "status",
+        modules: &["status"],
+    },
+    Layer {
+        name: "intent",
+        modules: &["intent"],
+    },
+];
 
 pub mod apis;
 pub mod applied;
