@@ -232,9 +232,8 @@ impl runner::HoldBack for StartUp {
 
 /// How long the first reconciles wait for every watch to list. They read the readiness counts
 /// (each reconcile waits for those anyway) and the route views: started before the route watch
-/// has listed, the start-up pass took the single thread the remaining lists need, and a restart
-/// with everything in place was ready in 4.20 s against a bare client's 2.86 s (docs/bench-runs,
-/// 20261125-1752). Bounded, so a route watch that cannot list (forbidden, say) stops nothing.
+/// has listed, the start-up pass would take the single thread the remaining lists need and
+/// delay them. Bounded, so a route watch that cannot list (forbidden, say) stops nothing.
 const START_WAIT: Duration = Duration::from_secs(10);
 
 /// Starts the controller; returns its context (for the admin server) and a future that runs until `shutdown` resolves

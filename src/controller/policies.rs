@@ -55,9 +55,9 @@ const VALIDATION_BUDGET: std::time::Duration = std::time::Duration::from_millis(
 
 /// The event, and its policy as validated when the table holds no validation of its uid and
 /// generation. A policy with a health query is validated on a blocking thread, one at a time, as
-/// its query's regexes are compiled (within the limits of `crate::health_query`, a few
-/// milliseconds each), never on the thread that serves `/healthz` and renews the Lease; any
-/// other takes microseconds and is validated here.
+/// its query's regexes are compiled (bounded by the limits of `crate::health_query`, yet too
+/// long for that thread), never on the thread that serves `/healthz` and renews the Lease; any
+/// other is cheap and is validated here.
 async fn validation(
     ctx: Arc<Context>,
     event: watcher::Event<FailoverPolicy>,

@@ -3,10 +3,8 @@
 //!
 //! kube-runtime's `Controller` did this here before; its scheduler puts every request, even an
 //! immediate one, on a timer queue rounded up to the next millisecond, then waits for the
-//! runtime's millisecond timer. Measured on a local control plane (a readiness change logged by
-//! the watch, then the reconcile's start logged), that wait was 2.1 to 2.3 ms of the 5.2 ms from
-//! an EndpointSlice write to the route change, on an idle machine; the floor of the whole path
-//! (one watch, one write) is about 2 ms. This queue runs an immediate request at once and keeps
+//! runtime's millisecond timer: a large share of the path from an EndpointSlice write to the
+//! route change. This queue runs an immediate request at once, never through a timer, and keeps
 //! timers for what is due later. Everything else is as kube-runtime does it:
 //!
 //! - requests merge: a request for a queued policy adds nothing, one for a running policy runs
@@ -20,8 +18,8 @@
 //! One thing kube-runtime's controller does not do: no reconcile starts while the statuses
 //! waiting to be written are at their limit (`held_back`). A pass over every policy (the start,
 //! a regained leadership) otherwise builds a status per policy faster than they are written,
-//! each held until written: about 1.6 KiB a policy, 16 MiB at 10,000 policies. Held back, at
-//! most the limit waits; the pass takes as long, the status writer being its pace anyway. The
+//! each held until written, so what waits would grow with the policies. Held back, at most the
+//! limit waits; the pass takes as long, the status writer being its pace anyway. The
 //! controller also holds the start-up pass back until every watch it reads has listed.
 
 use std::{
@@ -141,7 +139,7 @@ impl Queue {
         self.queued.remove(&key);
         self.running.insert(key.clone());
         // A burst (the start-up pass queues every policy) leaves room for all of them; it is
-        // given back once drained (3 MiB at 10,000 policies).
+        // given back once drained, so an idle queue keeps room for `SPARE` only.
         if self.ready.is_empty() && self.ready.capacity() > SPARE {
             self.ready.shrink_to(SPARE);
             self.queued.shrink_to(SPARE);

@@ -3,11 +3,11 @@
 //! kube's own client (`kube::Client::try_from(Config)`) leaves `TCP_NODELAY` unset (kube-rs
 //! issue 2056). A new connection's TLS handshake ends in small writes (with a client
 //! certificate: the certificate, its proof and the Finished message), and the request that
-//! follows waits for the server's delayed acknowledgement of them: a request on a new
-//! connection took 40 to 45 ms against a local API server where an established one answers in
-//! 1 to 5 ms. The controller opens a connection per watch when it starts (each streamed-list
-//! probe ends its own), so that wait was most of the start-up of a controller with nothing to
-//! do (docs/benchmarks.md, "Memory").
+//! follows waits for the server's delayed acknowledgement of them, far longer than an
+//! established connection takes to answer. The controller opens a connection per watch when it
+//! starts (each streamed-list probe ends its own), so that wait would be most of the start-up of
+//! a controller with nothing to do (docs/benchmarks.md, "Memory"). Every socket this client
+//! opens has `TCP_NODELAY` set: no request waits for a delayed acknowledgement.
 //!
 //! The stack is otherwise kube's, built from the same `Config` parts: the base URI, the
 //! server-side retry of 429 and 503 answers, the authentication, the extra headers, the TLS

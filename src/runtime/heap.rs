@@ -2,12 +2,11 @@
 //!
 //! glibc's malloc returns freed memory to the system only from the top of its heap; what a burst
 //! (the first list, a relist, the start-up pass over every policy) frees below live allocations
-//! stays in the process. At 10,000 policies the heap was 62.6 MiB after the cold start while RSS
-//! stayed at the cold start's 104 MiB peak (docs/bench-runs, run 20261125-1245). `malloc_trim`
-//! hands every free page back, wherever it is; it runs only when the heap has shrunk by
-//! [`SHRUNK`] since the last trim, checked every [`EVERY`], so a steady controller never calls it.
-//! mimalloc in place of glibc's malloc was measured too: a higher peak (115.9 MiB at the same
-//! cold start), so the system allocator stays.
+//! stays in the process, so without a trim RSS stays at a cold start's peak however far the heap
+//! falls after it (docs/benchmarks.md). `malloc_trim` hands every free page back, wherever it
+//! is; it runs only when the heap has shrunk by [`SHRUNK`] since the last trim, checked every
+//! [`EVERY`], so a steady controller never calls it. mimalloc in place of glibc's malloc was
+//! tried too: its cold start peaked higher, so the system allocator stays.
 
 use std::time::Duration;
 
@@ -34,11 +33,9 @@ pub async fn trim_after_bursts(heap: impl Fn() -> i64) {
 }
 
 /// Hands the allocator's free pages back to the system, from every arena: also after work on a
-/// blocking thread, whose allocations glibc serves from an arena of that thread's own. Without
-/// it, the noisy-neighbour phase at 1,000 policies (a query at every limit compiled every
-/// second) ended at 28.1 MiB RSS against 24.6 MiB at the end of the phase before, with the heap
-/// at 5.9 against 5.0 MiB (docs/bench-runs, run 20261126-1141); with it, 26.2 against
-/// 25.4 MiB, the heap at 6.2 against 5.3 MiB (run 20261126-1150).
+/// blocking thread, whose allocations glibc serves from an arena of that thread's own: what
+/// such work freed (queries compiled off the async threads, as a noisy neighbour makes them
+/// compile over and over) goes back too, not only what the main arena freed.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn trim() {
     // SAFETY: malloc_trim takes no pointer and only releases memory malloc holds free.

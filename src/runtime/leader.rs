@@ -11,15 +11,14 @@
 //! - on shutdown the holder stops writing, then releases the lease so a standby takes over
 //!   within one `retry_period` instead of waiting for expiry.
 //!
-//! Why not the `kube-lease-manager` crate (0.13, the release built on our kube 5): measured on a
-//! local control plane with a 4 s lease and 1 s grace,
-//! - after the holder released the lease, the standby took it 2.50 s later (3 runs: 2.498,
-//!   2.504, 2.509 s): a standby sleeps until the expiry it last saw and does not notice a
-//!   release. Here a standby takes a released lease within one `retry_period` (0.17-0.22 s in
-//!   the leader-election test, 250 ms retry period);
-//! - with the API server stopped for 12 s, the holder kept reporting itself leader the whole
-//!   time, 8 s past its lease's expiry: on an API error its watch keeps the last value, and it has
-//!   no renew deadline. Here the holder stops writing `renew_deadline` after its last renewal.
+//! Why not the `kube-lease-manager` crate (0.13, the release built on our kube 5), as tried on
+//! a local control plane:
+//! - a standby sleeps until the expiry it last saw and does not notice a release, so a released
+//!   lease is taken only once it would have expired. Here a standby takes a released lease
+//!   within one `retry_period`;
+//! - with the API server stopped, the holder kept reporting itself leader past its lease's
+//!   expiry: on an API error its watch keeps the last value, and it has no renew deadline. Here
+//!   the holder stops writing `renew_deadline` after its last renewal.
 //!
 //! The second is a correctness matter (two writers after a partition), so the election stays
 //! the project's own, small and tested end to end.

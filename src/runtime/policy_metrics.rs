@@ -4,15 +4,14 @@
 //! `failover_unserved_ratio`),
 //! held as one small record per policy and encoded at scrape time.
 //!
-//! A `Family` per series kept five label sets, five metric objects and five map entries per
-//! policy (about 1 KiB at 10,000 policies, twice the policy's own record); this table keeps one
-//! key and 32 bytes of numbers, and a scrape writes them out.
+//! A `Family` per series would keep a label set, a metric object and a map entry per series
+//! and policy, more than the policy's own record; this table keeps one key and a few numbers per
+//! policy, and a scrape writes them out.
 //!
 //! A scrape writes them a chunk of [`CHUNK`] policies at a time, each chunk encoded when the
-//! response asks for it: at 10,000 policies the whole text is 2.96 MB, and built at once it was
-//! the peak of the process (47.0 MiB at 10,000 policies before, 40.4 MiB in chunks; docs/bench-runs,
-//! 20261125-2205 and 20261126-0156). The table is ordered by namespace and name, so a chunk
-//! resumes after the last policy of the one before, whatever changed in between.
+//! response asks for it, so the whole text is never held at once (built at once, it was the
+//! process's peak). The table is ordered by namespace and name, so a chunk resumes after the
+//! last policy of the one before, whatever changed in between.
 
 use std::{
     collections::BTreeMap,

@@ -56,8 +56,9 @@ impl<K: Hash + Eq, T: Clone> Recent<K, T> {
 
     /// Forgets the writes of the keys `of_watch` selects that one watch has delivered: it sent
     /// an event at `version`, and a watch sends events in the order of their versions, so every
-    /// write up to it is in its cache. Without this, a write nobody reconciled again stayed
-    /// (a status per policy after the start-up pass: 7 MiB at 10,000 policies).
+    /// write up to it is in its cache. Without this, a write nobody reconciled again would stay
+    /// for good (after the start-up pass, a status per policy); with it, only the writes no
+    /// watch has delivered yet are remembered.
     pub fn seen_through(&self, version: u64, of_watch: impl Fn(&K) -> bool) {
         let mut entries = self.entries.lock();
         if entries.is_empty() {
@@ -112,9 +113,9 @@ pub struct Statuses {
 pub type Queue = mpsc::UnboundedReceiver<StatusKey>;
 
 impl Statuses {
-    /// The statuses that may wait at once before reconciles are held back: at most about
-    /// 0.4 MiB of statuses, and 16 rounds of the writer at its default concurrency of 16, which
-    /// keeps it busy. 1,024 held 1.6 MiB more at the peak of a cold start.
+    /// The statuses that may wait at once before reconciles are held back: 16 rounds of the
+    /// writer at its default concurrency of 16, which keeps it busy, and no more, as every status
+    /// waiting adds to the peak of a cold start.
     pub const LIMIT: usize = 256;
 
     /// Nothing pending; the writer takes its work from the returned queue.

@@ -31,10 +31,8 @@ const RETRY_MAX: Duration = Duration::from_secs(3);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Objects per page of an initial list (when the API server does not stream lists). Larger
-/// pages cost a little more memory at start (one page of JSON and its decoded objects at a time,
-/// under 2 MiB at 500 EndpointSlices) and save round trips: a restart with 10,000 policies
-/// (80,000 objects listed) was ready in 3.9 s with pages of 100 and in 2.5 s with pages of 500,
-/// at the same peak memory (measured on 2026-11-24, before benchmark runs were kept).
+/// pages save round trips at start, for a little more memory while listing: one page of JSON
+/// and its decoded objects are held at a time, never the whole list.
 pub const LIST_PAGE_SIZE: u32 = 500;
 
 /// Where a watch reports what happens to it.
@@ -119,9 +117,7 @@ where
 /// that ends the initial events. Any other answer, or none within two seconds, means pages.
 ///
 /// A streamed list is served from the API server's watch cache in one response, without the
-/// round trip per page: a restart with 10,000 policies was ready in 2.0 s against 2.5 to 3.8 s
-/// with pages of 500 (measured on 2026-11-24, before benchmark runs were kept; the kept full run
-/// in docs/bench-runs restarts in 2.28 s against a bare client's 2.31 s).
+/// round trip per page.
 pub async fn streams_lists<K>(api: &Api<K>) -> bool
 where
     K: Resource + Clone + DeserializeOwned + Debug,

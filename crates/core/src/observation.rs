@@ -11,8 +11,7 @@ use parking_lot::Mutex;
 use crate::api::ReadinessFrom;
 
 /// A namespace's name, held once per distinct namespace: every key of every cache in that
-/// namespace shares it. Each key of the caches held its own copy before (at 10,000 policies in
-/// one namespace, about 100,000 copies of the same string, a 32-byte allocation each).
+/// namespace shares it, so no key holds a copy of its own, however many keys a namespace has.
 /// A namespace no key holds any more is forgotten when the set has doubled since it was last
 /// swept, so the set stays within twice the namespaces in use.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -14,11 +14,9 @@
 //!   namespace, and `info()`, are refused. The query is parsed and printed again by the
 //!   `promql-parser` crate, the parser prom-label-proxy's approach needs (a selector can hide in
 //!   any function, aggregation, subquery or `or` branch; editing the text would miss one), once
-//!   per policy generation and within cost limits. Measured on a release build: scoping
-//!   `errors{service="web"}` takes 2.8 µs, a two-selector error ratio with `or` 96 µs. The
-//!   crate adds 0.9 MB to the release binary (17.2 to 18.1 MB). Templates owned by the admin
-//!   were the other way: they take from authors the PromQL they know and add an object to
-//!   manage.
+//!   per policy generation and within cost limits, never per query run (the `query_cost`
+//!   example prints what it costs). Templates owned by the admin were the other way: they take
+//!   from authors the PromQL they know and add an object to manage.
 //! - **Remote namespaces** ([`NamespaceGrants`]): a policy reads the readiness of a remote
 //!   namespace only when the cluster's Secret grants it to the policy's namespace (annotation
 //!   [`NAMESPACES_ANNOTATION`]; without it, each namespace reads its namesake only). A refused

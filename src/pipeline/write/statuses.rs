@@ -2,7 +2,7 @@
 //! the background, so the next reconcile of a policy never waits for its previous status write.
 //! Without it, a readiness change that follows another one closely (a flap, a failback right
 //! after a failover) waited for the previous reconcile's status write before its route was
-//! written (measured on 2026-11-24, before benchmark runs were kept).
+//! written.
 //!
 //! - The route is written before its status is queued, so a status never reports a route that
 //!   is not in place.

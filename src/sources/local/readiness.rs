@@ -34,8 +34,7 @@ struct ServiceEntry {
     exists: bool,
     /// The relist of the Service watch that last listed it.
     listed: Relist,
-    /// Each slice: a Service has one or a few, and one is held without an allocation (30,000
-    /// allocations fewer at 30,000 Services).
+    /// Each slice: a Service has one or a few, and one is held without an allocation.
     slices: SmallVec<[Slice; 1]>,
 }
 
@@ -100,8 +99,8 @@ fn counted(slice: &EndpointSlice) -> Option<(ServiceKey, String, SliceCounts)> {
 ///
 /// Which Service a slice is counted for is what its name says (see [`named_service`]), unless
 /// `moved` says otherwise: only a slice whose Service differs from its name (one not named by
-/// the EndpointSlice controller, or relabelled) costs an entry. A map of every slice to its
-/// Service cost 3.4 MiB at 30,000 slices, to answer what the name already says.
+/// the EndpointSlice controller, or relabelled) costs an entry; a slice named for its Service
+/// costs none, as its name already says it.
 ///
 /// A relist (of slices or of Services) is applied in place, never buffered, as the one
 /// [`crate::sources::store::Store`] applies it: each listed object updates its entry at once and
