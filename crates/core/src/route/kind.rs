@@ -9,9 +9,10 @@
 //! - a [`Form`], one policy's route of the kind (the payload of its [`Shape`] variant): the
 //!   resource it is written through, what it says, the object written, its parents.
 //!
-//! Everything generic iterates [`super::KINDS`] or looks a kind up in it: the controller's route watches
-//! and route store, the APIs it needs and the watches it runs ([`crate::apis`]), validation, the
-//! status, the metrics' known series and the test that the chart's RBAC grants every kind.
+//! Everything generic iterates [`super::KINDS`] or looks a kind up in it: the controller's route
+//! watches and route store, the APIs it needs and the watches it runs ([`crate::apis`]),
+//! validation, the status, the metrics' known series and the test that the chart's RBAC grants
+//! every kind.
 
 use kube::core::{ApiResource, DynamicObject, ObjectMeta};
 use serde::de::DeserializeOwned;

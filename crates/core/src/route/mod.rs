@@ -12,7 +12,8 @@
 //!   rules), never the whole object.
 //!
 //! A new kind is a new module here (its [`KindSpec`] and its [`Form`]), one line in [`KINDS`],
-//! its [`RouteKind`] and [`Shape`] variants, and what it claims ([`claim`]).
+//! its [`RouteKind`] and [`Shape`] variants, and what it claims
+//! ([`crate::tenancy::Gateways::route_claims`]).
 
 pub mod claim;
 pub mod httproute;

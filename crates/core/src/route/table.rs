@@ -89,7 +89,8 @@ mod tests {
 
     #[test]
     fn every_output_the_crd_offers_has_its_kind_in_the_table() {
-        let crd = serde_json::to_value(crate::crd::failover_policy_crd()).expect("crd");
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_value(crate::api::FailoverPolicy::crd()).expect("crd");
         let outputs = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
             ["properties"]["output"]["enum"];
         let outputs = outputs.as_array().expect("the outputs");
