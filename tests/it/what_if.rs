@@ -1,18 +1,18 @@
-//! `kubectl failover what-if` against the controller itself: for each scenario, the route the
-//! plugin prints (it runs the controller's own validate, decide and status steps, and writes
-//! nothing) is the route the controller then writes when the same change is made for real:
+//! `kubectl failover what-if` against the controller itself: for each scenario, the route and the
+//! conditions the plugin prints (it runs the controller's own reconcile core, and writes
+//! nothing) are what the controller then writes when the same change is made for real:
 //! the primary down, two backends down, a health reading over its threshold, a failover hold,
 //! and a failure in the middle of a failback ramp.
 
 use failover::{
     api::conditions::{READY, ready},
-    route::trafficsplit::TrafficSplit,
+    route::{RouteKind, trafficsplit::TrafficSplit},
 };
 use serde_json::Value;
 
 use crate::support::{
     self, Exporter, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, PrometheusServer, TestEnv, WAIT,
-    condition_reason, kubectl_failover, routing_to_web, test_env,
+    condition_reason, kubectl_failover, routing_to_web, test_env, what_if::Predicted,
 };
 
 /// The plugin's report of `what-if web ARGS`, as JSON.
@@ -38,28 +38,6 @@ fn predicted(report: &Value, i: usize) -> TrafficSplit {
     serde_json::from_value(report["steps"][i]["route"].clone()).expect("a TrafficSplit")
 }
 
-/// Fails unless the TrafficSplit the controller wrote is the one predicted: its spec, owner and
-/// labels.
-async fn written_as_predicted(env: &TestEnv, predicted: &TrafficSplit, scenario: &str) {
-    let written = env
-        .api::<TrafficSplit>()
-        .get("web")
-        .await
-        .expect("the TrafficSplit");
-    assert_eq!(
-        written.spec, predicted.spec,
-        "{scenario}: the controller wrote another route than what-if printed"
-    );
-    assert_eq!(
-        written.metadata.owner_references, predicted.metadata.owner_references,
-        "{scenario}: owner"
-    );
-    assert_eq!(
-        written.metadata.labels, predicted.metadata.labels,
-        "{scenario}: labels"
-    );
-}
-
 /// Waits until the policy's `Ready` reason is `reason`.
 async fn wait_rule(env: &TestEnv, reason: &str) {
     env.wait_policy("web", WAIT, reason, |p| {
@@ -83,10 +61,14 @@ async fn what_if_prints_the_route_the_controller_writes_when_the_primary_then_tw
 
     env.set_endpoints("web", 0, 1).await;
     env.wait_weights("web", &ON_EAST, WAIT).await;
-    written_as_predicted(&env, &predicted(&primary_down, 0), "primary down").await;
+    Predicted::of(&primary_down, 0, "web", RouteKind::TrafficSplit)
+        .written_as_printed(&env, "primary down")
+        .await;
     env.set_endpoints("web-east", 0, 1).await;
     env.wait_weights("web", &ON_WEST, WAIT).await;
-    written_as_predicted(&env, &predicted(&two_down, 0), "two down").await;
+    Predicted::of(&two_down, 0, "web", RouteKind::TrafficSplit)
+        .written_as_printed(&env, "two down")
+        .await;
     support::figure(format!(
         "what-if --down web: {:?}; --down web,web-east: {:?}; both as the controller wrote",
         predicted(&primary_down, 0).spec.backends,
@@ -109,10 +91,14 @@ async fn what_if_steps_through_a_failover_hold_as_the_controller_does() {
 
     env.set_endpoints("web", 0, 1).await;
     wait_rule(&env, ready::FAILOVER_PENDING).await;
-    written_as_predicted(&env, &predicted(&report, 0), "during the hold").await;
+    Predicted::of(&report, 0, "web", RouteKind::TrafficSplit)
+        .written_as_printed(&env, "during the hold")
+        .await;
     wait_rule(&env, ready::FAILED_OVER).await;
     env.wait_weights("web", &ON_EAST, WAIT).await;
-    written_as_predicted(&env, &predicted(&report, 1), "after the hold").await;
+    Predicted::of(&report, 1, "web", RouteKind::TrafficSplit)
+        .written_as_printed(&env, "after the hold")
+        .await;
 }
 
 #[tokio::test]
@@ -143,14 +129,18 @@ async fn what_if_predicts_each_ramp_step_and_a_failure_in_the_middle_of_the_ramp
     );
     env.set_endpoints("web", 1, 0).await;
     wait_rule(&env, ready::FAILBACK_RAMP).await;
-    written_as_predicted(&env, &predicted(&back, 0), "the ramp's first step").await;
+    Predicted::of(&back, 0, "web", RouteKind::TrafficSplit)
+        .written_as_printed(&env, "the ramp's first step")
+        .await;
 
     // Mid-ramp: what if the primary fails now? Traffic leaves it at once.
     let failing = what_if(&env, &["--down", "web"]);
     assert_eq!(rules(&failing), vec![ready::FAILED_OVER]);
     env.set_endpoints("web", 0, 1).await;
     env.wait_weights("web", &ON_EAST, WAIT).await;
-    written_as_predicted(&env, &predicted(&failing, 0), "a failure mid-ramp").await;
+    Predicted::of(&failing, 0, "web", RouteKind::TrafficSplit)
+        .written_as_printed(&env, "a failure mid-ramp")
+        .await;
 }
 
 #[tokio::test]
@@ -179,7 +169,9 @@ async fn what_if_a_health_reading_crosses_its_threshold_is_what_the_controller_d
     assert_eq!(rules(&report), vec![ready::FAILED_OVER]);
     exporter.set(&[("web", 0.9), ("web-east", 0.0), ("web-west", 0.0)]);
     env.wait_weights("web", &ON_EAST, WAIT).await;
-    written_as_predicted(&env, &predicted(&report, 0), "health over the threshold").await;
+    Predicted::of(&report, 0, "web", RouteKind::TrafficSplit)
+        .written_as_printed(&env, "health over the threshold")
+        .await;
 }
 
 #[tokio::test]

@@ -7,150 +7,18 @@
 
 use failover::{
     api::{
-        CapacitySpec, FailoverPolicy, Strategy,
+        CapacitySpec, Strategy,
         conditions::{ATTACHED, READY, SUSPENDED, attached, ready},
     },
-    route::{RouteKind, RouteView},
+    route::RouteKind,
 };
-use kube::api::DynamicObject;
 use serde_json::Value;
 
 use crate::support::{
     self, Exporter, ON_WEB, ON_WEST, PolicyBuilder, PrometheusServer, TestEnv, WAIT, WEB_BACKENDS,
-    kubectl_failover, routing_to_web, started, test_env, wait_until,
+    kubectl_failover, routing_to_web, started, test_env,
+    what_if::{Predicted, rules, what_if},
 };
-
-/// The plugin's report of `what-if POLICY ARGS`, as JSON.
-fn what_if(env: &TestEnv, policy: &str, args: &[&str]) -> Value {
-    let mut all = vec!["what-if", policy, "-o", "json"];
-    all.extend_from_slice(args);
-    let out = support::ok(&kubectl_failover(env, &all), "kubectl failover what-if");
-    serde_json::from_str(&out).expect("what-if prints JSON")
-}
-
-/// A condition as compared: type, status, reason, and the message without its timestamps.
-type Seen = (String, String, String, String);
-
-fn without_times(message: &str) -> String {
-    let times = regex::Regex::new(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z").expect("regex");
-    times.replace_all(message, "<time>").into_owned()
-}
-
-/// The conditions step `i` of a report says the controller would write.
-fn printed_conditions(report: &Value, i: usize) -> Vec<Seen> {
-    let step = &report["steps"][i];
-    let conditions = step["conditions"].as_array().cloned().unwrap_or_default();
-    conditions
-        .iter()
-        .map(|c| {
-            let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
-            (
-                text("type"),
-                text("status"),
-                text("reason"),
-                without_times(&text("message")),
-            )
-        })
-        .collect()
-}
-
-fn written_conditions(policy: &FailoverPolicy) -> Vec<Seen> {
-    let conditions = policy.status.as_ref().map(|s| s.conditions.as_slice());
-    conditions
-        .unwrap_or_default()
-        .iter()
-        .map(|c| {
-            let (t, s, r) = (c.type_.clone(), c.status.clone(), c.reason.clone());
-            (t, s, r, without_times(&c.message))
-        })
-        .collect()
-}
-
-/// A route as the controller compares routes: its owner, its policy label and its normalized
-/// rules (the API server's defaults and the resourceVersion left out).
-fn compared(kind: RouteKind, route: &DynamicObject) -> RouteView {
-    RouteView {
-        resource_version: None,
-        answers: Vec::new(),
-        ..kind.view(route)
-    }
-}
-
-/// The route step `i` of a report says the controller would write (`None`: none written).
-fn printed_route(report: &Value, i: usize) -> Option<DynamicObject> {
-    let route = report["steps"][i]["route"].clone();
-    (!route.is_null()).then(|| serde_json::from_value(route).expect("a route object"))
-}
-
-/// The route of `policy` as the cluster has it now.
-async fn written_route(env: &TestEnv, kind: RouteKind, name: &str) -> Option<DynamicObject> {
-    let resource = match kind {
-        RouteKind::TrafficSplit => failover::route::trafficsplit::resource(Default::default()),
-        RouteKind::HttpRoute => failover::route::httproute::resource(),
-    };
-    let routes: kube::Api<DynamicObject> =
-        kube::Api::namespaced_with(env.client.clone(), &env.ns, &resource);
-    routes.get_opt(name).await.ok().flatten()
-}
-
-/// What step `i` of `report` predicts, for the policy `name` whose route is `kind`.
-struct Predicted {
-    name: String,
-    kind: RouteKind,
-    /// The route printed, compared as the controller compares them (`None`: none written).
-    route: Option<RouteView>,
-    conditions: Vec<Seen>,
-}
-
-impl Predicted {
-    fn of(report: &Value, i: usize, name: &str, kind: RouteKind) -> Self {
-        Self {
-            name: name.to_string(),
-            kind,
-            route: printed_route(report, i).map(|r| compared(kind, &r)),
-            conditions: printed_conditions(report, i),
-        }
-    }
-
-    /// What the cluster has now: the route (when one was printed) and the conditions.
-    async fn written(&self, env: &TestEnv) -> (Option<RouteView>, Vec<Seen>) {
-        let route = match &self.route {
-            Some(_) => written_route(env, self.kind, &self.name)
-                .await
-                .map(|r| compared(self.kind, &r)),
-            None => None,
-        };
-        let policy = env.policy(&self.name).await;
-        (
-            route,
-            policy.as_ref().map(written_conditions).unwrap_or_default(),
-        )
-    }
-
-    /// Fails unless the controller writes the printed route and conditions within the wait.
-    async fn written_as_printed(&self, env: &TestEnv, scenario: &str) {
-        let want = (self.route.clone(), self.conditions.clone());
-        let reached = wait_until(WAIT, || async { self.written(env).await == want }).await;
-        let have = self.written(env).await;
-        assert!(
-            reached,
-            "{scenario}: the controller wrote other than what-if printed:\nprinted: {want:#?}\nwritten: {have:#?}"
-        );
-        support::figure(format!(
-            "what-if {scenario}: {} conditions and the route as printed",
-            self.conditions.len()
-        ));
-    }
-}
-
-/// Each step's rule (the `Ready` reason it would write).
-fn rules(report: &Value) -> Vec<String> {
-    let steps = report["steps"].as_array().cloned().unwrap_or_default();
-    steps
-        .iter()
-        .map(|s| s["rule"].as_str().unwrap_or_default().to_string())
-        .collect()
-}
 
 /// The usual policy with capacity (10 requests/s per endpoint) and `strategy`.
 fn sized(strategy: Strategy) -> PolicyBuilder {

@@ -38,6 +38,7 @@ pub mod setup;
 pub mod skips;
 pub mod traffic;
 pub mod turns;
+pub mod what_if;
 
 use std::{
     future::Future,
