@@ -39,7 +39,8 @@ use crate::{
     },
     route::RouteKind,
     runtime::{
-        gate::WriteGate, leader::Leadership, metrics::Metrics, written::Queue as StatusQueue,
+        gate::WriteGate, leader::Leadership, metrics::Metrics, retry::Retries,
+        written::Queue as StatusQueue,
     },
     sources::{
         Context, Parts,
@@ -262,13 +263,14 @@ pub fn start(
         ctx: ctx.clone(),
         started: Instant::now(),
     };
-    let reconciling = ctx.clone();
+    // The work queue's retries: the backoff of each failing policy, kept by the reconciles it runs.
+    let (reconciling, retries) = (ctx.clone(), Arc::new(Retries::default()));
     let controller = runner::run(
         ctx.clone(),
         requests,
         concurrency,
         held_back,
-        move |policy| reconcile_or_retry(policy, reconciling.clone()),
+        move |policy| reconcile_or_retry(policy, reconciling.clone(), retries.clone()),
         shutdown.clone(),
     );
     let never_listed = stopped_before_policies_listed(shutdown, ctx.synced.clone());

@@ -25,7 +25,7 @@ use crate::{
         gather, scale, write,
     },
     policy::ValidPolicy,
-    runtime::{gate::NotLeader, retry, written::StatusKey},
+    runtime::{gate::NotLeader, retry::Retries, written::StatusKey},
     sources::{
         Context,
         local::policies::{Held, Spec},
@@ -101,19 +101,10 @@ impl Error {
     }
 }
 
-/// The delay before retrying a policy that failed again: 200 ms doubling up to 10 s.
-fn next_retry(ctx: &Context, policy: &PolicyKey) -> Duration {
-    retry::next(
-        ctx.retries
-            .lock()
-            .entry(policy.clone())
-            .or_insert_with(retry::delays),
-    )
-}
-
-/// Reconciles one policy, as the policy table holds it (validated once per generation).
+/// Reconciles one policy, as the policy table holds it (validated once per generation); a success
+/// clears its backoff in `retries`, a deletion still restoring backs off there.
 #[tracing::instrument(skip_all, fields(namespace = %held.key.namespace, policy = %held.key.name))]
-pub async fn reconcile(held: Held, ctx: Arc<Context>) -> Result<Next, Error> {
+pub async fn reconcile(held: Held, ctx: Arc<Context>, retries: &Retries) -> Result<Next, Error> {
     if !ctx.gate.leadership.is_leader() {
         // Standbys keep their caches warm and write nothing; leadership triggers a full pass.
         return Ok(Next::Wait);
@@ -125,10 +116,10 @@ pub async fn reconcile(held: Held, ctx: Arc<Context>) -> Result<Next, Error> {
         }
         return Ok(match deletion::finalize(&held, &ctx).await {
             Finalized::Done => {
-                ctx.retries.lock().remove(&held.key);
+                retries.forget(&held.key);
                 Next::Wait
             }
-            Finalized::Retry => Next::After(next_retry(&ctx, &held.key)),
+            Finalized::Retry => Next::After(retries.next(&held.key)),
         });
     }
     let started = Instant::now();
@@ -136,7 +127,7 @@ pub async fn reconcile(held: Held, ctx: Arc<Context>) -> Result<Next, Error> {
     let result = run(&held, &ctx).await;
     ctx.metrics().observe_reconcile(started.elapsed());
     if result.is_ok() {
-        ctx.retries.lock().remove(&held.key);
+        retries.forget(&held.key);
     }
     result
 }
@@ -246,24 +237,25 @@ fn next(outcome: Outcome, failure: Option<ApplyError>) -> Result<Next, Error> {
     }
 }
 
-/// Reconciles one policy and turns a failure into a retry: what the work queue runs.
-pub async fn reconcile_or_retry(held: Held, ctx: Arc<Context>) -> Next {
+/// Reconciles one policy and turns a failure into a retry, after the policy's backoff in
+/// `retries` (the work queue's): what the work queue runs.
+pub async fn reconcile_or_retry(held: Held, ctx: Arc<Context>, retries: Arc<Retries>) -> Next {
     let key = held.key.clone();
-    match reconcile(held, ctx.clone()).await {
+    match reconcile(held, ctx.clone(), &retries).await {
         Ok(next) => next,
-        Err(e) => error_policy(&key, &e, &ctx),
+        Err(e) => error_policy(&key, &e, &ctx, &retries),
     }
 }
 
-/// Requeues a failed policy with per-policy exponential backoff.
-pub fn error_policy(policy: &PolicyKey, error: &Error, ctx: &Context) -> Next {
+/// Requeues a failed policy with per-policy exponential backoff (`retries`).
+pub fn error_policy(policy: &PolicyKey, error: &Error, ctx: &Context, retries: &Retries) -> Next {
     if error.not_leader() || error.namespace_terminating() {
         // A new leader takes over (and a regained leadership queues every policy); a namespace
         // going away with the policy in it cannot be written to.
         return Next::Wait;
     }
     ctx.metrics().error(error.kind());
-    let delay = next_retry(ctx, policy);
+    let delay = retries.next(policy);
     warn!(
         namespace = %policy.namespace,
         policy = %policy.name,

@@ -3,11 +3,10 @@
 //! writes, the policy table and the index, each source's cache, what the watches found, and the
 //! work queue's door.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
-use backon::ExponentialBackoff;
 use futures::channel::mpsc;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use tracing::{info, warn};
 
 use crate::{
@@ -57,8 +56,6 @@ pub struct Context {
     pub gateways: Gateways,
     /// Whether policies may scale their secondaries' workloads.
     pub allow_scaling: bool,
-    /// Retry delays of the policies failing now.
-    pub retries: Mutex<HashMap<PolicyKey, ExponentialBackoff>>,
     /// The work queue's door: the policies woken.
     queue: mpsc::UnboundedSender<PolicyKey>,
 }
@@ -99,7 +96,6 @@ impl Context {
             health: parts.health,
             gateways: parts.gateways,
             allow_scaling: parts.allow_scaling,
-            retries: Mutex::default(),
             queue: parts.queue,
         }
     }
