@@ -39,7 +39,7 @@ use crate::{
     },
     route::RouteKind,
     runtime::{
-        gate::WriteGate, leader::Leadership, metrics::Metrics, retry::Retries,
+        leader::Leadership, metrics::Metrics, retry::Retries, writer::Writer,
         written::Queue as StatusQueue,
     },
     sources::{
@@ -94,7 +94,7 @@ impl Default for Settings {
     }
 }
 
-/// The context: the door for writes, remote clusters and health queries that wake policies
+/// The context: the writer and the watches' client (each a clone of `client`), remote clusters and health queries that wake policies
 /// through the work queue (`queue`), every cache empty.
 fn context(
     client: Client,
@@ -103,8 +103,8 @@ fn context(
     leadership: Leadership,
     queue: mpsc::UnboundedSender<PolicyKey>,
 ) -> (Arc<Context>, StatusQueue) {
-    let (gate, statuses) = WriteGate::new(
-        client,
+    let (writer, statuses) = Writer::new(
+        client.clone(),
         leadership,
         metrics.clone(),
         settings.instance.clone(),
@@ -123,7 +123,9 @@ fn context(
     let ctx = Arc::new_cyclic(|ctx: &Weak<Context>| {
         let (remote_ctx, health_ctx) = (ctx.clone(), ctx.clone());
         Context::new(Parts {
-            gate,
+            writer,
+            client,
+            metrics: metrics.clone(),
             namespace: settings.namespace.clone(),
             remote: Clusters::new(
                 settings.secret_namespace.clone(),
@@ -207,11 +209,11 @@ struct StartUp {
 
 impl runner::HoldBack for StartUp {
     fn holds(&self) -> bool {
-        self.ctx.gate.statuses.full() || start_waits(&self.ctx, self.started)
+        self.ctx.writer.statuses.full() || start_waits(&self.ctx, self.started)
     }
 
     fn released(&self) -> BoxFuture<'static, ()> {
-        let left = self.ctx.gate.statuses.left();
+        let left = self.ctx.writer.statuses.left();
         if self.started.elapsed() >= START_WAIT {
             // Past the start, only the statuses waiting hold reconciles back (a deadline already
             // passed would wake the work queue at once, again and again).
@@ -275,7 +277,7 @@ pub fn start(
     );
     let never_listed = stopped_before_policies_listed(shutdown, ctx.synced.clone());
     let flushing = ctx.clone();
-    let flushed = async move { flushing.gate.statuses.flushed().await };
+    let flushed = async move { flushing.writer.statuses.flushed().await };
     let work = running(controller, feeds(ctx.clone()), never_listed, flushed);
     (ctx, run_beside(work, status_writer))
 }
@@ -318,7 +320,7 @@ async fn running(
 async fn run_beside(work: impl Future<Output = ()>, helper: impl Future<Output = ()>) {
     tokio::select! {
         _ = work => {}
-        _ = helper => warn!("the status gate stopped"),
+        _ = helper => warn!("the status writer stopped"),
     }
 }
 

@@ -28,7 +28,7 @@ use crate::{
 /// one), and word that a complete list is in the table.
 pub fn policy_requests(ctx: Arc<Context>) -> impl Stream<Item = Request> + Send + 'static {
     let events = events(
-        scoped(&ctx.gate.client, ctx.namespace.as_deref()),
+        scoped(&ctx.client, ctx.namespace.as_deref()),
         WatchKind::FailoverPolicy,
         Default::default(),
         ctx.clone(),
@@ -41,7 +41,7 @@ pub fn policy_requests(ctx: Arc<Context>) -> impl Stream<Item = Request> + Send 
             let (changes, seen) = ctx.table.write().apply(event, fresh);
             // Statuses this replica wrote are forgotten once the table has them.
             if let Some(version) = seen {
-                ctx.gate.recent_status.seen_through(version, |_| true);
+                ctx.writer.recent_status.seen_through(version, |_| true);
             }
             let requests: Vec<Request> = changes.iter().flat_map(|c| follow(&ctx, c)).collect();
             futures::stream::iter(requests)
@@ -154,7 +154,7 @@ fn follow(ctx: &Context, change: &Change) -> Vec<Request> {
     let remote = &ctx.remote;
     remote.want(wanted, || {
         tokio::spawn(secrets::feed(
-            ctx.gate.client.clone(),
+            ctx.client.clone(),
             remote.clone(),
             ctx.metrics().clone(),
         ));

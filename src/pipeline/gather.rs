@@ -9,7 +9,7 @@ use crate::{
     observation::{BackendObservation, PolicyKey},
     policy::ValidPolicy,
     route::RouteView,
-    runtime::{gate::WriteGate, written::StatusKey},
+    runtime::{writer::Writer, written::StatusKey},
     sources::{
         Context,
         local::policies::{Held, Spec},
@@ -67,16 +67,17 @@ pub struct PreviousStatus {
 
 /// The status the policy has: the one this replica queued and has not written yet, else the one
 /// it wrote last while the cache is older, else the one the table holds.
-pub fn previous_status(policy: &Held, gate: &WriteGate) -> PreviousStatus {
+pub fn previous_status(policy: &Held, writer: &Writer) -> PreviousStatus {
     let key = StatusKey::new(&policy.key, &policy.identity.uid);
     let invalid = match &policy.spec {
         Spec::Valid(_) => None,
         Spec::Invalid(invalid) => Some(invalid),
     };
-    let written = gate
-        .statuses
-        .pending(&key)
-        .or_else(|| gate.recent_status.newer_than(&key, policy.identity.version));
+    let written = writer.statuses.pending(&key).or_else(|| {
+        writer
+            .recent_status
+            .newer_than(&key, policy.identity.version)
+    });
     match written {
         Some(status) => PreviousStatus {
             last: Some(LastStatus::of(&status)),

@@ -25,7 +25,7 @@ use crate::{
         gather, scale, write,
     },
     policy::ValidPolicy,
-    runtime::{gate::NotLeader, retry::Retries, written::StatusKey},
+    runtime::{retry::Retries, writer::NotLeader, written::StatusKey},
     sources::{
         Context,
         local::policies::{Held, Spec},
@@ -105,7 +105,7 @@ impl Error {
 /// clears its backoff in `retries`, a deletion still restoring backs off there.
 #[tracing::instrument(skip_all, fields(namespace = %held.key.namespace, policy = %held.key.name))]
 pub async fn reconcile(held: Held, ctx: Arc<Context>, retries: &Retries) -> Result<Next, Error> {
-    if !ctx.gate.leadership.is_leader() {
+    if !ctx.writer.is_leader() {
         // Standbys keep their caches warm and write nothing; leadership triggers a full pass.
         return Ok(Next::Wait);
     }
@@ -135,7 +135,7 @@ pub async fn reconcile(held: Held, ctx: Arc<Context>, retries: &Retries) -> Resu
 /// The pipeline: (validated) → gather → intend → apply → report → write.
 async fn run(policy: &Held, ctx: &Context) -> Result<Next, Error> {
     let now = Utc::now();
-    let previous = gather::previous_status(policy, &ctx.gate);
+    let previous = gather::previous_status(policy, &ctx.writer);
     let (outcome, failure) = match &policy.spec {
         Spec::Invalid(invalid) => (Outcome::Invalid(invalid.problems.to_vec()), None),
         Spec::Valid(valid) => act(policy, valid.clone(), previous.last.as_ref(), now, ctx).await?,
@@ -156,7 +156,7 @@ async fn run(policy: &Held, ctx: &Context) -> Result<Next, Error> {
     // Written in the background: the next reconcile of this policy does not wait for it.
     let key = StatusKey::new(&policy.key, &policy.identity.uid);
     let wrote = ctx
-        .gate
+        .writer
         .statuses
         .queue(key, status.clone(), previous.last.as_ref());
     let written = write::Written {
@@ -164,7 +164,14 @@ async fn run(policy: &Held, ctx: &Context) -> Result<Next, Error> {
         previous: previous.last.as_ref(),
         wrote,
     };
-    write::report(&ctx.gate, policy, target, &outcome, &written);
+    write::report(
+        &ctx.writer,
+        &ctx.metrics().policies,
+        policy,
+        target,
+        &outcome,
+        &written,
+    );
     next(outcome, failure)
 }
 
@@ -192,7 +199,7 @@ async fn act(
     let held = ctx.claims.read().held_by_other(&policy.key, &intent.claims);
     let action = intent.action(held, ctx.apis.is_missing(intent.api));
     let (applied, failure) =
-        match apply::carry_out(&ctx.gate, &intent, action, inputs.route.clone()).await {
+        match apply::carry_out(&ctx.writer, &intent, action, inputs.route.clone()).await {
             Ok(applied) => (applied, None),
             Err(ApplyError::NotLeader(e)) => return Err(Error::NotLeader(e)),
             // The API server does not serve the route's kind: its CRD is not installed.
@@ -207,7 +214,7 @@ async fn act(
     }
     let held_scaled = previous.map(|p| &*p.scaled).unwrap_or_default();
     let scaled = scale::scale(
-        &ctx.gate,
+        &ctx.writer,
         ctx.allow_scaling,
         policy,
         &intent.policy,

@@ -6,13 +6,14 @@
 use std::{sync::Arc, time::Duration};
 
 use futures::channel::mpsc;
+use kube::Client;
 use parking_lot::RwLock;
 use tracing::{info, warn};
 
 use crate::{
     apis::WatchKind,
     observation::PolicyKey,
-    runtime::{gate::WriteGate, metrics::Metrics},
+    runtime::{metrics::Metrics, writer::Writer},
     sources::{
         health::Health,
         local::{
@@ -30,8 +31,12 @@ const SYNC_WAIT: Duration = Duration::from_secs(10);
 
 /// What every step runs against.
 pub struct Context {
-    /// The door for writes: the client, leadership, metrics, Events, the memory of writes.
-    pub gate: WriteGate,
+    /// The only way to write: each write checked for leadership; the memory of writes.
+    pub writer: Writer,
+    /// The client the watches list and watch through (reads only; the writer has its own).
+    pub client: Client,
+    /// The metrics registry.
+    metrics: Arc<Metrics>,
     /// Watch only this namespace; all namespaces when `None`.
     pub namespace: Option<String>,
     /// Every policy, as the policy watch delivered it.
@@ -62,8 +67,12 @@ pub struct Context {
 
 /// The parts a [`Context`] is built from; the rest starts empty.
 pub struct Parts {
-    /// The door for writes.
-    pub gate: WriteGate,
+    /// The only way to write.
+    pub writer: Writer,
+    /// The client of the watches.
+    pub client: Client,
+    /// The metrics registry.
+    pub metrics: Arc<Metrics>,
     /// The namespace watched (all when `None`).
     pub namespace: Option<String>,
     /// Remote clusters.
@@ -81,9 +90,11 @@ pub struct Parts {
 impl Context {
     /// A context of these parts, every cache empty.
     pub fn new(parts: Parts) -> Self {
-        let apis = Apis::new(parts.gate.metrics.clone());
+        let apis = Apis::new(parts.metrics.clone());
         Self {
-            gate: parts.gate,
+            writer: parts.writer,
+            client: parts.client,
+            metrics: parts.metrics,
             namespace: parts.namespace,
             table: RwLock::default(),
             index: RwLock::default(),
@@ -102,7 +113,7 @@ impl Context {
 
     /// The metrics registry.
     pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.gate.metrics
+        &self.metrics
     }
 
     /// Queues these policies.

@@ -35,7 +35,7 @@ pub async fn feeds(ctx: Arc<Context>) {
 /// queue a second reconcile of them all (at 1,000 policies the cold start took 1.38x the bare
 /// client with those wakes and 0.97x without).
 async fn readiness_feeds(ctx: &Arc<Context>) {
-    let (client, ns) = (&ctx.gate.client, ctx.namespace.as_deref());
+    let (client, ns) = (&ctx.client, ctx.namespace.as_deref());
     let slices = readiness_feed(
         ctx,
         events(
@@ -88,7 +88,7 @@ async fn route_feeds(ctx: &Arc<Context>) {
 async fn route_feed(ctx: &Arc<Context>, kind: RouteKind) {
     let spec = kind.spec();
     let resource = (spec.resource)();
-    let client = ctx.gate.client.clone();
+    let client = ctx.client.clone();
     let api: Api<DynamicObject> = match ctx.namespace.as_deref() {
         Some(ns) => Api::namespaced_with(client, ns, &resource),
         None => Api::all_with(client, &resource),
@@ -110,7 +110,7 @@ async fn route_feed(ctx: &Arc<Context>, kind: RouteKind) {
             });
             let (changed, seen) = ctx.routes.write().apply(kind, keyed);
             if let Some(version) = seen {
-                ctx.gate
+                ctx.writer
                     .recent_routes
                     .seen_through(version, |k| k.kind == kind);
             }
