@@ -39,7 +39,7 @@ pub async fn finalize(policy: &Held, ctx: &Context) -> Finalized {
     let writer = &ctx.writer;
     let previous = gather::previous_status(policy, writer);
     let records = previous.last.map(|l| l.scaled.to_vec()).unwrap_or_default();
-    let scaled = if ctx.allow_scaling {
+    let scaled = if ctx.scope.allow_scaling {
         restore_all(ctx, policy, records).await
     } else {
         Scaled {
@@ -51,7 +51,8 @@ pub async fn finalize(policy: &Held, ctx: &Context) -> Finalized {
             changes: Vec::new(),
         }
     };
-    let retry = ctx.allow_scaling && !scaled.workloads.is_empty() && !overdue(policy, ctx).await;
+    let retry =
+        ctx.scope.allow_scaling && !scaled.workloads.is_empty() && !overdue(policy, ctx).await;
     let removed = if retry {
         Ok(())
     } else {

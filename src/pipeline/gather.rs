@@ -11,7 +11,7 @@ use crate::{
     route::RouteView,
     runtime::{writer::Writer, written::StatusKey},
     sources::{
-        Context,
+        Caches,
         local::policies::{Held, Spec},
     },
 };
@@ -26,26 +26,26 @@ pub struct Inputs {
 }
 
 /// Reads the inputs of a valid policy from the caches.
-pub fn inputs(policy: &ValidPolicy, ctx: &Context) -> Inputs {
+pub fn inputs(policy: &ValidPolicy, caches: &Caches) -> Inputs {
     let observations = {
-        let readiness = ctx.readiness.read();
+        let readiness = caches.readiness.read();
         policy
             .backends
             .iter()
             .map(|b| {
                 let mut observation = match &b.remote {
-                    Some(remote) => ctx.remote.observe(&policy.namespace, remote),
+                    Some(remote) => caches.remote.observe(&policy.namespace, remote),
                     None => readiness.observe(&policy.namespace, &b.service),
                 };
                 if policy.health.is_some() {
                     let key = PolicyKey::new(&policy.namespace, &policy.name);
-                    observation.health = ctx.health.reading(&key, &b.service);
+                    observation.health = caches.health.reading(&key, &b.service);
                 }
                 observation
             })
             .collect()
     };
-    let route = ctx
+    let route = caches
         .routes
         .read()
         .get(&policy.route.key(&policy.namespace))

@@ -141,7 +141,7 @@ async fn run(policy: &Held, ctx: &Context) -> Result<Next, Error> {
         Spec::Valid(valid) => act(policy, valid.clone(), previous.last.as_ref(), now, ctx).await?,
     };
     let target = policy.spec.target();
-    let claims = ctx.claims.read().records(&policy.key);
+    let claims = ctx.caches.claims.read().records(&policy.key);
     let status = intent::report(
         &outcome,
         &Record {
@@ -183,39 +183,43 @@ async fn act(
     now: chrono::DateTime<Utc>,
     ctx: &Context,
 ) -> Result<(Outcome, Option<ApplyError>), Error> {
-    if !ctx.wait_for_inputs().await {
+    if !ctx.caches.wait_for_inputs().await {
         return Err(Error::CachesNotSynced);
     }
     if policy.identity.uid.is_empty() {
         return Err(Error::MissingUid);
     }
-    let inputs = gather::inputs(&valid, ctx);
+    let inputs = gather::inputs(&valid, &ctx.caches);
     let observed = Observed {
         observations: &inputs.observations,
         previous,
         now,
     };
-    let intent = intent::intend(valid, &policy.identity.uid, &ctx.gateways, &observed);
-    let held = ctx.claims.read().held_by_other(&policy.key, &intent.claims);
-    let action = intent.action(held, ctx.apis.is_missing(intent.api));
+    let intent = intent::intend(valid, &policy.identity.uid, &ctx.scope.gateways, &observed);
+    let held = ctx
+        .caches
+        .claims
+        .read()
+        .held_by_other(&policy.key, &intent.claims);
+    let action = intent.action(held, ctx.caches.apis.is_missing(intent.api));
     let (applied, failure) =
         match apply::carry_out(&ctx.writer, &intent, action, inputs.route.clone()).await {
             Ok(applied) => (applied, None),
             Err(ApplyError::NotLeader(e)) => return Err(Error::NotLeader(e)),
             // The API server does not serve the route's kind: its CRD is not installed.
             Err(e) if e.not_found() => {
-                ctx.apis.missing(intent.api);
+                ctx.caches.apis.missing(intent.api);
                 (Applied::ApiMissing(intent.api), None)
             }
             Err(e) => (Applied::Failed(e.to_string()), Some(e)),
         };
     if let Applied::ApiMissing(api) = applied {
-        ctx.apis.needed(api);
+        ctx.caches.apis.needed(api);
     }
     let held_scaled = previous.map(|p| &*p.scaled).unwrap_or_default();
     let scaled = scale::scale(
         &ctx.writer,
-        ctx.allow_scaling,
+        ctx.scope.allow_scaling,
         policy,
         &intent.policy,
         &intent.plan.scale,

@@ -35,7 +35,7 @@ pub async fn feeds(ctx: Arc<Context>) {
 /// queue a second reconcile of them all (at 1,000 policies the cold start took 1.38x the bare
 /// client with those wakes and 0.97x without).
 async fn readiness_feeds(ctx: &Arc<Context>) {
-    let (client, ns) = (&ctx.client, ctx.namespace.as_deref());
+    let (client, ns) = (&ctx.client, ctx.scope.namespace.as_deref());
     let slices = readiness_feed(
         ctx,
         events(
@@ -68,8 +68,8 @@ async fn readiness_feed<K>(
 ) {
     events
         .for_each(|event| {
-            let changed = apply(&mut ctx.readiness.write(), event);
-            if ctx.inputs_listed() {
+            let changed = apply(&mut ctx.caches.readiness.write(), event);
+            if ctx.caches.inputs_listed() {
                 ctx.wake_for_services(changed);
             }
             async {}
@@ -89,7 +89,7 @@ async fn route_feed(ctx: &Arc<Context>, kind: RouteKind) {
     let spec = kind.spec();
     let resource = (spec.resource)();
     let client = ctx.client.clone();
-    let api: Api<DynamicObject> = match ctx.namespace.as_deref() {
+    let api: Api<DynamicObject> = match ctx.scope.namespace.as_deref() {
         Some(ns) => Api::namespaced_with(client, ns, &resource),
         None => Api::all_with(client, &resource),
     };
@@ -108,7 +108,7 @@ async fn route_feed(ctx: &Arc<Context>, kind: RouteKind) {
                 };
                 (key, (spec.view)(&object))
             });
-            let (changed, seen) = ctx.routes.write().apply(kind, keyed);
+            let (changed, seen) = ctx.caches.routes.write().apply(kind, keyed);
             if let Some(version) = seen {
                 ctx.writer
                     .recent_routes
