@@ -17,7 +17,7 @@
 //!
 //! | floor | modules | what they are |
 //! |---|---|---|
-//! | runtime | [`runtime`] | what every step runs against: the API client, metrics, leadership, the leader-gated door for writes, the memory of writes, the backoff |
+//! | runtime | [`runtime`] | what every step runs against: the API client, metrics, leadership, the writer (the only way to write, each write checked for leadership), the memory of writes, the retries |
 //! | watch, observe | [`sources`] | what feeds the decision: the list-and-watch helper, the local caches and index, remote clusters, health queries, and which policies a change wakes |
 //! | gather | [`pipeline::gather`] | read what a decision needs from the sources |
 //! | apply | [`pipeline::apply`], [`pipeline::scale`], [`pipeline::finalize`] | write the route, raise or restore the workloads a failover needs, hold the policy's finalizer while one is raised; what each did, or why it could not |

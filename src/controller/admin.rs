@@ -70,8 +70,8 @@ async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
 
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
     match (
-        crate::controller::not_ready(&state),
-        state.gate.leadership.role(),
+        crate::controller::not_ready(&state.caches),
+        state.writer.role(),
     ) {
         (Some(why), _) => (StatusCode::SERVICE_UNAVAILABLE, why),
         (None, Role::Pending) => (

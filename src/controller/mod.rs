@@ -39,13 +39,15 @@ use crate::{
     },
     route::RouteKind,
     runtime::{
-        gate::WriteGate, leader::Leadership, metrics::Metrics, written::Queue as StatusQueue,
+        leader::Leadership, metrics::Metrics, retry::Retries, writer::Writer,
+        written::Queue as StatusQueue,
     },
     sources::{
-        Context, Parts,
+        Caches, Context, Scope,
         health::{Health, Reach, budget::DEFAULT_QUERIES_PER_SECOND},
         local::{apis::Apis, feeds::feeds, synced::Synced},
         remote::Clusters,
+        wake::Wake,
     },
     tenancy::{Addresses, Gateways},
 };
@@ -93,8 +95,9 @@ impl Default for Settings {
     }
 }
 
-/// The context: the door for writes, remote clusters and health queries that wake policies
-/// through the work queue (`queue`), every cache empty.
+/// The context: every cache empty, the scope the settings give, the writer and the watches'
+/// client (each a clone of `client`), and remote clusters and health queries that wake policies
+/// through the work queue (`queue`).
 fn context(
     client: Client,
     settings: &Settings,
@@ -102,13 +105,58 @@ fn context(
     leadership: Leadership,
     queue: mpsc::UnboundedSender<PolicyKey>,
 ) -> (Arc<Context>, StatusQueue) {
-    let (gate, statuses) = WriteGate::new(
-        client,
+    let (writer, statuses) = Writer::new(
+        client.clone(),
         leadership,
         metrics.clone(),
         settings.instance.clone(),
     );
-    let reach = Reach {
+    // The remote clusters and the health pollers wake policies through the context they are
+    // part of.
+    let ctx = Arc::new_cyclic(|ctx: &Weak<Context>| {
+        let (remote_ctx, health_ctx) = (ctx.clone(), ctx.clone());
+        let remote = Clusters::new(
+            settings.secret_namespace.clone(),
+            metrics.clone(),
+            Arc::new(move |change| {
+                if let Some(ctx) = remote_ctx.upgrade() {
+                    ctx.wake_for_remote(change);
+                }
+            }),
+        );
+        let health = Health::new(
+            reach(settings),
+            metrics.clone(),
+            Arc::new(move |policy| {
+                if let Some(ctx) = health_ctx.upgrade() {
+                    ctx.wake.policies([policy]);
+                }
+            }),
+        );
+        Context::new(
+            Caches::new(remote, health, metrics.clone()),
+            scope(settings),
+            writer,
+            client,
+            Wake::new(queue),
+            metrics.clone(),
+        )
+    });
+    (ctx, statuses)
+}
+
+/// What the cluster admin set, of the settings.
+fn scope(settings: &Settings) -> Scope {
+    Scope {
+        namespace: settings.namespace.clone(),
+        gateways: settings.allowed_gateways.clone(),
+        allow_scaling: settings.allow_scaling,
+    }
+}
+
+/// Where health queries may go, and how fast, of the settings.
+fn reach(settings: &Settings) -> Reach {
+    Reach {
         default_address: settings.prometheus_address.clone(),
         addresses: Addresses::new(
             &settings.prometheus_allowed_addresses,
@@ -116,38 +164,7 @@ fn context(
         ),
         namespace_label: settings.prometheus_namespace_label.clone(),
         queries_per_second: settings.prometheus_queries_per_second,
-    };
-    // The remote clusters and the health pollers wake policies through the context they are
-    // part of.
-    let ctx = Arc::new_cyclic(|ctx: &Weak<Context>| {
-        let (remote_ctx, health_ctx) = (ctx.clone(), ctx.clone());
-        Context::new(Parts {
-            gate,
-            namespace: settings.namespace.clone(),
-            remote: Clusters::new(
-                settings.secret_namespace.clone(),
-                metrics.clone(),
-                Arc::new(move |change| {
-                    if let Some(ctx) = remote_ctx.upgrade() {
-                        ctx.wake_for_remote(change);
-                    }
-                }),
-            ),
-            health: Health::new(
-                reach,
-                metrics.clone(),
-                Arc::new(move |policy| {
-                    if let Some(ctx) = health_ctx.upgrade() {
-                        ctx.wake([policy]);
-                    }
-                }),
-            ),
-            gateways: settings.allowed_gateways.clone(),
-            allow_scaling: settings.allow_scaling,
-            queue,
-        })
-    });
-    (ctx, statuses)
+    }
 }
 
 /// Why the controller is not ready to serve, if it is not: the FailoverPolicy CRD missing, or
@@ -155,12 +172,12 @@ fn context(
 /// yet. What policies ask for never counts: a route kind (its CRD missing, or its watch
 /// refused) is the concern of the policies that output it (their `Ready` condition, a log line,
 /// the `failover_missing_api` metric), so no tenant's policy takes a replica out of rotation.
-pub fn not_ready(ctx: &Context) -> Option<String> {
-    let missing = ctx.apis.missing_among(&[NeededApi::FailoverPolicy]);
+pub fn not_ready(caches: &Caches) -> Option<String> {
+    let missing = caches.apis.missing_among(&[NeededApi::FailoverPolicy]);
     if !missing.is_empty() {
         return Some(missing.join("; "));
     }
-    let pending = pending_lists(ctx, &[]);
+    let pending = pending_lists(caches, &[]);
     (!pending.is_empty()).then(|| {
         let pending: Vec<&str> = pending.iter().map(|k| k.as_str()).collect();
         format!("caches not synced (not listed yet: {})", pending.join(", "))
@@ -169,14 +186,15 @@ pub fn not_ready(ctx: &Context) -> Option<String> {
 
 /// The watches that have not listed yet, of those that matter: a route watch only while a
 /// policy outputs that kind (`used`) and its API is not missing (it never lists then).
-fn pending_lists(ctx: &Context, used: &[RouteKind]) -> Vec<WatchKind> {
-    ctx.synced
+fn pending_lists(caches: &Caches, used: &[RouteKind]) -> Vec<WatchKind> {
+    caches
+        .synced
         .pending()
         .into_iter()
         .filter(|kind| match kind.route() {
             None => true,
             Some(route) => {
-                used.contains(&route) && !ctx.apis.is_missing(NeededApi::of_route(route))
+                used.contains(&route) && !caches.apis.is_missing(NeededApi::of_route(route))
             }
         })
         .collect()
@@ -184,13 +202,13 @@ fn pending_lists(ctx: &Context, used: &[RouteKind]) -> Vec<WatchKind> {
 
 /// Whether the start-up pass should wait: a watch that matters has not listed yet, for at most
 /// [`START_WAIT`] after `started`.
-fn start_waits(ctx: &Context, started: Instant) -> bool {
-    started.elapsed() < START_WAIT && !pending_lists(ctx, &used_route_kinds(ctx)).is_empty()
+fn start_waits(caches: &Caches, started: Instant) -> bool {
+    started.elapsed() < START_WAIT && !pending_lists(caches, &used_route_kinds(caches)).is_empty()
 }
 
 /// The route kinds some policy outputs.
-fn used_route_kinds(ctx: &Context) -> Vec<RouteKind> {
-    let index = ctx.index.read();
+fn used_route_kinds(caches: &Caches) -> Vec<RouteKind> {
+    let index = caches.index.read();
     RouteKind::ALL
         .into_iter()
         .filter(|k| index.uses(*k))
@@ -206,18 +224,18 @@ struct StartUp {
 
 impl runner::HoldBack for StartUp {
     fn holds(&self) -> bool {
-        self.ctx.gate.statuses.full() || start_waits(&self.ctx, self.started)
+        self.ctx.writer.statuses.full() || start_waits(&self.ctx.caches, self.started)
     }
 
     fn released(&self) -> BoxFuture<'static, ()> {
-        let left = self.ctx.gate.statuses.left();
+        let left = self.ctx.writer.statuses.left();
         if self.started.elapsed() >= START_WAIT {
             // Past the start, only the statuses waiting hold reconciles back (a deadline already
             // passed would wake the work queue at once, again and again).
             return Box::pin(left);
         }
-        let listed = self.ctx.synced.changed();
-        let apis = self.ctx.apis.changed();
+        let listed = self.ctx.caches.synced.changed();
+        let apis = self.ctx.caches.apis.changed();
         let deadline = tokio::time::Instant::from_std(self.started + START_WAIT);
         Box::pin(async move {
             tokio::select! {
@@ -255,24 +273,25 @@ pub fn start(
         policy_requests(ctx.clone()),
         queued,
         leadership,
-        ctx.apis.clone(),
+        ctx.caches.apis.clone(),
     );
     let held_back = StartUp {
         ctx: ctx.clone(),
         started: Instant::now(),
     };
-    let reconciling = ctx.clone();
+    // The work queue's retries: the backoff of each failing policy, kept by the reconciles it runs.
+    let (reconciling, retries) = (ctx.clone(), Arc::new(Retries::default()));
     let controller = runner::run(
         ctx.clone(),
         requests,
         concurrency,
         held_back,
-        move |policy| reconcile_or_retry(policy, reconciling.clone()),
+        move |policy| reconcile_or_retry(policy, reconciling.clone(), retries.clone()),
         shutdown.clone(),
     );
-    let never_listed = stopped_before_policies_listed(shutdown, ctx.synced.clone());
+    let never_listed = stopped_before_policies_listed(shutdown, ctx.caches.synced.clone());
     let flushing = ctx.clone();
-    let flushed = async move { flushing.gate.statuses.flushed().await };
+    let flushed = async move { flushing.writer.statuses.flushed().await };
     let work = running(controller, feeds(ctx.clone()), never_listed, flushed);
     (ctx, run_beside(work, status_writer))
 }
@@ -315,7 +334,7 @@ async fn running(
 async fn run_beside(work: impl Future<Output = ()>, helper: impl Future<Output = ()>) {
     tokio::select! {
         _ = work => {}
-        _ = helper => warn!("the status gate stopped"),
+        _ = helper => warn!("the status writer stopped"),
     }
 }
 

@@ -28,7 +28,7 @@ use crate::{
 /// one), and word that a complete list is in the table.
 pub fn policy_requests(ctx: Arc<Context>) -> impl Stream<Item = Request> + Send + 'static {
     let events = events(
-        scoped(&ctx.gate.client, ctx.namespace.as_deref()),
+        scoped(&ctx.client, ctx.scope.namespace.as_deref()),
         WatchKind::FailoverPolicy,
         Default::default(),
         ctx.clone(),
@@ -38,10 +38,10 @@ pub fn policy_requests(ctx: Arc<Context>) -> impl Stream<Item = Request> + Send 
         .map(|event| event.modify(slim::<FailoverPolicy>))
         .then(move |event| validation(validating.clone(), event))
         .flat_map(move |(event, fresh)| {
-            let (changes, seen) = ctx.table.write().apply(event, fresh);
+            let (changes, seen) = ctx.caches.table.write().apply(event, fresh);
             // Statuses this replica wrote are forgotten once the table has them.
             if let Some(version) = seen {
-                ctx.gate.recent_status.seen_through(version, |_| true);
+                ctx.writer.recent_status.seen_through(version, |_| true);
             }
             let requests: Vec<Request> = changes.iter().flat_map(|c| follow(&ctx, c)).collect();
             futures::stream::iter(requests)
@@ -67,7 +67,7 @@ async fn validation(
         watcher::Event::Apply(p) | watcher::Event::InitApply(p) => p,
         _ => return (event, None),
     };
-    if !ctx.table.read().needs_validation(policy) {
+    if !ctx.caches.table.read().needs_validation(policy) {
         return (event, None);
     }
     if policy.spec.health.is_none() {
@@ -106,6 +106,7 @@ async fn validation(
 /// line with one change; the requests it makes (the policy, and the policies whose claim
 /// changed hands).
 fn follow(ctx: &Context, change: &Change) -> Vec<Request> {
+    let caches = &ctx.caches;
     let requests: Vec<PolicyKey> = match change {
         Change::Applied {
             held,
@@ -113,7 +114,7 @@ fn follow(ctx: &Context, change: &Change) -> Vec<Request> {
             object,
             revalidated,
         } => {
-            ctx.index.write().update(
+            caches.index.write().update(
                 &held.key,
                 previous.as_ref().and_then(|p| p.spec.valid()).map(|v| &**v),
                 held.spec.valid().map(|v| &**v),
@@ -121,22 +122,26 @@ fn follow(ctx: &Context, change: &Change) -> Vec<Request> {
             if *revalidated {
                 // A poller for a valid policy with a health query; a changed, invalid or
                 // health-less one's stops.
-                ctx.health.follow(
+                caches.health.follow(
                     held.key.clone(),
                     Some(object),
                     held.spec.valid().map(|v| &**v),
                 );
             }
-            let now = claims::claimant(held, &ctx.gateways);
-            let handed = ctx.claims.write().update(&held.key, Some(&now), seen_at());
+            let now = claims::claimant(held, &ctx.scope.gateways);
+            let handed = caches
+                .claims
+                .write()
+                .update(&held.key, Some(&now), seen_at());
             std::iter::once(held.key.clone()).chain(handed).collect()
         }
         Change::Deleted(held) => {
-            ctx.index
+            caches
+                .index
                 .write()
                 .update(&held.key, held.spec.valid().map(|v| &**v), None);
-            let handed = ctx.claims.write().update(&held.key, None, seen_at());
-            ctx.health.follow(held.key.clone(), None, None);
+            let handed = caches.claims.write().update(&held.key, None, seen_at());
+            caches.health.follow(held.key.clone(), None, None);
             ctx.metrics().forget_policy(&PolicyLabels {
                 namespace: held.key.namespace.to_string(),
                 policy: held.key.name.to_string(),
@@ -144,22 +149,26 @@ fn follow(ctx: &Context, change: &Change) -> Vec<Request> {
             handed
         }
         Change::Listed => {
-            ctx.claims.write().listed();
+            caches.claims.write().listed();
             return vec![Request::Listed];
         }
     };
-    // Remote clusters watch exactly the namespaces policies read from; the cluster Secrets are
-    // watched once any policy reads from a remote cluster.
-    let wanted = ctx.index.read().remote_namespaces();
-    let remote = &ctx.remote;
+    watch_remote(ctx);
+    requests.into_iter().map(Request::One).collect()
+}
+
+/// Remote clusters watch exactly the namespaces policies read from; the cluster Secrets are
+/// watched once any policy reads from a remote cluster.
+fn watch_remote(ctx: &Context) {
+    let wanted = ctx.caches.index.read().remote_namespaces();
+    let remote = &ctx.caches.remote;
     remote.want(wanted, || {
         tokio::spawn(secrets::feed(
-            ctx.gate.client.clone(),
+            ctx.client.clone(),
             remote.clone(),
             ctx.metrics().clone(),
         ));
     });
-    requests.into_iter().map(Request::One).collect()
 }
 
 /// Now, in milliseconds: when the claims table saw a change.

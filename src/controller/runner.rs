@@ -175,7 +175,7 @@ pub async fn run<F, Fut>(
     let mut running = FuturesUnordered::new();
     let mut requests = std::pin::pin!(requests.fuse());
     let mut shutdown = std::pin::pin!(shutdown);
-    let (mut ready, mut stopping) = (ctx.table.read().listed(), false);
+    let (mut ready, mut stopping) = (ctx.caches.table.read().listed(), false);
     loop {
         let mut released = None;
         while ready && !stopping && running.len() < concurrency.max(1) {
@@ -191,7 +191,7 @@ pub async fn run<F, Fut>(
                 break;
             };
             ctx.metrics().queue_waited(waited);
-            let policy = ctx.table.read().get(&key);
+            let policy = ctx.caches.table.read().get(&key);
             match policy {
                 Some(policy) => {
                     let run = reconcile(policy);
@@ -211,7 +211,7 @@ pub async fn run<F, Fut>(
             _ = &mut shutdown, if !stopping => stopping = true,
             request = requests.next(), if !stopping => match request {
                 Some(Request::One(key)) => queue.now(key),
-                Some(Request::All) => ctx.table.read().keys().into_iter().for_each(|key| queue.now(key)),
+                Some(Request::All) => ctx.caches.table.read().keys().into_iter().for_each(|key| queue.now(key)),
                 Some(Request::Listed) => ready = true,
                 None => stopping = true,
             },

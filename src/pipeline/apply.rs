@@ -12,8 +12,8 @@
 //! stale cache never causes a second write.
 
 use kube::{
-    Api, Resource,
-    api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions},
+    Resource,
+    api::{DeleteParams, DynamicObject, Preconditions},
 };
 use tracing::{debug, info};
 
@@ -23,10 +23,10 @@ use crate::intent::{Action, Intent};
 use crate::route::Claim;
 use crate::{
     observation::PolicyKey,
-    route::{FIELD_MANAGER, RouteView, RulesDigest},
+    route::{RouteView, RulesDigest},
     runtime::{
         api_client::{describe, namespace_terminating},
-        gate::{NotLeader, WriteGate},
+        writer::{NotLeader, Objects, Writer},
     },
 };
 
@@ -86,7 +86,7 @@ impl ApplyError {
 /// The delete is conditioned on the version seen, so a route changed meanwhile is left to the
 /// next reconcile.
 async fn withdraw(
-    gate: &WriteGate,
+    writer: &Writer,
     desired: &DesiredRoute,
     current: Option<RouteView>,
     claim: Claim,
@@ -95,12 +95,6 @@ async fn withdraw(
     let Some(view) = current.filter(|v| v.owned_by(&desired.owner_uid)) else {
         return Ok(Applied::Yielded { claim, holder });
     };
-    gate.ensure_leader()?;
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        gate.client.clone(),
-        &desired.namespace,
-        &desired.target.resource(),
-    );
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             resource_version: view.resource_version.map(|v| v.to_string()),
@@ -108,9 +102,11 @@ async fn withdraw(
         }),
         ..Default::default()
     };
-    match api.delete(&desired.target.name, &params).await {
-        Ok(_) => {
-            gate.metrics.write(desired.target.kind().metric_label());
+    let deleted = routes(writer, desired)
+        .delete(&desired.target.name, &params)
+        .await?;
+    match deleted {
+        Ok(()) => {
             info!(kind = desired.target.kind().as_str(), route = %desired.target.name, %claim, holder = %holder, "deleted route: another policy claimed its apex first");
             Ok(Applied::Yielded { claim, holder })
         }
@@ -124,35 +120,41 @@ async fn withdraw(
 /// Carries out what the apply step does with an intent ([`Intent::action`]); `current` is the
 /// cached view of the route.
 pub async fn carry_out(
-    gate: &WriteGate,
+    writer: &Writer,
     intent: &Intent,
     action: Action,
     current: Option<RouteView>,
 ) -> Result<Applied, ApplyError> {
     match action {
         Action::Withdraw { claim, holder } => {
-            withdraw(gate, &intent.route, current, claim, holder).await
+            withdraw(writer, &intent.route, current, claim, holder).await
         }
         Action::ApiMissing(api) => Ok(Applied::ApiMissing(api)),
         Action::Suspended => Ok(Applied::Suspended),
-        Action::Write => write(gate, &intent.route, current).await,
+        Action::Write => write(writer, &intent.route, current).await,
     }
+}
+
+/// The routes of `desired`'s kind in its namespace, each write counted under its kind.
+fn routes<'a>(writer: &'a Writer, desired: &DesiredRoute) -> Objects<'a, DynamicObject> {
+    let kind = desired.target.kind();
+    writer.dynamic(
+        &desired.namespace,
+        &desired.target.resource(),
+        kind.metric_label(),
+    )
 }
 
 /// Makes the route say what `desired` says; `current` is the cached view of it.
 async fn write(
-    gate: &WriteGate,
+    writer: &Writer,
     desired: &DesiredRoute,
     current: Option<RouteView>,
 ) -> Result<Applied, ApplyError> {
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        gate.client.clone(),
-        &desired.namespace,
-        &desired.target.resource(),
-    );
+    let routes = routes(writer, desired);
     let current = match current {
         Some(view) => view,
-        None => match create(gate, &api, desired).await? {
+        None => match create(writer, &routes, desired).await? {
             Some(view) => view,
             None => return Ok(Applied::Written),
         },
@@ -161,45 +163,35 @@ async fn write(
         return Ok(Applied::Conflict);
     }
     let labelled = current.labelled_for(&desired.policy);
-    let rules = gate
+    let rules = writer
         .recent_routes
         .newer_than(&desired.key(), current.resource_version)
         .or(current.rules);
     if labelled && rules.is_some_and(|r| r.says(&desired.rules)) {
         return Ok(Applied::Unchanged);
     }
-    gate.ensure_leader()?;
     debug!(kind = desired.target.kind().as_str(), route = %desired.target.name, "applying route");
-    let applied = api
-        .patch(
-            &desired.target.name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&desired.object),
-        )
-        .await
+    let applied = routes
+        .apply(&desired.target.name, &desired.object)
+        .await?
         .map_err(|e| ApplyError::api(desired, e))?;
-    written(gate, desired, &applied, "applied route");
+    written(writer, desired, &applied, "applied route");
     Ok(Applied::Written)
 }
 
 /// Creates the route; `Ok(None)` when created, `Ok(Some(view))` when one already exists.
 async fn create(
-    gate: &WriteGate,
-    api: &Api<DynamicObject>,
+    writer: &Writer,
+    routes: &Objects<'_, DynamicObject>,
     desired: &DesiredRoute,
 ) -> Result<Option<RouteView>, ApplyError> {
-    let params = PostParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..Default::default()
-    };
-    gate.ensure_leader()?;
-    match api.create(&params, &desired.object).await {
+    match routes.create(&desired.object).await? {
         Ok(created) => {
-            written(gate, desired, &created, "created route");
+            written(writer, desired, &created, "created route");
             Ok(None)
         }
         Err(kube::Error::Api(e)) if e.code == 409 => {
-            let existing = api
+            let existing = routes
                 .get_opt(&desired.target.name)
                 .await
                 .map_err(|e| ApplyError::api(desired, e))?
@@ -213,10 +205,10 @@ async fn create(
     }
 }
 
-fn written(gate: &WriteGate, desired: &DesiredRoute, answer: &DynamicObject, what: &str) {
+/// Remembers the route written (the writer counted the write).
+fn written(writer: &Writer, desired: &DesiredRoute, answer: &DynamicObject, what: &str) {
     let kind = desired.target.kind();
-    gate.metrics.write(kind.metric_label());
-    gate.recent_routes.record(
+    writer.recent_routes.record(
         desired.key(),
         answer.meta().resource_version.as_deref(),
         RulesDigest::of(&desired.rules),

@@ -46,11 +46,17 @@ fn desired(weights: &[i32]) -> DesiredRoute {
     DesiredRoute::of(owner, &valid, weights)
 }
 
-fn gate() -> (WriteGate, Api) {
+/// A writer on a mocked API server, leading as `leadership` says, counting in `metrics`.
+fn writer_as(leadership: Leadership, metrics: Arc<Metrics>) -> (Writer, Api) {
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, "ns");
-    let (gate, _) = WriteGate::new(client, Leadership::always(), Arc::new(Metrics::new()), None);
-    (gate, handle)
+    let (writer, _) = Writer::new(client, leadership, metrics, None);
+    (writer, handle)
+}
+
+/// A leading writer on a mocked API server.
+fn writer() -> (Writer, Api) {
+    writer_as(Leadership::always(), Arc::new(Metrics::new()))
 }
 
 /// A TrafficSplit as the API server returns it.
@@ -94,7 +100,7 @@ fn status(code: u16, reason: &str, message: &str) -> Value {
 
 #[tokio::test]
 async fn a_missing_route_is_created_and_remembered() {
-    let (gate, mut api) = gate();
+    let (writer, mut api) = writer();
     let want = desired(&[1, 0]);
     let server = tokio::spawn(async move {
         answer(
@@ -106,28 +112,28 @@ async fn a_missing_route_is_created_and_remembered() {
         )
         .await;
     });
-    let applied = write(&gate, &want, None).await;
+    let applied = write(&writer, &want, None).await;
     server.await.expect("server");
     assert!(matches!(applied, Ok(Applied::Written)), "{applied:?}");
     // The cache catches up with an older copy first: the write just made wins, nothing is
     // written again.
     let stale = view(UID, "4", &[0, 1]);
-    let again = write(&gate, &want, Some(stale)).await;
+    let again = write(&writer, &want, Some(stale)).await;
     assert!(matches!(again, Ok(Applied::Unchanged)), "{again:?}");
 }
 
 #[tokio::test]
 async fn a_route_owned_by_someone_else_is_a_conflict_and_untouched() {
-    let (gate, api) = gate();
+    let (writer, api) = writer();
     let foreign = view("someone-else", "3", &[1, 0]);
-    let applied = write(&gate, &desired(&[1, 0]), Some(foreign)).await;
+    let applied = write(&writer, &desired(&[1, 0]), Some(foreign)).await;
     assert!(matches!(applied, Ok(Applied::Conflict)), "{applied:?}");
     assert_no_request(api).await;
 }
 
 #[tokio::test]
 async fn a_create_that_finds_a_foreign_route_is_a_conflict() {
-    let (gate, mut api) = gate();
+    let (writer, mut api) = writer();
     let server = tokio::spawn(async move {
         let exists = status(
             409,
@@ -145,14 +151,14 @@ async fn a_create_that_finds_a_foreign_route_is_a_conflict() {
         )
         .await;
     });
-    let applied = write(&gate, &desired(&[1, 0]), None).await;
+    let applied = write(&writer, &desired(&[1, 0]), None).await;
     server.await.expect("server");
     assert!(matches!(applied, Ok(Applied::Conflict)), "{applied:?}");
 }
 
 #[tokio::test]
 async fn a_failed_write_is_an_outcome_with_the_api_servers_words() {
-    let (gate, mut api) = gate();
+    let (writer, mut api) = writer();
     let server = tokio::spawn(async move {
         let denied = status(
             403,
@@ -169,7 +175,7 @@ async fn a_failed_write_is_an_outcome_with_the_api_servers_words() {
         .await;
     });
     let current = view(UID, "3", &[1, 0]);
-    let applied = write(&gate, &desired(&[0, 1]), Some(current)).await;
+    let applied = write(&writer, &desired(&[0, 1]), Some(current)).await;
     server.await.expect("server");
     let Err(error) = applied else {
         panic!("expected a failure, got {applied:?}");
@@ -182,7 +188,8 @@ async fn a_failed_write_is_an_outcome_with_the_api_servers_words() {
 
 #[tokio::test]
 async fn a_route_that_differs_is_applied_once_then_left_alone() {
-    let (gate, mut api) = gate();
+    let metrics = Arc::new(Metrics::new());
+    let (writer, mut api) = writer_as(Leadership::always(), metrics.clone());
     let server = tokio::spawn(async move {
         answer(
             &mut api,
@@ -194,14 +201,14 @@ async fn a_route_that_differs_is_applied_once_then_left_alone() {
         .await;
     });
     let want = desired(&[0, 1]);
-    let applied = write(&gate, &want, Some(view(UID, "7", &[1, 0]))).await;
+    let applied = write(&writer, &want, Some(view(UID, "7", &[1, 0]))).await;
     server.await.expect("server");
     assert!(matches!(applied, Ok(Applied::Written)), "{applied:?}");
     // The route cache has not caught up (still version 7): the write just made wins.
-    let again = write(&gate, &want, Some(view(UID, "7", &[1, 0]))).await;
+    let again = write(&writer, &want, Some(view(UID, "7", &[1, 0]))).await;
     assert!(matches!(again, Ok(Applied::Unchanged)), "{again:?}");
     assert_eq!(
-        gate.metrics
+        metrics
             .encode()
             .lines()
             .find(|l| l.starts_with("failover_api_writes_total{kind=\"trafficsplit\"}")),
@@ -220,7 +227,7 @@ async fn assert_no_request(mut api: Api) {
 
 #[tokio::test]
 async fn a_suspended_policy_writes_nothing() {
-    let (gate, api) = gate();
+    let (writer, api) = writer();
     let mut suspended = policy();
     suspended.spec.suspend = true;
     let valid = Arc::new(validate(&suspended).expect("valid"));
@@ -236,16 +243,15 @@ async fn a_suspended_policy_writes_nothing() {
     let intent = intend(valid, UID, &Gateways::default(), &observed);
     let action = intent.action(None, false);
     assert_eq!(action, Action::Suspended);
-    let applied = carry_out(&gate, &intent, action, Some(view(UID, "7", &[1, 0]))).await;
+    let applied = carry_out(&writer, &intent, action, Some(view(UID, "7", &[1, 0]))).await;
     assert!(matches!(applied, Ok(Applied::Suspended)), "{applied:?}");
     assert_no_request(api).await;
 }
 
 #[tokio::test]
 async fn a_standby_writes_nothing() {
-    let (mut gate, api) = gate();
-    gate.leadership = Leadership::pending();
-    let applied = write(&gate, &desired(&[0, 1]), None).await;
+    let (writer, api) = writer_as(Leadership::pending(), Arc::new(Metrics::new()));
+    let applied = write(&writer, &desired(&[0, 1]), None).await;
     assert!(
         matches!(applied, Err(ApplyError::NotLeader(_))),
         "{applied:?}"

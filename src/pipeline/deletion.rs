@@ -11,7 +11,6 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use kube::Api;
 use tracing::{info, warn};
 
 use crate::{
@@ -37,10 +36,10 @@ pub enum Finalized {
 
 /// Restores what the deleted policy raised and removes its finalizer.
 pub async fn finalize(policy: &Held, ctx: &Context) -> Finalized {
-    let gate = &ctx.gate;
-    let previous = gather::previous_status(policy, gate);
+    let writer = &ctx.writer;
+    let previous = gather::previous_status(policy, writer);
     let records = previous.last.map(|l| l.scaled.to_vec()).unwrap_or_default();
-    let scaled = if ctx.allow_scaling {
+    let scaled = if ctx.scope.allow_scaling {
         restore_all(ctx, policy, records).await
     } else {
         Scaled {
@@ -52,16 +51,17 @@ pub async fn finalize(policy: &Held, ctx: &Context) -> Finalized {
             changes: Vec::new(),
         }
     };
-    let retry = ctx.allow_scaling && !scaled.workloads.is_empty() && !overdue(policy, ctx).await;
+    let retry =
+        ctx.scope.allow_scaling && !scaled.workloads.is_empty() && !overdue(policy, ctx).await;
     let removed = if retry {
         Ok(())
     } else {
-        finalize::set(gate, policy, false).await
+        finalize::set(writer, policy, false).await
     };
     match (retry, removed) {
         (false, Ok(())) => {
             info!(left_raised = scaled.workloads.len(), "finalizer removed");
-            write::announce_scaling(gate, policy, &scaled);
+            write::announce_scaling(writer, policy, &scaled);
             Finalized::Done
         }
         (_, removed) => {
@@ -74,7 +74,7 @@ pub async fn finalize(policy: &Held, ctx: &Context) -> Finalized {
                 problem: None,
                 ..scaled
             };
-            write::announce_scaling(gate, policy, &changes);
+            write::announce_scaling(writer, policy, &changes);
             Finalized::Retry
         }
     }
@@ -83,8 +83,10 @@ pub async fn finalize(policy: &Held, ctx: &Context) -> Finalized {
 /// Whether the policy's deletion was asked [`GIVE_UP_AFTER`] ago or more (read from the API
 /// server: only a policy whose restore failed asks); a policy that cannot be read is not.
 async fn overdue(policy: &Held, ctx: &Context) -> bool {
-    let api: Api<FailoverPolicy> = Api::namespaced(ctx.gate.client.clone(), &policy.key.namespace);
-    let Ok(Some(current)) = api.get_opt(&policy.key.name).await else {
+    let policies = ctx
+        .writer
+        .namespaced::<FailoverPolicy>(&policy.key.namespace, "finalizer");
+    let Ok(Some(current)) = policies.get_opt(&policy.key.name).await else {
         return false;
     };
     current
@@ -108,7 +110,7 @@ async fn restore_all(
     let mut scaled = Scaled::default();
     for record in records {
         let why = "as the policy is deleted";
-        match scale::restore_one(&ctx.gate, &policy.key.namespace, &record, why).await {
+        match scale::restore_one(&ctx.writer, &policy.key.namespace, &record, why).await {
             Ok(change) => scaled.changes.extend(change),
             Err(problem) => {
                 scaled.workloads.push(record);

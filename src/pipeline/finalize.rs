@@ -8,15 +8,12 @@
 //! manager [`FIELD_MANAGER`]): a concurrent change to the list is a conflict, retried, never
 //! overwritten.
 
-use kube::{
-    Api, ResourceExt,
-    api::{Patch, PatchParams},
-};
+use kube::ResourceExt;
 use serde_json::json;
 
 use crate::{
     api::{FailoverPolicy, SCALE_FINALIZER},
-    runtime::{api_client::describe, gate::WriteGate},
+    runtime::{api_client::describe, writer::Writer},
     sources::local::policies::Held,
 };
 
@@ -26,10 +23,12 @@ pub const FIELD_MANAGER: &str = "failover-controller-finalizer";
 /// Adds (`hold`) or removes the finalizer on the policy, unless it already is as asked; a
 /// policy gone, or replaced by another object of its name, is left alone. Adding is refused
 /// once the policy is being deleted (the API server allows no new finalizer then).
-pub async fn set(gate: &WriteGate, policy: &Held, hold: bool) -> Result<(), String> {
+pub async fn set(writer: &Writer, policy: &Held, hold: bool) -> Result<(), String> {
     let failed = |e: kube::Error| format!("the policy's finalizer: {}", describe(&e));
-    let api: Api<FailoverPolicy> = Api::namespaced(gate.client.clone(), &policy.key.namespace);
-    let Some(current) = api.get_opt(&policy.key.name).await.map_err(failed)? else {
+    let policies = writer
+        .namespaced::<FailoverPolicy>(&policy.key.namespace, "finalizer")
+        .managed_by(FIELD_MANAGER);
+    let Some(current) = policies.get_opt(&policy.key.name).await.map_err(failed)? else {
         return Ok(());
     };
     if current.uid().as_deref() != Some(&*policy.identity.uid) {
@@ -41,21 +40,17 @@ pub async fn set(gate: &WriteGate, policy: &Held, hold: bool) -> Result<(), Stri
     if hold && current.metadata.deletion_timestamp.is_some() {
         return Err("the policy is being deleted".into());
     }
-    gate.ensure_leader().map_err(|e| e.to_string())?;
     let patch = json!({
         "metadata": {
             "resourceVersion": current.resource_version(),
             "finalizers": finalizers,
         }
     });
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    api.patch(&policy.key.name, &params, &Patch::Merge(&patch))
+    policies
+        .merge(&policy.key.name, &patch)
         .await
+        .map_err(|e| e.to_string())?
         .map_err(failed)?;
-    gate.metrics.write("finalizer");
     Ok(())
 }
 

@@ -9,9 +9,9 @@ use crate::{
     observation::{BackendObservation, PolicyKey},
     policy::ValidPolicy,
     route::RouteView,
-    runtime::{gate::WriteGate, written::StatusKey},
+    runtime::{writer::Writer, written::StatusKey},
     sources::{
-        Context,
+        Caches,
         local::policies::{Held, Spec},
     },
 };
@@ -26,26 +26,26 @@ pub struct Inputs {
 }
 
 /// Reads the inputs of a valid policy from the caches.
-pub fn inputs(policy: &ValidPolicy, ctx: &Context) -> Inputs {
+pub fn inputs(policy: &ValidPolicy, caches: &Caches) -> Inputs {
     let observations = {
-        let readiness = ctx.readiness.read();
+        let readiness = caches.readiness.read();
         policy
             .backends
             .iter()
             .map(|b| {
                 let mut observation = match &b.remote {
-                    Some(remote) => ctx.remote.observe(&policy.namespace, remote),
+                    Some(remote) => caches.remote.observe(&policy.namespace, remote),
                     None => readiness.observe(&policy.namespace, &b.service),
                 };
                 if policy.health.is_some() {
                     let key = PolicyKey::new(&policy.namespace, &policy.name);
-                    observation.health = ctx.health.reading(&key, &b.service);
+                    observation.health = caches.health.reading(&key, &b.service);
                 }
                 observation
             })
             .collect()
     };
-    let route = ctx
+    let route = caches
         .routes
         .read()
         .get(&policy.route.key(&policy.namespace))
@@ -67,16 +67,17 @@ pub struct PreviousStatus {
 
 /// The status the policy has: the one this replica queued and has not written yet, else the one
 /// it wrote last while the cache is older, else the one the table holds.
-pub fn previous_status(policy: &Held, gate: &WriteGate) -> PreviousStatus {
+pub fn previous_status(policy: &Held, writer: &Writer) -> PreviousStatus {
     let key = StatusKey::new(&policy.key, &policy.identity.uid);
     let invalid = match &policy.spec {
         Spec::Valid(_) => None,
         Spec::Invalid(invalid) => Some(invalid),
     };
-    let written = gate
-        .statuses
-        .pending(&key)
-        .or_else(|| gate.recent_status.newer_than(&key, policy.identity.version));
+    let written = writer.statuses.pending(&key).or_else(|| {
+        writer
+            .recent_status
+            .newer_than(&key, policy.identity.version)
+    });
     match written {
         Some(status) => PreviousStatus {
             last: Some(LastStatus::of(&status)),

@@ -25,7 +25,7 @@ use crate::{
         gather, scale, write,
     },
     policy::ValidPolicy,
-    runtime::{gate::NotLeader, retry, written::StatusKey},
+    runtime::{retry::Retries, writer::NotLeader, written::StatusKey},
     sources::{
         Context,
         local::policies::{Held, Spec},
@@ -101,20 +101,11 @@ impl Error {
     }
 }
 
-/// The delay before retrying a policy that failed again: 200 ms doubling up to 10 s.
-fn next_retry(ctx: &Context, policy: &PolicyKey) -> Duration {
-    retry::next(
-        ctx.retries
-            .lock()
-            .entry(policy.clone())
-            .or_insert_with(retry::delays),
-    )
-}
-
-/// Reconciles one policy, as the policy table holds it (validated once per generation).
+/// Reconciles one policy, as the policy table holds it (validated once per generation); a success
+/// clears its backoff in `retries`, a deletion still restoring backs off there.
 #[tracing::instrument(skip_all, fields(namespace = %held.key.namespace, policy = %held.key.name))]
-pub async fn reconcile(held: Held, ctx: Arc<Context>) -> Result<Next, Error> {
-    if !ctx.gate.leadership.is_leader() {
+pub async fn reconcile(held: Held, ctx: Arc<Context>, retries: &Retries) -> Result<Next, Error> {
+    if !ctx.writer.is_leader() {
         // Standbys keep their caches warm and write nothing; leadership triggers a full pass.
         return Ok(Next::Wait);
     }
@@ -125,10 +116,10 @@ pub async fn reconcile(held: Held, ctx: Arc<Context>) -> Result<Next, Error> {
         }
         return Ok(match deletion::finalize(&held, &ctx).await {
             Finalized::Done => {
-                ctx.retries.lock().remove(&held.key);
+                retries.forget(&held.key);
                 Next::Wait
             }
-            Finalized::Retry => Next::After(next_retry(&ctx, &held.key)),
+            Finalized::Retry => Next::After(retries.next(&held.key)),
         });
     }
     let started = Instant::now();
@@ -136,7 +127,7 @@ pub async fn reconcile(held: Held, ctx: Arc<Context>) -> Result<Next, Error> {
     let result = run(&held, &ctx).await;
     ctx.metrics().observe_reconcile(started.elapsed());
     if result.is_ok() {
-        ctx.retries.lock().remove(&held.key);
+        retries.forget(&held.key);
     }
     result
 }
@@ -144,13 +135,13 @@ pub async fn reconcile(held: Held, ctx: Arc<Context>) -> Result<Next, Error> {
 /// The pipeline: (validated) → gather → intend → apply → report → write.
 async fn run(policy: &Held, ctx: &Context) -> Result<Next, Error> {
     let now = Utc::now();
-    let previous = gather::previous_status(policy, &ctx.gate);
+    let previous = gather::previous_status(policy, &ctx.writer);
     let (outcome, failure) = match &policy.spec {
         Spec::Invalid(invalid) => (Outcome::Invalid(invalid.problems.to_vec()), None),
         Spec::Valid(valid) => act(policy, valid.clone(), previous.last.as_ref(), now, ctx).await?,
     };
     let target = policy.spec.target();
-    let claims = ctx.claims.read().records(&policy.key);
+    let claims = ctx.caches.claims.read().records(&policy.key);
     let status = intent::report(
         &outcome,
         &Record {
@@ -165,7 +156,7 @@ async fn run(policy: &Held, ctx: &Context) -> Result<Next, Error> {
     // Written in the background: the next reconcile of this policy does not wait for it.
     let key = StatusKey::new(&policy.key, &policy.identity.uid);
     let wrote = ctx
-        .gate
+        .writer
         .statuses
         .queue(key, status.clone(), previous.last.as_ref());
     let written = write::Written {
@@ -173,7 +164,14 @@ async fn run(policy: &Held, ctx: &Context) -> Result<Next, Error> {
         previous: previous.last.as_ref(),
         wrote,
     };
-    write::report(&ctx.gate, policy, target, &outcome, &written);
+    write::report(
+        &ctx.writer,
+        &ctx.metrics().policies,
+        policy,
+        target,
+        &outcome,
+        &written,
+    );
     next(outcome, failure)
 }
 
@@ -185,39 +183,43 @@ async fn act(
     now: chrono::DateTime<Utc>,
     ctx: &Context,
 ) -> Result<(Outcome, Option<ApplyError>), Error> {
-    if !ctx.wait_for_inputs().await {
+    if !ctx.caches.wait_for_inputs().await {
         return Err(Error::CachesNotSynced);
     }
     if policy.identity.uid.is_empty() {
         return Err(Error::MissingUid);
     }
-    let inputs = gather::inputs(&valid, ctx);
+    let inputs = gather::inputs(&valid, &ctx.caches);
     let observed = Observed {
         observations: &inputs.observations,
         previous,
         now,
     };
-    let intent = intent::intend(valid, &policy.identity.uid, &ctx.gateways, &observed);
-    let held = ctx.claims.read().held_by_other(&policy.key, &intent.claims);
-    let action = intent.action(held, ctx.apis.is_missing(intent.api));
+    let intent = intent::intend(valid, &policy.identity.uid, &ctx.scope.gateways, &observed);
+    let held = ctx
+        .caches
+        .claims
+        .read()
+        .held_by_other(&policy.key, &intent.claims);
+    let action = intent.action(held, ctx.caches.apis.is_missing(intent.api));
     let (applied, failure) =
-        match apply::carry_out(&ctx.gate, &intent, action, inputs.route.clone()).await {
+        match apply::carry_out(&ctx.writer, &intent, action, inputs.route.clone()).await {
             Ok(applied) => (applied, None),
             Err(ApplyError::NotLeader(e)) => return Err(Error::NotLeader(e)),
             // The API server does not serve the route's kind: its CRD is not installed.
             Err(e) if e.not_found() => {
-                ctx.apis.missing(intent.api);
+                ctx.caches.apis.missing(intent.api);
                 (Applied::ApiMissing(intent.api), None)
             }
             Err(e) => (Applied::Failed(e.to_string()), Some(e)),
         };
     if let Applied::ApiMissing(api) = applied {
-        ctx.apis.needed(api);
+        ctx.caches.apis.needed(api);
     }
     let held_scaled = previous.map(|p| &*p.scaled).unwrap_or_default();
     let scaled = scale::scale(
-        &ctx.gate,
-        ctx.allow_scaling,
+        &ctx.writer,
+        ctx.scope.allow_scaling,
         policy,
         &intent.policy,
         &intent.plan.scale,
@@ -246,24 +248,25 @@ fn next(outcome: Outcome, failure: Option<ApplyError>) -> Result<Next, Error> {
     }
 }
 
-/// Reconciles one policy and turns a failure into a retry: what the work queue runs.
-pub async fn reconcile_or_retry(held: Held, ctx: Arc<Context>) -> Next {
+/// Reconciles one policy and turns a failure into a retry, after the policy's backoff in
+/// `retries` (the work queue's): what the work queue runs.
+pub async fn reconcile_or_retry(held: Held, ctx: Arc<Context>, retries: Arc<Retries>) -> Next {
     let key = held.key.clone();
-    match reconcile(held, ctx.clone()).await {
+    match reconcile(held, ctx.clone(), &retries).await {
         Ok(next) => next,
-        Err(e) => error_policy(&key, &e, &ctx),
+        Err(e) => error_policy(&key, &e, &ctx, &retries),
     }
 }
 
-/// Requeues a failed policy with per-policy exponential backoff.
-pub fn error_policy(policy: &PolicyKey, error: &Error, ctx: &Context) -> Next {
+/// Requeues a failed policy with per-policy exponential backoff (`retries`).
+pub fn error_policy(policy: &PolicyKey, error: &Error, ctx: &Context, retries: &Retries) -> Next {
     if error.not_leader() || error.namespace_terminating() {
         // A new leader takes over (and a regained leadership queues every policy); a namespace
         // going away with the policy in it cannot be written to.
         return Next::Wait;
     }
     ctx.metrics().error(error.kind());
-    let delay = next_retry(ctx, policy);
+    let delay = retries.next(policy);
     warn!(
         namespace = %policy.namespace,
         policy = %policy.name,

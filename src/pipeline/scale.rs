@@ -12,11 +12,11 @@
 //! [`FIELD_MANAGER`], so `managedFields` shows who set the value, and only while the cluster
 //! admin let the controller scale (`--allow-scaling`, the chart's `scaling.enabled`).
 
-use k8s_openapi::api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler};
-use kube::{
-    Api,
-    api::{Patch, PatchParams},
+use k8s_openapi::{
+    NamespaceResourceScope,
+    api::{apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler},
 };
+use kube::Resource;
 use serde_json::json;
 use tracing::warn;
 
@@ -31,7 +31,7 @@ use crate::{
     policy::ValidPolicy,
     runtime::{
         api_client::describe,
-        gate::{NotLeader, WriteGate},
+        writer::{NotLeader, Objects, Writer},
     },
     sources::local::policies::Held,
 };
@@ -68,7 +68,7 @@ impl ScaleError {
 /// changes nothing while the policy is suspended. A record of a workload no `scaleTarget` names
 /// any more is restored too, and the policy holds its finalizer while it holds a record.
 pub async fn scale(
-    gate: &WriteGate,
+    writer: &Writer,
     allowed: bool,
     policy: &Held,
     valid: &ValidPolicy,
@@ -89,14 +89,14 @@ pub async fn scale(
     let mut may_raise = true;
     if restore::finalizer_wanted(raising, held)
         && !policy.identity.finalizer
-        && let Err(problem) = finalize::set(gate, policy, true).await
+        && let Err(problem) = finalize::set(writer, policy, true).await
     {
         scaled.problem = Some(problem);
         may_raise = false;
     }
-    restore_unnamed(gate, &valid.namespace, targets, held, &mut scaled).await;
+    restore_unnamed(writer, &valid.namespace, targets, held, &mut scaled).await;
     let raise = Raise {
-        gate,
+        writer,
         namespace: &valid.namespace,
         wants,
         held,
@@ -106,7 +106,7 @@ pub async fn scale(
     let done = !restore::finalizer_wanted(raising, &scaled.workloads);
     if done && policy.identity.finalizer {
         // Harmless when it fails: the next reconcile, or the deletion, removes it.
-        if let Err(problem) = finalize::set(gate, policy, false).await {
+        if let Err(problem) = finalize::set(writer, policy, false).await {
             warn!(problem, "the policy's finalizer could not be removed");
         }
     }
@@ -131,7 +131,7 @@ fn unchanged(suspended: bool, wants: &[ScaleWant], held: &[ScaledWorkload]) -> S
 
 /// Raising and restoring the workloads the targets name.
 struct Raise<'a> {
-    gate: &'a WriteGate,
+    writer: &'a Writer,
     namespace: &'a str,
     wants: &'a [ScaleWant],
     held: &'a [ScaledWorkload],
@@ -142,7 +142,7 @@ struct Raise<'a> {
 impl Raise<'_> {
     /// Each target's workload raised as its want says, or restored without one.
     async fn named(&self, targets: &[Option<ScaleTarget>], scaled: &mut Scaled) {
-        let (gate, namespace, wants, held) = (self.gate, self.namespace, self.wants, self.held);
+        let (writer, namespace, wants, held) = (self.writer, self.namespace, self.wants, self.held);
         for (backend, target) in targets.iter().enumerate() {
             let Some(target) = target else { continue };
             let want = wants
@@ -160,7 +160,7 @@ impl Raise<'_> {
                 scaled.workloads.extend(record);
                 continue;
             }
-            match one(gate, namespace, target, want, record.clone()).await {
+            match one(writer, namespace, target, want, record.clone()).await {
                 Ok((kept, change)) => {
                     scaled.workloads.extend(kept);
                     scaled.changes.extend(change);
@@ -177,7 +177,7 @@ impl Raise<'_> {
 /// Restores the workloads of `held` that no target names any more (the `scaleTarget` removed
 /// or changed); a record that could not be restored is kept, to be tried again.
 async fn restore_unnamed(
-    gate: &WriteGate,
+    writer: &Writer,
     namespace: &str,
     targets: &[Option<ScaleTarget>],
     held: &[ScaledWorkload],
@@ -185,7 +185,7 @@ async fn restore_unnamed(
 ) {
     for record in restore::unnamed(held, targets) {
         match restore_one(
-            gate,
+            writer,
             namespace,
             record,
             "as no scaleTarget names it any more",
@@ -205,7 +205,7 @@ async fn restore_unnamed(
 /// changed it since; a workload that no longer exists has nothing to restore. The change, if
 /// one was made.
 pub async fn restore_one(
-    gate: &WriteGate,
+    writer: &Writer,
     namespace: &str,
     record: &ScaledWorkload,
     why: &str,
@@ -214,20 +214,20 @@ pub async fn restore_one(
         kind: record.kind,
         name: record.name.clone(),
     };
-    let current = match read(gate, namespace, &target).await {
+    let current = match read(writer, namespace, &target).await {
         Ok(current) => current,
         Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
         Err(e) => return Err(ScaleError::api(&target, &e)),
     };
     match restore::restored(record, current.now) {
-        Some(to) => Ok(Some(put_back(gate, namespace, record, to, why).await?)),
+        Some(to) => Ok(Some(put_back(writer, namespace, record, to, why).await?)),
         None => Ok(None),
     }
 }
 
 /// Writes back `to`, what the recorded workload had before it was raised; the change, `why`.
 async fn put_back(
-    gate: &WriteGate,
+    writer: &Writer,
     namespace: &str,
     record: &ScaledWorkload,
     to: i32,
@@ -237,7 +237,7 @@ async fn put_back(
         kind: record.kind,
         name: record.name.clone(),
     };
-    write(gate, namespace, &target, to).await?;
+    write(writer, namespace, &target, to).await?;
     let what = describe_target(&target);
     let note = format!("{what} restored from {} to {to} {why}", record.replicas);
     Ok(ScaleChange {
@@ -248,19 +248,19 @@ async fn put_back(
 
 /// One workload: the record to keep, and what was changed.
 async fn one(
-    gate: &WriteGate,
+    writer: &Writer,
     namespace: &str,
     target: &ScaleTarget,
     want: Option<i32>,
     record: Option<ScaledWorkload>,
 ) -> Result<(Option<ScaledWorkload>, Option<ScaleChange>), ScaleError> {
-    let current = read(gate, namespace, target)
+    let current = read(writer, namespace, target)
         .await
         .map_err(|e| ScaleError::api(target, &e))?;
     match restore::step(target, want, record, current) {
         WorkloadStep::Keep(kept) => Ok((kept, None)),
         WorkloadStep::Raise(kept) => {
-            write(gate, namespace, target, kept.replicas).await?;
+            write(writer, namespace, target, kept.replicas).await?;
             let note = format!(
                 "{} raised from {} to {} for the failover",
                 describe_target(target),
@@ -270,7 +270,7 @@ async fn one(
             Ok((Some(kept), Some(ScaleChange { raised: true, note })))
         }
         WorkloadStep::Restore { to, record } => {
-            let change = put_back(gate, namespace, &record, to, "after the failback").await?;
+            let change = put_back(writer, namespace, &record, to, "after the failback").await?;
             Ok((None, Some(change)))
         }
     }
@@ -285,24 +285,34 @@ fn describe_target(target: &ScaleTarget) -> String {
     }
 }
 
+/// The workloads of kind `K` in `namespace`, written under [`FIELD_MANAGER`].
+fn workloads<'a, K>(writer: &'a Writer, namespace: &str) -> Objects<'a, K>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
+{
+    writer
+        .namespaced(namespace, "scale")
+        .managed_by(FIELD_MANAGER)
+}
+
 /// What the workload has now.
 async fn read(
-    gate: &WriteGate,
+    writer: &Writer,
     namespace: &str,
     target: &ScaleTarget,
 ) -> Result<Replicas, kube::Error> {
     match target.kind {
         ScaleKind::HorizontalPodAutoscaler => {
-            let api: Api<HorizontalPodAutoscaler> = Api::namespaced(gate.client.clone(), namespace);
-            let spec = api.get(&target.name).await?.spec.unwrap_or_default();
+            let hpas = workloads::<HorizontalPodAutoscaler>(writer, namespace);
+            let spec = hpas.get(&target.name).await?.spec.unwrap_or_default();
             Ok(Replicas {
                 now: spec.min_replicas.unwrap_or(1),
                 most: Some(spec.max_replicas),
             })
         }
         ScaleKind::Deployment => {
-            let api: Api<Deployment> = Api::namespaced(gate.client.clone(), namespace);
-            let scale = api.get_scale(&target.name).await?;
+            let deployments = workloads::<Deployment>(writer, namespace);
+            let scale = deployments.get_scale(&target.name).await?;
             Ok(Replicas {
                 now: scale.spec.and_then(|s| s.replicas).unwrap_or(0),
                 most: None,
@@ -313,33 +323,27 @@ async fn read(
 
 /// Sets the workload's replicas, as the leader only.
 async fn write(
-    gate: &WriteGate,
+    writer: &Writer,
     namespace: &str,
     target: &ScaleTarget,
     replicas: i32,
 ) -> Result<(), ScaleError> {
-    gate.ensure_leader()?;
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
     let failed = |e: kube::Error| ScaleError::api(target, &e);
     match target.kind {
         ScaleKind::HorizontalPodAutoscaler => {
-            let api: Api<HorizontalPodAutoscaler> = Api::namespaced(gate.client.clone(), namespace);
             let patch = json!({ "spec": { "minReplicas": replicas } });
-            api.patch(&target.name, &params, &Patch::Merge(&patch))
-                .await
+            workloads::<HorizontalPodAutoscaler>(writer, namespace)
+                .merge(&target.name, &patch)
+                .await?
                 .map_err(failed)?;
         }
         ScaleKind::Deployment => {
-            let api: Api<Deployment> = Api::namespaced(gate.client.clone(), namespace);
             let patch = json!({ "spec": { "replicas": replicas } });
-            api.patch_scale(&target.name, &params, &Patch::Merge(&patch))
-                .await
+            workloads::<Deployment>(writer, namespace)
+                .merge_scale(&target.name, &patch)
+                .await?
                 .map_err(failed)?;
         }
     }
-    gate.metrics.write("scale");
     Ok(())
 }

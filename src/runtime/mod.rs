@@ -1,14 +1,14 @@
 //! What every step of the pipeline runs against, below the sources and the steps: the API
 //! client ([`api_client`]), the metrics registry ([`metrics`], the per-policy series in
-//! [`policy_metrics`]), this replica's leadership ([`leader`]), the one leader-gated door every
-//! write goes through ([`gate`]), the memory of what this replica wrote or is about to write
+//! [`policy_metrics`]), this replica's leadership ([`leader`]), the only way to write, each
+//! write checked for leadership right before its request ([`writer`]), the memory of what this replica wrote or is about to write
 //! ([`written`]), the backoff of failed writes ([`retry`]), and the memory a burst freed handed back to the system ([`heap`]).
 
 pub mod api_client;
-pub mod gate;
 pub mod heap;
 pub mod leader;
 pub mod metrics;
 pub mod policy_metrics;
 pub mod retry;
+pub mod writer;
 pub mod written;

@@ -1,9 +1,13 @@
 //! The one backoff every failed write is retried with: kube-runtime's backoff crate, 200 ms
-//! doubling up to 10 s, no jitter (one retry per policy, not a herd), never giving up.
+//! doubling up to 10 s, no jitter (one retry per policy, not a herd), never giving up; and the
+//! work queue's [`Retries`], one such backoff per failing policy.
 
-use std::time::Duration;
+use std::{collections::HashMap, time::Duration};
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use parking_lot::Mutex;
+
+use crate::observation::PolicyKey;
 
 /// First retry delay; it doubles per failure in a row.
 pub const FIRST: Duration = Duration::from_millis(200);
@@ -28,6 +32,24 @@ pub fn next(delays: &mut ExponentialBackoff) -> Duration {
     })
 }
 
+/// The retry delays of the policies failing now, one backoff each: the work queue's, kept
+/// beside the reconciles it runs. A policy is in it from its first failure in a row until it
+/// succeeds.
+#[derive(Default)]
+pub struct Retries(Mutex<HashMap<PolicyKey, ExponentialBackoff>>);
+
+impl Retries {
+    /// The delay before retrying `policy`, which failed again: [`FIRST`] doubling up to [`MAX`].
+    pub fn next(&self, policy: &PolicyKey) -> Duration {
+        next(self.0.lock().entry(policy.clone()).or_insert_with(delays))
+    }
+
+    /// Forgets `policy`'s failures: it succeeded.
+    pub fn forget(&self, policy: &PolicyKey) {
+        self.0.lock().remove(policy);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -41,5 +63,16 @@ mod tests {
         assert_eq!(delays[5], Duration::from_millis(6400));
         assert_eq!(delays[6], Duration::from_secs(10));
         assert_eq!(delays[8], Duration::from_secs(10));
+    }
+
+    #[test]
+    fn each_policy_backs_off_on_its_own_and_a_success_starts_it_over() {
+        let retries = Retries::default();
+        let (a, b) = (PolicyKey::new("ns", "a"), PolicyKey::new("ns", "b"));
+        assert_eq!(retries.next(&a), FIRST);
+        assert_eq!(retries.next(&a), FIRST * 2);
+        assert_eq!(retries.next(&b), FIRST);
+        retries.forget(&a);
+        assert_eq!(retries.next(&a), FIRST);
     }
 }

@@ -1,7 +1,8 @@
-//! Which policies an observed change wakes: the index answers, the Controller's queue gets them.
-//! A readiness change wakes the policies naming the Service, a route change the policy whose
-//! route it is, a remote cluster's change the policies reading from it.
+//! Which policies an observed change wakes: the index answers, the work queue gets them through
+//! its door ([`Wake`]). A readiness change wakes the policies naming the Service, a route change
+//! the policy whose route it is, a remote cluster's change the policies reading from it.
 
+use futures::channel::mpsc;
 use tracing::debug;
 
 use crate::{
@@ -9,6 +10,24 @@ use crate::{
     route::RouteKey,
     sources::{Context, local::index::PolicyIndex, remote::cluster::RemoteChange},
 };
+
+/// The work queue's door: what wakes a policy sends it here.
+pub struct Wake(mpsc::UnboundedSender<PolicyKey>);
+
+impl Wake {
+    /// A door into the work queue that `queue` feeds.
+    pub fn new(queue: mpsc::UnboundedSender<PolicyKey>) -> Self {
+        Self(queue)
+    }
+
+    /// Queues these policies.
+    pub fn policies(&self, policies: impl IntoIterator<Item = PolicyKey>) {
+        for p in policies {
+            // The receiver lives as long as the controller; after it, nothing runs anyway.
+            let _ = self.0.unbounded_send(p);
+        }
+    }
+}
 
 impl Context {
     /// Queues the policies naming these Services.
@@ -54,7 +73,7 @@ impl Context {
 
     /// Queues the policies the index finds (read under its lock, queued after it).
     fn wake_from_index(&self, find: impl FnOnce(&PolicyIndex) -> Vec<PolicyKey>) {
-        let policies = find(&self.index.read());
-        self.wake(policies);
+        let policies = find(&self.caches.index.read());
+        self.wake.policies(policies);
     }
 }

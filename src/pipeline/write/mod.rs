@@ -5,7 +5,7 @@
 pub mod statuses;
 
 use kube::runtime::events::{Event, EventType};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::{
     api::{
@@ -18,7 +18,10 @@ use crate::{
     decide::plan::{Announcement, Transition},
     last_status::LastStatus,
     route::RouteTarget,
-    runtime::{gate::WriteGate, policy_metrics::PolicyLabels},
+    runtime::{
+        policy_metrics::{PolicyLabels, PolicyTable},
+        writer::Writer,
+    },
     sources::local::policies::Held,
     status::{Decided, Outcome},
 };
@@ -33,9 +36,10 @@ pub struct Written<'a> {
     pub wrote: bool,
 }
 
-/// Events and metrics for what a reconcile did.
+/// Events and metrics (the per-policy series, `metrics`) for what a reconcile did.
 pub fn report(
-    gate: &WriteGate,
+    writer: &Writer,
+    metrics: &PolicyTable,
     policy: &Held,
     target: &RouteTarget,
     outcome: &Outcome,
@@ -45,7 +49,7 @@ pub fn report(
     // A suspended policy publishes no Event.
     let suspended = matches!(outcome, Outcome::Decided(d) if d.policy.suspend);
     if wrote && !suspended {
-        warn_failures(gate, policy, status, written.previous);
+        warn_failures(writer, policy, status, written.previous);
     }
     let Outcome::Decided(decided) = outcome else {
         return;
@@ -58,7 +62,7 @@ pub fn report(
         Applied::Conflict if wrote => {
             let kind = target.kind().as_str();
             publish(
-                gate,
+                writer,
                 policy,
                 EventType::Warning,
                 target.kind().conflict_reason(),
@@ -67,16 +71,16 @@ pub fn report(
         }
         Applied::Unchanged | Applied::Written | Applied::Suspended => {
             if let (Some(announcement), true) = (&decided.plan.transition, wrote) {
-                record_transition(gate, policy, &labels, announcement);
+                record_transition(writer, metrics, policy, &labels, announcement);
             }
             if wrote && !suspended {
-                announce_drill(gate, policy, status, written.previous);
+                announce_drill(writer, policy, status, written.previous);
             }
-            announce_scaling(gate, policy, &decided.scaled);
-            record_state(gate, &labels, decided, status);
+            announce_scaling(writer, policy, &decided.scaled);
+            record_state(metrics, &labels, decided, status);
         }
         Applied::Yielded { claim, holder } if wrote => publish(
-            gate,
+            writer,
             policy,
             EventType::Warning,
             crate::api::conditions::ready::APEX_CONFLICT,
@@ -94,12 +98,11 @@ pub fn report(
 
 /// The per-policy metrics of a decision in place: readiness, phase, last move, drill.
 fn record_state(
-    gate: &WriteGate,
+    policies: &PolicyTable,
     labels: &PolicyLabels,
     decided: &Decided,
     status: &FailoverPolicyStatus,
 ) {
-    let policies = &gate.metrics.policies;
     let ready = status.backends.iter().filter(|b| b.ready).count();
     policies.set_state(labels, ready, status.phase.unwrap_or(Phase::Primary));
     if let Some(last) = status.last_failover_time.max(status.last_failback_time) {
@@ -121,7 +124,7 @@ fn record_state(
 /// condition with the same status and reason): raised once as the failure starts, not at every
 /// reconcile while it lasts.
 fn warn_failures(
-    gate: &WriteGate,
+    writer: &Writer,
     policy: &Held,
     status: &FailoverPolicyStatus,
     previous: Option<&LastStatus>,
@@ -134,7 +137,7 @@ fn warn_failures(
         });
         if !known {
             publish(
-                gate,
+                writer,
                 policy,
                 EventType::Warning,
                 &c.reason,
@@ -146,14 +149,20 @@ fn warn_failures(
 
 /// A Normal Event for each workload raised or restored, and (a deleted policy's last restores)
 /// a Warning for a workload that could not be restored.
-pub fn announce_scaling(gate: &WriteGate, policy: &Held, scaled: &crate::applied::Scaled) {
+pub fn announce_scaling(writer: &Writer, policy: &Held, scaled: &crate::applied::Scaled) {
     for change in &scaled.changes {
         let reason = if change.raised {
             scaling::SCALED_UP
         } else {
             scaling::SCALE_RESTORED
         };
-        publish(gate, policy, EventType::Normal, reason, change.note.clone());
+        publish(
+            writer,
+            policy,
+            EventType::Normal,
+            reason,
+            change.note.clone(),
+        );
     }
     if let Some(problem) = &scaled.problem
         && !scaled.workloads.is_empty()
@@ -161,7 +170,7 @@ pub fn announce_scaling(gate: &WriteGate, policy: &Held, scaled: &crate::applied
     {
         let note = format!("not restored before the policy was deleted: {problem}");
         publish(
-            gate,
+            writer,
             policy,
             EventType::Warning,
             scaling::SCALING_FAILED,
@@ -181,7 +190,7 @@ fn drill_running(status: &FailoverPolicyStatus) -> bool {
 /// `DrillStarted` when a drill starts moving traffic, `DrillEnded` when it stops (its end time,
 /// its backend no longer ready, a pin, or the drill removed from the spec).
 fn announce_drill(
-    gate: &WriteGate,
+    writer: &Writer,
     policy: &Held,
     status: &FailoverPolicyStatus,
     previous: Option<&LastStatus>,
@@ -191,14 +200,14 @@ fn announce_drill(
     let note = condition.map(|c| c.message.clone());
     match (was, drill_running(status)) {
         (false, true) => publish(
-            gate,
+            writer,
             policy,
             EventType::Normal,
             drill::STARTED,
             note.unwrap_or_default(),
         ),
         (true, false) => publish(
-            gate,
+            writer,
             policy,
             EventType::Normal,
             drill::ENDED,
@@ -225,15 +234,16 @@ fn is_failure(c: &Condition) -> bool {
 }
 
 fn record_transition(
-    gate: &WriteGate,
+    writer: &Writer,
+    metrics: &PolicyTable,
     policy: &Held,
     labels: &PolicyLabels,
     announcement: &Announcement,
 ) {
     let transition = announcement.transition;
     match transition {
-        Transition::FailedOver => gate.metrics.policies.failed_over(labels),
-        Transition::FailedBack => gate.metrics.policies.failed_back(labels),
+        Transition::FailedOver => metrics.failed_over(labels),
+        Transition::FailedBack => metrics.failed_back(labels),
         Transition::NoReadyBackend
         | Transition::Recovered
         | Transition::PinnedBackendNotReady
@@ -246,7 +256,7 @@ fn record_transition(
     };
     info!(transition = transition.reason(), note = %announcement.message, "traffic moved");
     publish(
-        gate,
+        writer,
         policy,
         event_type,
         transition.reason(),
@@ -254,9 +264,9 @@ fn record_transition(
     );
 }
 
-/// Sends an Event in the background: Events are best effort, never hold up the next reconcile
-/// of this policy, and a lost Event never blocks routing.
-fn publish(gate: &WriteGate, policy: &Held, type_: EventType, reason: &str, note: String) {
+/// Sends an Event in the background, through the writer: Events are best effort, never hold up
+/// the next reconcile of this policy, and a lost Event never blocks routing.
+fn publish(writer: &Writer, policy: &Held, type_: EventType, reason: &str, note: String) {
     let event = Event {
         type_,
         reason: reason.to_string(),
@@ -264,18 +274,5 @@ fn publish(gate: &WriteGate, policy: &Held, type_: EventType, reason: &str, note
         action: "Route".to_string(),
         secondary: None,
     };
-    let (recorder, metrics, reference) = (
-        gate.recorder.clone(),
-        gate.metrics.clone(),
-        policy.object_reference(),
-    );
-    let reason = reason.to_string();
-    tokio::spawn(async move {
-        match recorder.publish(&event, &reference).await {
-            Ok(()) => metrics.write("event"),
-            Err(e) => {
-                warn!(error = %crate::runtime::api_client::describe(&e), reason, "could not record Event")
-            }
-        }
-    });
+    writer.publish(event, policy.object_reference());
 }

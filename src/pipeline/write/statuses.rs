@@ -17,20 +17,17 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use kube::{
-    Api, Resource,
-    api::{Patch, PatchParams},
-};
+use kube::Resource;
 use serde_json::json;
 use tracing::{debug, warn};
 
 use crate::{
     api::{FailoverPolicy, FailoverPolicyStatus},
-    route::FIELD_MANAGER,
     runtime::{
         api_client::{describe, namespace_terminating},
-        gate::{NotLeader, WriteGate},
+        metrics::Metrics,
         retry,
+        writer::{NotLeader, Writer},
         written::{Newest, Queue, StatusKey},
     },
     sources::Context,
@@ -50,32 +47,35 @@ pub enum StatusError {
 /// Writes queued statuses, `concurrency` policies at a time, for as long as the controller runs.
 pub async fn run(ctx: Arc<Context>, queue: Queue, concurrency: usize) {
     queue
-        .for_each_concurrent(concurrency, |key| write_newest(&ctx.gate, key))
+        .for_each_concurrent(concurrency, |key| {
+            write_newest(&ctx.writer, ctx.metrics(), key)
+        })
         .await;
 }
 
 /// Writes the newest status of one policy until it is written, superseded by none, or dropped.
-async fn write_newest(gate: &WriteGate, key: StatusKey) {
+async fn write_newest(writer: &Writer, metrics: &Metrics, key: StatusKey) {
     let mut delays = retry::delays();
     let (namespace, name) = (&key.policy.namespace, &key.policy.name);
-    while let Some(Newest { status, version }) = gate.statuses.newest(&key) {
-        match apply(gate, namespace, name, &status).await {
+    while let Some(Newest { status, version }) = writer.statuses.newest(&key) {
+        match apply(writer, namespace, name, &status).await {
             Ok(resource_version) => {
                 // Remembered before it leaves the queue: a reconcile never sees an older one.
-                gate.recent_status
+                writer
+                    .recent_status
                     .record(key.clone(), resource_version.as_deref(), status);
-                if gate.statuses.done(&key, Some(version)) {
+                if writer.statuses.done(&key, Some(version)) {
                     return;
                 }
             }
             Err(e) if gone(&e) => {
                 debug!(%namespace, policy = %name, error = %e, "status not written: the policy is gone");
-                gate.statuses.done(&key, None);
+                writer.statuses.done(&key, None);
                 return;
             }
             Err(e) => {
                 let delay = retry::next(&mut delays);
-                gate.metrics.error("status_write");
+                metrics.error("status_write");
                 warn!(%namespace, policy = %name, error = %e, retry_in_ms = delay.as_millis() as u64, "status write failed");
                 tokio::time::sleep(delay).await;
             }
@@ -95,26 +95,20 @@ fn gone(error: &StatusError) -> bool {
 
 /// One server-side apply of the status; returns the policy's new resourceVersion.
 async fn apply(
-    gate: &WriteGate,
+    writer: &Writer,
     namespace: &str,
     name: &str,
     status: &FailoverPolicyStatus,
 ) -> Result<Option<String>, StatusError> {
-    let api: Api<FailoverPolicy> = Api::namespaced(gate.client.clone(), namespace);
     let body = json!({
         "apiVersion": FailoverPolicy::api_version(&()),
         "kind": FailoverPolicy::kind(&()),
         "status": status,
     });
-    gate.ensure_leader()?;
-    let written = api
-        .patch_status(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await
+    let written = writer
+        .namespaced::<FailoverPolicy>(namespace, "status")
+        .apply_status(name, &body)
+        .await?
         .map_err(StatusError::Api)?;
-    gate.metrics.write("status");
     Ok(written.meta().resource_version.clone())
 }

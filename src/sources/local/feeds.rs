@@ -34,7 +34,7 @@ pub async fn feeds(ctx: Arc<Context>) {
 /// lists, so the first lists' objects would each wake policies that have not decided yet and
 /// queue a second reconcile of them all: a cold start reconciles each policy once.
 async fn readiness_feeds(ctx: &Arc<Context>) {
-    let (client, ns) = (&ctx.gate.client, ctx.namespace.as_deref());
+    let (client, ns) = (&ctx.client, ctx.scope.namespace.as_deref());
     let slices = readiness_feed(
         ctx,
         events(
@@ -67,8 +67,8 @@ async fn readiness_feed<K>(
 ) {
     events
         .for_each(|event| {
-            let changed = apply(&mut ctx.readiness.write(), event);
-            if ctx.inputs_listed() {
+            let changed = apply(&mut ctx.caches.readiness.write(), event);
+            if ctx.caches.inputs_listed() {
                 ctx.wake_for_services(changed);
             }
             async {}
@@ -87,8 +87,8 @@ async fn route_feeds(ctx: &Arc<Context>) {
 async fn route_feed(ctx: &Arc<Context>, kind: RouteKind) {
     let spec = kind.spec();
     let resource = (spec.resource)();
-    let client = ctx.gate.client.clone();
-    let api: Api<DynamicObject> = match ctx.namespace.as_deref() {
+    let client = ctx.client.clone();
+    let api: Api<DynamicObject> = match ctx.scope.namespace.as_deref() {
         Some(ns) => Api::namespaced_with(client, ns, &resource),
         None => Api::all_with(client, &resource),
     };
@@ -107,9 +107,9 @@ async fn route_feed(ctx: &Arc<Context>, kind: RouteKind) {
                 };
                 (key, (spec.view)(&object))
             });
-            let (changed, seen) = ctx.routes.write().apply(kind, keyed);
+            let (changed, seen) = ctx.caches.routes.write().apply(kind, keyed);
             if let Some(version) = seen {
-                ctx.gate
+                ctx.writer
                     .recent_routes
                     .seen_through(version, |k| k.kind == kind);
             }

@@ -1,0 +1,78 @@
+//! The read side: what the watches fill and the gather step reads. The policy table and the
+//! index (fed by the policy watch), the readiness counts and the route views (this cluster's
+//! watches), who routes each apex, which watches have listed, the APIs found missing, remote
+//! clusters' readiness and the health readings. Each is written by its own watch and read under
+//! its own lock; none is written by a reconcile.
+
+use std::{sync::Arc, time::Duration};
+
+use parking_lot::RwLock;
+
+use crate::{
+    apis::WatchKind,
+    runtime::metrics::Metrics,
+    sources::{
+        health::Health,
+        local::{
+            apis::Apis, claims::Claims, index::PolicyIndex, policies::PolicyTable,
+            readiness::ReadinessStore, routes::RouteStore, synced::Synced,
+        },
+        remote::Clusters,
+    },
+};
+
+/// How long a reconcile waits for the readiness caches before it gives up and retries.
+const SYNC_WAIT: Duration = Duration::from_secs(10);
+
+/// What the watches fill and the gather step reads.
+pub struct Caches {
+    /// Every policy, as the policy watch delivered it.
+    pub table: RwLock<PolicyTable>,
+    /// What each policy references, to wake it.
+    pub index: RwLock<PolicyIndex>,
+    /// Backend readiness, from the EndpointSlice and Service watches.
+    pub readiness: RwLock<ReadinessStore>,
+    /// Generated routes, from their watches.
+    pub routes: RwLock<RouteStore>,
+    /// Which policy routes each apex Service and Gateway listener.
+    pub claims: RwLock<Claims>,
+    /// Which watches have listed.
+    pub synced: Synced,
+    /// The APIs found missing.
+    pub apis: Apis,
+    /// Readiness read from other clusters, and their liveness.
+    pub remote: Clusters,
+    /// The readings of health queries.
+    pub health: Health,
+}
+
+impl Caches {
+    /// Every cache empty, beside these remote clusters and health queries; the missing APIs are
+    /// counted in `metrics`.
+    pub fn new(remote: Clusters, health: Health, metrics: Arc<Metrics>) -> Self {
+        Self {
+            table: RwLock::default(),
+            index: RwLock::default(),
+            readiness: RwLock::default(),
+            routes: RwLock::default(),
+            claims: RwLock::default(),
+            synced: Synced::default(),
+            apis: Apis::new(metrics),
+            remote,
+            health,
+        }
+    }
+
+    /// Waits until the readiness caches have listed; `false` after [`SYNC_WAIT`].
+    pub async fn wait_for_inputs(&self) -> bool {
+        self.synced
+            .wait_for(&WatchKind::DECISION_INPUTS, SYNC_WAIT)
+            .await
+    }
+
+    /// Whether the readiness caches have listed once. Until then no reconcile can decide (each
+    /// waits for them), so a readiness change has nobody to wake.
+    pub fn inputs_listed(&self) -> bool {
+        self.synced.all_done(&WatchKind::DECISION_INPUTS)
+    }
+}
