@@ -17,7 +17,7 @@ use crate::{
     runtime::{heap, policy_metrics::PolicyLabels},
     sources::{
         Context,
-        local::{claims, policies::Change},
+        local::{claims, policies::TableChange},
         remote::secrets,
         watch::{events, scoped, slim},
     },
@@ -105,10 +105,10 @@ async fn validation(
 /// Brings the index, the claims, the remote watches, the health pollers and the metrics in
 /// line with one change; the requests it makes (the policy, and the policies whose claim
 /// changed hands).
-fn follow(ctx: &Context, change: &Change) -> Vec<Request> {
+fn follow(ctx: &Context, change: &TableChange) -> Vec<Request> {
     let caches = &ctx.caches;
     let requests: Vec<PolicyKey> = match change {
-        Change::Applied {
+        TableChange::Upserted {
             held,
             previous,
             object,
@@ -135,7 +135,7 @@ fn follow(ctx: &Context, change: &Change) -> Vec<Request> {
                 .update(&held.key, Some(&now), seen_at());
             std::iter::once(held.key.clone()).chain(handed).collect()
         }
-        Change::Deleted(held) => {
+        TableChange::Deleted(held) => {
             caches
                 .index
                 .write()
@@ -148,7 +148,7 @@ fn follow(ctx: &Context, change: &Change) -> Vec<Request> {
             });
             handed
         }
-        Change::Listed => {
+        TableChange::Listed => {
             caches.claims.write().listed();
             return vec![Request::Listed];
         }

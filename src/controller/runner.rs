@@ -18,7 +18,7 @@
 //! One thing kube-runtime's controller does not do: no reconcile starts while the statuses
 //! waiting to be written are at their limit (`held_back`). A pass over every policy (the start,
 //! a regained leadership) otherwise builds a status per policy faster than they are written,
-//! each held until written, so what waits would grow with the policies. Held back, at most the
+//! each held until written, so what waits would grow with the policies. PolicyEntry back, at most the
 //! limit waits; the pass takes as long, the status writer being its pace anyway. The
 //! controller also holds the start-up pass back until every watch it reads has listed.
 
@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use crate::{
     observation::PolicyKey,
     pipeline::reconcile::Next,
-    sources::{Context, local::policies::Held},
+    sources::{Context, local::policies::PolicyEntry},
 };
 
 /// A request for work.
@@ -168,7 +168,7 @@ pub async fn run<F, Fut>(
     reconcile: F,
     shutdown: impl Future<Output = ()>,
 ) where
-    F: Fn(Held) -> Fut,
+    F: Fn(PolicyEntry) -> Fut,
     Fut: Future<Output = Next>,
 {
     let mut queue = Queue::default();

@@ -17,7 +17,7 @@ use crate::{
     api::FailoverPolicy,
     applied::Scaled,
     pipeline::{finalize, gather, scale, write},
-    sources::{Context, local::policies::Held},
+    sources::{Context, local::policies::PolicyEntry},
 };
 
 /// How long after its deletion a policy's restores are retried before the finalizer is
@@ -35,7 +35,7 @@ pub enum Finalized {
 }
 
 /// Restores what the deleted policy raised and removes its finalizer.
-pub async fn finalize(policy: &Held, ctx: &Context) -> Finalized {
+pub async fn finalize(policy: &PolicyEntry, ctx: &Context) -> Finalized {
     let writer = &ctx.writer;
     let previous = gather::previous_status(policy, writer);
     let records = previous.last.map(|l| l.scaled.to_vec()).unwrap_or_default();
@@ -82,7 +82,7 @@ pub async fn finalize(policy: &Held, ctx: &Context) -> Finalized {
 
 /// Whether the policy's deletion was asked [`GIVE_UP_AFTER`] ago or more (read from the API
 /// server: only a policy whose restore failed asks); a policy that cannot be read is not.
-async fn overdue(policy: &Held, ctx: &Context) -> bool {
+async fn overdue(policy: &PolicyEntry, ctx: &Context) -> bool {
     let policies = ctx
         .writer
         .namespaced::<FailoverPolicy>(&policy.key.namespace, "finalizer");
@@ -104,7 +104,7 @@ fn past_giving_up(deleted: i64, now: i64) -> bool {
 /// the first problem.
 async fn restore_all(
     ctx: &Context,
-    policy: &Held,
+    policy: &PolicyEntry,
     records: Vec<crate::api::ScaledWorkload>,
 ) -> Scaled {
     let mut scaled = Scaled::default();

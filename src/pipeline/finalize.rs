@@ -14,7 +14,7 @@ use serde_json::json;
 use crate::{
     api::{FailoverPolicy, SCALE_FINALIZER},
     runtime::{api_client::describe, writer::Writer},
-    sources::local::policies::Held,
+    sources::local::policies::PolicyEntry,
 };
 
 /// The field manager of the controller's changes to a policy's finalizers.
@@ -23,7 +23,7 @@ pub const FIELD_MANAGER: &str = "failover-controller-finalizer";
 /// Adds (`hold`) or removes the finalizer on the policy, unless it already is as asked; a
 /// policy gone, or replaced by another object of its name, is left alone. Adding is refused
 /// once the policy is being deleted (the API server allows no new finalizer then).
-pub async fn set(writer: &Writer, policy: &Held, hold: bool) -> Result<(), String> {
+pub async fn set(writer: &Writer, policy: &PolicyEntry, hold: bool) -> Result<(), String> {
     let failed = |e: kube::Error| format!("the policy's finalizer: {}", describe(&e));
     let policies = writer
         .namespaced::<FailoverPolicy>(&policy.key.namespace, "finalizer")
@@ -56,8 +56,8 @@ pub async fn set(writer: &Writer, policy: &Held, hold: bool) -> Result<(), Strin
 
 /// The finalizers with ours added (`hold`) or removed; `None` when they already are.
 fn changed(finalizers: &[String], hold: bool) -> Option<Vec<String>> {
-    let held = finalizers.iter().any(|f| f == SCALE_FINALIZER);
-    if held == hold {
+    let present = finalizers.iter().any(|f| f == SCALE_FINALIZER);
+    if present == hold {
         return None;
     }
     let mut list: Vec<String> = finalizers

@@ -12,7 +12,7 @@ use crate::{
     runtime::{writer::Writer, written::StatusKey},
     sources::{
         Caches,
-        local::policies::{Held, Spec},
+        local::policies::{PolicyEntry, Spec},
     },
 };
 
@@ -67,7 +67,7 @@ pub struct PreviousStatus {
 
 /// The status the policy has: the one this replica queued and has not written yet, else the one
 /// it wrote last while the cache is older, else the one the table holds.
-pub fn previous_status(policy: &Held, writer: &Writer) -> PreviousStatus {
+pub fn previous_status(policy: &PolicyEntry, writer: &Writer) -> PreviousStatus {
     let key = StatusKey::new(&policy.key, &policy.identity.uid);
     let invalid = match &policy.spec {
         Spec::Valid(_) => None,

@@ -28,7 +28,7 @@ use crate::{
     runtime::{retry::Retries, writer::NotLeader, written::StatusKey},
     sources::{
         Context,
-        local::policies::{Held, Spec},
+        local::policies::{PolicyEntry, Spec},
     },
     status::Outcome,
 };
@@ -104,7 +104,11 @@ impl Error {
 /// Reconciles one policy, as the policy table holds it (validated once per generation); a success
 /// clears its backoff in `retries`, a deletion still restoring backs off there.
 #[tracing::instrument(skip_all, fields(namespace = %held.key.namespace, policy = %held.key.name))]
-pub async fn reconcile(held: Held, ctx: Arc<Context>, retries: &Retries) -> Result<Next, Error> {
+pub async fn reconcile(
+    held: PolicyEntry,
+    ctx: Arc<Context>,
+    retries: &Retries,
+) -> Result<Next, Error> {
     if !ctx.writer.is_leader() {
         // Standbys keep their caches warm and write nothing; leadership triggers a full pass.
         return Ok(Next::Wait);
@@ -133,7 +137,7 @@ pub async fn reconcile(held: Held, ctx: Arc<Context>, retries: &Retries) -> Resu
 }
 
 /// The pipeline: (validated) → gather → intend → apply → report → write.
-async fn run(policy: &Held, ctx: &Context) -> Result<Next, Error> {
+async fn run(policy: &PolicyEntry, ctx: &Context) -> Result<Next, Error> {
     let now = Utc::now();
     let previous = gather::previous_status(policy, &ctx.writer);
     let (outcome, failure) = match &policy.spec {
@@ -164,7 +168,7 @@ async fn run(policy: &Held, ctx: &Context) -> Result<Next, Error> {
         previous: previous.last.as_ref(),
         wrote,
     };
-    write::report(
+    write::announce(
         &ctx.writer,
         &ctx.metrics().policies,
         policy,
@@ -177,7 +181,7 @@ async fn run(policy: &Held, ctx: &Context) -> Result<Next, Error> {
 
 /// Gather, intend and carry out the intent for a valid policy: the route, then the workloads.
 async fn act(
-    policy: &Held,
+    policy: &PolicyEntry,
     valid: Arc<ValidPolicy>,
     previous: Option<&LastStatus>,
     now: chrono::DateTime<Utc>,
@@ -216,14 +220,14 @@ async fn act(
     if let Applied::ApiMissing(api) = applied {
         ctx.caches.apis.needed(api);
     }
-    let held_scaled = previous.map(|p| &*p.scaled).unwrap_or_default();
+    let raised = previous.map(|p| &*p.scaled).unwrap_or_default();
     let scaled = scale::scale(
         &ctx.writer,
         ctx.scope.allow_scaling,
         policy,
         &intent.policy,
         &intent.plan.scale,
-        held_scaled,
+        raised,
     )
     .await;
     Ok((intent.outcome(applied, scaled, inputs.route), failure))
@@ -250,7 +254,11 @@ fn next(outcome: Outcome, failure: Option<ApplyError>) -> Result<Next, Error> {
 
 /// Reconciles one policy and turns a failure into a retry, after the policy's backoff in
 /// `retries` (the work queue's): what the work queue runs.
-pub async fn reconcile_or_retry(held: Held, ctx: Arc<Context>, retries: Arc<Retries>) -> Next {
+pub async fn reconcile_or_retry(
+    held: PolicyEntry,
+    ctx: Arc<Context>,
+    retries: Arc<Retries>,
+) -> Next {
     let key = held.key.clone();
     match reconcile(held, ctx.clone(), &retries).await {
         Ok(next) => next,

@@ -33,7 +33,7 @@ use crate::{
         api_client::describe,
         writer::{NotLeader, Objects, Writer},
     },
-    sources::local::policies::Held,
+    sources::local::policies::PolicyEntry,
 };
 
 /// The field manager of the controller's changes to workloads.
@@ -64,42 +64,42 @@ impl ScaleError {
     }
 }
 
-/// Raises and restores the policy's workloads as `wants` says, from what `held` recorded;
+/// Raises and restores the policy's workloads as `wants` says, from what `raised` recorded;
 /// changes nothing while the policy is suspended. A record of a workload no `scaleTarget` names
 /// any more is restored too, and the policy holds its finalizer while it holds a record.
 pub async fn scale(
     writer: &Writer,
     allowed: bool,
-    policy: &Held,
+    policy: &PolicyEntry,
     valid: &ValidPolicy,
     wants: &[ScaleWant],
-    held: &[ScaledWorkload],
+    raised: &[ScaledWorkload],
 ) -> Scaled {
     let scale = valid.capacity.as_ref().and_then(|c| c.scale.as_ref());
     let targets = scale.map_or(&[][..], |s| &s.targets[..]);
-    if targets.is_empty() && held.is_empty() {
+    if targets.is_empty() && raised.is_empty() {
         return Scaled::default();
     }
     if valid.suspend || !allowed {
-        return unchanged(valid.suspend, wants, held);
+        return unchanged(valid.suspend, wants, raised);
     }
     let mut scaled = Scaled::default();
     let raising = !wants.is_empty();
     // No raise before the finalizer is in place: a deletion in between would leave it raised.
     let mut may_raise = true;
-    if restore::finalizer_wanted(raising, held)
+    if restore::finalizer_wanted(raising, raised)
         && !policy.identity.finalizer
         && let Err(problem) = finalize::set(writer, policy, true).await
     {
         scaled.problem = Some(problem);
         may_raise = false;
     }
-    restore_unnamed(writer, &valid.namespace, targets, held, &mut scaled).await;
+    restore_unnamed(writer, &valid.namespace, targets, raised, &mut scaled).await;
     let raise = Raise {
         writer,
         namespace: &valid.namespace,
         wants,
-        held,
+        raised,
         may_raise,
     };
     raise.named(targets, &mut scaled).await;
@@ -115,12 +115,12 @@ pub async fn scale(
 
 /// What a suspended policy, or one the cluster admin does not let scale, keeps: every record as
 /// it is, and (when not suspended) why nothing is scaled.
-fn unchanged(suspended: bool, wants: &[ScaleWant], held: &[ScaledWorkload]) -> Scaled {
+fn unchanged(suspended: bool, wants: &[ScaleWant], raised: &[ScaledWorkload]) -> Scaled {
     let mut scaled = Scaled {
-        workloads: held.to_vec(),
+        workloads: raised.to_vec(),
         ..Scaled::default()
     };
-    let nothing_to_do = wants.is_empty() && held.is_empty();
+    let nothing_to_do = wants.is_empty() && raised.is_empty();
     if !suspended && !nothing_to_do {
         scaled.problem = Some(
             "the cluster admin has not let the controller scale workloads (--allow-scaling, the chart's scaling.enabled); traffic moves as the ready capacity allows".into(),
@@ -134,7 +134,7 @@ struct Raise<'a> {
     writer: &'a Writer,
     namespace: &'a str,
     wants: &'a [ScaleWant],
-    held: &'a [ScaledWorkload],
+    raised: &'a [ScaledWorkload],
     /// The finalizer is in place (nothing is raised without it).
     may_raise: bool,
 }
@@ -142,14 +142,15 @@ struct Raise<'a> {
 impl Raise<'_> {
     /// Each target's workload raised as its want says, or restored without one.
     async fn named(&self, targets: &[Option<ScaleTarget>], scaled: &mut Scaled) {
-        let (writer, namespace, wants, held) = (self.writer, self.namespace, self.wants, self.held);
+        let (writer, namespace, wants, raised) =
+            (self.writer, self.namespace, self.wants, self.raised);
         for (backend, target) in targets.iter().enumerate() {
             let Some(target) = target else { continue };
             let want = wants
                 .iter()
                 .find(|w| w.backend == backend)
                 .map(|w| w.replicas);
-            let record = held
+            let record = raised
                 .iter()
                 .find(|r| r.kind == target.kind && r.name == target.name)
                 .cloned();
@@ -174,16 +175,16 @@ impl Raise<'_> {
     }
 }
 
-/// Restores the workloads of `held` that no target names any more (the `scaleTarget` removed
+/// Restores the workloads of `raised` that no target names any more (the `scaleTarget` removed
 /// or changed); a record that could not be restored is kept, to be tried again.
 async fn restore_unnamed(
     writer: &Writer,
     namespace: &str,
     targets: &[Option<ScaleTarget>],
-    held: &[ScaledWorkload],
+    raised: &[ScaledWorkload],
     scaled: &mut Scaled,
 ) {
-    for record in restore::unnamed(held, targets) {
+    for record in restore::unnamed(raised, targets) {
         match restore_one(
             writer,
             namespace,

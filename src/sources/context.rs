@@ -16,7 +16,7 @@ use crate::{
         caches::Caches,
         scope::Scope,
         wake::Wake,
-        watch::{Report, describe, not_found},
+        watch::{WatchReport, describe, not_found},
     },
 };
 
@@ -64,7 +64,7 @@ impl Context {
 
 /// The local cluster's watches report here: first lists in the caches' `synced`, missing CRDs in
 /// their `apis`, errors in the metrics and the log.
-impl Report for Context {
+impl WatchReport for Context {
     fn starting(&self, kind: WatchKind) {
         self.caches.synced.expect(kind);
     }

@@ -8,7 +8,7 @@
 //! ([`Relist`]); when the list ends, the entries it did not stamp are gone (stamp and sweep). A
 //! listed object that says nothing new is no change at all: nothing is woken for it.
 //!
-//! The store also says how far its watch has delivered ([`Applied::complete_through`]): an
+//! The store also says how far its watch has delivered ([`EventEffect::complete_through`]): an
 //! applied or deleted object's version at once; during a relist, whose objects come in no order
 //! of versions, the highest listed version once it has ended. The memory of this replica's
 //! writes forgets the writes up to it.
@@ -56,9 +56,9 @@ pub trait Keep<O> {
 
 /// What one watch event changed in a store.
 #[derive(Debug, PartialEq)]
-pub enum Change<K, V> {
+pub enum EntryChange<K, V> {
     /// The object is new or changed; `previous` is what the store held before, if anything.
-    Applied {
+    Upserted {
         /// Its key.
         key: K,
         /// The entry before.
@@ -75,9 +75,9 @@ pub enum Change<K, V> {
 
 /// What applying one watch event did.
 #[derive(Debug, PartialEq)]
-pub struct Applied<K, V> {
+pub struct EventEffect<K, V> {
     /// What changed.
-    pub changes: Vec<Change<K, V>>,
+    pub changes: Vec<EntryChange<K, V>>,
     /// The version through which the store now has every event of its watch, when this event
     /// moved it.
     pub complete_through: Option<u64>,
@@ -85,7 +85,7 @@ pub struct Applied<K, V> {
     pub listed: bool,
 }
 
-impl<K, V> Default for Applied<K, V> {
+impl<K, V> Default for EventEffect<K, V> {
     fn default() -> Self {
         Self {
             changes: Vec::new(),
@@ -147,12 +147,12 @@ impl<K: Hash + Eq + Clone, V> Store<K, V> {
         &mut self,
         event: watcher::Event<O>,
         keep: &mut impl Keep<O, Key = K, Entry = V>,
-    ) -> Applied<K, V> {
+    ) -> EventEffect<K, V> {
         match event {
             watcher::Event::Init => {
                 self.relist.begin();
                 self.relist_highest = Some(0);
-                Applied::default()
+                EventEffect::default()
             }
             watcher::Event::InitApply(object) => {
                 if let (Some(highest), Some(version)) =
@@ -160,12 +160,12 @@ impl<K: Hash + Eq + Clone, V> Store<K, V> {
                 {
                     *highest = (*highest).max(version);
                 }
-                Applied {
+                EventEffect {
                     changes: self.upsert(object, keep).into_iter().collect(),
-                    ..Applied::default()
+                    ..EventEffect::default()
                 }
             }
-            watcher::Event::Apply(object) => Applied {
+            watcher::Event::Apply(object) => EventEffect {
                 complete_through: keep.version(&object),
                 changes: self.upsert(object, keep).into_iter().collect(),
                 listed: false,
@@ -173,9 +173,9 @@ impl<K: Hash + Eq + Clone, V> Store<K, V> {
             watcher::Event::Delete(object) => {
                 let changes = keep.key(&object).and_then(|key| {
                     let (entry, _) = self.entries.remove(&key)?;
-                    Some(Change::Deleted { key, entry })
+                    Some(EntryChange::Deleted { key, entry })
                 });
-                Applied {
+                EventEffect {
                     complete_through: keep.version(&object),
                     changes: changes.into_iter().collect(),
                     listed: false,
@@ -183,7 +183,7 @@ impl<K: Hash + Eq + Clone, V> Store<K, V> {
             }
             watcher::Event::InitDone => {
                 self.listed = true;
-                Applied {
+                EventEffect {
                     changes: self.sweep(),
                     complete_through: self.relist_highest.take(),
                     listed: true,
@@ -196,7 +196,7 @@ impl<K: Hash + Eq + Clone, V> Store<K, V> {
         &mut self,
         object: O,
         keep: &mut impl Keep<O, Key = K, Entry = V>,
-    ) -> Option<Change<K, V>> {
+    ) -> Option<EntryChange<K, V>> {
         let key = keep.key(&object)?;
         let relist = self.relist;
         if let Some((held, stamp)) = self.entries.get_mut(&key) {
@@ -205,25 +205,25 @@ impl<K: Hash + Eq + Clone, V> Store<K, V> {
                 return None;
             }
             let previous = std::mem::replace(held, keep.entry(object));
-            return Some(Change::Applied {
+            return Some(EntryChange::Upserted {
                 key,
                 previous: Some(previous),
             });
         }
         self.entries
             .insert(key.clone(), (keep.entry(object), relist));
-        Some(Change::Applied {
+        Some(EntryChange::Upserted {
             key,
             previous: None,
         })
     }
 
     /// Ends a relist: the entries it did not stamp are gone.
-    fn sweep(&mut self) -> Vec<Change<K, V>> {
+    fn sweep(&mut self) -> Vec<EntryChange<K, V>> {
         let relist = self.relist;
         self.entries
             .extract_if(|_, (_, stamp)| !relist.listed(*stamp))
-            .map(|(key, (entry, _))| Change::Deleted { key, entry })
+            .map(|(key, (entry, _))| EntryChange::Deleted { key, entry })
             .collect()
     }
 }
@@ -255,13 +255,13 @@ mod tests {
         }
     }
 
-    fn keys(applied: &Applied<&'static str, Object>) -> Vec<String> {
+    fn keys(applied: &EventEffect<&'static str, Object>) -> Vec<String> {
         applied
             .changes
             .iter()
             .map(|c| match c {
-                Change::Applied { key, .. } => format!("+{key}"),
-                Change::Deleted { key, .. } => format!("-{key}"),
+                EntryChange::Upserted { key, .. } => format!("+{key}"),
+                EntryChange::Deleted { key, .. } => format!("-{key}"),
             })
             .collect()
     }
@@ -302,7 +302,7 @@ mod tests {
         let changed = store.apply(watcher::Event::Apply(Object("a", 2, "two")), &mut Whole);
         assert_eq!(
             changed.changes,
-            [Change::Applied {
+            [EntryChange::Upserted {
                 key: "a",
                 previous: Some(Object("a", 1, "one"))
             }]

@@ -1,5 +1,5 @@
 //! Step 1 of the pipeline: one helper for every watch of the controller: list then watch, with
-//! kube-runtime's backoff on errors, and what happens reported to a [`Report`]: for the local
+//! kube-runtime's backoff on errors, and what happens reported to a [`WatchReport`]: for the local
 //! cluster (the [`crate::sources::Context`]), first lists, missing CRDs and errors in the log and
 //! metrics; for a
 //! remote cluster, its liveness.
@@ -36,7 +36,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 pub const LIST_PAGE_SIZE: u32 = 500;
 
 /// Where a watch reports what happens to it.
-pub trait Report: Send + Sync {
+pub trait WatchReport: Send + Sync {
     /// The watch is about to start.
     fn starting(&self, _kind: WatchKind) {}
     /// An event arrived (the API server answers).
@@ -55,7 +55,7 @@ pub fn events<K>(
     api: Api<K>,
     kind: WatchKind,
     config: watcher::Config,
-    report: Arc<dyn Report>,
+    report: Arc<dyn WatchReport>,
 ) -> impl Stream<Item = watcher::Event<K>> + Send + 'static + use<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
@@ -71,7 +71,7 @@ where
 fn reported<K>(
     raw: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
     kind: WatchKind,
-    report: Arc<dyn Report>,
+    report: Arc<dyn WatchReport>,
 ) -> impl Stream<Item = watcher::Event<K>> + Send + 'static
 where
     K: Send + 'static,

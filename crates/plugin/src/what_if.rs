@@ -48,7 +48,7 @@ pub struct Scenario {
 /// What the controller would do, step by step.
 #[derive(Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
-pub struct Report {
+pub struct WhatIfReport {
     /// The policy, `namespace/name`.
     pub policy: String,
     /// The change, in words.
@@ -241,7 +241,7 @@ pub struct Imagined<'a> {
 
 /// The controller's decisions from now on, each run when the one before asked to be: those
 /// before the change advance the status silently; those from it on are the report.
-pub fn simulate(imagined: &Imagined) -> Report {
+pub fn simulate(imagined: &Imagined) -> WhatIfReport {
     let (policy, valid) = (imagined.policy, &imagined.valid);
     let mut previous = policy.status.as_ref().map(LastStatus::of);
     let (mut at, mut steps, mut settled) = (imagined.now, Vec::new(), false);
@@ -275,7 +275,7 @@ pub fn simulate(imagined: &Imagined) -> Report {
             None => imagined.from,
         };
     }
-    Report {
+    WhatIfReport {
         policy: format!("{}/{}", valid.namespace, valid.name),
         changes: imagined.changes.clone(),
         from: imagined.from,
@@ -356,7 +356,7 @@ fn weights(valid: &ValidPolicy, plan: &Plan) -> Vec<Weight> {
 }
 
 /// The report for people: one line per step, then the conditions where it settles.
-fn text(report: &Report) -> String {
+fn text(report: &WhatIfReport) -> String {
     let mut out = format!(
         "What if {} ({}), from {}:\n",
         report.changes.join(", "),
@@ -443,7 +443,7 @@ mod tests {
         policy
     }
 
-    fn report(policy: &FailoverPolicy, after: &[BackendObservation]) -> Report {
+    fn report(policy: &FailoverPolicy, after: &[BackendObservation]) -> WhatIfReport {
         let valid = Arc::new(validate(policy).expect("valid"));
         let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default();
         let before = [

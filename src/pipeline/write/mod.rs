@@ -22,7 +22,7 @@ use crate::{
         policy_metrics::{PolicyLabels, PolicyTable},
         writer::Writer,
     },
-    sources::local::policies::Held,
+    sources::local::policies::PolicyEntry,
     status::{Decided, Outcome},
 };
 
@@ -37,10 +37,10 @@ pub struct Written<'a> {
 }
 
 /// Events and metrics (the per-policy series, `metrics`) for what a reconcile did.
-pub fn report(
+pub fn announce(
     writer: &Writer,
     metrics: &PolicyTable,
-    policy: &Held,
+    policy: &PolicyEntry,
     target: &RouteTarget,
     outcome: &Outcome,
     written: &Written,
@@ -125,7 +125,7 @@ fn record_state(
 /// reconcile while it lasts.
 fn warn_failures(
     writer: &Writer,
-    policy: &Held,
+    policy: &PolicyEntry,
     status: &FailoverPolicyStatus,
     previous: Option<&LastStatus>,
 ) {
@@ -149,7 +149,7 @@ fn warn_failures(
 
 /// A Normal Event for each workload raised or restored, and (a deleted policy's last restores)
 /// a Warning for a workload that could not be restored.
-pub fn announce_scaling(writer: &Writer, policy: &Held, scaled: &crate::applied::Scaled) {
+pub fn announce_scaling(writer: &Writer, policy: &PolicyEntry, scaled: &crate::applied::Scaled) {
     for change in &scaled.changes {
         let reason = if change.raised {
             scaling::SCALED_UP
@@ -191,7 +191,7 @@ fn drill_running(status: &FailoverPolicyStatus) -> bool {
 /// its backend no longer ready, a pin, or the drill removed from the spec).
 fn announce_drill(
     writer: &Writer,
-    policy: &Held,
+    policy: &PolicyEntry,
     status: &FailoverPolicyStatus,
     previous: Option<&LastStatus>,
 ) {
@@ -236,7 +236,7 @@ fn is_failure(c: &Condition) -> bool {
 fn record_transition(
     writer: &Writer,
     metrics: &PolicyTable,
-    policy: &Held,
+    policy: &PolicyEntry,
     labels: &PolicyLabels,
     announcement: &Announcement,
 ) {
@@ -266,7 +266,7 @@ fn record_transition(
 
 /// Sends an Event in the background, through the writer: Events are best effort, never hold up
 /// the next reconcile of this policy, and a lost Event never blocks routing.
-fn publish(writer: &Writer, policy: &Held, type_: EventType, reason: &str, note: String) {
+fn publish(writer: &Writer, policy: &PolicyEntry, type_: EventType, reason: &str, note: String) {
     let event = Event {
         type_,
         reason: reason.to_string(),

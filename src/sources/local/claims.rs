@@ -2,10 +2,10 @@
 //! table, valid or not, claims what its route in place may attach to.
 
 pub use crate::claims::{Claimant, Claims};
-use crate::{sources::local::policies::Held, tenancy::Gateways};
+use crate::{sources::local::policies::PolicyEntry, tenancy::Gateways};
 
 /// A policy of the table as the claims read it.
-pub fn claimant<'a>(held: &'a Held, gateways: &Gateways) -> Claimant<'a> {
+pub fn claimant<'a>(held: &'a PolicyEntry, gateways: &Gateways) -> Claimant<'a> {
     Claimant {
         key: &held.key,
         uid: &held.identity.uid,

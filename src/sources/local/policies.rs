@@ -133,7 +133,7 @@ impl Identity {
 
 /// A policy as the table holds it, with its key.
 #[derive(Clone, Debug)]
-pub struct Held {
+pub struct PolicyEntry {
     /// Its namespace and name.
     pub key: PolicyKey,
     /// Who it is.
@@ -144,7 +144,7 @@ pub struct Held {
     pub last: Option<LastStatus>,
 }
 
-impl Held {
+impl PolicyEntry {
     /// A reference to the policy, for its Events.
     pub fn object_reference(&self) -> ObjectReference {
         ObjectReference {
@@ -168,20 +168,20 @@ struct Entry {
 
 /// What a watch event changed in the table.
 #[derive(Clone, Debug)]
-pub enum Change {
+pub enum TableChange {
     /// The policy is new or changed.
-    Applied {
+    Upserted {
         /// The policy now.
-        held: Box<Held>,
+        held: Box<PolicyEntry>,
         /// The policy before, if the table held it.
-        previous: Option<Box<Held>>,
+        previous: Option<Box<PolicyEntry>>,
         /// The watch event's object (its status seeds the health poller's readings).
         object: Arc<FailoverPolicy>,
         /// Its spec was validated anew (a new generation).
         revalidated: bool,
     },
     /// The policy is gone (as the table held it).
-    Deleted(Box<Held>),
+    Deleted(Box<PolicyEntry>),
     /// A complete list has been applied (the first list, or a relist).
     Listed,
 }
@@ -254,7 +254,7 @@ fn version_of(policy: &FailoverPolicy) -> Option<u64> {
 
 impl PolicyTable {
     /// The policy, if the table has it.
-    pub fn get(&self, key: &PolicyKey) -> Option<Held> {
+    pub fn get(&self, key: &PolicyKey) -> Option<PolicyEntry> {
         self.store.get(key).map(|entry| held(key, entry))
     }
 
@@ -290,7 +290,7 @@ impl PolicyTable {
         &mut self,
         event: watcher::Event<FailoverPolicy>,
         fresh: Option<Validated>,
-    ) -> (Vec<Change>, Option<u64>) {
+    ) -> (Vec<TableChange>, Option<u64>) {
         let revalidated = fresh.is_some();
         let spec = match &event {
             watcher::Event::Apply(p) | watcher::Event::InitApply(p) => match fresh {
@@ -306,23 +306,23 @@ impl PolicyTable {
         };
         let applied = self.store.apply(event, &mut holding);
         let mut object = holding.applied;
-        let mut changes: Vec<Change> = applied
+        let mut changes: Vec<TableChange> = applied
             .changes
             .into_iter()
             .filter_map(|change| match change {
-                store::Change::Applied { key, previous } => Some(Change::Applied {
+                store::EntryChange::Upserted { key, previous } => Some(TableChange::Upserted {
                     held: Box::new(self.get(&key)?),
                     previous: previous.map(|p| Box::new(held(&key, &p))),
                     object: object.take()?,
                     revalidated: holding.revalidated,
                 }),
-                store::Change::Deleted { key, entry } => {
-                    Some(Change::Deleted(Box::new(held(&key, &entry))))
+                store::EntryChange::Deleted { key, entry } => {
+                    Some(TableChange::Deleted(Box::new(held(&key, &entry))))
                 }
             })
             .collect();
         if applied.listed {
-            changes.push(Change::Listed);
+            changes.push(TableChange::Listed);
         }
         (changes, applied.complete_through)
     }
@@ -342,8 +342,8 @@ fn refreshed(spec: Spec, policy: &FailoverPolicy) -> Spec {
     }
 }
 
-fn held(key: &PolicyKey, entry: &Entry) -> Held {
-    Held {
+fn held(key: &PolicyKey, entry: &Entry) -> PolicyEntry {
+    PolicyEntry {
         key: key.clone(),
         identity: entry.identity.clone(),
         spec: entry.spec.clone(),
@@ -382,7 +382,7 @@ mod tests {
     }
 
     /// Applies an event, validating what the table asks to have validated.
-    fn apply(table: &mut PolicyTable, event: watcher::Event<FailoverPolicy>) -> Vec<Change> {
+    fn apply(table: &mut PolicyTable, event: watcher::Event<FailoverPolicy>) -> Vec<TableChange> {
         let fresh = match &event {
             watcher::Event::Apply(p) | watcher::Event::InitApply(p) => table
                 .needs_validation(p)
@@ -392,13 +392,13 @@ mod tests {
         table.apply(event, fresh).0
     }
 
-    fn names(changes: &[Change]) -> Vec<String> {
+    fn names(changes: &[TableChange]) -> Vec<String> {
         changes
             .iter()
             .map(|c| match c {
-                Change::Applied { held, .. } => format!("+{}", held.key.name),
-                Change::Deleted(held) => format!("-{}", held.key.name),
-                Change::Listed => "listed".to_string(),
+                TableChange::Upserted { held, .. } => format!("+{}", held.key.name),
+                TableChange::Deleted(held) => format!("-{}", held.key.name),
+                TableChange::Listed => "listed".to_string(),
             })
             .collect()
     }
@@ -510,7 +510,7 @@ mod tests {
         let changes = apply(&mut table, watcher::Event::Apply(versioned("1", 1)));
         assert!(matches!(
             changes.as_slice(),
-            [Change::Applied {
+            [TableChange::Upserted {
                 revalidated: true,
                 ..
             }]
@@ -520,7 +520,7 @@ mod tests {
         let changes = apply(&mut table, watcher::Event::Apply(versioned("2", 1)));
         assert!(matches!(
             changes.as_slice(),
-            [Change::Applied {
+            [TableChange::Upserted {
                 revalidated: false,
                 ..
             }]

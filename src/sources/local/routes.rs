@@ -6,7 +6,7 @@ use kube::runtime::watcher;
 
 use crate::{
     route::{RouteKey, RouteKind, RouteView},
-    sources::store::{Change, Keep, Store},
+    sources::store::{EntryChange, Keep, Store},
 };
 
 /// A route is kept as its view, already made by the watch.
@@ -73,7 +73,7 @@ impl RouteStore {
             .changes
             .into_iter()
             .map(|change| match change {
-                Change::Applied { key, .. } | Change::Deleted { key, .. } => key,
+                EntryChange::Upserted { key, .. } | EntryChange::Deleted { key, .. } => key,
             })
             .collect();
         (changed, applied.complete_through)

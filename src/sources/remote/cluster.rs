@@ -11,14 +11,14 @@ use kube::{Api, Client, core::PartialObjectMeta, runtime::watcher};
 use parking_lot::{Mutex, RwLock};
 use tokio::task::AbortHandle;
 
-use super::health::{Change, Health, State};
+use super::health::{CountsChange, Health, State};
 use crate::{
     apis::WatchKind,
     observation::ServiceKey,
     runtime::{api_client, metrics::Metrics},
     sources::{
         local::readiness::{ReadinessStore, SERVICE_NAME_LABEL},
-        watch::{Report, describe, events},
+        watch::{WatchReport, describe, events},
     },
 };
 
@@ -57,7 +57,7 @@ pub struct Shared {
 impl Shared {
     /// Records a change of liveness: metrics, a wake-up when decisions are concerned, and fresh
     /// watches (so every count is re-read) when the cluster answers again after going stale.
-    fn changed(self: &Arc<Self>, change: Change) {
+    fn changed(self: &Arc<Self>, change: CountsChange) {
         let rereading = {
             let health = self.health.lock();
             self.metrics.set_cluster_state(
@@ -67,7 +67,7 @@ impl Shared {
             );
             health.state == State::Rereading
         };
-        if change == Change::Counts {
+        if change == CountsChange::Counts {
             if rereading {
                 let namespaces = self.namespaces.lock().clone();
                 self.restart(&namespaces);
@@ -108,7 +108,7 @@ struct ClusterReport {
     namespace: String,
 }
 
-impl Report for ClusterReport {
+impl WatchReport for ClusterReport {
     fn event(&self, _kind: WatchKind) {
         let change = self.shared.health.lock().answered();
         self.shared.changed(change);
@@ -210,7 +210,7 @@ async fn probe(shared: Arc<Shared>) {
                 Ok(Ok(_)) => {
                     let change = health.answered();
                     match (change, shared.all_listed()) {
-                        (Change::None, true) => health.reread(),
+                        (CountsChange::None, true) => health.reread(),
                         (change, _) => change,
                     }
                 }
@@ -229,7 +229,7 @@ async fn probe(shared: Arc<Shared>) {
 /// EndpointSlices and Services (metadata) of one remote namespace → the cluster's counts.
 async fn watch_namespace(shared: Arc<Shared>, namespace: String) {
     let client = shared.client.clone();
-    let report: Arc<dyn Report> = Arc::new(ClusterReport {
+    let report: Arc<dyn WatchReport> = Arc::new(ClusterReport {
         shared: shared.clone(),
         namespace: namespace.clone(),
     });

@@ -51,7 +51,7 @@ pub struct Health {
 
 /// A change of state that the policies reading from the cluster must hear about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Change {
+pub enum CountsChange {
     /// Nothing the decisions see changed.
     None,
     /// Readiness from the cluster now counts, or no longer does.
@@ -72,50 +72,50 @@ impl Health {
     }
 
     /// The cluster answered (a probe or a watch event).
-    pub fn answered(&mut self) -> Change {
+    pub fn answered(&mut self) -> CountsChange {
         self.last_seen = Some((Instant::now(), Utc::now()));
         self.failing_since = None;
         self.error = None;
         match self.state {
             State::Stale => {
                 self.state = State::Rereading;
-                Change::Counts
+                CountsChange::Counts
             }
-            _ => Change::None,
+            _ => CountsChange::None,
         }
     }
 
     /// Every watched namespace has relisted: readiness is current.
-    pub fn reread(&mut self) -> Change {
+    pub fn reread(&mut self) -> CountsChange {
         match self.state {
             State::Rereading | State::Connecting | State::Unanswered => {
                 self.state = State::Fresh;
-                Change::Counts
+                CountsChange::Counts
             }
-            _ => Change::None,
+            _ => CountsChange::None,
         }
     }
 
     /// The cluster's API failed; returns whether it is now stale.
-    pub fn failed(&mut self, error: String) -> Change {
+    pub fn failed(&mut self, error: String) -> CountsChange {
         self.error = Some(error);
         self.failing_since.get_or_insert_with(Instant::now);
         self.check()
     }
 
     /// Marks the cluster stale once it has been unreachable for longer than `staleAfter`.
-    fn check(&mut self) -> Change {
+    fn check(&mut self) -> CountsChange {
         let silent = self.failing_since.map(|at| at.elapsed());
         match (&self.state, silent) {
             (State::Connecting, _) if self.started.elapsed() > self.stale_after => {
                 self.state = State::Unanswered;
-                Change::Counts
+                CountsChange::Counts
             }
             (State::Fresh | State::Rereading, Some(silent)) if silent > self.stale_after => {
                 self.state = State::Stale;
-                Change::Counts
+                CountsChange::Counts
             }
-            _ => Change::None,
+            _ => CountsChange::None,
         }
     }
 
@@ -162,8 +162,8 @@ mod tests {
     fn a_silence_shorter_than_stale_after_changes_nothing() {
         let mut h = Health::new(Duration::from_secs(30));
         h.answered();
-        assert_eq!(h.reread(), Change::Counts);
-        assert_eq!(h.failed("connection refused".into()), Change::None);
+        assert_eq!(h.reread(), CountsChange::Counts);
+        assert_eq!(h.failed("connection refused".into()), CountsChange::None);
         assert_eq!(
             h.unavailable("east"),
             None,
@@ -176,9 +176,9 @@ mod tests {
         let mut h = Health::new(Duration::from_millis(10));
         h.answered();
         h.reread();
-        assert_eq!(h.failed("connection refused".into()), Change::None);
+        assert_eq!(h.failed("connection refused".into()), CountsChange::None);
         std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(h.failed("connection refused".into()), Change::Counts);
+        assert_eq!(h.failed("connection refused".into()), CountsChange::Counts);
         let why = h.unavailable("east").unwrap_or_default();
         assert!(
             why.starts_with("cluster east unreachable for 0s: connection refused"),
@@ -191,9 +191,9 @@ mod tests {
             "the silence grows: {why}"
         );
         assert!(h.as_of().is_some());
-        assert_eq!(h.answered(), Change::Counts);
+        assert_eq!(h.answered(), CountsChange::Counts);
         assert!(h.unavailable("east").is_some_and(|w| w.contains("re-read")));
-        assert_eq!(h.reread(), Change::Counts);
+        assert_eq!(h.reread(), CountsChange::Counts);
         assert_eq!(h.unavailable("east"), None);
     }
 
@@ -204,10 +204,10 @@ mod tests {
         h.reread();
         // The last answer is older than staleAfter, but the cluster has only just failed.
         std::thread::sleep(Duration::from_millis(40));
-        assert_eq!(h.failed("connection refused".into()), Change::None);
+        assert_eq!(h.failed("connection refused".into()), CountsChange::None);
         assert_eq!(h.unavailable("east"), None);
         std::thread::sleep(Duration::from_millis(40));
-        assert_eq!(h.failed("connection refused".into()), Change::Counts);
+        assert_eq!(h.failed("connection refused".into()), CountsChange::Counts);
     }
 
     #[test]
@@ -223,14 +223,14 @@ mod tests {
     #[test]
     fn a_new_cluster_is_awaited_for_stale_after_then_counts_as_not_answering() {
         let mut h = Health::new(Duration::from_millis(30));
-        assert_eq!(h.failed("connection refused".into()), Change::None);
+        assert_eq!(h.failed("connection refused".into()), CountsChange::None);
         assert!(h.awaiting(), "the last known readiness stands");
         std::thread::sleep(Duration::from_millis(40));
-        assert_eq!(h.failed("connection refused".into()), Change::Counts);
+        assert_eq!(h.failed("connection refused".into()), CountsChange::Counts);
         assert!(!h.awaiting());
         assert!(h.unavailable("east").is_some());
         h.answered();
-        assert_eq!(h.reread(), Change::Counts);
+        assert_eq!(h.reread(), CountsChange::Counts);
         assert_eq!(h.unavailable("east"), None);
     }
 }

@@ -21,7 +21,7 @@ use crate::{
     apis::WatchKind,
     message,
     runtime::{api_client, metrics::Metrics},
-    sources::watch::{Report, describe, events},
+    sources::watch::{WatchReport, describe, events},
     tenancy::{NAMESPACES_ANNOTATION, NamespaceGrants},
 };
 
@@ -30,7 +30,7 @@ struct SecretsReport {
     metrics: Arc<Metrics>,
 }
 
-impl Report for SecretsReport {
+impl WatchReport for SecretsReport {
     fn listed(&self, _kind: WatchKind) {}
 
     fn failed(&self, kind: WatchKind, error: &watcher::Error) {
@@ -51,7 +51,7 @@ pub async fn feed(client: Client, clusters: Clusters, metrics: Arc<Metrics>) {
             clusters.secrets_read();
         }
     });
-    let report: Arc<dyn Report> = Arc::new(SecretsReport { metrics });
+    let report: Arc<dyn WatchReport> = Arc::new(SecretsReport { metrics });
     let mut listed: Option<BTreeSet<String>> = None;
     let mut stream = std::pin::pin!(events(
         api,

@@ -83,10 +83,10 @@ pub fn restored(record: &ScaledWorkload, replicas: i32) -> Option<i32> {
 /// The records of workloads that no secondary's `scaleTarget` names any more (removed, or
 /// changed to another workload).
 pub fn unnamed<'a>(
-    held: &'a [ScaledWorkload],
+    raised: &'a [ScaledWorkload],
     targets: &'a [Option<ScaleTarget>],
 ) -> impl Iterator<Item = &'a ScaledWorkload> {
-    held.iter().filter(move |r| {
+    raised.iter().filter(move |r| {
         !targets
             .iter()
             .flatten()
@@ -136,9 +136,9 @@ mod tests {
 
     #[test]
     fn records_of_workloads_no_scale_target_names_are_the_ones_left_over() {
-        let held = [record("web-east", false), record("web-west", false)];
+        let raised = [record("web-east", false), record("web-west", false)];
         let names = |targets: &[Option<ScaleTarget>]| {
-            unnamed(&held, targets)
+            unnamed(&raised, targets)
                 .map(|r| r.name.clone())
                 .collect::<Vec<_>>()
         };
@@ -184,15 +184,15 @@ mod tests {
             WorkloadStep::Keep(None),
             "has more"
         );
-        let held = record("web-east", false);
+        let record = record("web-east", false);
         assert_eq!(
-            step(&east, Some(5), Some(held.clone()), at(3, None)),
+            step(&east, Some(5), Some(record.clone()), at(3, None)),
             raised(1, 5),
             "raised further"
         );
         assert_eq!(
-            step(&east, Some(3), Some(held.clone()), at(3, None)),
-            WorkloadStep::Keep(Some(held.clone()))
+            step(&east, Some(3), Some(record.clone()), at(3, None)),
+            WorkloadStep::Keep(Some(record.clone()))
         );
     }
 
@@ -203,20 +203,20 @@ mod tests {
             name: "web-east".into(),
         };
         let now = |n| Replicas { now: n, most: None };
-        let held = record("web-east", false);
+        let raised = record("web-east", false);
         assert_eq!(
-            step(&east, Some(3), Some(held.clone()), now(7)),
+            step(&east, Some(3), Some(raised.clone()), now(7)),
             WorkloadStep::Keep(Some(record("web-east", true)))
         );
         assert_eq!(
-            step(&east, None, Some(held.clone()), now(3)),
+            step(&east, None, Some(raised.clone()), now(3)),
             WorkloadStep::Restore {
                 to: 1,
-                record: held.clone()
+                record: raised.clone()
             }
         );
         assert_eq!(
-            step(&east, None, Some(held), now(7)),
+            step(&east, None, Some(raised), now(7)),
             WorkloadStep::Keep(None)
         );
         assert_eq!(step(&east, None, None, now(7)), WorkloadStep::Keep(None));
