@@ -5,14 +5,15 @@
 use tracing::debug;
 
 use crate::{
-    observation::{PolicyKey, RemoteService, ServiceKey},
+    backend::BackendKey,
+    observation::{PolicyKey, RemoteService},
     route::RouteKey,
     sources::{Context, local::index::PolicyIndex, remote::cluster::RemoteChange},
 };
 
 impl Context {
-    /// Queues the policies naming these Services.
-    pub fn wake_for_services(&self, changed: Vec<ServiceKey>) {
+    /// Queues the policies naming these backends.
+    pub fn wake_for_services(&self, changed: Vec<BackendKey>) {
         if changed.is_empty() {
             return;
         }

@@ -4,7 +4,7 @@
 //!
 //! | floor | modules | what they are |
 //! |---|---|---|
-//! | ground | [`message`], [`digest`], [`health_query`], [`route`], [`observation`], [`policy`], [`tenancy`], [`apis`], [`applied`], [`crd`] | shared vocabulary: one-line messages, digests of values only compared, a health query parsed once within its cost limits, the route kinds and what a policy routes, what is known of a backend, a policy in validated form, what a policy's author may reach, the APIs the controller needs, what writing a route did, the CRD's YAML |
+//! | ground | [`message`], [`digest`], [`health_query`], [`route`], [`backend`], [`observation`], [`policy`], [`tenancy`], [`apis`], [`applied`], [`crd`] | shared vocabulary: one-line messages, digests of values only compared, a health query parsed once within its cost limits, the route kinds and what a policy routes, the backend kinds, what is known of a backend, a policy in validated form, what a policy's author may reach, the APIs the controller needs, what writing a route did, the CRD's YAML |
 //! | validate | [`validate`] | a [`policy::ValidPolicy`], every value parsed, or the problems |
 //! | decide | [`decide`] | weights, holds, transition, conditions |
 //! | status | [`status`] | the one place a status is built |
@@ -24,6 +24,7 @@ pub const VERSION: &str = match option_env!("FAILOVER_VERSION") {
 
 pub mod apis;
 pub mod applied;
+pub mod backend;
 pub mod claims;
 pub mod crd;
 pub mod decide;

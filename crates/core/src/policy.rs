@@ -8,6 +8,7 @@ use compact_str::CompactString;
 
 use crate::{
     api::{NoData, Strategy, WhenNoneReady},
+    backend::BackendRef,
     health_query::HealthQuery,
     observation::RemoteService,
     route::RouteTarget,
@@ -34,8 +35,8 @@ pub type Validated = Result<Arc<ValidPolicy>, Arc<[SpecProblem]>>;
 /// A backend of a valid policy.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Backend {
-    /// Its Service, in the policy's namespace.
-    pub service: CompactString,
+    /// What it is (a Service), by kind and name, in the policy's namespace.
+    pub reference: BackendRef,
     /// Its weight under `Weighted` (1 when unset).
     pub weight: i32,
     /// Where its readiness is read from: its own Service, or one in another cluster.
@@ -184,13 +185,20 @@ pub struct Ramp {
 }
 
 impl ValidPolicy {
-    /// The primary's Service name.
+    /// The primary's name.
     pub fn primary(&self) -> &str {
-        self.backends.first().map_or("", |b| b.service.as_str())
+        self.backends
+            .first()
+            .map_or("", |b| b.reference.name.as_str())
     }
 
-    /// The backends' Service names, primary first.
+    /// The backends' names, primary first.
     pub fn backend_names(&self) -> impl Iterator<Item = &str> {
-        self.backends.iter().map(|b| b.service.as_str())
+        self.backends.iter().map(|b| b.reference.name.as_str())
+    }
+
+    /// The backends, primary first.
+    pub fn backend_refs(&self) -> impl Iterator<Item = &BackendRef> {
+        self.backends.iter().map(|b| &b.reference)
     }
 }

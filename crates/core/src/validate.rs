@@ -16,6 +16,7 @@ use crate::{
         FailoverPolicy, FailoverPolicySpec, Strategy,
         rules::{self, CrossFieldRule, MAX_HOLD, MAX_HOLD_MESSAGE, parse_duration},
     },
+    backend::BackendRef,
     health_query::HealthQuery,
     observation::RemoteService,
     policy::{
@@ -73,7 +74,7 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
         return Err(problems);
     };
     let backends = backends(spec, &namespace);
-    let position = |name: &str| backends.iter().position(|b| b.service == name);
+    let position = |name: &str| backends.iter().position(|b| b.reference.name == name);
     let pin = spec.pin.as_deref().and_then(position);
     let drill = spec.drill.as_ref().and_then(|d| {
         Some(Drill {
@@ -141,12 +142,12 @@ fn backends(spec: &FailoverPolicySpec, namespace: &str) -> Box<[Backend]> {
         from.map(|r| Box::new(RemoteService::of(r, namespace, service)))
     };
     std::iter::once(Backend {
-        service: spec.primary.as_str().into(),
+        reference: BackendRef::service(&spec.primary),
         weight: 1,
         remote: remote(&spec.primary, spec.primary_readiness_from.as_ref()),
     })
     .chain(spec.secondaries.iter().map(|s| Backend {
-        service: s.service.as_str().into(),
+        reference: BackendRef::service(&s.service),
         weight: s.weight.unwrap_or(1),
         remote: remote(&s.service, s.readiness_from.as_ref()),
     }))
