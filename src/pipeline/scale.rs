@@ -75,9 +75,9 @@ pub async fn scale(
     wants: &[ScaleWant],
     held: &[ScaledWorkload],
 ) -> Scaled {
-    let scale = valid.capacity.as_ref().and_then(|c| c.scale.as_ref());
-    let targets = scale.map_or(&[][..], |s| &s.targets[..]);
-    if targets.is_empty() && held.is_empty() {
+    let scaling = valid.capacity.as_ref().is_some_and(|c| c.scale.is_some());
+    let targets = valid.scale_targets();
+    if !scaling && held.is_empty() {
         return Scaled::default();
     }
     if valid.suspend || !allowed {
@@ -94,7 +94,7 @@ pub async fn scale(
         scaled.problem = Some(problem);
         may_raise = false;
     }
-    restore_unnamed(gate, &valid.namespace, targets, held, &mut scaled).await;
+    restore_unnamed(gate, &valid.namespace, targets.clone(), held, &mut scaled).await;
     let raise = Raise {
         gate,
         namespace: &valid.namespace,
@@ -140,11 +140,15 @@ struct Raise<'a> {
 }
 
 impl Raise<'_> {
-    /// Each target's workload raised as its want says, or restored without one.
-    async fn named(&self, targets: &[Option<ScaleTarget>], scaled: &mut Scaled) {
+    /// Each target's workload (by backend index) raised as its want says, or restored without
+    /// one.
+    async fn named(
+        &self,
+        targets: impl Iterator<Item = (usize, &ScaleTarget)>,
+        scaled: &mut Scaled,
+    ) {
         let (gate, namespace, wants, held) = (self.gate, self.namespace, self.wants, self.held);
-        for (backend, target) in targets.iter().enumerate() {
-            let Some(target) = target else { continue };
+        for (backend, target) in targets {
             let want = wants
                 .iter()
                 .find(|w| w.backend == backend)
@@ -179,11 +183,11 @@ impl Raise<'_> {
 async fn restore_unnamed(
     gate: &WriteGate,
     namespace: &str,
-    targets: &[Option<ScaleTarget>],
+    targets: impl Iterator<Item = (usize, &ScaleTarget)> + Clone,
     held: &[ScaledWorkload],
     scaled: &mut Scaled,
 ) {
-    for record in restore::unnamed(held, targets) {
+    for record in restore::unnamed(held, targets.map(|(_, t)| t)) {
         match restore_one(
             gate,
             namespace,
