@@ -11,8 +11,8 @@
 //! - `failover-api` ([`api`]): the CRD's types, its validation rules, status types, condition
 //!   types and reasons;
 //! - `failover-core`: pure, no API client: the shared vocabulary ([`message`], [`digest`],
-//!   [`health_query`], [`route`], [`observation`], [`policy`], [`tenancy`], [`apis`],
-//!   [`applied`], [`crd`]), then [`validate`], [`decide`] and [`status`];
+//!   [`health_query`], [`route`], [`backend`], [`observation`], [`policy`], [`tenancy`],
+//!   [`apis`], [`applied`], [`crd`]), then [`validate`], [`decide`] and [`status`];
 //! - `failover-controller` (this crate): the I/O around them, from the ground up:
 //!
 //! | floor | modules | what they are |
@@ -29,8 +29,8 @@
 //! ([`LAYERS`] states the order once; `tests/it/architecture.rs` holds the code to it).
 
 pub use failover_core::{
-    api, apis, applied, claims, crd, decide, digest, endpoints, health_query, intent, last_status,
-    message, observation, policy, route, status, tenancy, validate,
+    api, apis, applied, backend, claims, crd, decide, digest, endpoints, health_query, intent,
+    last_status, message, observation, policy, route, status, tenancy, validate,
 };
 
 pub use failover_core::VERSION;

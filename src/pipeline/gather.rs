@@ -1,5 +1,5 @@
 //! Step 4 of the pipeline: everything a decision reads, taken from the caches only (no API
-//! call): each backend's observation (from its local Service, or from the remote cluster named
+//! call): each backend's observation (from its own readiness source, or from the remote cluster named
 //! by its `readinessFrom`), the route as the cluster has it, and the previous status
 //! (the one this replica wrote last when the policy cache has not caught up with it yet).
 
@@ -35,11 +35,11 @@ pub fn inputs(policy: &ValidPolicy, caches: &Caches) -> Inputs {
             .map(|b| {
                 let mut observation = match &b.remote {
                     Some(remote) => caches.remote.observe(&policy.namespace, remote),
-                    None => readiness.observe(&policy.namespace, &b.service),
+                    None => readiness.observe(&b.reference.key(&policy.namespace)),
                 };
                 if policy.health.is_some() {
                     let key = PolicyKey::new(&policy.namespace, &policy.name);
-                    observation.health = caches.health.reading(&key, &b.service);
+                    observation.health = caches.health.reading(&key, &b.reference.name);
                 }
                 observation
             })

@@ -75,9 +75,9 @@ pub async fn scale(
     wants: &[ScaleWant],
     raised: &[ScaledWorkload],
 ) -> Scaled {
-    let scale = valid.capacity.as_ref().and_then(|c| c.scale.as_ref());
-    let targets = scale.map_or(&[][..], |s| &s.targets[..]);
-    if targets.is_empty() && raised.is_empty() {
+    let scaling = valid.capacity.as_ref().is_some_and(|c| c.scale.is_some());
+    let targets = valid.scale_targets();
+    if !scaling && raised.is_empty() {
         return Scaled::default();
     }
     if valid.suspend || !allowed {
@@ -94,7 +94,14 @@ pub async fn scale(
         scaled.problem = Some(problem);
         may_raise = false;
     }
-    restore_unnamed(writer, &valid.namespace, targets, raised, &mut scaled).await;
+    restore_unnamed(
+        writer,
+        &valid.namespace,
+        targets.clone(),
+        raised,
+        &mut scaled,
+    )
+    .await;
     let raise = Raise {
         writer,
         namespace: &valid.namespace,
@@ -140,12 +147,16 @@ struct Raise<'a> {
 }
 
 impl Raise<'_> {
-    /// Each target's workload raised as its want says, or restored without one.
-    async fn named(&self, targets: &[Option<ScaleTarget>], scaled: &mut Scaled) {
+    /// Each target's workload (by backend index) raised as its want says, or restored without
+    /// one.
+    async fn named(
+        &self,
+        targets: impl Iterator<Item = (usize, &ScaleTarget)>,
+        scaled: &mut Scaled,
+    ) {
         let (writer, namespace, wants, raised) =
             (self.writer, self.namespace, self.wants, self.raised);
-        for (backend, target) in targets.iter().enumerate() {
-            let Some(target) = target else { continue };
+        for (backend, target) in targets {
             let want = wants
                 .iter()
                 .find(|w| w.backend == backend)
@@ -180,11 +191,11 @@ impl Raise<'_> {
 async fn restore_unnamed(
     writer: &Writer,
     namespace: &str,
-    targets: &[Option<ScaleTarget>],
+    targets: impl Iterator<Item = (usize, &ScaleTarget)> + Clone,
     raised: &[ScaledWorkload],
     scaled: &mut Scaled,
 ) {
-    for record in restore::unnamed(raised, targets) {
+    for record in restore::unnamed(raised, targets.map(|(_, t)| t)) {
         match restore_one(
             writer,
             namespace,

@@ -6,7 +6,8 @@ use futures::channel::mpsc;
 use tracing::debug;
 
 use crate::{
-    observation::{PolicyKey, RemoteService, ServiceKey},
+    backend::BackendKey,
+    observation::{PolicyKey, RemoteService},
     route::RouteKey,
     sources::{Context, local::index::PolicyIndex, remote::cluster::RemoteChange},
 };
@@ -30,8 +31,8 @@ impl Wake {
 }
 
 impl Context {
-    /// Queues the policies naming these Services.
-    pub fn wake_for_services(&self, changed: Vec<ServiceKey>) {
+    /// Queues the policies naming these backends.
+    pub fn wake_for_services(&self, changed: Vec<BackendKey>) {
         if changed.is_empty() {
             return;
         }

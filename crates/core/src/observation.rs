@@ -82,32 +82,7 @@ impl From<&str> for Namespace {
     }
 }
 
-/// A Service by namespace and name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ServiceKey {
-    /// Namespace of the Service.
-    pub namespace: Namespace,
-    /// Name of the Service (inline when 24 bytes or shorter).
-    pub name: compact_str::CompactString,
-}
-
-impl ServiceKey {
-    /// A key from borrowed parts.
-    pub fn new(namespace: &str, name: &str) -> Self {
-        Self {
-            namespace: Namespace::new(namespace),
-            name: name.into(),
-        }
-    }
-}
-
-impl fmt::Display for ServiceKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
-
-/// A policy by namespace and name: of its own type, so a Service's key never passes for a
+/// A policy by namespace and name: of its own type, so a backend's key never passes for a
 /// policy's (a policy and its apex Service often share a name).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PolicyKey {
@@ -310,11 +285,10 @@ mod tests {
     }
 
     #[test]
-    fn a_policy_key_is_laid_out_as_a_service_key() {
-        assert_eq!(size_of::<PolicyKey>(), size_of::<ServiceKey>());
-        let (policy, service) = (PolicyKey::new("ns", "web"), ServiceKey::new("ns", "web"));
-        assert!(Arc::ptr_eq(&policy.namespace.0, &service.namespace.0));
-        assert_eq!(policy.to_string(), service.to_string());
+    fn keys_of_one_namespace_share_it_whatever_they_key() {
+        let policy = PolicyKey::new("ns", "web");
+        let backend = crate::backend::BackendRef::service("web").key("ns");
+        assert!(Arc::ptr_eq(&policy.namespace.0, &backend.namespace.0));
     }
 
     #[test]

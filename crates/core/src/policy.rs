@@ -8,6 +8,7 @@ use compact_str::CompactString;
 
 use crate::{
     api::{NoData, Strategy, WhenNoneReady},
+    backend::BackendRef,
     health_query::HealthQuery,
     observation::RemoteService,
     route::RouteTarget,
@@ -34,12 +35,17 @@ pub type Validated = Result<Arc<ValidPolicy>, Arc<[SpecProblem]>>;
 /// A backend of a valid policy.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Backend {
-    /// Its Service, in the policy's namespace.
-    pub service: CompactString,
+    /// What it is (a Service), by kind and name, in the policy's namespace.
+    pub reference: BackendRef,
     /// Its weight under `Weighted` (1 when unset).
     pub weight: i32,
     /// Where its readiness is read from: its own Service, or one in another cluster.
     pub remote: Option<Box<RemoteService>>,
+    /// With `spec.capacity`: requests per second one of its ready endpoints serves.
+    pub per_endpoint: Option<i32>,
+    /// With `spec.capacity.scale`: its workload, scaled before traffic moves to it (never the
+    /// primary's).
+    pub scale_target: Option<crate::api::ScaleTarget>,
 }
 
 /// A hold (`failoverAfter` or `failbackAfter`): as parsed, and as written.
@@ -99,24 +105,21 @@ pub struct ValidPolicy {
     pub capacity: Option<Box<Capacity>>,
 }
 
-/// `spec.capacity`, parsed: what one ready endpoint of each backend serves, and scaling.
+/// `spec.capacity`, parsed: scaling (what one ready endpoint of each backend serves is the
+/// backend's own [`Backend::per_endpoint`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Capacity {
-    /// Requests per second one ready endpoint of each backend serves, primary first.
-    pub per_endpoint: Box<[i64]>,
     /// Scaling the secondaries before traffic moves to them, when set.
     pub scale: Option<Scale>,
 }
 
-/// `spec.capacity.scale`, with each backend's workload.
+/// `spec.capacity.scale` (each backend's workload is its own [`Backend::scale_target`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Scale {
     /// How long traffic waits for the scaled secondaries after the primary turned not ready.
     pub deadline: Hold,
     /// The most replicas set on one workload.
     pub max_replicas: i32,
-    /// The workload of each backend, primary first (the primary's is never scaled: `None`).
-    pub targets: Box<[Option<crate::api::ScaleTarget>]>,
 }
 
 /// A drill (`spec.drill`): all traffic to one backend until `until`.
@@ -184,13 +187,30 @@ pub struct Ramp {
 }
 
 impl ValidPolicy {
-    /// The primary's Service name.
+    /// The primary's name.
     pub fn primary(&self) -> &str {
-        self.backends.first().map_or("", |b| b.service.as_str())
+        self.backends
+            .first()
+            .map_or("", |b| b.reference.name.as_str())
     }
 
-    /// The backends' Service names, primary first.
+    /// The backends' names, primary first.
     pub fn backend_names(&self) -> impl Iterator<Item = &str> {
-        self.backends.iter().map(|b| b.service.as_str())
+        self.backends.iter().map(|b| b.reference.name.as_str())
+    }
+
+    /// The workloads `spec.capacity.scale` names, by backend index.
+    pub fn scale_targets(&self) -> impl Iterator<Item = (usize, &crate::api::ScaleTarget)> + Clone {
+        let scale = self.capacity.as_ref().is_some_and(|c| c.scale.is_some());
+        self.backends
+            .iter()
+            .enumerate()
+            .filter(move |_| scale)
+            .filter_map(|(i, b)| Some((i, b.scale_target.as_ref()?)))
+    }
+
+    /// The backends, primary first.
+    pub fn backend_refs(&self) -> impl Iterator<Item = &BackendRef> {
+        self.backends.iter().map(|b| &b.reference)
     }
 }

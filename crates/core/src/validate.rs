@@ -16,6 +16,7 @@ use crate::{
         FailoverPolicy, FailoverPolicySpec, Strategy,
         rules::{self, CrossFieldRule, MAX_HOLD, MAX_HOLD_MESSAGE, parse_duration},
     },
+    backend::BackendRef,
     health_query::HealthQuery,
     observation::RemoteService,
     policy::{
@@ -73,7 +74,7 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
         return Err(problems);
     };
     let backends = backends(spec, &namespace);
-    let position = |name: &str| backends.iter().position(|b| b.service == name);
+    let position = |name: &str| backends.iter().position(|b| b.reference.name == name);
     let pin = spec.pin.as_deref().and_then(position);
     let drill = spec.drill.as_ref().and_then(|d| {
         Some(Drill {
@@ -108,47 +109,43 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
     })
 }
 
-/// `spec.capacity`, parsed: each backend's rate per endpoint, and the scaling deadline.
+/// `spec.capacity`, parsed: the scaling deadline (each backend's rate per endpoint and workload
+/// are its own, see [`backends`]).
 fn capacity(spec: &FailoverPolicySpec, problems: &mut Vec<SpecProblem>) -> Option<Capacity> {
     let c = spec.capacity.as_ref()?;
-    let per_endpoint = std::iter::once(c.primary_per_endpoint.unwrap_or(c.per_endpoint))
-        .chain(
-            spec.secondaries
-                .iter()
-                .map(|s| s.per_endpoint.unwrap_or(c.per_endpoint)),
-        )
-        .map(i64::from)
-        .collect();
     let scale = match &c.scale {
         None => None,
         Some(s) => Some(Scale {
             deadline: hold(&s.deadline, "spec.capacity.scale.deadline", problems)?,
             max_replicas: s.max_replicas,
-            targets: std::iter::once(None)
-                .chain(spec.secondaries.iter().map(|s| s.scale_target.clone()))
-                .collect(),
         }),
     };
-    Some(Capacity {
-        per_endpoint,
-        scale,
-    })
+    Some(Capacity { scale })
 }
 
-/// The backends in priority order, each with where its readiness is read.
+/// The backends in priority order, each with where its readiness is read and its own settings:
+/// its weight, and with `spec.capacity` its rate per endpoint (the capacity's unless it sets
+/// its own) and, with `scale`, its workload.
 fn backends(spec: &FailoverPolicySpec, namespace: &str) -> Box<[Backend]> {
     let remote = |service: &str, from: Option<&crate::api::ReadinessFrom>| {
         from.map(|r| Box::new(RemoteService::of(r, namespace, service)))
     };
+    let capacity = spec.capacity.as_ref();
+    let per_endpoint = |own: Option<i32>| capacity.map(|c| own.unwrap_or(c.per_endpoint));
+    let scaled = capacity.is_some_and(|c| c.scale.is_some());
     std::iter::once(Backend {
-        service: spec.primary.as_str().into(),
+        reference: BackendRef::service(&spec.primary),
         weight: 1,
         remote: remote(&spec.primary, spec.primary_readiness_from.as_ref()),
+        per_endpoint: per_endpoint(capacity.and_then(|c| c.primary_per_endpoint)),
+        scale_target: None,
     })
     .chain(spec.secondaries.iter().map(|s| Backend {
-        service: s.service.as_str().into(),
+        reference: BackendRef::service(&s.service),
         weight: s.weight.unwrap_or(1),
         remote: remote(&s.service, s.readiness_from.as_ref()),
+        per_endpoint: per_endpoint(s.per_endpoint),
+        scale_target: s.scale_target.clone().filter(|_| scaled),
     }))
     .collect()
 }

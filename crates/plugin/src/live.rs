@@ -5,8 +5,9 @@
 use chrono::Utc;
 use failover_core::{
     api::{FailoverPolicy, FailoverPolicyStatus, conditions::attached},
+    backend::{BackendKind, BackendRef},
     claims::{Claimant, Claims},
-    endpoints::{SERVICE_NAME_LABEL, observe_service},
+    endpoints::observe_service,
     observation::{Availability, BackendObservation, PolicyKey, Reading, Sample},
     policy::ValidPolicy,
     route::{ParentKind, RouteParent, RouteTarget, RouteView},
@@ -34,7 +35,9 @@ pub async fn observe(
         .unwrap_or_default();
     let mut observations = Vec::with_capacity(valid.backends.len());
     for backend in valid.backends.iter() {
-        let status = recorded.iter().find(|b| b.service == backend.service);
+        let status = recorded
+            .iter()
+            .find(|b| b.service == backend.reference.name);
         let mut observation = if backend.remote.is_some() {
             // Another cluster's readiness: as the controller last recorded it.
             status.map_or_else(BackendObservation::default, |b| BackendObservation {
@@ -45,8 +48,9 @@ pub async fn observe(
                 ..BackendObservation::counted(b.ready_endpoints, b.total_endpoints)
             })
         } else {
-            let exists = services.get_opt(&backend.service).await?.is_some();
-            let selector = format!("{SERVICE_NAME_LABEL}={}", backend.service);
+            let exists = exists(&services, &backend.reference).await?;
+            let label = backend.reference.kind.spec().slice_label;
+            let selector = format!("{label}={}", backend.reference.name);
             let listed = slices
                 .list(&ListParams::default().labels(&selector))
                 .await?;
@@ -62,6 +66,13 @@ pub async fn observe(
         observations.push(observation);
     }
     Ok(observations)
+}
+
+/// Whether a backend's object exists, as the controller's watch of its kind says.
+async fn exists(services: &Api<Service>, backend: &BackendRef) -> anyhow::Result<bool> {
+    Ok(match backend.kind {
+        BackendKind::Service => services.get_opt(&backend.name).await?.is_some(),
+    })
 }
 
 /// The route the policy owns, as the cluster has it (its parents' answers go into the status).

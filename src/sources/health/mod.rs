@@ -161,8 +161,8 @@ impl Health {
             .backends
             .iter()
             .map(|b| {
-                let query = scoped.for_backend(&v.namespace, &b.service);
-                (b.service.to_string(), query)
+                let query = scoped.for_backend(&v.namespace, &b.reference.name);
+                (b.reference.name.to_string(), query)
             })
             .collect();
         Ok(Plan {
@@ -242,7 +242,7 @@ impl Health {
         readings.retain(|_, r| r.failing.as_deref() == Some(&why.message));
         for b in backends {
             readings
-                .entry(b.service.to_string())
+                .entry(b.reference.name.to_string())
                 .or_insert_with(|| Reading {
                     sample: None,
                     failing: Some(why.message.clone()),

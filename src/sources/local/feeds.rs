@@ -12,10 +12,10 @@ use kube::{
     runtime::watcher,
 };
 
-use super::readiness::{ReadinessStore, SERVICE_NAME_LABEL};
+use super::readiness::ReadinessStore;
 use crate::{
     apis::WatchKind,
-    observation::ServiceKey,
+    backend::{BackendKey, BackendKind},
     route::{RouteKey, RouteKind},
     sources::{
         Context,
@@ -40,7 +40,7 @@ async fn readiness_feeds(ctx: &Arc<Context>) {
         events(
             scoped::<EndpointSlice>(client, ns),
             WatchKind::EndpointSlice,
-            watcher::Config::default().labels(SERVICE_NAME_LABEL),
+            watcher::Config::default().labels(BackendKind::Service.spec().slice_label),
             ctx.clone(),
         ),
         ReadinessStore::apply_slice_event,
@@ -63,7 +63,7 @@ async fn readiness_feeds(ctx: &Arc<Context>) {
 async fn readiness_feed<K>(
     ctx: &Context,
     events: impl Stream<Item = watcher::Event<K>>,
-    apply: fn(&mut ReadinessStore, watcher::Event<K>) -> Vec<ServiceKey>,
+    apply: fn(&mut ReadinessStore, watcher::Event<K>) -> Vec<BackendKey>,
 ) {
     events
         .for_each(|event| {

@@ -8,30 +8,32 @@ use compact_str::CompactString;
 use smallvec::SmallVec;
 
 use crate::{
+    backend::{BackendKey, BackendRef},
     digest::digest,
-    observation::{Namespace, PolicyKey, RemoteService, ServiceKey},
+    observation::{Namespace, PolicyKey, RemoteService},
     policy::ValidPolicy,
     route::{RouteKey, RouteKind},
 };
 
-/// What one policy references: its Services (sorted, distinct) and its route's name.
+/// What one policy references: its apex Service and backends (sorted, distinct) and its route's
+/// name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct References {
-    services: Vec<CompactString>,
+    backends: Vec<BackendRef>,
     route: (RouteKind, CompactString),
     remote: Vec<RemoteService>,
 }
 
 impl References {
     fn of(policy: &ValidPolicy) -> Self {
-        let mut services: Vec<CompactString> = std::iter::once(policy.service.as_str())
-            .chain(policy.backend_names())
-            .map(CompactString::from)
+        // The apex is a Service: its readiness wakes the policy as a Service backend's does.
+        let mut backends: Vec<BackendRef> = std::iter::once(BackendRef::service(&policy.service))
+            .chain(policy.backend_refs().cloned())
             .collect();
-        services.sort();
-        services.dedup();
+        backends.sort();
+        backends.dedup();
         Self {
-            services,
+            backends,
             route: (policy.route.kind(), policy.route.name.clone()),
             remote: policy
                 .backends
@@ -46,11 +48,11 @@ impl References {
 /// (one name costs no allocation of the list's own), its name inline when 24 bytes or shorter.
 type Names = SmallVec<[CompactString; 1]>;
 
-/// Service → policies and generated route (TrafficSplit or HTTPRoute) name → policies, within
+/// Backend (or apex Service) → policies and generated route (TrafficSplit or HTTPRoute) name → policies, within
 /// each namespace.
 #[derive(Debug, Default)]
 pub struct PolicyIndex {
-    /// By a digest of the Service's key, so the index holds no copy of a Service's name. Two
+    /// By a digest of the backend's key, so the index holds no copy of a backend's name. Two
     /// keys with one digest (one chance in 2^64 for a pair) would only share their policies,
     /// each woken by the other's changes.
     by_service: HashMap<u64, Names>,
@@ -67,8 +69,8 @@ pub struct PolicyIndex {
 }
 
 impl PolicyIndex {
-    /// The policies that reference a Service (as apex or backend).
-    pub fn policies_for_service(&self, service: &ServiceKey) -> Vec<PolicyKey> {
+    /// The policies that reference a backend (or a Service as their apex).
+    pub fn policies_for_service(&self, service: &BackendKey) -> Vec<PolicyKey> {
         Self::lookup(&self.by_service, digest(service), &service.namespace)
     }
 
@@ -162,15 +164,8 @@ impl PolicyIndex {
 
     fn link_all(&mut self, key: &PolicyKey, refs: &References) {
         let name = &key.name;
-        for svc in &refs.services {
-            link(
-                &mut self.by_service,
-                ServiceKey {
-                    namespace: key.namespace.clone(),
-                    name: svc.clone(),
-                },
-                name,
-            );
+        for backend in &refs.backends {
+            link(&mut self.by_service, backend_key(key, backend), name);
         }
         link(&mut self.by_route, route_key(key, refs), name);
         *self.kinds.entry(refs.route.0).or_default() += 1;
@@ -183,15 +178,8 @@ impl PolicyIndex {
     }
 
     fn unlink_all(&mut self, key: &PolicyKey, refs: &References) {
-        for svc in &refs.services {
-            unlink(
-                &mut self.by_service,
-                ServiceKey {
-                    namespace: key.namespace.clone(),
-                    name: svc.clone(),
-                },
-                &key.name,
-            );
+        for backend in &refs.backends {
+            unlink(&mut self.by_service, backend_key(key, backend), &key.name);
         }
         unlink(&mut self.by_route, route_key(key, refs), &key.name);
         if let Some(n) = self.kinds.get_mut(&refs.route.0) {
@@ -205,6 +193,14 @@ impl PolicyIndex {
                 }
             }
         }
+    }
+}
+
+fn backend_key(policy: &PolicyKey, backend: &BackendRef) -> BackendKey {
+    BackendKey {
+        kind: backend.kind,
+        namespace: policy.namespace.clone(),
+        name: backend.name.clone(),
     }
 }
 
@@ -264,7 +260,7 @@ mod tests {
         let mut index = PolicyIndex::default();
         index.update(&key("p1"), None, Some(&policy("p1", "a", &["b"])));
         index.update(&key("p2"), None, Some(&policy("p2", "a", &["c"])));
-        let svc = |n: &str| ServiceKey::new("ns", n);
+        let svc = |n: &str| BackendKey::service("ns", n);
         assert_eq!(index.policies_for_service(&svc("a")).len(), 2);
         assert_eq!(
             index.policies_for_service(&svc("b")),
@@ -285,7 +281,7 @@ mod tests {
         );
         assert!(
             index
-                .policies_for_service(&ServiceKey::new("other", "a"))
+                .policies_for_service(&BackendKey::service("other", "a"))
                 .is_empty()
         );
         let route = RouteKey {
@@ -309,7 +305,7 @@ mod tests {
         index.update(&key("p1"), Some(&p1), Some(&policy("p1", "a", &["d"])));
         assert!(
             index
-                .policies_for_service(&ServiceKey::new("ns", "b"))
+                .policies_for_service(&BackendKey::service("ns", "b"))
                 .is_empty()
         );
         index.update(&key("p1"), Some(&policy("p1", "a", &["d"])), None);

@@ -1,5 +1,7 @@
-//! Backend readiness, kept as compact per-Service counts built from EndpointSlice and Service
-//! watch events. Nothing is decided here: the counts are what the decision reads.
+//! Backend readiness, kept as compact per-backend counts built from EndpointSlice and Service
+//! watch events. Nothing is decided here: the counts are what the decision reads. A slice is
+//! counted for the backend its label names, the label of the backend's kind
+//! ([`BackendKind::of_slice`]); the Service watch says whether each Service backend exists.
 //!
 //! Only counts are kept, never whole objects: memory grows with the number of slices, not with
 //! their size. A Service's endpoints are summed over its slices per address family and the
@@ -14,9 +16,10 @@ use smallvec::SmallVec;
 
 pub use crate::endpoints::SERVICE_NAME_LABEL;
 use crate::{
+    backend::{BackendKey, BackendKind},
     digest::digest,
     endpoints::{self, SliceCounts},
-    observation::{BackendObservation, ServiceKey},
+    observation::BackendObservation,
     sources::store::Relist,
 };
 
@@ -87,12 +90,17 @@ fn named_service(slice: &str) -> Option<&str> {
     slice.rsplit_once('-').map(|(service, _)| service)
 }
 
-/// The Service a slice belongs to, its name and its counts; `None` without the service label.
-fn counted(slice: &EndpointSlice) -> Option<(ServiceKey, String, SliceCounts)> {
+/// The backend a slice belongs to, its name and its counts; `None` without a backend kind's
+/// label.
+fn counted(slice: &EndpointSlice) -> Option<(BackendKey, String, SliceCounts)> {
     let ns = slice.metadata.namespace.as_deref()?;
     let name = slice.metadata.name.clone()?;
-    let service = slice.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
-    Some((ServiceKey::new(ns, service), name, SliceCounts::of(slice)))
+    let (kind, backend) = BackendKind::of_slice(slice.metadata.labels.as_ref()?)?;
+    Some((
+        BackendKey::new(kind, ns, backend),
+        name,
+        SliceCounts::of(slice),
+    ))
 }
 
 /// Readiness of every Service in the watched scope.
@@ -110,9 +118,9 @@ fn counted(slice: &EndpointSlice) -> Option<(ServiceKey, String, SliceCounts)> {
 /// Service's key a second time, with a copy of every observation to compare against.
 #[derive(Debug, Default)]
 pub struct ReadinessStore {
-    services: HashMap<ServiceKey, ServiceEntry>,
-    /// The Service a slice (by `namespace/slice`) is counted for, when its name says another.
-    moved: HashMap<Box<str>, Box<str>>,
+    services: HashMap<BackendKey, ServiceEntry>,
+    /// The backend a slice (by `namespace/slice`) is counted for, when its name says another.
+    moved: HashMap<Box<str>, (BackendKind, Box<str>)>,
     /// The number of the slice watch's relist running or last run.
     slice_relist: Relist,
     /// The number of the Service watch's relist running or last run.
@@ -120,10 +128,10 @@ pub struct ReadinessStore {
 }
 
 impl ReadinessStore {
-    /// What is known of one Service.
-    pub fn observe(&self, namespace: &str, name: &str) -> BackendObservation {
+    /// What is known of one backend.
+    pub fn observe(&self, backend: &BackendKey) -> BackendObservation {
         self.services
-            .get(&ServiceKey::new(namespace, name))
+            .get(backend)
             .map(ServiceEntry::observation)
             .unwrap_or_default()
     }
@@ -138,8 +146,8 @@ impl ReadinessStore {
         self.services.is_empty()
     }
 
-    /// Applies one EndpointSlice watch event; returns the Services whose observation changed.
-    pub fn apply_slice_event(&mut self, event: watcher::Event<EndpointSlice>) -> Vec<ServiceKey> {
+    /// Applies one EndpointSlice watch event; returns the backends whose observation changed.
+    pub fn apply_slice_event(&mut self, event: watcher::Event<EndpointSlice>) -> Vec<BackendKey> {
         match event {
             watcher::Event::Apply(slice) | watcher::Event::InitApply(slice) => {
                 self.upsert_slice(&slice)
@@ -165,9 +173,9 @@ impl ReadinessStore {
     pub fn apply_service_event<M: kube::Resource>(
         &mut self,
         event: watcher::Event<M>,
-    ) -> Vec<ServiceKey> {
+    ) -> Vec<BackendKey> {
         let key_of = |m: &M| {
-            Some(ServiceKey::new(
+            Some(BackendKey::service(
                 m.meta().namespace.as_deref()?,
                 m.meta().name.as_deref()?,
             ))
@@ -187,10 +195,12 @@ impl ReadinessStore {
             }
             watcher::Event::InitDone => {
                 let relist = self.service_relist;
-                let gone: Vec<ServiceKey> = self
+                let gone: Vec<BackendKey> = self
                     .services
                     .iter()
-                    .filter(|(_, e)| e.exists && !relist.listed(e.listed))
+                    .filter(|(k, e)| {
+                        k.kind == BackendKind::Service && e.exists && !relist.listed(e.listed)
+                    })
                     .map(|(k, _)| k.clone())
                     .collect();
                 gone.into_iter()
@@ -200,7 +210,7 @@ impl ReadinessStore {
         }
     }
 
-    fn set_exists(&mut self, key: ServiceKey, exists: bool) -> Option<ServiceKey> {
+    fn set_exists(&mut self, key: BackendKey, exists: bool) -> Option<BackendKey> {
         let listed = self.service_relist;
         let entry = self.services.entry(key.clone()).or_default();
         entry.listed = listed;
@@ -217,7 +227,7 @@ impl ReadinessStore {
         Some(key)
     }
 
-    fn upsert_slice(&mut self, slice: &EndpointSlice) -> Vec<ServiceKey> {
+    fn upsert_slice(&mut self, slice: &EndpointSlice) -> Vec<BackendKey> {
         let (Some(ns), Some(slice_name)) = (
             slice.metadata.namespace.as_deref(),
             slice.metadata.name.as_deref(),
@@ -227,9 +237,9 @@ impl ReadinessStore {
         let counted = counted(slice);
         let service = counted.as_ref().map(|(service, _, _)| service.clone());
         let mut changed = Vec::new();
-        // A slice whose service label changed (or was removed) leaves its old Service.
+        // A slice whose label changed (or was removed) leaves its old backend.
         if let Some(old) = self.counted_for(ns, slice_name)
-            && service.as_ref().is_none_or(|s| s.name != old.name)
+            && service.as_ref().is_none_or(|s| *s != old)
         {
             changed.extend(self.remove_slice(ns, slice_name));
         }
@@ -242,8 +252,10 @@ impl ReadinessStore {
         entry.set_slice(slice_name, counts, listed);
         let after = entry.observation();
         if named_service(slice_name) != Some(&*service.name) {
-            self.moved
-                .insert(slice_id(ns, slice_name), service.name.as_str().into());
+            self.moved.insert(
+                slice_id(ns, slice_name),
+                (service.kind, service.name.as_str().into()),
+            );
         }
         if before != after {
             changed.push(service);
@@ -251,21 +263,24 @@ impl ReadinessStore {
         changed
     }
 
-    /// The Service a slice is counted for, if it is.
-    fn counted_for(&self, namespace: &str, slice_name: &str) -> Option<ServiceKey> {
+    /// The backend a slice is counted for, if it is.
+    fn counted_for(&self, namespace: &str, slice_name: &str) -> Option<BackendKey> {
         if !self.moved.is_empty()
-            && let Some(service) = self.moved.get(&*slice_id(namespace, slice_name))
+            && let Some((kind, backend)) = self.moved.get(&*slice_id(namespace, slice_name))
         {
-            return Some(ServiceKey::new(namespace, service));
+            return Some(BackendKey::new(*kind, namespace, backend));
         }
-        let service = ServiceKey::new(namespace, named_service(slice_name)?);
-        self.services
-            .get(&service)?
-            .has_slice(slice_name)
-            .then_some(service)
+        let named = named_service(slice_name)?;
+        BackendKind::ALL.into_iter().find_map(|kind| {
+            let backend = BackendKey::new(kind, namespace, named);
+            self.services
+                .get(&backend)?
+                .has_slice(slice_name)
+                .then_some(backend)
+        })
     }
 
-    fn remove_slice(&mut self, namespace: &str, slice_name: &str) -> Option<ServiceKey> {
+    fn remove_slice(&mut self, namespace: &str, slice_name: &str) -> Option<BackendKey> {
         let service = self.counted_for(namespace, slice_name)?;
         if !self.moved.is_empty() {
             self.moved.remove(&*slice_id(namespace, slice_name));
@@ -282,7 +297,7 @@ impl ReadinessStore {
 
     /// Ends a relist of the slices: the slices it did not list are gone; returns the Services
     /// that changed.
-    fn drop_unlisted_slices(&mut self) -> Vec<ServiceKey> {
+    fn drop_unlisted_slices(&mut self) -> Vec<BackendKey> {
         let relist = self.slice_relist;
         let mut changed = Vec::new();
         for (key, entry) in &mut self.services {
@@ -297,10 +312,10 @@ impl ReadinessStore {
         }
         self.services.retain(|_, e| !e.is_empty());
         let services = &self.services;
-        self.moved.retain(|id, service| {
+        self.moved.retain(|id, (kind, backend)| {
             id.split_once('/').is_some_and(|(namespace, slice)| {
                 services
-                    .get(&ServiceKey::new(namespace, service))
+                    .get(&BackendKey::new(*kind, namespace, backend))
                     .is_some_and(|e| e.has_slice(slice))
             })
         });
@@ -361,8 +376,8 @@ mod tests {
             "IPv4",
             &[Some(false)],
         )));
-        assert_eq!(changed, vec![ServiceKey::new("ns", "a")]);
-        let o = store.observe("ns", "a");
+        assert_eq!(changed, vec![BackendKey::service("ns", "a")]);
+        let o = store.observe(&BackendKey::service("ns", "a"));
         assert_eq!((o.ready_endpoints, o.total_endpoints, o.slices), (2, 3, 2));
     }
 
@@ -398,7 +413,12 @@ mod tests {
             "IPv6",
             &[Some(true), Some(true)],
         )));
-        assert_eq!(store.observe("ns", "a").ready_endpoints, 2);
+        assert_eq!(
+            store
+                .observe(&BackendKey::service("ns", "a"))
+                .ready_endpoints,
+            2
+        );
     }
 
     #[test]
@@ -431,7 +451,10 @@ mod tests {
         let changed =
             store.apply_slice_event(watcher::Event::Delete(slice("a-1", "a", "IPv4", &[])));
         assert_eq!(changed.len(), 1);
-        assert_eq!(store.observe("ns", "a"), BackendObservation::default());
+        assert_eq!(
+            store.observe(&BackendKey::service("ns", "a")),
+            BackendObservation::default()
+        );
         assert!(store.is_empty());
     }
 
@@ -451,19 +474,34 @@ mod tests {
         );
         assert_eq!(
             store.apply_slice_event(watcher::Event::InitApply(ready("c-1", "c", false))),
-            vec![ServiceKey::new("ns", "c")],
+            vec![BackendKey::service("ns", "c")],
             "a listed slice counts at once"
         );
         // A slice not listed yet still counts until the list ends.
-        assert_eq!(store.observe("ns", "b").ready_endpoints, 1);
+        assert_eq!(
+            store
+                .observe(&BackendKey::service("ns", "b"))
+                .ready_endpoints,
+            1
+        );
         let changed = store.apply_slice_event(watcher::Event::InitDone);
-        assert_eq!(changed, vec![ServiceKey::new("ns", "b")]);
-        assert_eq!(store.observe("ns", "b").ready_endpoints, 0);
-        assert_eq!(store.observe("ns", "a").ready_endpoints, 1);
+        assert_eq!(changed, vec![BackendKey::service("ns", "b")]);
+        assert_eq!(
+            store
+                .observe(&BackendKey::service("ns", "b"))
+                .ready_endpoints,
+            0
+        );
+        assert_eq!(
+            store
+                .observe(&BackendKey::service("ns", "a"))
+                .ready_endpoints,
+            1
+        );
         // The dropped slice is forgotten: listed again, it counts again.
         assert_eq!(
             store.apply_slice_event(watcher::Event::Apply(ready("b-1", "b", true))),
-            vec![ServiceKey::new("ns", "b")]
+            vec![BackendKey::service("ns", "b")]
         );
     }
 
@@ -488,22 +526,38 @@ mod tests {
         };
         store.apply_service_event::<Service>(watcher::Event::Init);
         let changed = store.apply_service_event(watcher::Event::InitApply(svc.clone()));
-        assert_eq!(changed, vec![ServiceKey::new("ns", "a")], "at once");
+        assert_eq!(changed, vec![BackendKey::service("ns", "a")], "at once");
         store.apply_service_event(watcher::Event::InitApply(named("b")));
         assert!(
             store
                 .apply_service_event::<Service>(watcher::Event::InitDone)
                 .is_empty()
         );
-        assert!(store.observe("ns", "a").service_exists);
+        assert!(
+            store
+                .observe(&BackendKey::service("ns", "a"))
+                .service_exists
+        );
         store.apply_service_event(watcher::Event::Delete(svc));
-        assert!(!store.observe("ns", "a").service_exists);
+        assert!(
+            !store
+                .observe(&BackendKey::service("ns", "a"))
+                .service_exists
+        );
         // A relist that no longer lists b: b is gone when it ends.
         store.apply_service_event::<Service>(watcher::Event::Init);
-        assert!(store.observe("ns", "b").service_exists);
+        assert!(
+            store
+                .observe(&BackendKey::service("ns", "b"))
+                .service_exists
+        );
         let changed = store.apply_service_event::<Service>(watcher::Event::InitDone);
-        assert_eq!(changed, vec![ServiceKey::new("ns", "b")]);
-        assert!(!store.observe("ns", "b").service_exists);
+        assert_eq!(changed, vec![BackendKey::service("ns", "b")]);
+        assert!(
+            !store
+                .observe(&BackendKey::service("ns", "b"))
+                .service_exists
+        );
     }
 
     #[test]
@@ -524,9 +578,17 @@ mod tests {
         changed.sort();
         assert_eq!(
             changed,
-            vec![ServiceKey::new("ns", "a"), ServiceKey::new("ns", "b")]
+            vec![
+                BackendKey::service("ns", "a"),
+                BackendKey::service("ns", "b")
+            ]
         );
-        assert_eq!(store.observe("ns", "a").ready_endpoints, 0);
+        assert_eq!(
+            store
+                .observe(&BackendKey::service("ns", "a"))
+                .ready_endpoints,
+            0
+        );
     }
 
     #[test]
@@ -535,11 +597,26 @@ mod tests {
         let one = |service: &str| slice("web-x1", service, "IPv4", &[Some(true)]);
         store.apply_slice_event(watcher::Event::Apply(one("web")));
         assert!(store.moved.is_empty(), "the name says the Service");
-        assert_eq!(store.observe("ns", "web").ready_endpoints, 1);
+        assert_eq!(
+            store
+                .observe(&BackendKey::service("ns", "web"))
+                .ready_endpoints,
+            1
+        );
 
         store.apply_slice_event(watcher::Event::Apply(one("api")));
-        assert_eq!(store.observe("ns", "web").ready_endpoints, 0);
-        assert_eq!(store.observe("ns", "api").ready_endpoints, 1);
+        assert_eq!(
+            store
+                .observe(&BackendKey::service("ns", "web"))
+                .ready_endpoints,
+            0
+        );
+        assert_eq!(
+            store
+                .observe(&BackendKey::service("ns", "api"))
+                .ready_endpoints,
+            1
+        );
         assert_eq!(
             store.moved.len(),
             1,
@@ -547,12 +624,22 @@ mod tests {
         );
 
         store.apply_slice_event(watcher::Event::Apply(one("web")));
-        assert_eq!(store.observe("ns", "api").ready_endpoints, 0);
-        assert_eq!(store.observe("ns", "web").ready_endpoints, 1);
+        assert_eq!(
+            store
+                .observe(&BackendKey::service("ns", "api"))
+                .ready_endpoints,
+            0
+        );
+        assert_eq!(
+            store
+                .observe(&BackendKey::service("ns", "web"))
+                .ready_endpoints,
+            1
+        );
         assert!(store.moved.is_empty());
 
         let changed = store.apply_slice_event(watcher::Event::Delete(one("web")));
-        assert_eq!(changed, vec![ServiceKey::new("ns", "web")]);
+        assert_eq!(changed, vec![BackendKey::service("ns", "web")]);
         assert!(store.is_empty());
     }
 }

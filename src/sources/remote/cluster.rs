@@ -14,10 +14,10 @@ use tokio::task::AbortHandle;
 use super::health::{CountsChange, Health, State};
 use crate::{
     apis::WatchKind,
-    observation::ServiceKey,
+    backend::{BackendKey, BackendKind},
     runtime::{api_client, metrics::Metrics},
     sources::{
-        local::readiness::{ReadinessStore, SERVICE_NAME_LABEL},
+        local::readiness::ReadinessStore,
         watch::{WatchReport, describe, events},
     },
 };
@@ -27,7 +27,7 @@ use crate::{
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RemoteChange {
     /// These Services' counts changed.
-    Services(String, Vec<ServiceKey>),
+    Services(String, Vec<BackendKey>),
     /// Readiness from the cluster now counts, or no longer does.
     Cluster(String),
 }
@@ -236,7 +236,7 @@ async fn watch_namespace(shared: Arc<Shared>, namespace: String) {
     let slices = events(
         Api::<EndpointSlice>::namespaced(client.clone(), &namespace),
         WatchKind::EndpointSlice,
-        watcher::Config::default().labels(SERVICE_NAME_LABEL),
+        watcher::Config::default().labels(BackendKind::Service.spec().slice_label),
         report.clone(),
     )
     .for_each(|event| {

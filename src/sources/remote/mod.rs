@@ -32,6 +32,7 @@ use parking_lot::RwLock;
 
 use self::cluster::{Cluster, Wake};
 use crate::{
+    backend::BackendKey,
     observation::{Availability, BackendObservation, RemoteService},
     runtime::metrics::Metrics,
     tenancy::NamespaceGrants,
@@ -162,7 +163,7 @@ impl Clusters {
                     None => shared
                         .readiness
                         .read()
-                        .observe(&remote.namespace, &remote.service),
+                        .observe(&BackendKey::service(&remote.namespace, &remote.service)),
                 }
             }
         }

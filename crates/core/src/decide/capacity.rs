@@ -46,10 +46,10 @@ pub fn bound(
     let Some(cap) = policy.capacity.as_deref() else {
         return (routing, None, Vec::new());
     };
-    let Some(demand) = demand(cap, backends, previous.demand) else {
+    let Some(demand) = demand(policy, backends, previous.demand) else {
         return (routing, None, Vec::new());
     };
-    let capacity = capacities(cap, backends);
+    let capacity = capacities(policy, backends);
     let primary_down = !backends.first().is_some_and(|b| b.ready);
     let failing_back = !primary_down && (!previous.on_primary || previous.ramping);
     let wants = if primary_down || failing_back {
@@ -89,10 +89,14 @@ pub fn bound(
 /// the others are not ready (or it has none), the demand last recorded stands, so a primary
 /// losing endpoints is not taken to need less, and a rollout's extra Pod starting is not taken
 /// to need more; `None` when neither is known.
-pub fn demand(cap: &Capacity, backends: &[BackendState], recorded: Option<i64>) -> Option<i64> {
+pub fn demand(
+    policy: &ValidPolicy,
+    backends: &[BackendState],
+    recorded: Option<i64>,
+) -> Option<i64> {
     let o = &backends.first()?.observation;
     let staying = (o.total_endpoints - o.terminating_endpoints).max(0);
-    let sized = i64::from(staying) * cap.per_endpoint.first().copied().unwrap_or(0);
+    let sized = i64::from(staying) * per_endpoint(policy, 0);
     let whole = o.ready_endpoints >= staying;
     match recorded.filter(|d| *d > 0) {
         Some(recorded) if !whole || sized == 0 => Some(recorded),
@@ -101,18 +105,28 @@ pub fn demand(cap: &Capacity, backends: &[BackendState], recorded: Option<i64>) 
 }
 
 /// What each backend's ready endpoints serve (0 while it is not ready), primary first.
-pub fn capacities(cap: &Capacity, backends: &[BackendState]) -> Vec<i64> {
+pub fn capacities(policy: &ValidPolicy, backends: &[BackendState]) -> Vec<i64> {
     backends
         .iter()
-        .zip(cap.per_endpoint.iter())
-        .map(|(b, per)| {
+        .zip(policy.backends.iter())
+        .map(|(b, backend)| {
             if b.ready {
-                i64::from(b.observation.ready_endpoints.max(0)) * per
+                i64::from(b.observation.ready_endpoints.max(0))
+                    * backend.per_endpoint.map_or(0, i64::from)
             } else {
                 0
             }
         })
         .collect()
+}
+
+/// What one ready endpoint of the backend at `i` serves (0 without `spec.capacity`).
+fn per_endpoint(policy: &ValidPolicy, i: usize) -> i64 {
+    policy
+        .backends
+        .get(i)
+        .and_then(|b| b.per_endpoint)
+        .map_or(0, i64::from)
 }
 
 /// Each backend's capacity as basis points of the demand (rounded to the nearest, at most all
@@ -259,20 +273,26 @@ fn scale_wants(
     let Some(scale) = cap.scale.as_ref() else {
         return Vec::new();
     };
-    let now = capacities(cap, backends);
+    let now = capacities(policy, backends);
+    let scaled = |i: usize| {
+        policy
+            .backends
+            .get(i)
+            .is_some_and(|b| b.scale_target.is_some())
+    };
     let most: Vec<i64> = (0..backends.len())
-        .map(|i| match scale.targets.get(i) {
-            Some(Some(_)) if i > 0 => i64::from(scale.max_replicas) * cap.per_endpoint[i],
-            _ if i > 0 => now[i],
-            _ => 0,
+        .map(|i| match i {
+            0 => 0,
+            _ if scaled(i) => i64::from(scale.max_replicas) * per_endpoint(policy, i),
+            _ => now[i],
         })
         .collect();
     let takes = fill(policy, &most, demand);
     (1..backends.len())
-        .filter(|&i| matches!(scale.targets.get(i), Some(Some(_))) && takes[i] > 0)
+        .filter(|&i| scaled(i) && takes[i] > 0)
         .map(|i| ScaleWant {
             backend: i,
-            replicas: i32::try_from(ceil_div(takes[i], cap.per_endpoint[i].max(1)))
+            replicas: i32::try_from(ceil_div(takes[i], per_endpoint(policy, i).max(1)))
                 .unwrap_or(scale.max_replicas)
                 .min(scale.max_replicas),
         })

@@ -30,7 +30,7 @@ pub fn verdicts(policy: &ValidPolicy, plan: &Plan) -> Vec<Verdict> {
     verdicts.extend(super::drill::verdict(policy, plan));
     verdicts.extend(demand_unserved(policy, plan));
     if let Rule::Pinned(p) = plan.routing.rule {
-        let name = &policy.backends[p].service;
+        let name = &policy.backends[p].reference.name;
         verdicts.push(if plan.backends[p].ready {
             Verdict::new(
                 PINNED,
@@ -110,7 +110,7 @@ fn ready(policy: &ValidPolicy, plan: &Plan) -> Verdict {
 
 /// `Ready` under `spec.pin`: true while the pinned backend is ready.
 fn pinned(policy: &ValidPolicy, plan: &Plan, p: usize) -> Verdict {
-    let name = &policy.backends[p].service;
+    let name = &policy.backends[p].reference.name;
     if plan.backends[p].ready {
         Verdict::new(
             READY,
@@ -131,7 +131,7 @@ fn pinned(policy: &ValidPolicy, plan: &Plan, p: usize) -> Verdict {
 /// `Ready` during a drill: true while its backend is ready (a forced drill may send traffic to
 /// one that is not).
 fn drilled(policy: &ValidPolicy, plan: &Plan, to: usize, until: DateTime<Utc>) -> Verdict {
-    let name = &policy.backends[to].service;
+    let name = &policy.backends[to].reference.name;
     let until = Timestamp(until);
     if plan.backends[to].ready {
         Verdict::new(
@@ -276,8 +276,8 @@ fn health_queries(policy: &ValidPolicy, plan: &Plan) -> Option<Verdict> {
         };
         refused = refused.or(reading.refused);
         match by_error.iter_mut().find(|(e, _)| *e == error) {
-            Some((_, services)) => services.push(&b.service),
-            None => by_error.push((error, vec![&b.service])),
+            Some((_, services)) => services.push(&b.backend.name),
+            None => by_error.push((error, vec![&b.backend.name])),
         }
     }
     let failing: Vec<String> = by_error
@@ -364,7 +364,7 @@ fn degraded(plan: &Plan) -> Verdict {
         .map(|b| {
             format!(
                 "{} ({})",
-                b.service,
+                b.backend,
                 b.not_ready.as_deref().unwrap_or("not ready")
             )
         })

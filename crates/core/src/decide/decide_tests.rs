@@ -78,7 +78,7 @@ pub(crate) fn decide(
             resource_version: None,
             rules: Some(RulesDigest::of(&target.rules(
                 &spec.service,
-                valid.backend_names(),
+                valid.backend_refs(),
                 &kept,
             ))),
             answers: Vec::new(),

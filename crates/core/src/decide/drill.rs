@@ -90,7 +90,7 @@ pub fn requeue_after(policy: &ValidPolicy, now: DateTime<Utc>) -> Option<Duratio
 /// The `Drill` condition, while the spec has a drill.
 pub fn verdict(policy: &ValidPolicy, plan: &Plan) -> Option<Verdict> {
     let (drill, state) = state(policy, &plan.backends, plan.now)?;
-    let to = &policy.backends.get(drill.to)?.service;
+    let to = &policy.backends.get(drill.to)?.reference.name;
     let until = Timestamp(drill.until);
     Some(match state {
         DrillState::Running => Verdict::new(
@@ -133,7 +133,7 @@ mod tests {
 
     fn backend(ready: bool) -> BackendState {
         BackendState {
-            service: "b".into(),
+            backend: crate::backend::BackendRef::service("b"),
             observation: Default::default(),
             ready,
             since: at(0),

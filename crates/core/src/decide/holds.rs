@@ -106,7 +106,7 @@ mod tests {
 
     fn state(ready: bool, since: i64) -> BackendState {
         BackendState {
-            service: "primary".into(),
+            backend: crate::backend::BackendRef::service("primary"),
             observation: Default::default(),
             ready,
             since: DateTime::from_timestamp(since, 0).unwrap_or_default(),

@@ -45,7 +45,7 @@ impl Previous {
                 ..Self::default()
             };
         };
-        let primary = policy.backends.first().map(|b| b.service.as_str());
+        let primary = policy.backends.first().map(|b| b.reference.name.as_str());
         let weights = (!status.backends.is_empty()).then(|| {
             policy
                 .backend_names()

@@ -9,6 +9,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::{
+    backend::BackendRef,
     last_status::LastStatus,
     observation::{Availability, BackendObservation},
     policy::{ReadinessRule, ValidPolicy},
@@ -17,9 +18,9 @@ use crate::{
 /// What is known of one backend.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BackendState {
-    /// Its Service.
-    pub service: String,
-    /// What the caches say of its Service.
+    /// Which backend.
+    pub backend: BackendRef,
+    /// What the caches say of it.
     pub observation: BackendObservation,
     /// Whether it counts as ready.
     pub ready: bool,
@@ -37,11 +38,12 @@ pub fn assess(
     now: DateTime<Utc>,
 ) -> Vec<BackendState> {
     policy
-        .backend_names()
+        .backend_refs()
         .enumerate()
-        .map(|(i, name)| {
+        .map(|(i, backend)| {
+            let name = backend.name.as_str();
             let observation = observations.get(i).cloned().unwrap_or_default();
-            if let Some(last) = last_known(&observation, previous, name, now) {
+            if let Some(last) = last_known(&observation, previous, backend, now) {
                 return last;
             }
             let healthy = healthy(policy, &observation);
@@ -57,7 +59,7 @@ pub fn assess(
                     .unwrap_or_else(|| not_ready_message(&observation, policy.readiness))
             });
             BackendState {
-                service: name.to_string(),
+                backend: backend.clone(),
                 observation,
                 ready,
                 since,
@@ -71,15 +73,15 @@ pub fn assess(
 fn last_known(
     observation: &BackendObservation,
     previous: Option<&LastStatus>,
-    name: &str,
+    backend: &BackendRef,
     now: DateTime<Utc>,
 ) -> Option<BackendState> {
     if !matches!(observation.availability, Availability::Awaiting { .. }) {
         return None;
     }
-    let last = previous?.backend(name)?;
+    let last = previous?.backend(&backend.name)?;
     Some(BackendState {
-        service: name.to_string(),
+        backend: backend.clone(),
         observation: BackendObservation {
             service_exists: true,
             ready_endpoints: last.ready_endpoints,
@@ -188,16 +190,30 @@ mod tests {
             ..Default::default()
         });
         let now = Utc::now();
-        let kept = last_known(&awaiting, Some(&previous), "web-east", now).expect("kept");
+        let kept = last_known(
+            &awaiting,
+            Some(&previous),
+            &BackendRef::service("web-east"),
+            now,
+        )
+        .expect("kept");
         assert!(kept.ready);
         assert_eq!(kept.observation.ready_endpoints, 2);
         assert_eq!(
-            last_known(&awaiting, None, "web-east", now),
+            last_known(&awaiting, None, &BackendRef::service("web-east"), now),
             None,
             "nothing to keep"
         );
         let known = BackendObservation::counted(0, 3);
-        assert_eq!(last_known(&known, Some(&previous), "web-east", now), None);
+        assert_eq!(
+            last_known(
+                &known,
+                Some(&previous),
+                &BackendRef::service("web-east"),
+                now
+            ),
+            None
+        );
     }
 
     #[test]

@@ -82,14 +82,16 @@ pub fn restored(record: &ScaledWorkload, replicas: i32) -> Option<i32> {
 
 /// The records of workloads that no secondary's `scaleTarget` names any more (removed, or
 /// changed to another workload).
-pub fn unnamed<'a>(
+pub fn unnamed<'a, T>(
     raised: &'a [ScaledWorkload],
-    targets: &'a [Option<ScaleTarget>],
-) -> impl Iterator<Item = &'a ScaledWorkload> {
+    targets: T,
+) -> impl Iterator<Item = &'a ScaledWorkload> + use<'a, T>
+where
+    T: Iterator<Item = &'a ScaleTarget> + Clone,
+{
     raised.iter().filter(move |r| {
         !targets
-            .iter()
-            .flatten()
+            .clone()
             .any(|t| t.kind == r.kind && t.name == r.name)
     })
 }
@@ -138,7 +140,7 @@ mod tests {
     fn records_of_workloads_no_scale_target_names_are_the_ones_left_over() {
         let raised = [record("web-east", false), record("web-west", false)];
         let names = |targets: &[Option<ScaleTarget>]| {
-            unnamed(&raised, targets)
+            unnamed(&raised, targets.iter().flatten())
                 .map(|r| r.name.clone())
                 .collect::<Vec<_>>()
         };

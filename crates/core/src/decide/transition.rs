@@ -187,7 +187,7 @@ mod tests {
 
     fn state(service: &str, ready: bool) -> BackendState {
         BackendState {
-            service: service.into(),
+            backend: crate::backend::BackendRef::service(service),
             observation: Default::default(),
             ready,
             since: chrono::DateTime::UNIX_EPOCH,

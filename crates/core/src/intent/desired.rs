@@ -30,7 +30,7 @@ impl DesiredRoute {
     pub fn of(owner: OwnerReference, valid: &ValidPolicy, weights: &[i32]) -> Self {
         let owner_uid = owner.uid.clone();
         let target = valid.route.clone();
-        let rules = target.rules(&valid.service, valid.backend_names(), weights);
+        let rules = target.rules(&valid.service, valid.backend_refs(), weights);
         let meta = metadata(&target.name, &valid.namespace, &valid.name, owner);
         let object = target.object(meta, &rules);
         Self {

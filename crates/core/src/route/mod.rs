@@ -36,6 +36,7 @@ pub use self::table::KINDS;
 pub use self::view::RouteView;
 use crate::{
     api::{FailoverPolicy, TrafficSplitApiVersion},
+    backend::BackendRef,
     observation::Namespace,
 };
 
@@ -135,13 +136,13 @@ impl RouteTarget {
     pub fn rules<'a>(
         &self,
         apex: &str,
-        backends: impl Iterator<Item = &'a str>,
+        backends: impl Iterator<Item = &'a BackendRef>,
         weights: &[i32],
     ) -> RouteRules {
         let backends = backends
             .zip(weights)
-            .map(|(service, weight)| RouteBackend {
-                service: service.to_string(),
+            .map(|(backend, weight)| RouteBackend {
+                backend: backend.clone(),
                 port: None,
                 weight: i64::from(*weight),
             })
@@ -206,18 +207,19 @@ mod tests {
             name: "web".into(),
             shape: Shape::HttpRoute(Box::new(HttpShape::of("web", &route))),
         };
-        let rules = target.rules("web", ["a", "b"].into_iter(), &[1, 0]);
+        let (a, b) = (BackendRef::service("a"), BackendRef::service("b"));
+        let rules = target.rules("web", [&a, &b].into_iter(), &[1, 0]);
         assert_eq!(rules.parents[0].port, Some(80));
         assert_eq!(
             rules.backends,
             vec![
                 RouteBackend {
-                    service: "a".into(),
+                    backend: BackendRef::service("a"),
                     port: Some(8080),
                     weight: 1
                 },
                 RouteBackend {
-                    service: "b".into(),
+                    backend: BackendRef::service("b"),
                     port: Some(8080),
                     weight: 0
                 }

@@ -3,7 +3,7 @@
 //! in the cluster compare as plain values, ignoring the API server's defaults. Each route kind
 //! converts to and from it.
 
-use crate::digest::digest;
+use crate::{backend::BackendRef, digest::digest};
 
 /// What a route says, normalized across kinds.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -77,8 +77,8 @@ impl RouteParent {
 /// One weighted backend of a route.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RouteBackend {
-    /// The backend Service.
-    pub service: String,
+    /// The backend.
+    pub backend: BackendRef,
     /// Its port (HTTPRoute only).
     pub port: Option<i32>,
     /// Its weight.
@@ -103,7 +103,7 @@ impl RulesDigest {
             weights: rules
                 .backends
                 .iter()
-                .map(|b| (digest(b.service.as_str()), b.weight))
+                .map(|b| (digest(b.backend.name.as_str()), b.weight))
                 .collect(),
         }
     }
@@ -136,7 +136,7 @@ mod tests {
             backends: weights
                 .iter()
                 .map(|(service, weight)| RouteBackend {
-                    service: (*service).into(),
+                    backend: BackendRef::service(service),
                     port: None,
                     weight: *weight,
                 })

@@ -18,9 +18,12 @@ use super::{
     kind::{self, Form, KindSpec, Reasons, RouteKind},
     rules::{RouteBackend, RouteRules},
 };
-use crate::api::{
-    FailoverPolicy, FailoverPolicySpec, FailoverPolicyStatus, TrafficSplitApiVersion,
-    conditions::ready, rules::CrossFieldRule,
+use crate::{
+    api::{
+        FailoverPolicy, FailoverPolicySpec, FailoverPolicyStatus, TrafficSplitApiVersion,
+        conditions::ready, rules::CrossFieldRule,
+    },
+    backend::BackendRef,
 };
 
 /// The TrafficSplit kind.
@@ -166,7 +169,7 @@ pub fn object(
                 .backends
                 .iter()
                 .map(|b| TrafficSplitBackend {
-                    service: b.service.clone(),
+                    service: b.backend.name.to_string(),
                     weight: b.weight,
                 })
                 .collect(),
@@ -190,7 +193,8 @@ pub fn rules(split: &TrafficSplit) -> RouteRules {
             .backends
             .iter()
             .map(|b| RouteBackend {
-                service: b.service.clone(),
+                // SMI's backends are Services, by name.
+                backend: BackendRef::service(&b.service),
                 port: None,
                 weight: b.weight,
             })

@@ -288,7 +288,7 @@ fn backends(policy: &ValidPolicy, plan: &Plan, shares: Option<&[String]>) -> Vec
                     healthy: h.healthy(r.value),
                     read_at: Timestamp(r.read_at),
                 }),
-            service: b.service.clone(),
+            service: b.backend.name.to_string(),
             role: if i == 0 {
                 Role::Primary
             } else {

@@ -1,6 +1,6 @@
 //! The Gateway API `HTTPRoute` resource (`gateway.networking.k8s.io/v1`), typed as far as this
 //! controller reads and writes it: its parents (Gateways, the apex Service, or both), hostnames,
-//! one rule (an optional path prefix, the weighted Service backends), and the answers its
+//! one rule (an optional path prefix, the weighted backends, each named as its kind says), and the answers its
 //! parents' controllers write into `status.parents`.
 //!
 //! Why not the `gateway-api` crate: its current release (0.22) is built on kube 4 and
@@ -19,7 +19,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::route::rules::{ParentKind, RouteBackend, RouteParent, RouteRules};
+use crate::{
+    backend::{BackendKind, BackendRef as Backend},
+    route::rules::{ParentKind, RouteBackend, RouteParent, RouteRules},
+};
 
 /// API group of the parent reference to a Service, as Linkerd documents it.
 const CORE_GROUP: &str = "core";
@@ -256,9 +259,9 @@ pub fn object(meta: ObjectMeta, rules: &RouteRules) -> DynamicObject {
                 .backends
                 .iter()
                 .map(|b| BackendRef {
-                    group: Some(String::new()),
-                    kind: Some("Service".into()),
-                    name: b.service.clone(),
+                    group: Some(b.backend.kind.spec().group.into()),
+                    kind: Some(b.backend.kind.spec().kind.into()),
+                    name: b.backend.name.to_string(),
                     port: b.port,
                     weight: Some(i32::try_from(b.weight).unwrap_or(i32::MAX)),
                     other: BTreeMap::new(),
@@ -290,7 +293,7 @@ fn path_prefix(matches: &[HttpRouteMatch]) -> Result<Option<String>, ()> {
 }
 
 /// What an HTTPRoute says, when it has the form this controller writes (Service or Gateway
-/// parents, one rule of Service backends with at most a path prefix); `None` otherwise, so any
+/// parents, one rule of backends of known kinds with at most a path prefix); `None` otherwise, so any
 /// other form is rewritten.
 pub fn rules(route: &HttpRoute) -> Option<RouteRules> {
     let [rule] = route.spec.rules.as_slice() else {
@@ -303,28 +306,31 @@ pub fn rules(route: &HttpRoute) -> Option<RouteRules> {
         .map(parent)
         .collect::<Option<Vec<_>>>()?;
     let plain = |other: &BTreeMap<String, Value>| other.values().all(Value::is_null);
-    let service_kind = |kind: &Option<String>| kind.as_deref().is_none_or(|k| k == "Service");
-    let backends_are_services = rule.backend_refs.iter().all(|b| {
-        b.group.as_deref().is_none_or(str::is_empty) && service_kind(&b.kind) && plain(&b.other)
-    });
-    if !backends_are_services || !plain(&rule.other) {
+    if !plain(&rule.other) {
         return None;
     }
+    let backends = rule
+        .backend_refs
+        .iter()
+        .map(|b| {
+            let kind = BackendKind::of_reference(b.group.as_deref(), b.kind.as_deref())?;
+            plain(&b.other).then(|| RouteBackend {
+                backend: Backend {
+                    kind,
+                    name: b.name.as_str().into(),
+                },
+                port: b.port,
+                // The API server defaults an unset weight to 1.
+                weight: i64::from(b.weight.unwrap_or(1)),
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
     Some(RouteRules {
         apex: String::new(),
         parents,
         hostnames: route.spec.hostnames.clone(),
         path_prefix: path_prefix(&rule.matches).ok()?,
-        backends: rule
-            .backend_refs
-            .iter()
-            .map(|b| RouteBackend {
-                service: b.name.clone(),
-                port: b.port,
-                // The API server defaults an unset weight to 1.
-                weight: i64::from(b.weight.unwrap_or(1)),
-            })
-            .collect(),
+        backends,
     })
 }
 
@@ -376,7 +382,7 @@ mod tests {
             hostnames: vec!["shop.example.com".into()],
             path_prefix: Some("/api".into()),
             backends: vec![RouteBackend {
-                service: "web-a".into(),
+                backend: Backend::service("web-a"),
                 port: Some(8080),
                 weight: 1,
             }],
