@@ -11,8 +11,9 @@ use failover::{
 use serde_json::Value;
 
 use crate::support::{
-    self, Exporter, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, PrometheusServer, TestEnv, WAIT,
-    condition_reason, kubectl_failover, routing_to_web, test_env, what_if::Predicted,
+    self, Exporter, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT, condition_reason,
+    kubectl_failover, routing_to_web, test_env,
+    what_if::{Predicted, reading_health},
 };
 
 /// The plugin's report of `what-if web ARGS`, as JSON.
@@ -148,23 +149,8 @@ async fn what_if_a_health_reading_crosses_its_threshold_is_what_the_controller_d
     let Some(env) = test_env!() else { return };
     let exporter = Exporter::start();
     exporter.set(&[("web", 0.01), ("web-east", 0.0), ("web-west", 0.0)]);
-    let prometheus = PrometheusServer::start(env.cp, &exporter, &env.ns).await;
-    let url = prometheus.url.clone();
-    let _c = env
-        .with_controller(&["--prometheus-allowed-addresses", &url])
-        .await;
-    env.apply(&PolicyBuilder::web_with_health(
-        Some(url),
-        "last_over_time(backend_error_ratio{service=\"{{service}}\"}[5s])",
-    ));
+    let _running = reading_health(&env, &exporter, |p| p).await;
     env.wait_weights("web", &ON_WEB, WAIT).await;
-    env.wait_policy("web", WAIT, "every backend's first reading", |p| {
-        p.status
-            .as_ref()
-            .is_some_and(|s| s.backends.len() == 3 && s.backends.iter().all(|b| b.health.is_some()))
-    })
-    .await;
-
     let report = what_if(&env, &["--health", "web=0.9"]);
     assert_eq!(rules(&report), vec![ready::FAILED_OVER]);
     exporter.set(&[("web", 0.9), ("web-east", 0.0), ("web-west", 0.0)]);

@@ -15,9 +15,9 @@ use failover::{
 use serde_json::Value;
 
 use crate::support::{
-    self, Exporter, ON_WEB, ON_WEST, PolicyBuilder, PrometheusServer, TestEnv, WAIT, WEB_BACKENDS,
-    kubectl_failover, routing_to_web, started, test_env,
-    what_if::{Predicted, rules, what_if},
+    self, Exporter, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, kubectl_failover,
+    routing_to_web, started, test_env,
+    what_if::{Predicted, reading_health, rules, what_if},
 };
 
 /// The usual policy with capacity (10 requests/s per endpoint) and `strategy`.
@@ -139,23 +139,7 @@ async fn proportional_weights_from_health_are_what_what_if_printed() {
     let Some(env) = test_env!() else { return };
     let exporter = Exporter::start();
     exporter.set(&[("web", 0.0), ("web-east", 0.0), ("web-west", 0.0)]);
-    let prometheus = PrometheusServer::start(env.cp, &exporter, &env.ns).await;
-    let url = prometheus.url.clone();
-    let _c = env
-        .with_controller(&["--prometheus-allowed-addresses", &url])
-        .await;
-    let policy = PolicyBuilder::web_with_health(
-        Some(url),
-        "last_over_time(backend_error_ratio{service=\"{{service}}\"}[5s])",
-    )
-    .strategy(Strategy::Proportional);
-    env.apply(&policy);
-    env.wait_policy("web", WAIT, "every backend's first reading", |p| {
-        p.status
-            .as_ref()
-            .is_some_and(|s| s.backends.len() == 3 && s.backends.iter().all(|b| b.health.is_some()))
-    })
-    .await;
+    let _running = reading_health(&env, &exporter, |p| p.strategy(Strategy::Proportional)).await;
     let report = what_if(&env, "web", &["--health", "web=0.9"]);
     exporter.set(&[("web", 0.9), ("web-east", 0.0), ("web-west", 0.0)]);
     Predicted::of(&report, 0, "web", RouteKind::TrafficSplit)

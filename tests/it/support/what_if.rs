@@ -11,7 +11,10 @@ use failover::{
 use kube::api::DynamicObject;
 use serde_json::Value;
 
-use super::{TestEnv, WAIT, figure, kubectl_failover, ok, wait_until};
+use super::{
+    ControllerProcess, Exporter, PolicyBuilder, PrometheusServer, TestEnv, WAIT, figure,
+    kubectl_failover, ok, wait_until,
+};
 
 /// The plugin's report of `what-if POLICY ARGS`, as JSON.
 pub fn what_if(env: &TestEnv, policy: &str, args: &[&str]) -> Value {
@@ -143,4 +146,30 @@ pub fn rules(report: &Value) -> Vec<String> {
         .iter()
         .map(|s| s["rule"].as_str().unwrap_or_default().to_string())
         .collect()
+}
+
+/// A controller that may read a real Prometheus scraping `exporter`, and the usual policy with a
+/// health query of each backend's error ratio (`change`d as the test needs) applied; waits until
+/// every backend has its first reading. What it returns must live as long as the test.
+pub async fn reading_health(
+    env: &TestEnv,
+    exporter: &Exporter,
+    change: impl FnOnce(PolicyBuilder) -> PolicyBuilder,
+) -> (PrometheusServer, ControllerProcess) {
+    let prometheus = PrometheusServer::start(env.cp, exporter, &env.ns).await;
+    let url = prometheus.url.clone();
+    let controller = env
+        .with_controller(&["--prometheus-allowed-addresses", &url])
+        .await;
+    env.apply(&change(PolicyBuilder::web_with_health(
+        Some(url),
+        "last_over_time(backend_error_ratio{service=\"{{service}}\"}[5s])",
+    )));
+    env.wait_policy("web", WAIT, "every backend's first reading", |p| {
+        p.status
+            .as_ref()
+            .is_some_and(|s| s.backends.len() == 3 && s.backends.iter().all(|b| b.health.is_some()))
+    })
+    .await;
+    (prometheus, controller)
 }
