@@ -1,11 +1,15 @@
 //! `what-if`: what the controller would do if backends changed, decided by the controller's own
-//! rules (the library's validate, decide and status steps, not a copy) and written nowhere.
+//! reconcile core (validate, then the core's `intend`, the apply step's action and `report`: the
+//! functions the controller calls, not a copy) and written nowhere.
 //!
 //! It reads the policy, its status and the live readiness (a local backend's EndpointSlices
 //! counted as the controller's watches count them; a remote backend's and every health reading
-//! as the status last recorded them), changes what the flags say, then steps through time as
-//! the controller would: each step is a decision at the instant the previous one asked to be run
+//! as the status last recorded them), the route, the Gateways the admin allows (as the status
+//! last recorded them) and who holds what the policy claims (the claims table, built from the
+//! policies it may list). It changes what the flags say, then steps through time as the
+//! controller would: each step is a decision at the instant the previous one asked to be run
 //! again (a hold falling due, a ramp step, a drill's end), until a decision asks for nothing more.
+//! Every write is imagined to go through; the workloads `capacity.scale` raises stay as recorded.
 
 use std::{fmt::Write as _, sync::Arc, time::Duration};
 
