@@ -199,7 +199,7 @@ async fn create(
                     kind: desired.target.kind().as_str(),
                     name: desired.target.name.to_string(),
                 })?;
-            Ok(Some(desired.target.kind().view(&existing)))
+            Ok(Some(desired.target.kind().view(&existing.into())))
         }
         Err(e) => Err(ApplyError::api(desired, e)),
     }

@@ -77,7 +77,7 @@ fn split(owner_uid: &str, version: &str, weights: &[i64]) -> Value {
 fn view(owner_uid: &str, version: &str, weights: &[i64]) -> RouteView {
     let object: DynamicObject =
         serde_json::from_value(split(owner_uid, version, weights)).expect("object");
-    RouteKind::TrafficSplit.view(&object)
+    RouteKind::TrafficSplit.view(&object.into())
 }
 
 /// Answers the next request, after checking its method and path.

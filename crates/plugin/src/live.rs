@@ -10,15 +10,12 @@ use failover_core::{
     endpoints::observe_service,
     observation::{Availability, BackendObservation, PolicyKey, Reading, Sample},
     policy::ValidPolicy,
-    route::{ParentKind, RouteParent, RouteTarget, RouteView},
+    route::{ParentKind, RouteObject, RouteParent, RouteTarget, RouteView},
     tenancy::Gateways,
     validate::validate,
 };
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
-use kube::{
-    Api, Client, Resource, ResourceExt,
-    api::{DynamicObject, ListParams},
-};
+use kube::{Api, Client, Resource, ResourceExt, api::ListParams};
 
 /// What the controller's watches would observe of each backend now, primary first.
 pub async fn observe(
@@ -78,7 +75,7 @@ async fn exists(services: &Api<Service>, backend: &BackendRef) -> anyhow::Result
 /// The route the policy owns, as the cluster has it (its parents' answers go into the status).
 pub async fn route(client: &Client, valid: &ValidPolicy) -> anyhow::Result<Route> {
     let target = &valid.route;
-    let api: Api<DynamicObject> =
+    let api: Api<RouteObject> =
         Api::namespaced_with(client.clone(), &valid.namespace, &target.resource());
     Ok(match api.get_opt(&target.name).await {
         Ok(route) => Route::Served(route.map(|r| target.kind().view(&r))),

@@ -6,17 +6,13 @@ use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
-use kube::{
-    Api,
-    core::{DynamicObject, PartialObjectMeta},
-    runtime::watcher,
-};
+use kube::{Api, core::PartialObjectMeta, runtime::watcher};
 
 use super::readiness::ReadinessStore;
 use crate::{
     apis::WatchKind,
     backend::{BackendKey, BackendKind},
-    route::{RouteKey, RouteKind},
+    route::{RouteKey, RouteKind, RouteObject},
     sources::{
         Context,
         watch::{events, map_event, scoped},
@@ -88,13 +84,13 @@ async fn route_feed(ctx: &Arc<Context>, kind: RouteKind) {
     let spec = kind.spec();
     let resource = (spec.resource)();
     let client = ctx.client.clone();
-    let api: Api<DynamicObject> = match ctx.scope.namespace.as_deref() {
+    let api: Api<RouteObject> = match ctx.scope.namespace.as_deref() {
         Some(ns) => Api::namespaced_with(client, ns, &resource),
         None => Api::all_with(client, &resource),
     };
     events(api, kind.watch(), Default::default(), ctx.clone())
         .for_each(|event| {
-            let keyed = map_event(event, |object: DynamicObject| {
+            let keyed = map_event(event, |object: RouteObject| {
                 let key = RouteKey {
                     kind,
                     namespace: object

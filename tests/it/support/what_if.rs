@@ -6,9 +6,8 @@
 
 use failover::{
     api::FailoverPolicy,
-    route::{RouteKind, RouteView},
+    route::{RouteKind, RouteObject, RouteView},
 };
-use kube::api::DynamicObject;
 use serde_json::Value;
 
 use super::{
@@ -64,7 +63,7 @@ fn written_conditions(policy: &FailoverPolicy) -> Vec<Seen> {
 
 /// A route as the controller compares routes: its owner, its policy label and its normalized
 /// rules (the API server's defaults and the resourceVersion left out).
-fn compared(kind: RouteKind, route: &DynamicObject) -> RouteView {
+fn compared(kind: RouteKind, route: &RouteObject) -> RouteView {
     RouteView {
         resource_version: None,
         answers: Vec::new(),
@@ -73,18 +72,15 @@ fn compared(kind: RouteKind, route: &DynamicObject) -> RouteView {
 }
 
 /// The route step `i` of a report says the controller would write (`None`: none written).
-fn printed_route(report: &Value, i: usize) -> Option<DynamicObject> {
+fn printed_route(report: &Value, i: usize) -> Option<RouteObject> {
     let route = report["steps"][i]["route"].clone();
     (!route.is_null()).then(|| serde_json::from_value(route).expect("a route object"))
 }
 
 /// The route of `policy` as the cluster has it now.
-pub async fn written_route(env: &TestEnv, kind: RouteKind, name: &str) -> Option<DynamicObject> {
-    let resource = match kind {
-        RouteKind::TrafficSplit => failover::route::trafficsplit::resource(Default::default()),
-        RouteKind::HttpRoute => failover::route::httproute::resource(),
-    };
-    let routes: kube::Api<DynamicObject> =
+async fn written_route(env: &TestEnv, kind: RouteKind, name: &str) -> Option<RouteObject> {
+    let resource = (kind.spec().resource)();
+    let routes: kube::Api<RouteObject> =
         kube::Api::namespaced_with(env.client.clone(), &env.ns, &resource);
     routes.get_opt(name).await.ok().flatten()
 }

@@ -15,9 +15,8 @@
 //! every kind.
 
 use kube::core::{ApiResource, DynamicObject, ObjectMeta};
-use serde::de::DeserializeOwned;
 
-use super::{RouteBackend, RouteParent, RouteRules, RouteTarget, RouteView, Shape};
+use super::{RouteBackend, RouteObject, RouteParent, RouteRules, RouteTarget, RouteView, Shape};
 use crate::api::{
     FailoverPolicy, FailoverPolicySpec, FailoverPolicyStatus, Output, rules::CrossFieldRule,
 };
@@ -52,7 +51,7 @@ pub struct KindSpec {
     pub resource: fn() -> ApiResource,
     /// What the controller keeps of an object of the kind; its rules are `None` when the object
     /// is not of the form this controller writes.
-    pub view: fn(&DynamicObject) -> RouteView,
+    pub view: fn(&RouteObject) -> RouteView,
     /// The route of this kind a policy generates.
     pub target: fn(&FailoverPolicy) -> RouteTarget,
     /// The rules of the spec fields of this kind, each with whether it holds.
@@ -100,13 +99,6 @@ impl From<Output> for RouteKind {
             Output::HttpRoute => RouteKind::HttpRoute,
         }
     }
-}
-
-/// An object read as its kind's typed resource; `None` when it is not one.
-pub fn typed<K: DeserializeOwned>(object: &DynamicObject) -> Option<K> {
-    serde_json::to_value(object)
-        .ok()
-        .and_then(|value| serde_json::from_value(value).ok())
 }
 
 /// The name a policy's route gets when its spec names none: the policy's.

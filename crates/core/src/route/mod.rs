@@ -18,6 +18,7 @@
 pub mod claim;
 pub mod httproute;
 pub mod kind;
+mod object;
 pub mod rules;
 mod table;
 pub mod trafficsplit;
@@ -31,6 +32,7 @@ use kube::core::{ApiResource, DynamicObject, ObjectMeta};
 pub use self::claim::Claim;
 pub use self::httproute::HttpShape;
 pub use self::kind::{Form, KindSpec, RouteKind, VERBS};
+pub use self::object::RouteObject;
 pub use self::rules::{ParentKind, RouteBackend, RouteParent, RouteRules, RulesDigest};
 pub use self::table::KINDS;
 pub use self::view::RouteView;

@@ -1,10 +1,8 @@
 //! The one table of route kinds ([`KINDS`]), each kind's [`KindSpec`] given by its own module,
 //! and the lookups of a [`RouteKind`] into it.
 
-use kube::core::DynamicObject;
-
 use super::{
-    RouteView, httproute,
+    RouteObject, RouteView, httproute,
     kind::{KindSpec, RouteKind},
     trafficsplit,
 };
@@ -57,7 +55,7 @@ impl RouteKind {
     }
 
     /// What the controller keeps of an object of this kind.
-    pub fn view(self, object: &DynamicObject) -> RouteView {
+    pub fn view(self, object: &RouteObject) -> RouteView {
         (self.spec().view)(object)
     }
 

@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    RouteTarget, RouteView, Shape,
+    RouteObject, RouteTarget, RouteView, Shape,
     kind::{self, Form, KindSpec, Reasons, RouteKind},
     rules::{RouteBackend, RouteRules},
 };
@@ -95,8 +95,8 @@ fn watched() -> ApiResource {
 }
 
 /// What the controller keeps of a TrafficSplit.
-fn view(object: &DynamicObject) -> RouteView {
-    let rules = kind::typed::<TrafficSplit>(object).map(|split| rules(&split));
+fn view(object: &RouteObject) -> RouteView {
+    let rules = object.spec::<TrafficSplitSpec>().map(|spec| rules(&spec));
     RouteView::new(&object.metadata, rules.as_ref())
 }
 
@@ -182,14 +182,13 @@ pub fn object(
 }
 
 /// What a TrafficSplit says.
-pub fn rules(split: &TrafficSplit) -> RouteRules {
+pub fn rules(spec: &TrafficSplitSpec) -> RouteRules {
     RouteRules {
-        apex: split.spec.service.clone(),
+        apex: spec.service.clone(),
         parents: Vec::new(),
         hostnames: Vec::new(),
         path_prefix: None,
-        backends: split
-            .spec
+        backends: spec
             .backends
             .iter()
             .map(|b| RouteBackend {

@@ -46,14 +46,6 @@ impl RouteView {
         }
     }
 
-    /// The view of an HTTPRoute: its metadata, rules and its parents' answers.
-    pub fn of_http_route(route: &httproute::HttpRoute) -> Self {
-        Self {
-            answers: httproute::answers(route),
-            ..Self::new(&route.metadata, httproute::rules(route).as_ref())
-        }
-    }
-
     /// Whether the object is controlled by the owner with this uid.
     pub fn owned_by(&self, uid: &str) -> bool {
         self.controller == Some(digest(uid))

@@ -11,7 +11,7 @@ use kube::core::{ApiResource, DynamicObject, ObjectMeta};
 
 pub use self::resource::*;
 use super::{
-    ParentKind, RouteBackend, RouteParent, RouteRules, RouteTarget, RouteView, Shape,
+    ParentKind, RouteBackend, RouteObject, RouteParent, RouteRules, RouteTarget, RouteView, Shape,
     kind::{self, Form, KindSpec, Reasons, RouteKind},
 };
 use crate::api::{
@@ -145,11 +145,15 @@ fn target(policy: &FailoverPolicy) -> RouteTarget {
 }
 
 /// What the controller keeps of an HTTPRoute: its metadata, rules and its parents' answers.
-fn view(object: &DynamicObject) -> RouteView {
-    kind::typed::<HttpRoute>(object).map_or_else(
-        || RouteView::new(&object.metadata, None),
-        |route| RouteView::of_http_route(&route),
-    )
+fn view(object: &RouteObject) -> RouteView {
+    let rules = object.spec::<HttpRouteSpec>().and_then(|spec| rules(&spec));
+    RouteView {
+        answers: object
+            .status::<HttpRouteStatus>()
+            .map(|status| answers(&status))
+            .unwrap_or_default(),
+        ..RouteView::new(&object.metadata, rules.as_ref())
+    }
 }
 
 /// The rules of output `HTTPRoute` (what it needs, and that its backends fit the one rule it

@@ -295,12 +295,11 @@ fn path_prefix(matches: &[HttpRouteMatch]) -> Result<Option<String>, ()> {
 /// What an HTTPRoute says, when it has the form this controller writes (Service or Gateway
 /// parents, one rule of backends of known kinds with at most a path prefix); `None` otherwise, so any
 /// other form is rewritten.
-pub fn rules(route: &HttpRoute) -> Option<RouteRules> {
-    let [rule] = route.spec.rules.as_slice() else {
+pub fn rules(spec: &HttpRouteSpec) -> Option<RouteRules> {
+    let [rule] = spec.rules.as_slice() else {
         return None;
     };
-    let parents = route
-        .spec
+    let parents = spec
         .parent_refs
         .iter()
         .map(parent)
@@ -328,7 +327,7 @@ pub fn rules(route: &HttpRoute) -> Option<RouteRules> {
     Some(RouteRules {
         apex: String::new(),
         parents,
-        hostnames: route.spec.hostnames.clone(),
+        hostnames: spec.hostnames.clone(),
         path_prefix: path_prefix(&rule.matches).ok()?,
         backends,
     })
@@ -336,10 +335,7 @@ pub fn rules(route: &HttpRoute) -> Option<RouteRules> {
 
 /// What the route's parents' controllers said of it, one answer per parent (the last one written
 /// for a parent wins when several controllers answer).
-pub fn answers(route: &HttpRoute) -> Vec<ParentAnswer> {
-    let Some(status) = &route.status else {
-        return Vec::new();
-    };
+pub fn answers(status: &HttpRouteStatus) -> Vec<ParentAnswer> {
     let condition = |s: &RouteParentStatus, type_: &str| {
         s.conditions.iter().find(|c| c.type_ == type_).cloned()
     };
@@ -389,12 +385,8 @@ mod tests {
         }
     }
 
-    fn read(spec: Value) -> HttpRoute {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-            "metadata": {}, "spec": spec,
-        }))
-        .expect("route")
+    fn read(spec: Value) -> HttpRouteSpec {
+        serde_json::from_value(spec).expect("route spec")
     }
 
     #[test]
@@ -435,8 +427,7 @@ mod tests {
 
     #[test]
     fn each_parents_answer_is_read_from_the_status() {
-        let mut route = read(object(ObjectMeta::default(), &written()).data["spec"].clone());
-        route.status = serde_json::from_value(serde_json::json!({"parents": [{
+        let status: HttpRouteStatus = serde_json::from_value(serde_json::json!({"parents": [{
             "parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "infra", "name": "edge", "sectionName": "http"},
             "controllerName": "traefik.io/gateway-controller",
             "conditions": [
@@ -445,7 +436,7 @@ mod tests {
             ],
         }]}))
         .expect("status");
-        let answers = answers(&route);
+        let answers = answers(&status);
         assert_eq!(answers.len(), 1);
         assert_eq!(answers[0].parent, written().parents[1]);
         let accepted = answers[0].accepted.clone().expect("Accepted");
