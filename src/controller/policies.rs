@@ -128,7 +128,8 @@ fn follow(ctx: &Context, change: &TableChange) -> Vec<Request> {
                     held.spec.valid().map(|v| &**v),
                 );
             }
-            let now = claims::claimant(held, &ctx.scope.gateways);
+            let recorded = object.status.as_ref().map_or(&[][..], |s| &s.claims);
+            let now = claims::claimant(held, recorded, &ctx.scope.gateways);
             let handed = caches
                 .claims
                 .write()

@@ -30,6 +30,7 @@ use smallvec::SmallVec;
 
 use crate::{
     api::{ClaimRecord, Timestamp},
+    digest::digest,
     observation::PolicyKey,
     route::Claim,
 };
@@ -71,12 +72,13 @@ struct Rank {
     key: PolicyKey,
 }
 
-/// What one policy claims, each with when it made it (in milliseconds).
+/// What one policy claims, each with when it made it (in milliseconds). Held for every policy:
+/// the uid as a digest (it is only compared), the claims in a slice of their exact length.
 #[derive(Clone, Debug, PartialEq)]
 struct Made {
-    uid: Box<str>,
+    uid: u64,
     created: i64,
-    claims: Vec<(Claim, i64)>,
+    claims: Box<[(Claim, i64)]>,
 }
 
 impl Made {
@@ -158,7 +160,7 @@ impl Claims {
         let before = self
             .by_policy
             .get(claimant.key)
-            .filter(|m| *m.uid == *claimant.uid);
+            .filter(|m| m.uid == digest(claimant.uid));
         let mut claims: Vec<(Claim, i64)> = Vec::new();
         for claim in claimant.claims.iter().cloned() {
             if claims.iter().any(|(c, _)| *c == claim) {
@@ -171,9 +173,9 @@ impl Claims {
             claims.push((claim, since.map_or(at, |s| s.min(at))));
         }
         Made {
-            uid: claimant.uid.into(),
+            uid: digest(claimant.uid),
             created: claimant.created,
-            claims,
+            claims: claims.into_boxed_slice(),
         }
     }
 

@@ -40,9 +40,6 @@ pub struct LastStatus {
     pub demand: Option<i64>,
     /// With `spec.capacity.scale`: the workloads raised, with what each had.
     pub scaled: Box<[crate::api::ScaledWorkload]>,
-    /// What the policy claimed, with when it first did (read when the claims table first sees
-    /// the policy).
-    pub claims: Box<[crate::api::ClaimRecord]>,
     /// A digest of the whole status (`None`: it could not be encoded, so it equals nothing).
     pub digest: Option<u64>,
 }
@@ -114,7 +111,6 @@ impl LastStatus {
             last_failback_time: status.last_failback_time,
             demand: status.capacity.as_ref().map(|c| c.demand),
             scaled: status.scaled.clone().into_boxed_slice(),
-            claims: status.claims.clone().into_boxed_slice(),
             digest: digest_of(status),
         }
     }

@@ -44,8 +44,8 @@ pub struct Backend {
     /// With `spec.capacity`: requests per second one of its ready endpoints serves.
     pub per_endpoint: Option<i32>,
     /// With `spec.capacity.scale`: its workload, scaled before traffic moves to it (never the
-    /// primary's).
-    pub scale_target: Option<crate::api::ScaleTarget>,
+    /// primary's). Boxed: most backends have none, and every policy holds its backends.
+    pub scale_target: Option<Box<crate::api::ScaleTarget>>,
 }
 
 /// A hold (`failoverAfter` or `failbackAfter`): as parsed, and as written.
@@ -206,7 +206,7 @@ impl ValidPolicy {
             .iter()
             .enumerate()
             .filter(move |_| scale)
-            .filter_map(|(i, b)| Some((i, b.scale_target.as_ref()?)))
+            .filter_map(|(i, b)| Some((i, &**b.scale_target.as_ref()?)))
     }
 
     /// The backends, primary first.

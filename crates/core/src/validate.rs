@@ -145,7 +145,7 @@ fn backends(spec: &FailoverPolicySpec, namespace: &str) -> Box<[Backend]> {
         weight: s.weight.unwrap_or(1),
         remote: remote(&s.service, s.readiness_from.as_ref()),
         per_endpoint: per_endpoint(s.per_endpoint),
-        scale_target: s.scale_target.clone().filter(|_| scaled),
+        scale_target: s.scale_target.clone().filter(|_| scaled).map(Box::new),
     }))
     .collect()
 }

@@ -2,16 +2,22 @@
 //! table, valid or not, claims what its route in place may attach to.
 
 pub use crate::claims::{Claimant, Claims};
-use crate::{sources::local::policies::PolicyEntry, tenancy::Gateways};
+use crate::{api::ClaimRecord, sources::local::policies::PolicyEntry, tenancy::Gateways};
 
-/// A policy of the table as the claims read it.
-pub fn claimant<'a>(held: &'a PolicyEntry, gateways: &Gateways) -> Claimant<'a> {
+/// A policy of the table as the claims read it, with the claims its status records (`recorded`,
+/// from the watch event's object: read only when the table first sees the policy, so the table
+/// keeps none of them).
+pub fn claimant<'a>(
+    held: &'a PolicyEntry,
+    recorded: &'a [ClaimRecord],
+    gateways: &Gateways,
+) -> Claimant<'a> {
     Claimant {
         key: &held.key,
         uid: &held.identity.uid,
         created: held.identity.created,
         claims: held.spec.claims(&held.key.namespace, gateways),
-        recorded: held.last.as_ref().map_or(&[], |l| &l.claims),
+        recorded,
     }
 }
 

@@ -159,6 +159,8 @@ impl PolicyEntry {
     }
 }
 
+/// A policy as the table keeps it, boxed in the table's map so that the map's spare buckets
+/// (a hash map keeps about a third of them empty) cost a pointer each, not an entry.
 #[derive(Debug)]
 struct Entry {
     identity: Identity,
@@ -189,7 +191,7 @@ pub enum TableChange {
 /// Every policy of the watched scope.
 #[derive(Debug, Default)]
 pub struct PolicyTable {
-    store: Store<PolicyKey, Entry>,
+    store: Store<PolicyKey, Box<Entry>>,
 }
 
 /// How the table keeps a policy: its spec as validated (fresh, or carried over from the version
@@ -202,7 +204,7 @@ struct Holding {
 
 impl Keep<FailoverPolicy> for Holding {
     type Key = PolicyKey;
-    type Entry = Entry;
+    type Entry = Box<Entry>;
 
     fn key(&self, policy: &FailoverPolicy) -> Option<PolicyKey> {
         key_of(policy)
@@ -212,11 +214,11 @@ impl Keep<FailoverPolicy> for Holding {
         version_of(policy)
     }
 
-    fn unchanged(&self, held: &Entry, policy: &FailoverPolicy) -> bool {
+    fn unchanged(&self, held: &Box<Entry>, policy: &FailoverPolicy) -> bool {
         held.identity.version.is_some() && held.identity.version == version_of(policy)
     }
 
-    fn entry(&mut self, policy: FailoverPolicy) -> Entry {
+    fn entry(&mut self, policy: FailoverPolicy) -> Box<Entry> {
         let spec = match self.spec.take() {
             Some(spec) => spec,
             // Never expected: the watch validates what the table does not hold.
@@ -225,11 +227,11 @@ impl Keep<FailoverPolicy> for Holding {
                 spec_of(&policy, crate::validate::validated(&policy))
             }
         };
-        let entry = Entry {
+        let entry = Box::new(Entry {
             identity: Identity::of(&policy),
             last: policy.status.as_ref().map(LastStatus::of),
             spec,
-        };
+        });
         self.applied = Some(Arc::new(policy));
         entry
     }
