@@ -228,7 +228,7 @@ pub async fn relist(env: &TestEnv, controller: &ControllerProcess, n: usize, own
 }
 
 /// A restart with everything in place.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Restart {
     /// From the new process's start to `/readyz` 200.
     pub ready_s: f64,

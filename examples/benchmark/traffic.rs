@@ -85,7 +85,8 @@ pub struct Traffic {
     pub unsettled_switches: usize,
     pub ours: Percentiles,
     pub whole: Percentiles,
-    /// The capacity scenario: without capacity, then with capacity and scaling.
+    /// The capacity scenario: without capacity, then with capacity and scaling, the unserved
+    /// share on the primary and then spread over the secondaries.
     pub capacity: Vec<crate::capacity::CapacityRun>,
 }
 

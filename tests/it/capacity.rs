@@ -18,6 +18,7 @@ use crate::support::{
 fn sized(target: Option<ScaleKind>) -> PolicyBuilder {
     PolicyBuilder::web().spec(move |s| {
         s.capacity = Some(CapacitySpec {
+            unserved: Default::default(),
             per_endpoint: 10,
             primary_per_endpoint: None,
             scale: target.map(|_| ScaleSpec {

@@ -79,3 +79,49 @@ fn every_kept_run_the_docs_and_code_cite_exists() {
         "cited runs not in docs/bench-runs: {missing:#?}"
     );
 }
+
+/// The benchmarks page's headline: the first full run its Results cite
+/// (`bench-runs/<stamp>-<commit>-full.log`, a clean checkout's run).
+fn headline_run(page: &str) -> Option<(String, String)> {
+    let results = &page[page.find("\n## Results")?..];
+    let full = regex::Regex::new(r"bench-runs/([0-9]{8}-[0-9]{4}-([0-9a-f]{7,40})-full)\.log")
+        .expect("re");
+    let c = full.captures(results)?;
+    Some((c[1].to_string(), c[2].to_string()))
+}
+
+#[test]
+fn the_benchmarks_headline_is_a_full_run_of_the_code_as_it_is() {
+    let page = fs::read_to_string(repo_root().join("docs/benchmarks.md")).expect("benchmarks.md");
+    let (run, commit) = headline_run(&page).expect(
+        "docs/benchmarks.md's Results cite no full run (bench-runs/<stamp>-<commit>-full.log)",
+    );
+    let diff = std::process::Command::new("git")
+        .current_dir(repo_root())
+        .args([
+            "diff",
+            "--name-only",
+            &commit,
+            "HEAD",
+            "--",
+            "src",
+            "crates",
+        ])
+        .output()
+        .expect("git");
+    assert!(
+        diff.status.success(),
+        "the headline's run {run} is of commit {commit}, which this clone cannot read (a shallow clone?): {}",
+        String::from_utf8_lossy(&diff.stderr)
+    );
+    let changed: Vec<String> = String::from_utf8_lossy(&diff.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    assert!(
+        changed.is_empty(),
+        "the headline of docs/benchmarks.md is the run {run}, of commit {commit}; {} files of src/ and crates/ changed since (first: {:?}): run hack/bench.sh on the code as it is and make that run the headline",
+        changed.len(),
+        &changed[..changed.len().min(5)]
+    );
+}

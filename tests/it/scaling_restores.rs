@@ -22,6 +22,7 @@ fn scaled(east: Option<ScaleKind>, west: Option<ScaleKind>) -> PolicyBuilder {
         .strategy(Strategy::Equal)
         .spec(move |s| {
             s.capacity = Some(CapacitySpec {
+                unserved: Default::default(),
                 per_endpoint: 10,
                 primary_per_endpoint: None,
                 scale: Some(ScaleSpec {

@@ -24,6 +24,7 @@ use crate::support::{
 fn sized(strategy: Strategy) -> PolicyBuilder {
     PolicyBuilder::web().strategy(strategy).spec(|s| {
         s.capacity = Some(CapacitySpec {
+            unserved: Default::default(),
             per_endpoint: 10,
             primary_per_endpoint: None,
             scale: None,

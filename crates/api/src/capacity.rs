@@ -14,8 +14,8 @@ use super::rules::{
 /// What each backend can serve. A backend's capacity is its ready endpoints times the requests
 /// per second one endpoint serves; the demand is the primary's capacity with all its endpoints
 /// ready (the traffic it was sized for; kept while some are not). Traffic leaving a primary that
-/// is not ready goes to the secondaries only up to their capacity; the rest stays on the
-/// primary, and the status says how much is unserved. A primary short of ready endpoints, and a
+/// is not ready goes to the secondaries up to their capacity; what they cannot take goes where
+/// `unserved` says, and the status says how much is unserved. A primary short of ready endpoints, and a
 /// failback, give the primary the share its ready endpoints serve and the secondaries the rest.
 /// Not with strategy `Proportional`, which shares by health.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Validate)]
@@ -38,6 +38,33 @@ pub struct CapacitySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(dive)]
     pub scale: Option<ScaleSpec>,
+
+    /// Where the demand the ready secondaries cannot take goes while the primary is not ready:
+    /// `Primary` (the default: no secondary is sent more than it is declared to serve) or
+    /// `Secondaries` (spread over the ready secondaries by their capacity, for backends that
+    /// shed what they cannot serve and answer the rest).
+    #[serde(default, skip_serializing_if = "Unserved::is_primary")]
+    #[garde(skip)]
+    pub unserved: Unserved,
+}
+
+/// Where the unserved share of a failover goes (`spec.capacity.unserved`).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Unserved {
+    /// It stays on the primary, which is not ready: those requests fail there, and no secondary
+    /// is sent more than its capacity.
+    #[default]
+    Primary,
+    /// It is spread over the ready secondaries in proportion to their capacity: each is sent
+    /// more than it is declared to serve, and what it cannot serve fails there.
+    Secondaries,
+}
+
+impl Unserved {
+    /// The default (`Primary`), left out when written.
+    pub fn is_primary(&self) -> bool {
+        *self == Self::Primary
+    }
 }
 
 /// Scaling before shifting: when the primary turns not ready (the `failoverAfter` hold begins),

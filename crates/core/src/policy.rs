@@ -111,6 +111,8 @@ pub struct ValidPolicy {
 pub struct Capacity {
     /// Scaling the secondaries before traffic moves to them, when set.
     pub scale: Option<Scale>,
+    /// Where a failover's unserved share goes.
+    pub unserved: crate::api::Unserved,
 }
 
 /// `spec.capacity.scale` (each backend's workload is its own [`Backend::scale_target`]).

@@ -120,7 +120,10 @@ fn capacity(spec: &FailoverPolicySpec, problems: &mut Vec<SpecProblem>) -> Optio
             max_replicas: s.max_replicas,
         }),
     };
-    Some(Capacity { scale })
+    Some(Capacity {
+        scale,
+        unserved: c.unserved,
+    })
 }
 
 /// The backends in priority order, each with where its readiness is read and its own settings:
@@ -448,6 +451,7 @@ mod tests {
         };
         let mut s = spec();
         s.capacity = Some(CapacitySpec {
+            unserved: Default::default(),
             per_endpoint: 10,
             primary_per_endpoint: None,
             scale: Some(ScaleSpec {

@@ -5,7 +5,8 @@
 //! - Traffic leaving a primary that is not ready goes to the ready secondaries in their order
 //!   (`Ordered`: the first until it is full, then the next) or shared as the strategy says
 //!   (`Equal`, `Weighted`: by weight, what one cannot take going to the others), each only up to
-//!   its capacity. What none can take stays on the primary, and the status says how much.
+//!   its capacity. What none can take stays on the primary (or, with `unserved: Secondaries`, is
+//!   spread over the ready secondaries by their capacity), and the status says how much.
 //! - A failback gives the primary the share its ready endpoints serve (and no more than a ramp
 //!   step allows); the rest stays on the secondaries, within their capacity, until the primary
 //!   serves it all.
@@ -30,7 +31,7 @@ use super::{
     readiness::BackendState,
 };
 use crate::{
-    api::{Phase, Strategy},
+    api::{Phase, Strategy, Unserved},
     policy::{Capacity, ValidPolicy},
 };
 
@@ -64,7 +65,7 @@ pub fn bound(
                 .is_some_and(|b| now >= b.since + s.deadline.after)
     });
     let routing = match routing.rule {
-        Rule::FailedOver if !past_deadline => failed_over(policy, &capacity, demand, routing),
+        Rule::FailedOver if !past_deadline => failed_over(policy, cap, &capacity, demand, routing),
         Rule::PrimaryActive | Rule::FailbackRamp { .. } | Rule::CapacityFailback
             if failing_back =>
         {
@@ -152,17 +153,45 @@ fn weights(takes: &[i64]) -> Vec<i32> {
     weights
 }
 
-/// The failover: the secondaries take the demand up to their capacity, the primary keeps the
-/// rest.
-fn failed_over(policy: &ValidPolicy, capacity: &[i64], demand: i64, routing: Routing) -> Routing {
-    let takes = fill(
-        policy,
-        &shares(capacity, demand),
-        i64::from(PROPORTIONAL_TOTAL),
-    );
+/// The failover: the secondaries take the demand up to their capacity; the rest stays on the
+/// primary, or is spread over the secondaries with capacity by it (`unserved: Secondaries`).
+fn failed_over(
+    policy: &ValidPolicy,
+    cap: &Capacity,
+    capacity: &[i64],
+    demand: i64,
+    routing: Routing,
+) -> Routing {
+    let shares = shares(capacity, demand);
+    let mut takes = fill(policy, &shares, i64::from(PROPORTIONAL_TOTAL));
+    if cap.unserved == Unserved::Secondaries {
+        spread(&mut takes, &shares, i64::from(PROPORTIONAL_TOTAL));
+    }
     Routing {
         weights: weights(&takes),
         ..routing
+    }
+}
+
+/// Spreads what `takes` leave of `total` over the secondaries with a share, in proportion to it
+/// (the last one with a share rounding up), so the takes add up to `total`; nothing when no
+/// secondary has a share.
+fn spread(takes: &mut [i64], shares: &[i64], total: i64) {
+    let left = total - takes.iter().sum::<i64>();
+    let open: Vec<usize> = (1..shares.len()).filter(|&i| shares[i] > 0).collect();
+    let weight: i64 = open.iter().map(|&i| shares[i]).sum();
+    let (Some(&last), true) = (open.last(), left > 0 && weight > 0) else {
+        return;
+    };
+    let mut given = 0;
+    for &i in &open {
+        let part = if i == last {
+            left - given
+        } else {
+            left * shares[i] / weight
+        };
+        takes[i] += part;
+        given += part;
     }
 }
 
@@ -319,6 +348,7 @@ mod tests {
     fn sized(strategy: Strategy) -> FailoverPolicySpec {
         let mut s = spec(strategy, &[("east", None), ("west", None)]);
         s.capacity = Some(CapacitySpec {
+            unserved: Default::default(),
             per_endpoint: 20,
             primary_per_endpoint: None,
             scale: None,
@@ -349,6 +379,25 @@ mod tests {
         assert_eq!(reason(&d.status, READY), ready::FAILED_OVER);
         let served: Vec<Option<i64>> = d.status.backends.iter().map(|b| b.capacity).collect();
         assert_eq!(served, vec![Some(0), Some(20), Some(20)]);
+    }
+
+    #[test]
+    fn with_unserved_on_the_secondaries_the_share_they_cannot_take_is_spread_over_them() {
+        // Demand 60; east and west serve 20 each: the 20 left goes to them by their capacity,
+        // none to the primary that is not ready, and the status still says a third is unserved.
+        let mut s = sized(Strategy::Ordered);
+        if let Some(c) = s.capacity.as_mut() {
+            c.unserved = crate::api::Unserved::Secondaries;
+        }
+        let obs = [endpoints(0, 3), endpoints(1, 1), endpoints(1, 2)];
+        let d = decide(&s, &obs, None, t(0));
+        assert_eq!(d.weights, vec![0, 5000, 5000]);
+        let capacity = d.status.capacity.as_ref().expect("capacity status");
+        assert_eq!(
+            (capacity.demand, capacity.unserved.as_str()),
+            (60, "33.32%")
+        );
+        assert_eq!(reason(&d.status, DEMAND_UNSERVED), "NotEnoughCapacity");
     }
 
     #[test]

@@ -126,6 +126,7 @@ fn arb_spec() -> impl proptest::strategy::Strategy<Value = FailoverPolicySpec> {
                     first_secondary.per_endpoint = first;
                 }
                 CapacitySpec {
+                    unserved: Default::default(),
                     per_endpoint,
                     primary_per_endpoint: None,
                     scale: None,
