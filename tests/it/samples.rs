@@ -7,8 +7,11 @@ use std::{fs, path::PathBuf};
 
 use failover::{
     api::{
-        FailoverPolicy, FailoverPolicySpec, Output,
-        conditions::{ATTACHED, DEGRADED, HEALTH_QUERY_FAILED, READY, attached, degraded, health},
+        FailoverPolicy, Output,
+        conditions::{
+            ATTACHED, DEGRADED, DEMAND_UNSERVED, DRILL, HEALTH_QUERY_FAILED, READY, attached,
+            capacity, degraded, drill, health,
+        },
     },
     validate::validate_spec,
 };
@@ -29,16 +32,11 @@ fn yaml_files(dir: &str) -> Vec<PathBuf> {
 
 #[test]
 fn rust_validation_accepts_every_valid_sample() {
-    for file in yaml_files("samples") {
-        let text = fs::read_to_string(&file).expect("sample");
-        let value: serde_json::Value = serde_yaml::from_str(&text).expect("yaml");
-        let spec: FailoverPolicySpec =
-            serde_json::from_value(value["spec"].clone()).expect("sample spec deserializes");
+    for (file, policy) in sample_policies() {
         assert_eq!(
-            validate_spec(&spec),
+            validate_spec(&policy.spec),
             Ok(()),
-            "{} should be valid",
-            file.display()
+            "{file} should be valid"
         );
     }
 }
@@ -88,10 +86,11 @@ async fn every_invalid_sample_is_rejected_with_its_documented_error() {
     }
 }
 
-/// The samples that need what a test cluster does not have (a remote cluster, a Prometheus),
-/// and the condition their comments say the policy shows without it, besides `Ready=True`:
+/// The samples that need what a test cluster does not have (a remote cluster, a Prometheus), or
+/// whose feature shows in a condition of its own (capacity, a drill), and the condition their
+/// comments say the policy shows, besides `Ready=True`:
 /// (policy, condition type, status, reason, part of its message).
-const WITHOUT_EXTERNALS: [(&str, &str, &str, &str, &str); 4] = [
+const WITHOUT_EXTERNALS: [(&str, &str, &str, &str, &str); 6] = [
     (
         "orders",
         ATTACHED,
@@ -120,6 +119,14 @@ const WITHOUT_EXTERNALS: [(&str, &str, &str, &str, &str); 4] = [
         health::HEALTH_QUERY_FAILED,
         "did not answer",
     ),
+    (
+        "inventory",
+        DEMAND_UNSERVED,
+        "False",
+        capacity::ENOUGH_CAPACITY,
+        "",
+    ),
+    ("ledger", DRILL, "True", drill::RUNNING, "ledger-dr"),
 ];
 
 /// Whether a policy shows `Ready=True` and, for a sample that needs more, its documented
