@@ -813,6 +813,42 @@ mod tests {
         assert_eq!(cost_verdicts(&[at_scale(10_000, 30.0)])[0].met, None);
     }
 
+    fn met(t: &Traffic, target: &str) -> Option<bool> {
+        traffic_verdicts(t)
+            .into_iter()
+            .find(|v| v.target.contains(target))
+            .and_then(|v| v.met)
+    }
+
+    #[test]
+    fn a_request_failed_after_the_proxy_applied_the_route_makes_the_unplanned_verdict_missed() {
+        let mut t = measured_traffic();
+        t.rounds = vec![crate::traffic::Round {
+            kubelet_not_ready_ms: 600.0,
+            slice_not_ready_ms: 610.0,
+            route_written_ms: 630.0,
+            proxy_applied_ms: 800.0,
+            last_primary_ms: 780.0,
+            failed: 5,
+            failed_after_proxy: 0,
+        }];
+        assert_eq!(met(&t, "unplanned failover"), Some(true));
+        t.rounds[0].failed_after_proxy = 1;
+        assert_eq!(met(&t, "unplanned failover"), Some(false));
+        t.rounds[0].failed_after_proxy = 0;
+        t.failed_rounds = 1;
+        assert_eq!(met(&t, "unplanned failover"), Some(false));
+    }
+
+    #[test]
+    fn a_request_failed_during_a_failback_ramp_makes_the_planned_verdict_missed() {
+        let mut t = measured_traffic();
+        t.ramp = (1, 900);
+        assert_eq!(met(&t, "planned switches and ramps"), Some(false));
+        t.ramp = (0, 0);
+        assert_eq!(met(&t, "planned switches and ramps"), Some(false));
+    }
+
     #[test]
     fn a_pin_that_never_settles_makes_the_planned_switch_verdict_missed() {
         let mut t = measured_traffic();
