@@ -9,8 +9,12 @@
 #
 # Every run is kept: its whole output (stdout and stderr) and its JSON go to
 # docs/bench-runs/<UTC date>-<commit>[-<label>].{log,json}; BENCH_LABEL=<label> names a run.
+# The API server's CPU profiles of the latency windows go next to them, in
+# <the same name>.apiserver-pprof/ (read with `go tool pprof`).
 # docs/benchmarks.md cites runs by these files.
 set -euo pipefail
+# The benchmark profiles the API server's CPU over each latency window.
+export APISERVER_PROFILING=true
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # The traffic section needs a node and the proxy; where this machine cannot host a node, the
 # section says "not measured" and why.

@@ -14,6 +14,8 @@
 # service-account signing key, admin kubeconfig, data and logs, on free ports chosen at start, so
 # several can run at once. With --owner-pid, the instance stops itself when that process exits.
 # The binaries come from hack/build-control-plane.sh (built on first use).
+# APISERVER_PROFILING=true serves kube-apiserver's Go profiles (/debug/pprof, to authorized
+# clients only); off by default.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -177,7 +179,7 @@ cmd_start() {
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$dir/pki/sa.pub" --service-account-signing-key-file="$dir/pki/sa.key" \
     --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true \
-    "${admission[@]}" --profiling=false --v=1 > "$dir/kube-apiserver.cmd"
+    "${admission[@]}" --profiling="${APISERVER_PROFILING:-false}" --v=1 > "$dir/kube-apiserver.cmd"
   q "$bin/kube-controller-manager" --kubeconfig="$dir/admin.kubeconfig" \
     --controllers="$controllers" --horizontal-pod-autoscaler-sync-period=1s \
     --service-account-private-key-file="$dir/pki/sa.key" --root-ca-file="$dir/pki/ca.crt" \

@@ -47,6 +47,9 @@ pub struct ControlPlaneLoad {
     /// The API server's garbage collections (Go), and its heap in use at the end, in MiB.
     pub apiserver_gc_cycles: f64,
     pub apiserver_heap_mib: f64,
+    /// What the API server allocated, in MiB: the work that drives its garbage collections,
+    /// whichever window a collection falls in.
+    pub apiserver_allocated_mib: f64,
     /// Requests the API server answered, by verb and resource (`apiserver_request_total`).
     #[serde(skip)]
     pub requests: std::collections::BTreeMap<(String, String), f64>,
@@ -65,6 +68,8 @@ impl ControlPlaneLoad {
             requests: requests(&text),
             apiserver_gc_cycles: metric(&text, "go_gc_duration_seconds_count").unwrap_or(0.0),
             apiserver_heap_mib: metric(&text, "go_memstats_heap_inuse_bytes").unwrap_or(0.0)
+                / 1_048_576.0,
+            apiserver_allocated_mib: metric(&text, "go_memstats_alloc_bytes_total").unwrap_or(0.0)
                 / 1_048_576.0,
             applies: histogram(
                 &text,
@@ -92,6 +97,7 @@ impl ControlPlaneLoad {
             cpu_s: [0, 1, 2].map(|i| self.cpu_s[i] - before.cpu_s[i]),
             apiserver_gc_cycles: self.apiserver_gc_cycles - before.apiserver_gc_cycles,
             apiserver_heap_mib: self.apiserver_heap_mib,
+            apiserver_allocated_mib: self.apiserver_allocated_mib - before.apiserver_allocated_mib,
             requests: self
                 .requests
                 .iter()
@@ -119,6 +125,7 @@ impl ControlPlaneLoad {
             cpu_s: [0, 1, 2].map(|i| self.cpu_s[i] + other.cpu_s[i]),
             apiserver_gc_cycles: self.apiserver_gc_cycles + other.apiserver_gc_cycles,
             apiserver_heap_mib: other.apiserver_heap_mib,
+            apiserver_allocated_mib: self.apiserver_allocated_mib + other.apiserver_allocated_mib,
             requests,
         }
     }
@@ -146,7 +153,8 @@ impl ControlPlaneLoad {
             self.cpu_s[2]
         );
         format!(
-            "{summary}; the API server collected garbage {} times (heap in use {:.0} MiB); requests: {}",
+            "{summary}; the API server allocated {:.0} MiB and collected garbage {} times (heap in use {:.0} MiB); requests: {}",
+            self.apiserver_allocated_mib,
             self.apiserver_gc_cycles,
             self.apiserver_heap_mib,
             requests.join(", ")

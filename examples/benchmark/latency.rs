@@ -17,9 +17,10 @@ use crate::{
     Options,
     apiserver::ControlPlaneLoad,
     objects::{Picks, set_ready},
+    profile::{Profile, Recording},
     report::{Percentiles, percentiles},
     support::{ControllerProcess, TestEnv, api_writes},
-    watches::{SplitWatch, StatusTarget, start_relay},
+    watches::{SplitWatch, StatusTarget, hold_controller_watches, start_relay},
 };
 
 /// How many turns the three sources of changes take.
@@ -70,14 +71,34 @@ pub struct Phase {
     pub samples: Vec<Duration>,
     pub lost: usize,
     load: Option<ControlPlaneLoad>,
+    /// The API server's CPU profile over the turns.
+    profile: Profile,
 }
 
-impl Phase {
-    fn add_load(&mut self, load: ControlPlaneLoad) {
-        self.load = Some(match self.load.take() {
+/// One turn of a phase under way: the control plane's counts and the API server's profile
+/// since it began.
+struct Turn {
+    load: ControlPlaneLoad,
+    recording: Recording,
+}
+
+impl Turn {
+    async fn begin(env: &TestEnv) -> Self {
+        let load = ControlPlaneLoad::now(env).await;
+        Self {
+            load,
+            recording: Recording::start(env.client.clone()),
+        }
+    }
+
+    /// Ends the turn: its counts and profile are added to `phase`'s.
+    async fn end(self, env: &TestEnv, phase: &mut Phase) {
+        let load = ControlPlaneLoad::now(env).await.since(self.load);
+        phase.load = Some(match phase.load.take() {
             Some(sum) => sum.plus(load),
             None => load,
         });
+        phase.profile.add(self.recording.finish().await);
     }
 }
 
@@ -108,7 +129,7 @@ pub async fn measure(
     for block in 0..BLOCKS {
         let flips = o.flips / BLOCKS + usize::from(block < o.flips % BLOCKS);
         let (writes_before, cpu_before) = (writes(controller).await, cpu(controller));
-        let load = ControlPlaneLoad::now(env).await;
+        let turn = Turn::begin(env).await;
         for _ in 0..flips {
             let name = format!("p{}", picks.next(n));
             for (ready, expected) in [(false, [0i64, 1, 0]), (true, [1i64, 0, 0])] {
@@ -119,27 +140,28 @@ pub async fn measure(
         }
         // Let the status writes and Events of the block's last flip land.
         tokio::time::sleep(Duration::from_secs(1)).await;
-        ours.add_load(ControlPlaneLoad::now(env).await.since(load));
+        turn.end(env, &mut ours).await;
         counters.add(
             &writes_before,
             &writes(controller).await,
             cpu(controller) - cpu_before,
         );
         for (phase, name) in [(&mut relay, Relays::ONE), (&mut same, Relays::SAME)] {
-            let load = ControlPlaneLoad::now(env).await;
-            for _ in 0..flips {
-                for (ready, expected) in [(false, [0i64, 1]), (true, [1i64, 0])] {
-                    let change = timed(&slices, watch, name, ready, &expected).await;
-                    record(phase, change, name, &mut Slowest::default());
-                    pause(gap).await;
-                }
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            phase.add_load(ControlPlaneLoad::now(env).await.since(load));
+            relay_turn(env, watch, phase, name, flips, gap).await;
         }
     }
     relays.stop().await;
     slowest.print(n);
+    crate::profile::report(
+        n,
+        churn_per_second,
+        &o.out,
+        [
+            ("controller", &ours.profile),
+            ("relay", &relay.profile),
+            ("relay-same", &same.profile),
+        ],
+    );
     report(
         n,
         churn_per_second,
@@ -147,6 +169,28 @@ pub async fn measure(
         [ours, relay, same],
         counters,
     )
+}
+
+/// One turn of relay `name`: `flips` changes down and up again.
+async fn relay_turn(
+    env: &TestEnv,
+    watch: &SplitWatch,
+    phase: &mut Phase,
+    name: &str,
+    flips: usize,
+    gap: Duration,
+) {
+    let slices: Api<EndpointSlice> = env.api();
+    let turn = Turn::begin(env).await;
+    for _ in 0..flips {
+        for (ready, expected) in [(false, [0i64, 1]), (true, [1i64, 0])] {
+            let change = timed(&slices, watch, name, ready, &expected).await;
+            record(phase, change, name, &mut Slowest::default());
+            pause(gap).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    turn.end(env, phase).await;
 }
 
 /// The figures of the three phases.
@@ -231,9 +275,11 @@ pub fn record(
     }
 }
 
-/// The two relays: one makes one write per change, the other the controller's three.
+/// The two relays: one makes one write per change, the other the controller's three and holds
+/// the controller's watches, from the start of the measurement to its end, in every phase's
+/// turns as the controller's own are.
 struct Relays {
-    tasks: [tokio::task::JoinHandle<()>; 2],
+    tasks: Vec<tokio::task::JoinHandle<()>>,
     status_owner: TestEnv,
 }
 
@@ -251,10 +297,11 @@ impl Relays {
             set_ready(&slices, name, true).await;
         }
         let (status_owner, target) = status_target(env).await;
-        let tasks = [
+        let mut tasks = hold_controller_watches(&env.client, &env.ns, &status_owner.ns);
+        tasks.extend([
             start_relay(env.client.clone(), &env.ns, Self::ONE, None),
             start_relay(env.client.clone(), &env.ns, Self::SAME, Some(target)),
-        ];
+        ]);
         for name in [Self::ONE, Self::SAME] {
             let _ = watch.wait_for(name, &[1, 0], Duration::from_secs(10)).await;
         }

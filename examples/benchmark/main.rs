@@ -20,7 +20,8 @@
 //!   and a status write by the way it is written (`probe`);
 //! - what the control plane did during each latency measurement and restart: the API server's
 //!   own timing of TrafficSplit applies, its garbage collections and requests, etcd's
-//!   compactions, each component's CPU (`apiserver`);
+//!   compactions, each component's CPU (`apiserver`), and the API server's CPU profile over
+//!   each source of changes' turns, by what it was doing (`profile`, `pprof`);
 //!
 //! and once, at `--recovery-scale`: kube-apiserver and etcd each restarted `--restarts` times,
 //! the first readiness change after each restart timed until applied.
@@ -36,7 +37,9 @@ mod latency;
 mod memory;
 mod neighbour;
 mod objects;
+mod pprof;
 mod probe;
+mod profile;
 mod recovery;
 mod report;
 mod startup;

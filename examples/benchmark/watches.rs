@@ -1,6 +1,7 @@
 //! What the benchmark watches and writes besides the controller: an independent watch of the
 //! TrafficSplits (when each one's weights changed) and of the policies (which have a status),
-//! the background churn, and the relay that is the floor.
+//! the background churn, the relay that is the floor, and the controller's watches held again
+//! for the relay that makes the controller's writes.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -11,12 +12,22 @@ use std::{
     time::{Duration, Instant},
 };
 
-use failover::{api::FailoverPolicy, route::trafficsplit::TrafficSplit};
+use failover::{
+    api::FailoverPolicy,
+    apis::WatchKind,
+    backend::BackendKind,
+    route::{RouteKind, RouteObject, trafficsplit::TrafficSplit},
+    sources::watch::{WatchReport, events, scoped},
+};
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::{core::v1::Event, discovery::v1::EndpointSlice};
+use k8s_openapi::api::{
+    core::v1::{Event, Service},
+    discovery::v1::EndpointSlice,
+};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
+    core::PartialObjectMeta,
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::json;
@@ -287,4 +298,64 @@ async fn two_more_writes(target: StatusTarget, events: Api<Event>, change: u64) 
     if let Err(e) = events.create(&Default::default(), &event).await {
         eprintln!("the relay's Event failed: {e}");
     }
+}
+
+/// Watch reports nobody reads: the relay's watches are held for their cost only.
+struct Unreported;
+
+impl WatchReport for Unreported {
+    fn listed(&self, _kind: WatchKind) {}
+    fn failed(&self, _kind: WatchKind, _error: &watcher::Error) {}
+}
+
+/// Reads every event of `events` and drops it, for as long as the task lives.
+fn drain<K: Send + 'static>(
+    events: impl futures::Stream<Item = watcher::Event<K>> + Send + 'static,
+) -> JoinHandle<()> {
+    tokio::spawn(events.for_each(|_| async {}))
+}
+
+/// The controller's watches, held as it holds them (the same helper, kinds, selectors and
+/// initial list), their events read and dropped: EndpointSlices with a Service label, Services
+/// (metadata only) and the routes of each kind in `ns`, the controller's scope; and the
+/// policies of `policies_ns`, where the relay's own status writes land, as the controller's
+/// policy watch receives its own status writes.
+pub fn hold_controller_watches(
+    client: &Client,
+    ns: &str,
+    policies_ns: &str,
+) -> Vec<JoinHandle<()>> {
+    let report: Arc<dyn WatchReport> = Arc::new(Unreported);
+    let slice_label = BackendKind::Service.spec().slice_label;
+    let mut held = vec![
+        drain(events(
+            scoped::<EndpointSlice>(client, Some(ns)),
+            WatchKind::EndpointSlice,
+            watcher::Config::default().labels(slice_label),
+            report.clone(),
+        )),
+        drain(events(
+            scoped::<PartialObjectMeta<Service>>(client, Some(ns)),
+            WatchKind::Service,
+            watcher::Config::default(),
+            report.clone(),
+        )),
+        drain(events(
+            scoped::<FailoverPolicy>(client, Some(policies_ns)),
+            WatchKind::FailoverPolicy,
+            watcher::Config::default(),
+            report.clone(),
+        )),
+    ];
+    for kind in RouteKind::ALL {
+        let api: Api<RouteObject> =
+            Api::namespaced_with(client.clone(), ns, &(kind.spec().resource)());
+        held.push(drain(events(
+            api,
+            kind.watch(),
+            watcher::Config::default(),
+            report.clone(),
+        )));
+    }
+    held
 }
