@@ -76,7 +76,7 @@ pub struct Phase {
 }
 
 /// One turn of a phase under way: the control plane's counts and the API server's profile
-/// since it began.
+/// since it began, which begins with the API server's garbage collected.
 struct Turn {
     load: ControlPlaneLoad,
     recording: Recording,
@@ -84,6 +84,7 @@ struct Turn {
 
 impl Turn {
     async fn begin(env: &TestEnv) -> Self {
+        crate::profile::collect_garbage(&env.client).await;
         let load = ControlPlaneLoad::now(env).await;
         Self {
             load,

@@ -96,6 +96,21 @@ async fn segment(client: &Client) -> Result<Vec<u8>, String> {
     Ok(body.to_vec())
 }
 
+/// Has the API server collect its garbage now (`/debug/pprof/heap?gc=1` runs a collection
+/// before it answers), so that each window starts from a collected heap and the collections
+/// within it are those its own allocations caused, not one that the windows before it made due.
+/// Best effort: without profiling, windows keep the collections as they fall.
+pub async fn collect_garbage(client: &Client) {
+    let Ok(request) =
+        http::Request::get("/debug/pprof/heap?gc=1").body(kube::client::Body::empty())
+    else {
+        return;
+    };
+    if let Ok(response) = client.send(request).await {
+        let _ = response.into_body().collect_bytes().await;
+    }
+}
+
 /// Where a run's profiles go: next to its results, `<results without .json>.apiserver-pprof/`.
 pub fn directory(out: &Path) -> PathBuf {
     let stem = out.file_stem().unwrap_or_default().to_string_lossy();
