@@ -8,7 +8,8 @@
 #   hack/bench.sh --scales 100,1000 --flips 200 --churn 50 --quiet-seconds 60 --restarts 0
 #
 # Every run is kept: its whole output (stdout and stderr) and its JSON go to
-# docs/bench-runs/<UTC date>-<commit>[-<label>].{log,json}; BENCH_LABEL=<label> names a run.
+# docs/bench-runs/<UTC date>-<commit>[-dirty][-<label>].{log,json} (dirty: uncommitted changes
+# outside docs/); BENCH_LABEL=<label> names a run.
 # The API server's CPU profiles of the latency windows go next to them, in
 # <the same name>.apiserver-pprof/ (read with `go tool pprof`).
 # docs/benchmarks.md cites runs by these files.
@@ -25,7 +26,8 @@ else
 fi
 cargo build --release --locked --bin failover-controller --example benchmark
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD 2>/dev/null || commit="$commit-dirty"
+# "dirty": what is built or run differs from the commit (docs may be edited while it runs).
+git diff --quiet HEAD -- . ':!docs' 2>/dev/null || commit="$commit-dirty"
 run="docs/bench-runs/$(date -u +%Y%m%d-%H%M)-$commit${BENCH_LABEL:+-$BENCH_LABEL}"
 mkdir -p docs/bench-runs
 out=()
