@@ -29,7 +29,7 @@ pub const BLOCKS: usize = 10;
 const LOST_AFTER: Duration = Duration::from_secs(30);
 
 /// The latency of one churn rate: ours, the floor's, and our writes per change.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Latency {
     pub churn_per_second: u64,
     pub controller: Percentiles,
