@@ -54,8 +54,8 @@ fn sample_routes() -> Vec<(String, FailoverPolicy)> {
 }
 
 /// Every route of the samples is printed, with weights not all zero, and where the step says
-/// traffic is on the primaries: everything on the primary (or the pinned backend), except a
-/// failback ramp's first step.
+/// traffic is on the primaries: everything on the primary (or the pinned backend, or the
+/// drill's), except a failback ramp's first step.
 fn expect_every_route(step: &Step, on_primaries: bool) {
     let printed = routes(step);
     for (route, policy) in sample_routes() {
@@ -84,7 +84,9 @@ fn expect_every_route(step: &Step, on_primaries: bool) {
             .as_ref()
             .and_then(|f| f.ramp.as_ref())
             .map(|r| i64::from(r.steps[0]));
-        let to = policy.spec.pin.as_deref().unwrap_or(backends[0]);
+        // A pin, else a drill, takes all of it (a drill sample's end time is far off).
+        let drill = policy.spec.drill.as_ref().map(|d| d.to.as_str());
+        let to = policy.spec.pin.as_deref().or(drill).unwrap_or(backends[0]);
         let share = |i: usize| weights[i] * 100 / total;
         let index = backends.iter().position(|b| *b == to).unwrap_or(0);
         let on_it = share(index);
