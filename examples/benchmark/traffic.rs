@@ -16,12 +16,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use failover::{api::FailoverPolicy, route::httproute::HttpRoute};
+use failover::{
+    api::FailoverPolicy,
+    route::{RouteKind, gateway::RouteSpec},
+};
 use futures::StreamExt;
 use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice};
 use kube::{
     Api,
-    api::{Patch, PatchParams},
+    api::{DynamicObject, Patch, PatchParams},
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::json;
@@ -143,9 +146,9 @@ fn slice_ready(slice: &EndpointSlice) -> usize {
         .count()
 }
 
-fn route_weights(route: &HttpRoute) -> Vec<i32> {
-    route
-        .spec
+fn route_weights(route: &DynamicObject) -> Vec<i32> {
+    serde_json::from_value::<RouteSpec>(route.data["spec"].clone())
+        .unwrap_or_default()
         .rules
         .first()
         .map(|r| {
@@ -218,7 +221,11 @@ async fn measure(env: &TestEnv, o: &Options) -> Traffic {
         slice_ready,
     );
     let (routes, route_task) = record(
-        env.api::<HttpRoute>(),
+        Api::<DynamicObject>::namespaced_with(
+            env.client.clone(),
+            &env.ns,
+            &RouteKind::HttpRoute.resource(),
+        ),
         watcher::Config::default(),
         route_weights,
     );

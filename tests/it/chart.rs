@@ -276,14 +276,15 @@ async fn the_controllers_cluster_role_lets_it_delete_the_routes_it_yields() {
     let objects = render(&env, &[]);
     let role = find(&objects, "ClusterRole", RENDER_CLUSTER_NAME).expect("controller ClusterRole");
     let route_verbs = ["get", "list", "watch", "create", "patch", "delete"];
-    assert_eq!(
-        verbs(role, "split.smi-spec.io", "trafficsplits"),
-        route_verbs
-    );
-    assert_eq!(
-        verbs(role, "gateway.networking.k8s.io", "httproutes"),
-        route_verbs
-    );
+    for kind in failover::route::KINDS {
+        let resource = (kind.resource)();
+        assert_eq!(
+            verbs(role, &resource.group, &resource.plural),
+            route_verbs,
+            "{}",
+            kind.name
+        );
+    }
     for values in [&[][..], &["scaling.enabled=true"][..]] {
         let objects = render(&env, values);
         let role = find(&objects, "ClusterRole", RENDER_CLUSTER_NAME).expect("ClusterRole");

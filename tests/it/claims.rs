@@ -34,7 +34,7 @@ async fn routes_its_own_gateway(env: &TestEnv) -> bool {
     let routes: Api<DynamicObject> = Api::namespaced_with(
         env.client.clone(),
         &env.ns,
-        &failover::route::httproute::resource(),
+        &failover::route::RouteKind::HttpRoute.resource(),
     );
     let attached = routes
         .get_opt("web")

@@ -32,6 +32,7 @@ mod plugin_deps;
 mod readiness;
 mod recovery;
 mod remote_clusters;
+mod route_kinds;
 mod route_ownership;
 mod samples;
 mod scaling_restores;

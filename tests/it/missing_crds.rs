@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use failover::{
     api::{
-        FailoverPolicy, HttpRouteSpec, Output,
+        FailoverPolicy, GatewayRouteSpec, Output,
         conditions::{READY, ready},
     },
     crd::failover_policy_crd,
@@ -74,7 +74,7 @@ async fn each_missing_crd_is_named_and_picked_up_once_installed() {
     env.apply(&PolicyBuilder::web());
     env.apply(&PolicyBuilder::named("hr", "web", &["web-east"]).spec(|s| {
         s.output = Output::HttpRoute;
-        s.http_route = Some(HttpRouteSpec::on_port(8080));
+        s.http_route = Some(GatewayRouteSpec::on_port(8080));
     }));
     let controller = ControllerProcess::start(&env, &[]);
     for crd in [

@@ -4,7 +4,7 @@
 
 use failover::{
     api::{
-        HttpRouteSpec, Output,
+        GatewayRouteSpec, Output,
         conditions::{READY, ready},
     },
     route::RouteKind,
@@ -73,9 +73,9 @@ fn cases() -> Vec<Case> {
         kind: RouteKind::HttpRoute,
         policy: PolicyBuilder::named("hr", "hr-a", &["hr-b"]).spec(|s| {
             s.output = Output::HttpRoute;
-            s.http_route = Some(HttpRouteSpec {
+            s.http_route = Some(GatewayRouteSpec {
                 name: Some(subdomain()),
-                ..HttpRouteSpec::on_port(8080)
+                ..GatewayRouteSpec::on_port(8080)
             });
         }),
         primary: "hr-a".into(),
@@ -89,7 +89,7 @@ fn cases() -> Vec<Case> {
 async fn route_weights(env: &TestEnv, case: &Case) -> Option<Vec<(String, i64)>> {
     let resource = match case.kind {
         RouteKind::TrafficSplit => failover::route::trafficsplit::resource(Default::default()),
-        RouteKind::HttpRoute => failover::route::httproute::resource(),
+        kind => kind.resource(),
     };
     let api: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), &env.ns, &resource);
     let route = api.get_opt(&case.route).await.ok()??;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use failover::{
     api::{
-        FailoverPolicy, HttpRouteSpec, Output,
+        FailoverPolicy, GatewayRouteSpec, Output,
         conditions::{READY, ready},
     },
     route::trafficsplit::TrafficSplit,
@@ -189,9 +189,9 @@ async fn two_policies_on_one_apex_give_one_route_and_deleting_the_older_hands_it
 fn http_route_policy(parent_port: Option<i32>) -> PolicyBuilder {
     PolicyBuilder::web().spec(|s| {
         s.output = Output::HttpRoute;
-        s.http_route = Some(HttpRouteSpec {
+        s.http_route = Some(GatewayRouteSpec {
             parent_port,
-            ..HttpRouteSpec::on_port(8080)
+            ..GatewayRouteSpec::on_port(8080)
         });
     })
 }
@@ -207,7 +207,7 @@ async fn http_route_output_is_owned_kept_and_collected_like_a_traffic_split() {
     let routes: Api<DynamicObject> = Api::namespaced_with(
         env.client.clone(),
         &env.ns,
-        &failover::route::httproute::resource(),
+        &failover::route::RouteKind::HttpRoute.resource(),
     );
     let wait_route = |expected: Vec<(&'static str, i64)>| {
         let routes = routes.clone();
@@ -291,9 +291,9 @@ async fn foreign_http_route_is_never_touched() {
     let routes: Api<DynamicObject> = Api::namespaced_with(
         env.client.clone(),
         &env.ns,
-        &failover::route::httproute::resource(),
+        &failover::route::RouteKind::HttpRoute.resource(),
     );
-    let mut foreign = DynamicObject::new("web", &failover::route::httproute::resource());
+    let mut foreign = DynamicObject::new("web", &failover::route::RouteKind::HttpRoute.resource());
     foreign.data = serde_json::json!({"spec": {"parentRefs": [{"group": "core", "kind": "Service", "name": "web"}], "rules": [{"backendRefs": [{"name": "other", "port": 80}]}]}});
     let created = routes
         .create(&PostParams::default(), &foreign)

@@ -90,7 +90,7 @@ async fn every_invalid_sample_is_rejected_with_its_documented_error() {
 /// whose feature shows in a condition of its own (capacity, a drill), and the condition their
 /// comments say the policy shows, besides `Ready=True`:
 /// (policy, condition type, status, reason, part of its message).
-const WITHOUT_EXTERNALS: [(&str, &str, &str, &str, &str); 6] = [
+const WITHOUT_EXTERNALS: [(&str, &str, &str, &str, &str); 9] = [
     (
         "orders",
         ATTACHED,
@@ -127,6 +127,27 @@ const WITHOUT_EXTERNALS: [(&str, &str, &str, &str, &str); 6] = [
         "",
     ),
     ("ledger", DRILL, "True", drill::RUNNING, "ledger-dr"),
+    (
+        "quotes",
+        ATTACHED,
+        "False",
+        attached::NO_ANSWER,
+        "no controller has answered for Gateway default/edge",
+    ),
+    (
+        "vault",
+        ATTACHED,
+        "False",
+        attached::NO_ANSWER,
+        "no controller has answered for Gateway default/edge",
+    ),
+    (
+        "ledger-db",
+        ATTACHED,
+        "False",
+        attached::NO_ANSWER,
+        "no controller has answered for Gateway default/edge",
+    ),
 ];
 
 /// Whether a policy shows `Ready=True` and, for a sample that needs more, its documented
@@ -158,7 +179,7 @@ async fn every_sample_applies_and_reaches_its_documented_condition() {
             env.create_service(backend).await;
             env.set_endpoints(backend, 2, 0).await;
         }
-        if policy.spec.output == Output::HttpRoute {
+        if policy.spec.output != Output::TrafficSplit {
             env.cp.install_gateway_api();
         }
         // The Prometheus a health sample asks is the controller's, and the Gateway of another

@@ -459,7 +459,7 @@ async fn a_gateway_of_another_namespace_is_attached_to_only_where_the_admin_allo
     let routes: kube::Api<DynamicObject> = kube::Api::namespaced_with(
         env.client.clone(),
         &env.ns,
-        &failover::route::httproute::resource(),
+        &failover::route::RouteKind::HttpRoute.resource(),
     );
     {
         let _c = env.with_controller(&[]).await;

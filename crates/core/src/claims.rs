@@ -231,7 +231,7 @@ mod tests {
     use super::*;
     use crate::{
         api::{
-            FailoverPolicy, FailoverPolicySpec, GatewayParent, HttpRouteSpec, Output,
+            FailoverPolicy, FailoverPolicySpec, GatewayParent, GatewayRouteSpec, Output,
             SecondaryBackend,
         },
         policy::ValidPolicy,
@@ -259,19 +259,60 @@ mod tests {
 
     /// A policy of `ns` whose HTTPRoute attaches to the Gateway `gw` for `shop.example.com`.
     fn on_gateway(ns: &str, name: &str, gateway: (&str, &str)) -> ValidPolicy {
+        of_kind(Output::HttpRoute, ns, name, gateway)
+    }
+
+    /// A policy of `ns` whose route of this output attaches to the Gateway `gw` for
+    /// `shop.example.com` (every connection, for a TCPRoute).
+    fn of_kind(output: Output, ns: &str, name: &str, gateway: (&str, &str)) -> ValidPolicy {
         let mut p = policy(ns, name, "web");
-        p.spec.output = Output::HttpRoute;
-        p.spec.http_route = Some(HttpRouteSpec {
+        p.spec.output = output;
+        let field = match output {
+            Output::GrpcRoute => &mut p.spec.grpc_route,
+            Output::TlsRoute => &mut p.spec.tls_route,
+            Output::TcpRoute => &mut p.spec.tcp_route,
+            _ => &mut p.spec.http_route,
+        };
+        let hostnames = match output {
+            Output::TcpRoute => Vec::new(),
+            _ => vec!["shop.example.com".into()],
+        };
+        *field = Some(GatewayRouteSpec {
             gateways: vec![GatewayParent {
                 name: gateway.1.into(),
                 namespace: Some(gateway.0.into()),
                 section_name: None,
                 port: None,
             }],
-            hostnames: vec!["shop.example.com".into()],
-            ..HttpRouteSpec::on_port(8080)
+            hostnames,
+            ..GatewayRouteSpec::on_port(8080)
         });
         valid(&p)
+    }
+
+    #[test]
+    fn routes_of_one_hostname_collide_only_where_they_take_the_same_traffic() {
+        let edge = ("infra", "edge");
+        let claims = |output| Gateways::default().claims(&of_kind(output, "infra", "p", edge));
+        let http = claims(Output::HttpRoute);
+        assert_eq!(
+            claims(Output::GrpcRoute),
+            http,
+            "gRPC is HTTP on the listener"
+        );
+        assert_ne!(claims(Output::TlsRoute), http, "TLS passthrough by SNI");
+        assert_ne!(claims(Output::TcpRoute), claims(Output::TlsRoute));
+        assert_eq!(
+            claims(Output::TcpRoute)
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["TCP connections on Gateway infra/edge"]
+        );
+        assert_eq!(
+            claims(Output::TlsRoute)[0].to_string(),
+            "TLS connections to shop.example.com on Gateway infra/edge"
+        );
     }
 
     fn key(name: &str) -> PolicyKey {

@@ -36,7 +36,7 @@
 use crate::{
     observation::Namespace,
     policy::ValidPolicy,
-    route::{Claim, ParentKind, RouteParent, RouteTarget, Shape},
+    route::{Claim, ParentKind, RouteParent, RouteTarget, Shape, Traffic},
 };
 
 /// The annotation of a cluster Secret that grants policy namespaces remote namespaces:
@@ -156,14 +156,18 @@ impl Gateways {
         let (route, _) = self.attachable(namespace, route);
         let route = match &route.shape {
             Shape::TrafficSplit(_) => return vec![apex()],
-            Shape::HttpRoute(route) => route,
+            Shape::Gateway(route) => route,
         };
-        let hostnames: Vec<&str> = if route.hostnames.is_empty() {
+        let traffic = route.gateway_kind().traffic;
+        let hostnames: Vec<&str> = if route.hostnames.is_empty() || traffic == Traffic::Tcp {
             vec!["*"]
         } else {
             route.hostnames.iter().map(String::as_str).collect()
         };
-        let path = route.path_prefix.as_deref().unwrap_or("/");
+        let path = match traffic {
+            Traffic::Http => route.path_prefix.as_deref().unwrap_or("/"),
+            Traffic::Tls | Traffic::Tcp => "",
+        };
         route
             .parents
             .iter()
@@ -182,6 +186,7 @@ impl Gateways {
                     hostnames
                         .iter()
                         .map(|hostname| Claim::Listener {
+                            traffic,
                             gateway: gateway.as_str().into(),
                             listener: listener.as_deref().map(Box::from),
                             hostname: (*hostname).into(),

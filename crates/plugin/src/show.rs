@@ -94,10 +94,9 @@ fn text(policy: &FailoverPolicy, now: DateTime<Utc>) -> String {
         return out;
     };
     let phase = status.phase.map_or("-".to_string(), |p| p.to_string());
-    let route = match (&status.traffic_split, &status.http_route) {
-        (Some(ts), _) => format!("TrafficSplit {ts}"),
-        (None, Some(hr)) => format!("HTTPRoute {hr}"),
-        (None, None) => "-".to_string(),
+    let route = match status.route() {
+        Some((kind, name)) => format!("{kind} {name}"),
+        None => "-".to_string(),
     };
     let active = status.active_summary.as_deref().unwrap_or("-");
     let summary = format!(

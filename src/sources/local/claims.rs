@@ -28,7 +28,7 @@ mod tests {
     use super::*;
     use crate::{
         api::{
-            FailoverPolicy, FailoverPolicySpec, GatewayParent, HttpRouteSpec, Output,
+            FailoverPolicy, FailoverPolicySpec, GatewayParent, GatewayRouteSpec, Output,
             SecondaryBackend,
         },
         observation::PolicyKey,
@@ -100,7 +100,7 @@ mod tests {
     fn gateway_routes_claim_each_hostname_and_path_on_each_listener() {
         let mut p = policy("ns", "edge", "api");
         p.spec.output = Output::HttpRoute;
-        p.spec.http_route = Some(HttpRouteSpec {
+        p.spec.http_route = Some(GatewayRouteSpec {
             gateways: vec![GatewayParent {
                 name: "public".into(),
                 namespace: Some("infra".into()),
@@ -109,7 +109,7 @@ mod tests {
             }],
             hostnames: vec!["a.example.com".into(), "b.example.com".into()],
             path_prefix: Some("/api".into()),
-            ..HttpRouteSpec::on_port(8080)
+            ..GatewayRouteSpec::on_port(8080)
         });
         let allowed = Gateways::parse(&["infra/*".into()]).expect("allowed");
         let claims: Vec<String> = valid(&p)

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use failover::{
     api::{FailoverPolicy, FailoverPolicySpec, Phase, SecondaryBackend, Strategy},
     message::MAX_MESSAGE,
-    route::trafficsplit::TrafficSplit,
+    route::{RouteKind, trafficsplit::TrafficSplit},
 };
 use kube::Api;
 
@@ -91,9 +91,9 @@ impl PolicyBuilder {
         };
         self.spec(|s| {
             s.output = failover::api::Output::HttpRoute;
-            s.http_route = Some(failover::api::HttpRouteSpec {
+            s.http_route = Some(failover::api::GatewayRouteSpec {
                 gateways: vec![gateway],
-                ..failover::api::HttpRouteSpec::on_port(80)
+                ..failover::api::GatewayRouteSpec::on_port(80)
             });
         })
     }
@@ -207,11 +207,13 @@ impl TestEnv {
 
     /// The HTTPRoute's backends as (service, weight), if it exists.
     pub async fn http_route_weights(&self, name: &str) -> Option<Vec<(String, i64)>> {
-        let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
-            self.client.clone(),
-            &self.ns,
-            &failover::route::httproute::resource(),
-        );
+        self.route_weights(RouteKind::HttpRoute, name).await
+    }
+
+    /// A Gateway API route's backends as (service, weight), if it exists.
+    pub async fn route_weights(&self, kind: RouteKind, name: &str) -> Option<Vec<(String, i64)>> {
+        let api: kube::Api<kube::api::DynamicObject> =
+            kube::Api::namespaced_with(self.client.clone(), &self.ns, &kind.resource());
         route_backend_weights(&api.get_opt(name).await.ok()??)
     }
 
@@ -222,17 +224,30 @@ impl TestEnv {
         expected: &[(&str, i64)],
         timeout: Duration,
     ) {
+        self.wait_route_weights(RouteKind::HttpRoute, name, expected, timeout)
+            .await
+    }
+
+    /// Waits until a Gateway API route has exactly these weights.
+    pub async fn wait_route_weights(
+        &self,
+        kind: RouteKind,
+        name: &str,
+        expected: &[(&str, i64)],
+        timeout: Duration,
+    ) {
         let expected: Vec<(String, i64)> =
             expected.iter().map(|(s, w)| (s.to_string(), *w)).collect();
         let deadline = Instant::now() + timeout;
-        let mut last = self.http_route_weights(name).await;
+        let mut last = self.route_weights(kind, name).await;
         while last.as_ref() != Some(&expected) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            last = self.http_route_weights(name).await;
+            last = self.route_weights(kind, name).await;
         }
         assert!(
             last.as_ref() == Some(&expected),
-            "HTTPRoute {name}: wanted {expected:?}, last saw {last:?} (namespace {})",
+            "{} {name}: wanted {expected:?}, last saw {last:?} (namespace {})",
+            kind.as_str(),
             self.ns
         );
     }

@@ -1,5 +1,6 @@
-//! What a policy routes: its apex Service, and each hostname and path on each Gateway listener
-//! its HTTPRoute may attach to. Two policies must not route one thing; the policy watch keeps
+//! What a policy routes: its apex Service, and on each Gateway listener its route may attach to,
+//! each hostname and path (HTTPRoute, GRPCRoute), each SNI hostname (TLSRoute) or every
+//! connection (TCPRoute). Two policies must not route one thing; the policy watch keeps
 //! the table of who holds each claim. What a policy claims is decided where what it may attach
 //! to is ([`crate::tenancy::Gateways::claims`]).
 
@@ -19,6 +20,8 @@ pub enum Claim {
     },
     /// A hostname and path on a Gateway listener.
     Listener {
+        /// What the route takes there.
+        traffic: Traffic,
         /// The Gateway, `namespace/name`.
         gateway: Box<str>,
         /// Its listener, by name or port, when the policy names one.
@@ -30,17 +33,36 @@ pub enum Claim {
     },
 }
 
+/// What a route takes on a Gateway listener: HTTP requests by hostname and path (an HTTPRoute
+/// and a GRPCRoute of one hostname collide, as they do in the proxies), TLS connections by SNI
+/// hostname, or every TCP connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Traffic {
+    /// HTTP requests, by hostname and path.
+    Http,
+    /// TLS connections, by SNI hostname.
+    Tls,
+    /// Every connection of the listener.
+    Tcp,
+}
+
 impl fmt::Display for Claim {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Claim::Apex { service, .. } => write!(f, "apex Service {service}"),
             Claim::Listener {
+                traffic,
                 gateway,
                 listener,
                 hostname,
                 path,
             } => {
-                write!(f, "hostname {hostname} path {path} on Gateway {gateway}")?;
+                match traffic {
+                    Traffic::Http => write!(f, "hostname {hostname} path {path}")?,
+                    Traffic::Tls => write!(f, "TLS connections to {hostname}")?,
+                    Traffic::Tcp => write!(f, "TCP connections")?,
+                }
+                write!(f, " on Gateway {gateway}")?;
                 match listener {
                     Some(l) => write!(f, " listener {l}"),
                     None => Ok(()),

@@ -31,8 +31,14 @@ pub const VERBS: [&str; 6] = ["get", "list", "watch", "create", "patch", "delete
 pub enum RouteKind {
     /// SMI TrafficSplit ([`super::trafficsplit`]).
     TrafficSplit,
-    /// Gateway API HTTPRoute ([`super::httproute`]).
+    /// Gateway API HTTPRoute ([`super::gateway`]).
     HttpRoute,
+    /// Gateway API GRPCRoute ([`super::gateway`]).
+    GrpcRoute,
+    /// Gateway API TLSRoute ([`super::gateway`]).
+    TlsRoute,
+    /// Gateway API TCPRoute ([`super::gateway`]).
+    TcpRoute,
 }
 
 /// What holds for every route of one kind.
@@ -65,6 +71,7 @@ pub struct KindSpec {
 }
 
 /// The `Ready` reasons that name one kind (constants of [`crate::api::conditions::ready`]).
+#[derive(Clone, Copy)]
 pub struct Reasons {
     /// A route of the route's name exists and is not the policy's.
     pub conflict: &'static str,
@@ -97,6 +104,9 @@ impl From<Output> for RouteKind {
         match output {
             Output::TrafficSplit => RouteKind::TrafficSplit,
             Output::HttpRoute => RouteKind::HttpRoute,
+            Output::GrpcRoute => RouteKind::GrpcRoute,
+            Output::TlsRoute => RouteKind::TlsRoute,
+            Output::TcpRoute => RouteKind::TcpRoute,
         }
     }
 }

@@ -1,8 +1,9 @@
 //! The generated route: the one object a policy owns and whose weights carry its decision.
 //!
-//! Each kind lives in its own module with its typed resource: [`trafficsplit`] (SMI
-//! `TrafficSplit`) and [`httproute`] (Gateway API `HTTPRoute`), each described once by a
-//! [`KindSpec`] that [`KINDS`] lists ([`kind`]). Everything else in the controller sees a route
+//! Each API lives in its own module with its typed resource: [`trafficsplit`] (SMI
+//! `TrafficSplit`) and [`gateway`] (the Gateway API's `HTTPRoute`, `GRPCRoute`, `TLSRoute` and
+//! `TCPRoute`, one generic kind described by data), each kind described once by a [`KindSpec`]
+//! that [`KINDS`] lists ([`kind`]). Everything else in the controller sees a route
 //! only through this module's kind-neutral types:
 //!
 //! - [`RouteTarget`]: which object a policy generates (kind, name, how it is written);
@@ -11,12 +12,13 @@
 //! - [`RouteView`]: what the controller keeps of a route in the cluster (owner, label, version,
 //!   rules), never the whole object.
 //!
-//! A new kind is a new module here (its [`KindSpec`] and its [`Form`]), one line in [`KINDS`],
-//! its [`RouteKind`] and [`Shape`] variants, and what it claims
-//! ([`crate::tenancy::Gateways::route_claims`]).
+//! A new Gateway API kind is a row of [`gateway::GATEWAY_KINDS`] (with its spec field, rules and
+//! reasons, and what it claims on a listener), one line in [`KINDS`] and its [`RouteKind`]
+//! variant; a kind of another API is a new module (its [`KindSpec`] and its [`Form`]) and a
+//! [`Shape`] variant.
 
 pub mod claim;
-pub mod httproute;
+pub mod gateway;
 pub mod kind;
 mod object;
 pub mod rules;
@@ -29,8 +31,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::core::{ApiResource, DynamicObject, ObjectMeta};
 
-pub use self::claim::Claim;
-pub use self::httproute::HttpShape;
+pub use self::claim::{Claim, Traffic};
+pub use self::gateway::{GatewayKind, GatewayShape};
 pub use self::kind::{Form, KindSpec, RouteKind, VERBS};
 pub use self::object::RouteObject;
 pub use self::rules::{ParentKind, RouteBackend, RouteParent, RouteRules, RulesDigest};
@@ -53,8 +55,8 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub enum Shape {
     /// An SMI TrafficSplit in this API version.
     TrafficSplit(TrafficSplitApiVersion),
-    /// A Gateway API HTTPRoute.
-    HttpRoute(Box<HttpShape>),
+    /// A Gateway API route (HTTPRoute, GRPCRoute, TLSRoute, TCPRoute).
+    Gateway(Box<GatewayShape>),
 }
 
 impl Shape {
@@ -62,7 +64,7 @@ impl Shape {
     pub fn form(&self) -> &dyn Form {
         match self {
             Shape::TrafficSplit(version) => version,
-            Shape::HttpRoute(http) => &**http,
+            Shape::Gateway(route) => &**route,
         }
     }
 }
@@ -188,7 +190,7 @@ pub fn metadata(name: &str, namespace: &str, policy: &str, owner: OwnerReference
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::HttpRouteSpec;
+    use crate::api::GatewayRouteSpec;
 
     #[test]
     fn traffic_split_resource_follows_the_api_version() {
@@ -203,11 +205,15 @@ mod tests {
 
     #[test]
     fn rules_pair_backends_with_weights_and_ports() {
-        let mut route = HttpRouteSpec::on_port(8080);
+        let mut route = GatewayRouteSpec::on_port(8080);
         route.parent_port = Some(80);
         let target = RouteTarget {
             name: "web".into(),
-            shape: Shape::HttpRoute(Box::new(HttpShape::of("web", &route))),
+            shape: Shape::Gateway(Box::new(GatewayShape::of(
+                RouteKind::HttpRoute,
+                "web",
+                &route,
+            ))),
         };
         let (a, b) = (BackendRef::service("a"), BackendRef::service("b"));
         let rules = target.rules("web", [&a, &b].into_iter(), &[1, 0]);

@@ -1,14 +1,22 @@
 //! The one table of route kinds ([`KINDS`]), each kind's [`KindSpec`] given by its own module,
 //! and the lookups of a [`RouteKind`] into it.
 
+use kube::core::ApiResource;
+
 use super::{
-    RouteObject, RouteView, httproute,
+    RouteObject, RouteView, gateway,
     kind::{KindSpec, RouteKind},
     trafficsplit,
 };
 
 /// Every route kind, in the order of [`RouteKind`] (checked when compiling).
-pub const KINDS: &[&KindSpec] = &[&trafficsplit::KIND, &httproute::KIND];
+pub const KINDS: &[&KindSpec] = &[
+    &trafficsplit::KIND,
+    &gateway::HTTP_ROUTE,
+    &gateway::GRPC_ROUTE,
+    &gateway::TLS_ROUTE,
+    &gateway::TCP_ROUTE,
+];
 
 // A kind's spec is `KINDS[kind.index()]`.
 const _: () = {
@@ -47,6 +55,11 @@ impl RouteKind {
     /// The kind as the API names it.
     pub fn as_str(self) -> &'static str {
         self.spec().name
+    }
+
+    /// The API resource its watch lists and watches.
+    pub fn resource(self) -> ApiResource {
+        (self.spec().resource)()
     }
 
     /// The kind in lower case, as metric labels (and watches) name it.

@@ -2,7 +2,7 @@
 
 use kube::core::ObjectMeta;
 
-use super::{POLICY_LABEL, RouteRules, RulesDigest, httproute};
+use super::{POLICY_LABEL, RouteRules, RulesDigest, gateway};
 use crate::digest::digest;
 
 /// What the controller keeps of a route in the cluster: digests where a comparison is all it
@@ -18,7 +18,7 @@ pub struct RouteView {
     /// A digest of what it says, when it has the form this controller writes.
     pub rules: Option<RulesDigest>,
     /// What its parents' controllers said of it (an HTTPRoute's `status.parents`).
-    pub answers: Vec<httproute::ParentAnswer>,
+    pub answers: Vec<gateway::ParentAnswer>,
 }
 
 impl RouteView {

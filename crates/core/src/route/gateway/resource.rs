@@ -1,7 +1,8 @@
-//! The Gateway API `HTTPRoute` resource (`gateway.networking.k8s.io/v1`), typed as far as this
-//! controller reads and writes it: its parents (Gateways, the apex Service, or both), hostnames,
-//! one rule (an optional path prefix, the weighted backends, each named as its kind says), and the answers its
-//! parents' controllers write into `status.parents`.
+//! The Gateway API route resources (`gateway.networking.k8s.io/v1`), typed as far as this
+//! controller reads and writes them, in the one form every kind it writes shares: its parents
+//! (Gateways, the apex Service, or both), hostnames (none for a TCPRoute), one rule (an optional
+//! path prefix, HTTPRoute only; the weighted backends, each named as its kind says), and the
+//! answers its parents' controllers write into `status.parents`.
 //!
 //! Why not the `gateway-api` crate: its current release (0.22) is built on kube 4 and
 //! k8s-openapi 0.28, so it would bring a second kube and k8s-openapi into the build; the few
@@ -11,11 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use kube::{
-    CustomResource,
-    core::{ApiResource, DynamicObject, ObjectMeta},
-};
-use schemars::JsonSchema;
+use kube::core::{ApiResource, DynamicObject, ObjectMeta};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -27,27 +24,16 @@ use crate::{
 /// API group of the parent reference to a Service, as Linkerd documents it.
 const CORE_GROUP: &str = "core";
 /// API group of Gateways (and the default of a parent reference).
-const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+pub(super) const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 /// The condition a parent's controller sets when it attaches the route.
 pub const ACCEPTED: &str = "Accepted";
 /// The condition a parent's controller sets when every backend reference resolves.
 pub const RESOLVED_REFS: &str = "ResolvedRefs";
 
-/// An HTTPRoute, with the fields this controller sets and reads.
-#[derive(CustomResource, JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[kube(
-    group = "gateway.networking.k8s.io",
-    version = "v1",
-    kind = "HTTPRoute",
-    root = "HttpRoute",
-    plural = "httproutes",
-    status = "HttpRouteStatus",
-    namespaced,
-    derive = "Default",
-    derive = "PartialEq"
-)]
+/// A Gateway API route's spec, with the fields this controller sets and reads.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct HttpRouteSpec {
+pub struct RouteSpec {
     /// The objects the route attaches to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parent_refs: Vec<ParentReference>,
@@ -56,11 +42,11 @@ pub struct HttpRouteSpec {
     pub hostnames: Vec<String>,
     /// The routing rules.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub rules: Vec<HttpRouteRule>,
+    pub rules: Vec<RouteRule>,
 }
 
 /// A parent of the route.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ParentReference {
     /// API group of the parent.
@@ -83,36 +69,34 @@ pub struct ParentReference {
 }
 
 /// One rule of the route.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct HttpRouteRule {
+pub struct RouteRule {
     /// Which requests the rule takes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub matches: Vec<HttpRouteMatch>,
+    pub matches: Vec<RouteMatch>,
     /// The weighted backends.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backend_refs: Vec<BackendRef>,
     /// Any other field (filters, timeouts, …): not of this controller's form.
     #[serde(flatten)]
-    #[schemars(skip)]
     pub other: BTreeMap<String, Value>,
 }
 
 /// Which requests a rule takes.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct HttpRouteMatch {
+pub struct RouteMatch {
     /// The path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<PathMatch>,
     /// Any other field (headers, method, query parameters): not of this controller's form.
     #[serde(flatten)]
-    #[schemars(skip)]
     pub other: BTreeMap<String, Value>,
 }
 
 /// A path match.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 pub struct PathMatch {
     /// `PathPrefix` (the default), `Exact` or `RegularExpression`.
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
@@ -123,7 +107,7 @@ pub struct PathMatch {
 }
 
 /// A weighted backend of a rule.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct BackendRef {
     /// API group of the backend ("" for core).
@@ -142,21 +126,20 @@ pub struct BackendRef {
     pub weight: Option<i32>,
     /// Any other field (namespace, filters): not of this controller's form.
     #[serde(flatten)]
-    #[schemars(skip)]
     pub other: BTreeMap<String, Value>,
 }
 
 /// What the route's parents' controllers say of it.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct HttpRouteStatus {
+pub struct RouteStatus {
     /// One entry per parent a controller answers for.
     #[serde(default)]
     pub parents: Vec<RouteParentStatus>,
 }
 
 /// One parent's answer.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct RouteParentStatus {
     /// The parent answered for.
@@ -170,7 +153,7 @@ pub struct RouteParentStatus {
 }
 
 /// A condition of a parent's answer.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 pub struct RouteCondition {
     /// The condition's type.
     #[serde(rename = "type")]
@@ -195,11 +178,6 @@ pub struct ParentAnswer {
     pub accepted: Option<RouteCondition>,
     /// Its `ResolvedRefs` condition, if the controller set it.
     pub resolved_refs: Option<RouteCondition>,
-}
-
-/// The API resource of HTTPRoutes.
-pub fn resource() -> ApiResource {
-    ApiResource::erase::<HttpRoute>(&())
 }
 
 /// A parent as written: the group and kind always spelled out.
@@ -235,13 +213,13 @@ fn parent(reference: &ParentReference) -> Option<RouteParent> {
     })
 }
 
-/// The HTTPRoute that routes as `rules` say.
-pub fn object(meta: ObjectMeta, rules: &RouteRules) -> DynamicObject {
+/// The route of this resource that routes as `rules` say.
+pub fn object(resource: &ApiResource, meta: ObjectMeta, rules: &RouteRules) -> DynamicObject {
     let matches = rules
         .path_prefix
         .as_ref()
         .map(|prefix| {
-            vec![HttpRouteMatch {
+            vec![RouteMatch {
                 path: Some(PathMatch {
                     type_: Some("PathPrefix".into()),
                     value: Some(prefix.clone()),
@@ -250,10 +228,10 @@ pub fn object(meta: ObjectMeta, rules: &RouteRules) -> DynamicObject {
             }]
         })
         .unwrap_or_default();
-    let spec = HttpRouteSpec {
+    let spec = RouteSpec {
         parent_refs: rules.parents.iter().map(reference).collect(),
         hostnames: rules.hostnames.clone(),
-        rules: vec![HttpRouteRule {
+        rules: vec![RouteRule {
             matches,
             backend_refs: rules
                 .backends
@@ -270,7 +248,7 @@ pub fn object(meta: ObjectMeta, rules: &RouteRules) -> DynamicObject {
             other: BTreeMap::new(),
         }],
     };
-    let mut object = DynamicObject::new("", &resource());
+    let mut object = DynamicObject::new("", resource);
     object.metadata = meta;
     object.data = serde_json::json!({ "spec": spec });
     object
@@ -278,7 +256,7 @@ pub fn object(meta: ObjectMeta, rules: &RouteRules) -> DynamicObject {
 
 /// The path prefix a rule's matches amount to, when they are of the form written here: none, or
 /// one path prefix (`/`, the API server's default, reads as none). `Err` for any other form.
-fn path_prefix(matches: &[HttpRouteMatch]) -> Result<Option<String>, ()> {
+fn path_prefix(matches: &[RouteMatch]) -> Result<Option<String>, ()> {
     match matches {
         [] => Ok(None),
         [m] if m.other.values().all(Value::is_null) => {
@@ -292,10 +270,10 @@ fn path_prefix(matches: &[HttpRouteMatch]) -> Result<Option<String>, ()> {
     }
 }
 
-/// What an HTTPRoute says, when it has the form this controller writes (Service or Gateway
+/// What a route says, when it has the form this controller writes (Service or Gateway
 /// parents, one rule of backends of known kinds with at most a path prefix); `None` otherwise, so any
 /// other form is rewritten.
-pub fn rules(spec: &HttpRouteSpec) -> Option<RouteRules> {
+pub fn rules(spec: &RouteSpec) -> Option<RouteRules> {
     let [rule] = spec.rules.as_slice() else {
         return None;
     };
@@ -335,7 +313,7 @@ pub fn rules(spec: &HttpRouteSpec) -> Option<RouteRules> {
 
 /// What the route's parents' controllers said of it, one answer per parent (the last one written
 /// for a parent wins when several controllers answer).
-pub fn answers(status: &HttpRouteStatus) -> Vec<ParentAnswer> {
+pub fn answers(status: &RouteStatus) -> Vec<ParentAnswer> {
     let condition = |s: &RouteParentStatus, type_: &str| {
         s.conditions.iter().find(|c| c.type_ == type_).cloned()
     };
@@ -385,13 +363,17 @@ mod tests {
         }
     }
 
-    fn read(spec: Value) -> HttpRouteSpec {
+    fn http() -> ApiResource {
+        super::super::GATEWAY_KINDS[0].resource()
+    }
+
+    fn read(spec: Value) -> RouteSpec {
         serde_json::from_value(spec).expect("route spec")
     }
 
     #[test]
     fn a_written_route_reads_back_as_its_rules() {
-        let object = object(ObjectMeta::default(), &written());
+        let object = object(&http(), ObjectMeta::default(), &written());
         assert_eq!(rules(&read(object.data["spec"].clone())), Some(written()));
     }
 
@@ -399,7 +381,7 @@ mod tests {
     fn the_api_servers_defaults_read_as_what_was_written() {
         let mut unmatched = written();
         unmatched.path_prefix = None;
-        let mut spec = object(ObjectMeta::default(), &unmatched).data["spec"].clone();
+        let mut spec = object(&http(), ObjectMeta::default(), &unmatched).data["spec"].clone();
         // The API server fills in the default match and a Gateway reference's group and kind.
         spec["rules"][0]["matches"] =
             serde_json::json!([{"path": {"type": "PathPrefix", "value": "/"}}]);
@@ -412,7 +394,7 @@ mod tests {
 
     #[test]
     fn another_form_reads_as_none() {
-        let object = object(ObjectMeta::default(), &written());
+        let object = object(&http(), ObjectMeta::default(), &written());
         let mut headers = object.data["spec"].clone();
         headers["rules"][0]["matches"][0]["headers"] =
             serde_json::json!([{"name": "x", "value": "y"}]);
@@ -427,7 +409,7 @@ mod tests {
 
     #[test]
     fn each_parents_answer_is_read_from_the_status() {
-        let status: HttpRouteStatus = serde_json::from_value(serde_json::json!({"parents": [{
+        let status: RouteStatus = serde_json::from_value(serde_json::json!({"parents": [{
             "parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "infra", "name": "edge", "sectionName": "http"},
             "controllerName": "traefik.io/gateway-controller",
             "conditions": [

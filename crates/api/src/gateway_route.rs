@@ -1,6 +1,8 @@
-//! The `spec.httpRoute` types: the generated Gateway API HTTPRoute, attached to Gateways (the
-//! edge: Envoy Gateway, Traefik, NGINX, Istio's gateway, Cilium), to the apex Service (the mesh
-//! pattern Linkerd and Istio read), or to both.
+//! The type of `spec.httpRoute`, `spec.grpcRoute`, `spec.tlsRoute` and `spec.tcpRoute`: the
+//! generated Gateway API route, attached to Gateways (the edge: Envoy Gateway, Traefik, NGINX,
+//! Istio's gateway, Cilium), to the apex Service (the mesh pattern Linkerd and Istio read), or to
+//! both. What differs by kind (a TLSRoute's required hostname, a TCPRoute's lack of any, a path
+//! for HTTPRoute only) is stated in [`super::rules`]' rules of each kind.
 
 use garde::Validate;
 use kube::KubeSchema;
@@ -12,12 +14,12 @@ use super::rules::{
     http_path_prefix,
 };
 
-/// The generated HTTPRoute.
+/// The generated Gateway API route.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Validate)]
 #[serde(rename_all = "camelCase")]
-pub struct HttpRouteSpec {
-    /// Name of the HTTPRoute (default: the policy's name). It cannot be changed later. An
-    /// HTTPRoute of this name that the policy does not own is never touched.
+pub struct GatewayRouteSpec {
+    /// Name of the route (default: the policy's name). It cannot be changed later. A route of
+    /// this name that the policy does not own is never touched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = MAX_SUBDOMAIN), pattern(DNS1123_SUBDOMAIN))]
     #[garde(inner(length(min = 1, max = MAX_SUBDOMAIN), custom(dns1123_subdomain)))]
@@ -45,14 +47,16 @@ pub struct HttpRouteSpec {
     #[garde(inner(range(min = 1, max = 65535)))]
     pub parent_port: Option<i32>,
 
-    /// The hostnames the route serves (e.g. `shop.example.com`, `*.example.com`); default:
+    /// The hostnames the route serves (e.g. `shop.example.com`, `*.example.com`): HTTP Host
+    /// headers, or for a TLSRoute the SNI names (at least one); none for a TCPRoute. Default:
     /// whatever the Gateway's listeners serve. 0 to 16.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_HOSTNAMES), inner(length(min = 1, max = MAX_SUBDOMAIN), pattern(HOSTNAME)))]
     #[garde(length(max = MAX_HOSTNAMES), inner(length(min = 1, max = MAX_SUBDOMAIN), custom(http_hostname)))]
     pub hostnames: Vec<String>,
 
-    /// The path prefix the route matches, e.g. `/api`; default `/`: every request.
+    /// The path prefix the route matches, e.g. `/api`; default `/`: every request. HTTPRoute
+    /// only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = MAX_PATH), pattern(PATH_PREFIX))]
     #[x_kube(validation = rules::path_prefix_rule())]
@@ -66,7 +70,7 @@ pub struct HttpRouteSpec {
     pub port: i32,
 }
 
-impl HttpRouteSpec {
+impl GatewayRouteSpec {
     /// A route with this backend port and nothing else set: attached to the apex Service.
     pub fn on_port(port: i32) -> Self {
         Self {
