@@ -6,10 +6,14 @@
 //! - a route not controlled by this policy: [`Applied::Conflict`], untouched;
 //! - a route that says what the plan says (and carries the policy label): nothing is written;
 //! - otherwise: one server-side apply with the controller's field manager;
-//! - another policy claimed the apex first: the route this policy owns is deleted ([`withdraw`]).
+//! - another policy claimed the apex first: the route this policy owns is deleted ([`withdraw`]);
+//! - a route the user owns (`spec.routeRef`): one merge patch of the named rule's weights,
+//!   guarded by the resourceVersion read, read again and retried on a conflict ([`write_rule`]).
 //!
 //! A route this replica wrote wins over an older cached copy until the cache catches up, so a
 //! stale cache never causes a second write.
+
+use std::collections::BTreeMap;
 
 use kube::{
     Resource,
@@ -23,7 +27,10 @@ use crate::intent::{Action, Intent};
 use crate::route::Claim;
 use crate::{
     observation::PolicyKey,
-    route::{RouteView, RulesDigest},
+    route::{
+        RouteView, RulesDigest,
+        referenced::{self, Mismatch},
+    },
     runtime::{
         api_client::{describe, namespace_terminating},
         writer::{NotLeader, Objects, Writer},
@@ -48,6 +55,16 @@ pub enum ApplyError {
         /// The error.
         #[source]
         source: kube::Error,
+    },
+    /// The route the user owns changed at every attempt to write its weights.
+    #[error(
+        "{kind} {name} changed at each of {CONFLICT_RETRIES} attempts to write its weights; retrying"
+    )]
+    Contended {
+        /// Kind of the route.
+        kind: &'static str,
+        /// Name of the route.
+        name: String,
     },
     /// The route existed, then could not be read.
     #[error("{kind} {name} vanished while being created; retrying")]
@@ -132,7 +149,75 @@ pub async fn carry_out(
         Action::ApiMissing(api) => Ok(Applied::ApiMissing(api)),
         Action::Suspended => Ok(Applied::Suspended),
         Action::Write => write(writer, &intent.route, current).await,
+        Action::WriteRule(rule) => write_rule(writer, &intent.route, &rule, current).await,
     }
+}
+
+/// How many times a route the user owns is read again after a conflict before the write is
+/// left to the next reconcile (with backoff).
+const CONFLICT_RETRIES: usize = 3;
+
+/// Makes the rule `rule` of the route the user owns carry `desired`'s weights, and changes
+/// nothing else of it; `current` is the cached view of the route. Nothing is written when the
+/// rule has the weights already; the route is read fresh before each patch, whose
+/// resourceVersion makes the API server refuse it if the route changed since.
+async fn write_rule(
+    writer: &Writer,
+    desired: &DesiredRoute,
+    rule: &str,
+    current: Option<RouteView>,
+) -> Result<Applied, ApplyError> {
+    if let Some(view) = &current {
+        let says = writer
+            .recent_routes
+            .newer_than(&desired.key(), view.resource_version)
+            .or_else(|| view.rule(rule).cloned());
+        if says.is_some_and(|r| r.says(&desired.rules)) {
+            return Ok(Applied::Unchanged);
+        }
+    }
+    let weights: BTreeMap<String, i64> = desired
+        .rules
+        .backends
+        .iter()
+        .map(|b| (b.backend.name.to_string(), b.weight))
+        .collect();
+    let routes = routes(writer, desired);
+    let name = desired.target.name.as_str();
+    for _ in 0..CONFLICT_RETRIES {
+        let Some(route) = routes
+            .get_opt(name)
+            .await
+            .map_err(|e| ApplyError::api(desired, e))?
+        else {
+            return Ok(Applied::RouteRefUnfit(Mismatch::NoRoute));
+        };
+        let version = route.metadata.resource_version.clone().unwrap_or_default();
+        let patch = match referenced::weights_patch(&route.data["spec"], &version, rule, &weights) {
+            Err(mismatch) => return Ok(Applied::RouteRefUnfit(mismatch)),
+            Ok(None) => return Ok(Applied::Unchanged),
+            Ok(Some(patch)) => patch,
+        };
+        match routes.merge(name, &patch).await? {
+            Ok(answer) => {
+                written(
+                    writer,
+                    desired,
+                    &answer,
+                    "wrote the weights of a route rule",
+                );
+                return Ok(Applied::Written);
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                debug!(kind = desired.target.kind().as_str(), route = %name, "route changed while its weights were written; reading it again");
+            }
+            Err(e) => return Err(ApplyError::api(desired, e)),
+        }
+    }
+    Err(ApplyError::Contended {
+        kind: desired.target.kind().as_str(),
+        name: name.to_string(),
+    })
 }
 
 /// The routes of `desired`'s kind in its namespace, each write counted under its kind.

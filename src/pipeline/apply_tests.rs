@@ -258,3 +258,109 @@ async fn a_standby_writes_nothing() {
     );
     assert_no_request(api).await;
 }
+
+const HTTP_ROUTES: &str = "/apis/gateway.networking.k8s.io/v1/namespaces/ns/httproutes";
+
+/// The route the user owns, as the API server returns it: rule `api` to `web` and `web-east`.
+fn users_route(version: &str, weights: &[i64]) -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": "shop", "namespace": "ns", "resourceVersion": version},
+        "spec": {"rules": [{"name": "api", "backendRefs": [
+            {"name": "web", "port": 80, "weight": weights[0]},
+            {"name": "web-east", "port": 80, "weight": weights[1]}]}]},
+    })
+}
+
+/// The policy with `routeRef` to rule `api` of HTTPRoute `shop`, with these weights.
+fn desired_rule(weights: &[i32]) -> DesiredRoute {
+    let mut policy = policy();
+    policy.spec.route_ref = Some(crate::api::RouteRefSpec {
+        kind: crate::api::RouteRefKind::HttpRoute,
+        name: "shop".into(),
+        rule: "api".into(),
+    });
+    let valid = validate(&policy).expect("valid");
+    let owner = policy.controller_owner_ref(&()).expect("a uid");
+    DesiredRoute::of(owner, &valid, weights)
+}
+
+/// Reads the PATCH the step sends, checks the resourceVersion it is guarded by, answers.
+async fn answer_patch(api: &mut Api, guard: &str, status: StatusCode, body: Value) {
+    let (request, send) = api.next_request().await.expect("a request");
+    assert_eq!(request.method(), Method::PATCH);
+    assert_eq!(request.uri().path(), format!("{HTTP_ROUTES}/shop"));
+    let bytes = http_body_util::BodyExt::collect(request.into_body())
+        .await
+        .expect("body")
+        .to_bytes();
+    let patch: Value = serde_json::from_slice(&bytes).expect("a JSON patch body");
+    assert_eq!(patch["metadata"]["resourceVersion"], guard);
+    assert_eq!(
+        patch["spec"]["rules"][0]["backendRefs"][1]["weight"], 1,
+        "{patch}"
+    );
+    send.send_response(
+        Response::builder()
+            .status(status)
+            .body(Body::from(serde_json::to_vec(&body).expect("json")))
+            .expect("response"),
+    );
+}
+
+#[tokio::test]
+async fn a_users_route_changed_meanwhile_is_read_again_and_patched_at_its_new_version() {
+    let (writer, mut api) = writer();
+    let server = tokio::spawn(async move {
+        let get = format!("{HTTP_ROUTES}/shop");
+        answer(
+            &mut api,
+            Method::GET,
+            &get,
+            StatusCode::OK,
+            users_route("7", &[1, 0]),
+        )
+        .await;
+        let conflict = status(409, "Conflict", "the object has been modified");
+        answer_patch(&mut api, "7", StatusCode::CONFLICT, conflict).await;
+        answer(
+            &mut api,
+            Method::GET,
+            &get,
+            StatusCode::OK,
+            users_route("9", &[1, 0]),
+        )
+        .await;
+        answer_patch(&mut api, "9", StatusCode::OK, users_route("10", &[0, 1])).await;
+    });
+    let want = desired_rule(&[0, 1]);
+    let applied = write_rule(&writer, &want, "api", None).await;
+    server.await.expect("server");
+    assert!(matches!(applied, Ok(Applied::Written)), "{applied:?}");
+}
+
+#[tokio::test]
+async fn a_users_route_that_keeps_changing_is_left_to_the_next_reconcile() {
+    let (writer, mut api) = writer();
+    let server = tokio::spawn(async move {
+        let get = format!("{HTTP_ROUTES}/shop");
+        for version in ["7", "8", "9"] {
+            answer(
+                &mut api,
+                Method::GET,
+                &get,
+                StatusCode::OK,
+                users_route(version, &[1, 0]),
+            )
+            .await;
+            let conflict = status(409, "Conflict", "the object has been modified");
+            answer_patch(&mut api, version, StatusCode::CONFLICT, conflict).await;
+        }
+    });
+    let applied = write_rule(&writer, &desired_rule(&[0, 1]), "api", None).await;
+    server.await.expect("server");
+    assert!(
+        matches!(applied, Err(ApplyError::Contended { .. })),
+        "{applied:?}"
+    );
+}

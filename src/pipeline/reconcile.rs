@@ -80,7 +80,7 @@ impl Error {
             Error::Route(e) => match **e {
                 ApplyError::Vanished { .. } => "route_vanished",
                 ApplyError::NotLeader(_) => "not_leader",
-                ApplyError::Api { .. } => "route_write",
+                ApplyError::Api { .. } | ApplyError::Contended { .. } => "route_write",
             },
             Error::NotLeader(_) => "not_leader",
             Error::MissingUid => "missing_metadata",
@@ -244,7 +244,11 @@ fn next(outcome: Outcome, failure: Option<ApplyError>) -> Result<Next, Error> {
             Applied::Failed(_) => Ok(Next::Wait),
             // A missing CRD that turns up queues every policy; a claim handed over wakes its
             // claimants.
-            Applied::Conflict | Applied::ApiMissing(_) | Applied::Yielded { .. } => Ok(Next::Wait),
+            // So does a route the user owns (or its rule) that changes.
+            Applied::Conflict
+            | Applied::ApiMissing(_)
+            | Applied::Yielded { .. }
+            | Applied::RouteRefUnfit(_) => Ok(Next::Wait),
             Applied::Unchanged | Applied::Written | Applied::Suspended => {
                 Ok(d.plan.requeue_after.map_or(Next::Wait, Next::After))
             }

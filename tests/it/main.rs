@@ -34,6 +34,7 @@ mod recovery;
 mod remote_clusters;
 mod route_kinds;
 mod route_ownership;
+mod route_ref;
 mod samples;
 mod scaling_restores;
 mod strategies;

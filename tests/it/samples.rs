@@ -44,6 +44,8 @@ fn rust_validation_accepts_every_valid_sample() {
 #[tokio::test]
 async fn every_valid_sample_applies() {
     let Some(env) = test_env!() else { return };
+    // A sample may hold the user's own Gateway API route beside its policy.
+    env.cp.install_gateway_api();
     for file in yaml_files("samples") {
         let out = env.kubectl(&["apply", "-f", file.to_str().expect("path")]);
         assert!(
@@ -179,7 +181,7 @@ async fn every_sample_applies_and_reaches_its_documented_condition() {
             env.create_service(backend).await;
             env.set_endpoints(backend, 2, 0).await;
         }
-        if policy.spec.output != Output::TrafficSplit {
+        if policy.spec.output != Output::TrafficSplit || policy.spec.route_ref.is_some() {
             env.cp.install_gateway_api();
         }
         // The Prometheus a health sample asks is the controller's, and the Gateway of another

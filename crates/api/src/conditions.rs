@@ -95,14 +95,20 @@ pub mod ready {
     pub const TCP_ROUTE_WRITE_FAILED: &str = "TCPRouteWriteFailed";
     /// The TCPRoute CRD (v1) is not installed.
     pub const TCP_ROUTE_CRD_MISSING: &str = "TCPRouteCRDMissing";
+    /// `spec.routeRef` names a route, or a rule of it, that does not exist.
+    pub const ROUTE_REF_NOT_FOUND: &str = "RouteRefNotFound";
+    /// The rule `spec.routeRef` names routes to other backends than the policy's.
+    pub const ROUTE_REF_BACKENDS_DIFFER: &str = "RouteRefBackendsDiffer";
     /// Another policy, which claimed it first, routes the same apex Service (or hostname and
     /// path on a Gateway listener); this one writes no route.
     pub const APEX_CONFLICT: &str = "ApexConflict";
 
     /// The `Ready` reasons of a failure that no transition Event announces: each raises a
     /// Warning Event of the same reason when it starts.
-    pub const FAILURES: [&str; 11] = [
+    pub const FAILURES: [&str; 13] = [
         INVALID_SPEC,
+        ROUTE_REF_NOT_FOUND,
+        ROUTE_REF_BACKENDS_DIFFER,
         TRAFFIC_SPLIT_WRITE_FAILED,
         HTTP_ROUTE_WRITE_FAILED,
         GRPC_ROUTE_WRITE_FAILED,
@@ -117,8 +123,10 @@ pub mod ready {
 
     /// The `Ready` reasons that mean the policy cannot make progress until someone changes it or
     /// the cluster: they set `Stalled`. A failed write is retried, so it does not.
-    pub const STALLING: [&str; 12] = [
+    pub const STALLING: [&str; 14] = [
         INVALID_SPEC,
+        ROUTE_REF_NOT_FOUND,
+        ROUTE_REF_BACKENDS_DIFFER,
         TRAFFIC_SPLIT_CONFLICT,
         HTTP_ROUTE_CONFLICT,
         GRPC_ROUTE_CONFLICT,

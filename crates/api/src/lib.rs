@@ -13,6 +13,7 @@ mod capacity;
 pub mod conditions;
 mod gateway_route;
 mod health;
+mod route_ref;
 pub mod rules;
 pub mod status;
 
@@ -20,6 +21,7 @@ pub use backend::*;
 pub use capacity::*;
 pub use gateway_route::*;
 pub use health::*;
+pub use route_ref::*;
 pub use status::*;
 
 use std::fmt;
@@ -150,6 +152,8 @@ pub const GROUP: &str = "failover.dev";
     validation = rules::DRILL_NAMES_A_BACKEND.schema_rule(),
     validation = rules::ROUTE_BACKENDS_FIT.schema_rule(),
     validation = rules::OUTPUT_FIXED.schema_rule(),
+    validation = rules::ROUTE_REF_ALONE.schema_rule(),
+    validation = rules::ROUTE_REF_FIXED.schema_rule(),
     validation = rules::NO_RAMP_WITH_PROPORTIONAL.schema_rule(),
     validation = rules::NO_CAPACITY_WITH_PROPORTIONAL.schema_rule(),
     validation = rules::SECONDARY_CAPACITY_NEEDS_CAPACITY.schema_rule(),
@@ -265,6 +269,15 @@ pub struct FailoverPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(dive)]
     pub tcp_route: Option<GatewayRouteSpec>,
+
+    /// A route the user owns, instead of a generated one: one named rule of an existing
+    /// HTTPRoute or GRPCRoute in the policy's namespace, whose backendRefs' weights the
+    /// controller sets (and nothing else of the route). Leave `output` and the generated route's
+    /// fields unset. Deleting the policy leaves the route in place, with the weights last
+    /// written. Cannot be added, removed or pointed elsewhere later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub route_ref: Option<RouteRefSpec>,
 
     /// When a backend counts as ready.
     #[serde(default)]
@@ -389,6 +402,7 @@ impl Default for FailoverPolicySpec {
             grpc_route: None,
             tls_route: None,
             tcp_route: None,
+            route_ref: None,
             readiness: ReadinessSpec::default(),
             failover_after: zero_duration(),
             failback_after: zero_duration(),

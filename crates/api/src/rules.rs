@@ -298,7 +298,7 @@ pub const RAMP_ENDS_AT_100: CrossFieldRule = CrossFieldRule {
 pub const MAX_ROUTE_BACKENDS: usize = 16;
 /// A route output fits its backends in one rule of at most [`MAX_ROUTE_BACKENDS`].
 pub const ROUTE_BACKENDS_FIT: CrossFieldRule = CrossFieldRule {
-    cel: "self.output == 'TrafficSplit' || size(self.secondaries) <= 15",
+    cel: "(self.output == 'TrafficSplit' && !has(self.routeRef)) || size(self.secondaries) <= 15",
     message: "a Gateway API route output takes at most 15 secondaries: with the primary, one route rule holds at most 16 backendRefs",
     field: ".secondaries",
 };
@@ -507,6 +507,18 @@ pub fn gateway_route_schema_rules(schema: &mut schemars::Schema) {
     }
 }
 
+/// `routeRef` replaces the generated route: no output and no generated route's fields beside it.
+pub const ROUTE_REF_ALONE: CrossFieldRule = CrossFieldRule {
+    cel: "!has(self.routeRef) || (self.output == 'TrafficSplit' && !has(self.trafficSplit.name) && !has(self.httpRoute) && !has(self.grpcRoute) && !has(self.tlsRoute) && !has(self.tcpRoute))",
+    message: "routeRef names the route the policy fails over: leave output, trafficSplit.name, httpRoute, grpcRoute, tlsRoute and tcpRoute unset",
+    field: ".routeRef",
+};
+/// `routeRef` is neither added, removed nor pointed at another route.
+pub const ROUTE_REF_FIXED: CrossFieldRule = CrossFieldRule {
+    cel: "has(self.routeRef) == has(oldSelf.routeRef) && (!has(self.routeRef) || (self.routeRef.kind == oldSelf.routeRef.kind && self.routeRef.name == oldSelf.routeRef.name))",
+    message: "routeRef cannot be added, removed or pointed at another route; create a new policy instead",
+    field: ".routeRef",
+};
 /// `output` never changes.
 pub const OUTPUT_FIXED: CrossFieldRule = CrossFieldRule {
     cel: "self.output == oldSelf.output",

@@ -1,7 +1,12 @@
 //! What the apply step did to a policy's route and to the workloads it scales, as the status
 //! step reads it.
 
-use crate::{api::ScaledWorkload, apis::NeededApi, observation::PolicyKey, route::Claim};
+use crate::{
+    api::ScaledWorkload,
+    apis::NeededApi,
+    observation::PolicyKey,
+    route::{Claim, referenced::Mismatch},
+};
 
 /// What the apply step did.
 #[derive(Clone, Debug, PartialEq)]
@@ -16,6 +21,9 @@ pub enum Applied {
     Conflict,
     /// Writing failed (the error, in one line); the route is as it was.
     Failed(String),
+    /// The rule `spec.routeRef` names cannot be failed over as the policy says: nothing was
+    /// written.
+    RouteRefUnfit(Mismatch),
     /// The CRD of the route's kind is not installed: nothing was written.
     ApiMissing(NeededApi),
     /// Another policy, which claimed it first, holds what this one would route (`claim`): no

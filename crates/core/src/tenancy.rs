@@ -156,6 +156,14 @@ impl Gateways {
         let (route, _) = self.attachable(namespace, route);
         let route = match &route.shape {
             Shape::TrafficSplit(_) => return vec![apex()],
+            Shape::Referenced(rule) => {
+                return vec![Claim::Rule {
+                    namespace: Namespace::new(namespace),
+                    kind: rule.kind,
+                    route: route.name.as_str().into(),
+                    rule: rule.rule.as_str().into(),
+                }];
+            }
             Shape::Gateway(route) => route,
         };
         let traffic = route.gateway_kind().traffic;

@@ -92,6 +92,7 @@ pub fn announce(
         Applied::Conflict
         | Applied::Failed(_)
         | Applied::ApiMissing(_)
+        | Applied::RouteRefUnfit(_)
         | Applied::Yielded { .. } => {}
     }
 }

@@ -82,6 +82,7 @@ pub(crate) fn decide(
                 &kept,
             ))),
             answers: Vec::new(),
+            named_rules: Box::default(),
         });
         (Applied::Suspended, route)
     } else {
@@ -140,6 +141,7 @@ pub(crate) fn spec(strategy: Strategy, secondaries: &[(&str, Option<i32>)]) -> F
         grpc_route: None,
         tls_route: None,
         tcp_route: None,
+        route_ref: None,
         failback: None,
         health: None,
         capacity: None,

@@ -29,7 +29,7 @@ use crate::{
     last_status::LastStatus,
     observation::{BackendObservation, PolicyKey},
     policy::ValidPolicy,
-    route::{Claim, RouteParent, RouteTarget, RouteView, owner},
+    route::{Claim, RouteParent, RouteTarget, RouteView, owner, referenced::Mismatch},
     status::{self, Decided, Outcome, StatusInput},
     tenancy::Gateways,
 };
@@ -123,6 +123,8 @@ pub enum Action {
     Suspended,
     /// Make the route say what the intent says.
     Write,
+    /// Make this rule of the route the user owns (`spec.routeRef`) carry the intent's weights.
+    WriteRule(Box<str>),
 }
 
 impl Intent {
@@ -135,6 +137,8 @@ impl Intent {
             Action::ApiMissing(self.api)
         } else if self.policy.suspend {
             Action::Suspended
+        } else if let Some(referenced) = self.policy.route.referenced() {
+            Action::WriteRule(referenced.rule.as_str().into())
         } else {
             Action::Write
         }
@@ -167,6 +171,11 @@ impl Action {
             Action::Suspended => Applied::Suspended,
             Action::Write if route.is_some_and(|r| !r.owned_by(uid)) => Applied::Conflict,
             Action::Write => Applied::Written,
+            Action::WriteRule(rule) => match route {
+                None => Applied::RouteRefUnfit(Mismatch::NoRoute),
+                Some(view) if view.rule(rule).is_none() => Applied::RouteRefUnfit(Mismatch::NoRule),
+                Some(_) => Applied::Written,
+            },
         }
     }
 }

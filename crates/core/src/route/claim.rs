@@ -6,6 +6,7 @@
 
 use std::fmt;
 
+use super::kind::RouteKind;
 use crate::observation::{Namespace, PolicyKey};
 
 /// One thing a policy routes.
@@ -31,6 +32,17 @@ pub enum Claim {
         /// The path prefix.
         path: Box<str>,
     },
+    /// One named rule of a route the user owns (`spec.routeRef`).
+    Rule {
+        /// The route's namespace (the policy's).
+        namespace: Namespace,
+        /// The route's kind.
+        kind: RouteKind,
+        /// The route's name.
+        route: Box<str>,
+        /// The rule's name.
+        rule: Box<str>,
+    },
 }
 
 /// What a route takes on a Gateway listener: HTTP requests by hostname and path (an HTTPRoute
@@ -50,6 +62,9 @@ impl fmt::Display for Claim {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Claim::Apex { service, .. } => write!(f, "apex Service {service}"),
+            Claim::Rule {
+                kind, route, rule, ..
+            } => write!(f, "rule {rule} of {} {route}", kind.as_str()),
             Claim::Listener {
                 traffic,
                 gateway,

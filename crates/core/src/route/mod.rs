@@ -21,6 +21,7 @@ pub mod claim;
 pub mod gateway;
 pub mod kind;
 mod object;
+pub mod referenced;
 pub mod rules;
 mod table;
 pub mod trafficsplit;
@@ -35,14 +36,11 @@ pub use self::claim::{Claim, Traffic};
 pub use self::gateway::{GatewayKind, GatewayShape};
 pub use self::kind::{Form, KindSpec, RouteKind, VERBS};
 pub use self::object::RouteObject;
+pub use self::referenced::ReferencedRule;
 pub use self::rules::{ParentKind, RouteBackend, RouteParent, RouteRules, RulesDigest};
 pub use self::table::KINDS;
 pub use self::view::RouteView;
-use crate::{
-    api::{FailoverPolicy, TrafficSplitApiVersion},
-    backend::BackendRef,
-    observation::Namespace,
-};
+use crate::{api::TrafficSplitApiVersion, backend::BackendRef, observation::Namespace};
 
 /// The one field manager every write of this controller uses.
 pub const FIELD_MANAGER: &str = "failover-controller";
@@ -57,6 +55,8 @@ pub enum Shape {
     TrafficSplit(TrafficSplitApiVersion),
     /// A Gateway API route (HTTPRoute, GRPCRoute, TLSRoute, TCPRoute).
     Gateway(Box<GatewayShape>),
+    /// One named rule of a route the user owns (`spec.routeRef`).
+    Referenced(Box<ReferencedRule>),
 }
 
 impl Shape {
@@ -65,6 +65,7 @@ impl Shape {
         match self {
             Shape::TrafficSplit(version) => version,
             Shape::Gateway(route) => &**route,
+            Shape::Referenced(rule) => &**rule,
         }
     }
 }
@@ -90,10 +91,12 @@ pub struct RouteKey {
 }
 
 impl RouteTarget {
-    /// The route a policy generates: the name it sets (default: the policy's name) and the form,
-    /// as the module of its output's kind makes it.
-    pub fn of(policy: &FailoverPolicy) -> Self {
-        (RouteKind::from(policy.spec.output).spec().target)(policy)
+    /// The rule of a route the user owns, when the policy fails one over (`spec.routeRef`).
+    pub fn referenced(&self) -> Option<&ReferencedRule> {
+        match &self.shape {
+            Shape::Referenced(rule) => Some(rule),
+            _ => None,
+        }
     }
 
     /// This route without the parents `refuse` says no to, and those parents (none for a kind

@@ -4,10 +4,11 @@
 use kube::core::ApiResource;
 
 use super::{
-    RouteObject, RouteView, gateway,
+    RouteObject, RouteTarget, RouteView, gateway,
     kind::{KindSpec, RouteKind},
-    trafficsplit,
+    referenced, trafficsplit,
 };
+use crate::api::FailoverPolicy;
 
 /// Every route kind, in the order of [`RouteKind`] (checked when compiling).
 pub const KINDS: &[&KindSpec] = &[
@@ -29,6 +30,15 @@ const _: () = {
         i += 1;
     }
 };
+
+impl RouteTarget {
+    /// The route a policy generates: the name it sets (default: the policy's name) and the form,
+    /// as the module of its output's kind makes it; or the route it names (`spec.routeRef`).
+    pub fn of(policy: &FailoverPolicy) -> Self {
+        referenced::target(policy)
+            .unwrap_or_else(|| (RouteKind::from(policy.spec.output).spec().target)(policy))
+    }
+}
 
 impl RouteKind {
     /// Every kind, in the order of [`KINDS`].

@@ -19,6 +19,10 @@ pub struct RouteView {
     pub rules: Option<RulesDigest>,
     /// What its parents' controllers said of it (an HTTPRoute's `status.parents`).
     pub answers: Vec<gateway::ParentAnswer>,
+    /// Each named rule of a route the user owns (a digest of its name), with a digest of its
+    /// backends and weights as a policy's `spec.routeRef` compares them; empty for the routes
+    /// this controller writes, whose rules have no name.
+    pub named_rules: Box<[(u64, RulesDigest)]>,
 }
 
 impl RouteView {
@@ -43,7 +47,26 @@ impl RouteView {
                 .and_then(|v| v.parse().ok()),
             rules: rules.map(RulesDigest::of),
             answers: Vec::new(),
+            named_rules: Box::default(),
         }
+    }
+
+    /// What it says of the route `target`: its rules, or for a route the user owns, the named
+    /// rule's.
+    pub fn rules_of(&self, target: &super::RouteTarget) -> Option<&RulesDigest> {
+        match target.referenced() {
+            Some(referenced) => self.rule(&referenced.rule),
+            None => self.rules.as_ref(),
+        }
+    }
+
+    /// What its rule of this name says (its backends by name, and their weights).
+    pub fn rule(&self, name: &str) -> Option<&RulesDigest> {
+        let name = digest(name);
+        self.named_rules
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, rules)| rules)
     }
 
     /// Whether the object is controlled by the owner with this uid.

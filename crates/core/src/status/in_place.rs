@@ -18,7 +18,7 @@ use crate::{
 /// The weights of the route as it stands, one per backend of the policy (matched by Service
 /// name); `None` when no route of this policy's form is in place.
 pub fn weights(policy: &ValidPolicy, route: Option<&RouteView>) -> Option<Vec<i32>> {
-    let rules = route?.rules.as_ref()?;
+    let rules = route?.rules_of(&policy.route)?;
     let weights = policy
         .backend_names()
         .map(|name| {

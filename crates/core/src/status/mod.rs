@@ -120,6 +120,11 @@ fn decided_or_in_place(d: &Decided, input: &StatusInput) -> (FailoverPolicyStatu
         Applied::Unchanged | Applied::Written | Applied::Suspended => None,
         Applied::Failed(error) => Some(failed(kind, error, &decided_active)),
         Applied::Conflict => Some(conflict(kind, input.target, &decided_active)),
+        Applied::RouteRefUnfit(mismatch) => {
+            let rule = input.target.referenced().map_or("", |r| r.rule.as_str());
+            let (reason, message) = mismatch.verdict(kind, &input.target.name, rule);
+            Some(Verdict::new(READY, false, reason, message))
+        }
         Applied::ApiMissing(api) => Some(Verdict::new(
             READY,
             false,

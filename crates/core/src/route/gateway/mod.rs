@@ -295,12 +295,14 @@ fn target<const K: usize>(policy: &FailoverPolicy) -> RouteTarget {
 /// What the controller keeps of a Gateway API route: its metadata, rules and its parents'
 /// answers.
 fn view(object: &RouteObject) -> RouteView {
-    let rules = object.spec::<RouteSpec>().and_then(|spec| rules(&spec));
+    let spec = object.spec::<RouteSpec>();
+    let rules = spec.as_ref().and_then(rules);
     RouteView {
         answers: object
             .status::<RouteStatus>()
             .map(|status| answers(&status))
             .unwrap_or_default(),
+        named_rules: spec.as_ref().map(named_rules).unwrap_or_default(),
         ..RouteView::new(&object.metadata, rules.as_ref())
     }
 }

@@ -18,7 +18,8 @@ use serde_json::Value;
 
 use crate::{
     backend::{BackendKind, BackendRef as Backend},
-    route::rules::{ParentKind, RouteBackend, RouteParent, RouteRules},
+    digest::digest,
+    route::rules::{ParentKind, RouteBackend, RouteParent, RouteRules, RulesDigest},
 };
 
 /// API group of the parent reference to a Service, as Linkerd documents it.
@@ -72,6 +73,9 @@ pub struct ParentReference {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct RouteRule {
+    /// The rule's name (rules this controller writes have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Which requests the rule takes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub matches: Vec<RouteMatch>,
@@ -232,6 +236,7 @@ pub fn object(resource: &ApiResource, meta: ObjectMeta, rules: &RouteRules) -> D
         parent_refs: rules.parents.iter().map(reference).collect(),
         hostnames: rules.hostnames.clone(),
         rules: vec![RouteRule {
+            name: None,
             matches,
             backend_refs: rules
                 .backends
@@ -283,7 +288,7 @@ pub fn rules(spec: &RouteSpec) -> Option<RouteRules> {
         .map(parent)
         .collect::<Option<Vec<_>>>()?;
     let plain = |other: &BTreeMap<String, Value>| other.values().all(Value::is_null);
-    if !plain(&rule.other) {
+    if !plain(&rule.other) || rule.name.is_some() {
         return None;
     }
     let backends = rule
@@ -309,6 +314,45 @@ pub fn rules(spec: &RouteSpec) -> Option<RouteRules> {
         path_prefix: path_prefix(&rule.matches).ok()?,
         backends,
     })
+}
+
+/// Each named rule of a route, with what it says as a policy's `spec.routeRef` compares it
+/// ([`super::super::referenced::ReferencedRule`]: its backends by name, sorted, and weights); a
+/// rule with a backend of a kind this controller does not know is left out.
+pub fn named_rules(spec: &RouteSpec) -> Box<[(u64, RulesDigest)]> {
+    spec.rules
+        .iter()
+        .filter_map(|rule| {
+            let name = rule.name.as_deref()?;
+            let backends = rule
+                .backend_refs
+                .iter()
+                .map(|b| {
+                    Some(RouteBackend {
+                        backend: Backend {
+                            kind: BackendKind::of_reference(b.group.as_deref(), b.kind.as_deref())?,
+                            name: b.name.as_str().into(),
+                        },
+                        port: None,
+                        weight: i64::from(b.weight.unwrap_or(1)),
+                    })
+                })
+                .collect::<Option<Vec<_>>>()?;
+            Some((digest(name), RulesDigest::of(&referenced_rules(backends))))
+        })
+        .collect()
+}
+
+/// What a named rule says, as a referenced route compares it: its backends, by name.
+pub fn referenced_rules(mut backends: Vec<RouteBackend>) -> RouteRules {
+    backends.sort_by(|a, b| a.backend.name.cmp(&b.backend.name));
+    RouteRules {
+        apex: String::new(),
+        parents: Vec::new(),
+        hostnames: Vec::new(),
+        path_prefix: None,
+        backends,
+    }
 }
 
 /// What the route's parents' controllers said of it, one answer per parent (the last one written

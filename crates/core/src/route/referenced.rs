@@ -1,0 +1,351 @@
+//! A route the user owns (`spec.routeRef`): one named rule of an HTTPRoute or GRPCRoute whose
+//! backendRefs' weights the controller sets, and nothing else of the route.
+//!
+//! The route's `rules` list is atomic: server-side apply cannot co-own one weight in it. So the
+//! controller writes one merge patch of `spec.rules`, made of the rules as it read them with only
+//! that rule's weights changed ([`weights_patch`]), guarded by the resourceVersion it read: a
+//! route changed meanwhile refuses the patch (409), and the controller reads it again. Every
+//! other field (other rules, matches, filters, timeouts, parents) stays byte for byte. The
+//! controller never creates, owns or deletes such a route.
+
+use std::collections::BTreeMap;
+
+use kube::core::{ApiResource, DynamicObject, ObjectMeta};
+use serde_json::{Value, json};
+
+use super::{
+    RouteBackend, RouteRules, Shape,
+    kind::{Form, KindSpec, RouteKind},
+};
+use crate::api::{
+    FailoverPolicy, FailoverPolicySpec, Output, RouteRefKind, RouteRefSpec,
+    rules::{self, CrossFieldRule},
+};
+
+/// A policy's route by reference: the kind and the rule (the name is the target's).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ReferencedRule {
+    /// The route's kind.
+    pub kind: RouteKind,
+    /// The rule's name.
+    pub rule: String,
+}
+
+impl ReferencedRule {
+    /// The rule `spec.routeRef` names.
+    pub fn of(route_ref: &RouteRefSpec) -> Self {
+        Self {
+            kind: match route_ref.kind {
+                RouteRefKind::HttpRoute => RouteKind::HttpRoute,
+                RouteRefKind::GrpcRoute => RouteKind::GrpcRoute,
+            },
+            rule: route_ref.rule.clone(),
+        }
+    }
+}
+
+impl Form for ReferencedRule {
+    fn spec(&self) -> &'static KindSpec {
+        self.kind.spec()
+    }
+
+    fn resource(&self) -> ApiResource {
+        self.kind.resource()
+    }
+
+    /// The rule's backends and weights, by name (ports and order are the user's, so left out).
+    fn rules(&self, _apex: &str, backends: Vec<RouteBackend>) -> RouteRules {
+        super::gateway::referenced_rules(backends)
+    }
+
+    /// What the controller sets in the route: the named rule's weights (its name and
+    /// namespace only; no owner, no label).
+    fn object(&self, meta: ObjectMeta, rules: &RouteRules) -> DynamicObject {
+        let mut object = DynamicObject::new("", &self.resource());
+        object.metadata = ObjectMeta {
+            name: meta.name,
+            namespace: meta.namespace,
+            ..Default::default()
+        };
+        let backend_refs: Vec<Value> = rules
+            .backends
+            .iter()
+            .map(|b| json!({"name": b.backend.name.as_str(), "weight": b.weight}))
+            .collect();
+        object.data =
+            json!({"spec": {"rules": [{"name": self.rule, "backendRefs": backend_refs}]}});
+        object
+    }
+
+    fn with_parents(&self, _: Vec<super::RouteParent>) -> Shape {
+        Shape::Referenced(Box::new(self.clone()))
+    }
+}
+
+/// The route a policy with `spec.routeRef` fails over (`None` without it).
+pub fn target(policy: &FailoverPolicy) -> Option<super::RouteTarget> {
+    let route_ref = policy.spec.route_ref.as_ref()?;
+    Some(super::RouteTarget {
+        name: route_ref.name.as_str().into(),
+        shape: Shape::Referenced(Box::new(ReferencedRule::of(route_ref))),
+    })
+}
+
+/// The rules of `spec.routeRef`, each with whether it holds.
+pub fn checks(spec: &FailoverPolicySpec) -> Vec<(bool, &'static CrossFieldRule)> {
+    if spec.route_ref.is_none() {
+        return Vec::new();
+    }
+    let alone = spec.output == Output::TrafficSplit
+        && spec.traffic_split.name.is_none()
+        && spec.http_route.is_none()
+        && spec.grpc_route.is_none()
+        && spec.tls_route.is_none()
+        && spec.tcp_route.is_none();
+    vec![
+        (alone, &rules::ROUTE_REF_ALONE),
+        (
+            spec.secondaries.len() < rules::MAX_ROUTE_BACKENDS,
+            &rules::ROUTE_BACKENDS_FIT,
+        ),
+    ]
+}
+
+/// Why a route's rule cannot be failed over as the policy says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mismatch {
+    /// There is no route of that kind and name.
+    NoRoute,
+    /// The route has no rule of that name.
+    NoRule,
+    /// The rule's backends are not the policy's: those of the policy it lacks, and those it has
+    /// that the policy does not.
+    Backends {
+        /// The policy's backends the rule does not route to.
+        missing: Vec<String>,
+        /// The rule's backends the policy does not name.
+        extra: Vec<String>,
+    },
+}
+
+impl Mismatch {
+    /// The `Ready` reason and message that say so, for the rule `rule` of `kind` `route`.
+    pub fn verdict(&self, kind: RouteKind, route: &str, rule: &str) -> (&'static str, String) {
+        use crate::api::conditions::ready;
+        let kind = kind.as_str();
+        match self {
+            Mismatch::NoRoute => (
+                ready::ROUTE_REF_NOT_FOUND,
+                format!(
+                    "routeRef: {kind} {route} does not exist in the policy's namespace; nothing is written until it does"
+                ),
+            ),
+            Mismatch::NoRule => (
+                ready::ROUTE_REF_NOT_FOUND,
+                format!(
+                    "routeRef: {kind} {route} has no rule named {rule}; nothing is written until it has"
+                ),
+            ),
+            Mismatch::Backends { missing, extra } => (
+                ready::ROUTE_REF_BACKENDS_DIFFER,
+                format!(
+                    "routeRef: rule {rule} of {kind} {route} must route to exactly the policy's backends (missing: {}; not the policy's: {}); the route is left as it is",
+                    list(missing),
+                    list(extra)
+                ),
+            ),
+        }
+    }
+}
+
+fn list(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// The index of the rule named `rule` in a route's `spec`.
+fn rule_index(spec: &Value, rule: &str) -> Option<usize> {
+    spec["rules"]
+        .as_array()?
+        .iter()
+        .position(|r| r["name"].as_str() == Some(rule))
+}
+
+/// The names of a rule's backendRefs, in order.
+fn backend_names(rule: &Value) -> Vec<&str> {
+    rule["backendRefs"]
+        .as_array()
+        .map(|refs| refs.iter().filter_map(|b| b["name"].as_str()).collect())
+        .unwrap_or_default()
+}
+
+/// Whether the rule named `rule` of a route's `spec` routes to exactly the backends `weights`
+/// names (in any order, each once).
+pub fn check(spec: &Value, rule: &str, weights: &BTreeMap<String, i64>) -> Result<(), Mismatch> {
+    let index = rule_index(spec, rule).ok_or(Mismatch::NoRule)?;
+    let names = backend_names(&spec["rules"][index]);
+    let missing: Vec<String> = weights
+        .keys()
+        .filter(|w| !names.contains(&w.as_str()))
+        .cloned()
+        .collect();
+    let mut extra: Vec<String> = names
+        .iter()
+        .filter(|n| !weights.contains_key(**n))
+        .map(|n| n.to_string())
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    extra.extend(
+        names
+            .iter()
+            .filter(|n| !seen.insert(**n))
+            .map(|n| n.to_string()),
+    );
+    if missing.is_empty() && extra.is_empty() {
+        Ok(())
+    } else {
+        Err(Mismatch::Backends { missing, extra })
+    }
+}
+
+/// The JSON pointers (RFC 6901) of the weights the controller sets in a route's `spec`: those
+/// of the rule named `rule`, below `/spec`. What a GitOps tool is told to leave alone.
+pub fn weight_pointers(spec: &Value, rule: &str) -> Option<Vec<String>> {
+    let index = rule_index(spec, rule)?;
+    let count = spec["rules"][index]["backendRefs"].as_array()?.len();
+    Some(
+        (0..count)
+            .map(|j| format!("/spec/rules/{index}/backendRefs/{j}/weight"))
+            .collect(),
+    )
+}
+
+/// The merge patch that gives the rule named `rule` of a route (its `spec`, read at
+/// `resource_version`) these weights, by backend name; `None` when it has them already. The
+/// patch carries the route's `rules` as read, with only those weights changed, and the
+/// resourceVersion, so the API server refuses it if the route changed since.
+pub fn weights_patch(
+    spec: &Value,
+    resource_version: &str,
+    rule: &str,
+    weights: &BTreeMap<String, i64>,
+) -> Result<Option<Value>, Mismatch> {
+    check(spec, rule, weights)?;
+    let index = rule_index(spec, rule).ok_or(Mismatch::NoRule)?;
+    let mut rules = spec["rules"].clone();
+    let mut changed = false;
+    if let Some(refs) = rules[index]["backendRefs"].as_array_mut() {
+        for backend in refs {
+            let weight = backend["name"]
+                .as_str()
+                .and_then(|n| weights.get(n))
+                .copied();
+            // The API server defaults an unset weight to 1.
+            let current = backend["weight"].as_i64().unwrap_or(1);
+            if let (Some(weight), Some(fields)) = (weight, backend.as_object_mut())
+                && weight != current
+            {
+                fields.insert("weight".into(), json!(weight));
+                changed = true;
+            }
+        }
+    }
+    Ok(changed.then(
+        || json!({"metadata": {"resourceVersion": resource_version}, "spec": {"rules": rules}}),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route() -> Value {
+        json!({
+            "parentRefs": [{"name": "edge", "sectionName": "http"}],
+            "hostnames": ["shop.example.com"],
+            "rules": [
+                {"name": "static", "matches": [{"path": {"type": "PathPrefix", "value": "/static"}}],
+                 "backendRefs": [{"name": "cdn", "port": 80, "weight": 1}]},
+                {"name": "api", "matches": [{"path": {"type": "PathPrefix", "value": "/api"}}],
+                 "filters": [{"type": "RequestHeaderModifier", "requestHeaderModifier": {"add": [{"name": "x-env", "value": "prod"}]}}],
+                 "timeouts": {"request": "10s"},
+                 "backendRefs": [{"name": "api-a", "port": 8080, "weight": 1}, {"name": "api-b", "port": 8080, "weight": 0}]},
+            ],
+        })
+    }
+
+    fn weights(pairs: &[(&str, i64)]) -> BTreeMap<String, i64> {
+        pairs.iter().map(|(n, w)| (n.to_string(), *w)).collect()
+    }
+
+    /// Every JSON pointer (below `/spec`) where two values differ.
+    fn differences(a: &Value, b: &Value, at: &str, out: &mut Vec<String>) {
+        match (a, b) {
+            (Value::Object(x), Value::Object(y)) => {
+                for key in x.keys().chain(y.keys().filter(|k| !x.contains_key(*k))) {
+                    differences(
+                        &x[key],
+                        y.get(key).unwrap_or(&Value::Null),
+                        &format!("{at}/{key}"),
+                        out,
+                    );
+                }
+            }
+            (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+                for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                    differences(p, q, &format!("{at}/{i}"), out);
+                }
+            }
+            _ if a != b => out.push(at.to_string()),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn the_patch_changes_the_named_rules_weights_and_nothing_else_at_the_pointers_it_gives() {
+        let before = route();
+        let patch = weights_patch(
+            &before,
+            "42",
+            "api",
+            &weights(&[("api-a", 0), ("api-b", 1)]),
+        )
+        .expect("the rule fits")
+        .expect("weights change");
+        assert_eq!(patch["metadata"]["resourceVersion"], "42");
+        let mut after = before.clone();
+        after["rules"] = patch["spec"]["rules"].clone();
+        let mut changed = Vec::new();
+        differences(&before, &after, "/spec", &mut changed);
+        assert_eq!(
+            changed,
+            [
+                "/spec/rules/1/backendRefs/0/weight",
+                "/spec/rules/1/backendRefs/1/weight"
+            ]
+        );
+        assert_eq!(weight_pointers(&before, "api"), Some(changed));
+    }
+
+    #[test]
+    fn a_rule_already_weighted_so_needs_no_patch() {
+        let same = weights(&[("api-a", 1), ("api-b", 0)]);
+        assert_eq!(weights_patch(&route(), "1", "api", &same), Ok(None));
+    }
+
+    #[test]
+    fn a_missing_rule_or_other_backends_are_named() {
+        let ours = weights(&[("api-a", 1), ("api-c", 0)]);
+        assert_eq!(check(&route(), "admin", &ours), Err(Mismatch::NoRule));
+        assert_eq!(
+            check(&route(), "api", &ours),
+            Err(Mismatch::Backends {
+                missing: vec!["api-c".into()],
+                extra: vec!["api-b".into()]
+            })
+        );
+    }
+}
