@@ -151,47 +151,62 @@ fn number(schema: &Value, path: &[&str]) -> u64 {
 fn every_limit_of_a_policys_route_is_within_what_the_pinned_gateway_api_crds_allow() {
     let Some(cp) = support::shared() else { return };
     let crds = cp.gateway_api_crds();
-    let route: Value = serde_yaml::Deserializer::from_str(&crds)
-        .filter_map(|doc| Value::deserialize(doc).ok())
-        .find(|doc| doc["metadata"]["name"] == "httproutes.gateway.networking.k8s.io")
-        .expect("the HTTPRoute CRD");
-    let served = route["spec"]["versions"]
-        .as_array()
-        .and_then(|v| v.iter().find(|v| v["name"] == "v1"))
-        .expect("HTTPRoute v1");
-    let theirs = at(
-        served,
-        &[
-            "schema",
-            "openAPIV3Schema",
-            "properties",
-            "spec",
-            "properties",
-        ],
-    );
     let ours = serde_json::to_value(FailoverPolicy::crd()).expect("our CRD");
     let ours = &ours["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
-    let route_spec = &ours["httpRoute"]["properties"];
+    let gateway_kinds = failover::route::KINDS
+        .iter()
+        .filter(|kind| (kind.resource)().group == "gateway.networking.k8s.io");
+    for kind in gateway_kinds {
+        let theirs = served_spec(&crds, kind.crd);
+        let field = kind
+            .name_field
+            .trim_start_matches("spec.")
+            .trim_end_matches(".name");
+        for (ours, theirs, what) in limits(ours, &ours[field]["properties"], &theirs) {
+            assert!(
+                ours <= theirs,
+                "{} {what}: a policy allows {ours}, the route {theirs}",
+                kind.name
+            );
+        }
+        let rules = number(&theirs, &["rules", "maxItems"]);
+        assert!(rules >= 1, "{}: one rule", kind.name);
+    }
+    assert!(
+        ROUTE_BACKENDS_FIT.cel.contains(&format!(
+            "size(self.secondaries) <= {}",
+            MAX_ROUTE_BACKENDS - 1
+        )),
+        "the CEL rule states the bound"
+    );
+}
+
+/// The spec's properties of the `v1` a Gateway API CRD serves.
+fn served_spec(crds: &str, crd: &str) -> Value {
+    let route: Value = serde_yaml::Deserializer::from_str(crds)
+        .filter_map(|doc| Value::deserialize(doc).ok())
+        .find(|doc| doc["metadata"]["name"] == crd)
+        .unwrap_or_else(|| panic!("the CRD {crd}"));
+    let served = route["spec"]["versions"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "v1" && v["served"] == true))
+        .unwrap_or_else(|| panic!("{crd} serves v1"));
+    served["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].clone()
+}
+
+/// Each limit of a route field (`route_spec`) and of the policy (`ours`) beside the route's own
+/// (`theirs`), as (ours, theirs, what): a policy's limit may not exceed the written object's.
+/// Hostnames and paths only where the kind has them.
+fn limits(ours: &Value, route_spec: &Value, theirs: &Value) -> Vec<(u64, u64, &'static str)> {
     let gateway = &route_spec["gateways"]["items"]["properties"];
     let parent = &theirs["parentRefs"]["items"]["properties"];
     let backend = &theirs["rules"]["items"]["properties"]["backendRefs"];
     let path = &theirs["rules"]["items"]["properties"]["matches"]["items"]["properties"]["path"]["properties"];
-    // (ours, theirs, what): a policy's limit may not exceed the written object's.
-    let limits = [
+    let mut limits = vec![
         (
             number(route_spec, &["gateways", "maxItems"]) + 1,
             number(theirs, &["parentRefs", "maxItems"]),
             "parentRefs: the Gateways and the apex Service",
-        ),
-        (
-            number(route_spec, &["hostnames", "maxItems"]),
-            number(theirs, &["hostnames", "maxItems"]),
-            "hostnames",
-        ),
-        (
-            number(route_spec, &["hostnames", "items", "maxLength"]),
-            number(theirs, &["hostnames", "items", "maxLength"]),
-            "a hostname's length",
         ),
         (
             number(gateway, &["name", "maxLength"]),
@@ -207,11 +222,6 @@ fn every_limit_of_a_policys_route_is_within_what_the_pinned_gateway_api_crds_all
             number(gateway, &["sectionName", "maxLength"]),
             number(parent, &["sectionName", "maxLength"]),
             "a listener's name",
-        ),
-        (
-            number(route_spec, &["pathPrefix", "maxLength"]),
-            number(path, &["value", "maxLength"]),
-            "the path prefix",
         ),
         (
             number(
@@ -232,19 +242,24 @@ fn every_limit_of_a_policys_route_is_within_what_the_pinned_gateway_api_crds_all
             "a backend's weight",
         ),
     ];
-    for (ours, theirs, what) in limits {
-        assert!(
-            ours <= theirs,
-            "{what}: a policy allows {ours}, the route {theirs}"
-        );
+    if !theirs["hostnames"].is_null() {
+        limits.push((
+            number(route_spec, &["hostnames", "maxItems"]),
+            number(theirs, &["hostnames", "maxItems"]),
+            "hostnames",
+        ));
+        limits.push((
+            number(route_spec, &["hostnames", "items", "maxLength"]),
+            number(theirs, &["hostnames", "items", "maxLength"]),
+            "a hostname's length",
+        ));
     }
-    assert!(
-        ROUTE_BACKENDS_FIT.cel.contains(&format!(
-            "size(self.secondaries) <= {}",
-            MAX_ROUTE_BACKENDS - 1
-        )),
-        "the CEL rule states the bound"
-    );
-    let rules = number(theirs, &["rules", "maxItems"]);
-    assert!(rules >= 1, "one rule");
+    if !path.is_null() {
+        limits.push((
+            number(route_spec, &["pathPrefix", "maxLength"]),
+            number(path, &["value", "maxLength"]),
+            "the path prefix",
+        ));
+    }
+    limits
 }
