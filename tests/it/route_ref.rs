@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::support::{
     ControllerProcess, PolicyBuilder, WAIT, WEB_BACKENDS, condition, repo_root, test_env,
-    wait_until,
+    wait_until, what_if::what_if,
 };
 
 /// The user's HTTPRoute `shop`: rule `static` to `web-west`, rule `api` (with a header filter
@@ -121,6 +121,23 @@ async fn a_rule_of_a_route_the_user_owns_fails_over_and_back_and_nothing_else_of
     })
     .await;
 
+    // what-if prints the rule's weights the controller then writes.
+    let report = what_if(&env, "web", &["--down", "web"]);
+    let printed = &report["steps"][0]["route"]["spec"]["rules"][0];
+    assert_eq!(printed["name"], "api", "{report:#}");
+    let printed: Vec<(String, i64)> = printed["backendRefs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|b| {
+            (
+                b["name"].as_str().unwrap_or_default().to_string(),
+                b["weight"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+    let expected = vec![("web".to_string(), 0), ("web-east".to_string(), 1)];
+    assert_eq!(printed, expected, "{report:#}");
     env.set_endpoints("web", 0, 1).await;
     wait_weights(&routes, 1, &[("web", 0), ("web-east", 1)]).await;
     let failed_over = routes.get("shop").await.expect("route");
