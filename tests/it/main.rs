@@ -41,6 +41,7 @@ mod strategies;
 mod suspend_and_pin;
 mod tenancy;
 mod tenant_limits;
+mod tiers;
 mod traffic;
 mod validation;
 mod warning_events;

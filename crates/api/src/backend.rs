@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use super::{
     ScaleTarget,
     rules::{
-        DNS1035_LABEL, DNS1123_LABEL, MAX_LABEL, MAX_PER_ENDPOINT, MAX_WEIGHT, dns1035_label,
-        dns1123_label,
+        DNS1035_LABEL, DNS1123_LABEL, MAX_LABEL, MAX_PER_ENDPOINT, MAX_TIER, MAX_WEIGHT,
+        dns1035_label, dns1123_label,
     },
 };
 
@@ -28,6 +28,16 @@ pub struct SecondaryBackend {
     #[schemars(range(min = 1, max = MAX_WEIGHT))]
     #[garde(range(min = 1, max = MAX_WEIGHT))]
     pub weight: Option<i32>,
+
+    /// The priority tier of this backend, 0 to 31 (default 0): traffic leaving the primary goes
+    /// to the lowest tier with a ready backend, shared inside it equally (`Equal`) or by
+    /// `weight` (`Weighted`); with `spec.capacity`, what a tier cannot serve spills into the
+    /// next. Only with strategy `Equal` or `Weighted` (under `Ordered` each secondary is a tier
+    /// of its own, in list order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_TIER))]
+    #[garde(inner(range(min = 0, max = MAX_TIER)))]
+    pub tier: Option<i32>,
 
     /// Where this backend's readiness is read, when not from its own EndpointSlices: a Service in
     /// another cluster (declared to the controller by a Secret labelled
@@ -59,6 +69,7 @@ impl SecondaryBackend {
         Self {
             service: service.into(),
             weight: None,
+            tier: None,
             readiness_from: None,
             per_endpoint: None,
             scale_target: None,

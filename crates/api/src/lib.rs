@@ -145,6 +145,7 @@ pub const GROUP: &str = "failover.dev";
 #[x_kube(
     validation = rules::PRIMARY_NOT_SECONDARY.schema_rule(),
     validation = rules::WEIGHT_ONLY_WEIGHTED.schema_rule(),
+    validation = rules::TIER_ONLY_SHARED.schema_rule(),
     validation = rules::TRAFFIC_SPLIT_NAME_FIXED.schema_rule(),
     validation = rules::FACTOR_ONLY_PROPORTIONAL.schema_rule(),
     validation = rules::NO_HOLDS_WITH_PROPORTIONAL.schema_rule(),

@@ -10,6 +10,8 @@ use std::{sync::LazyLock, time::Duration};
 
 /// Maximum number of secondaries a policy may list.
 pub const MAX_SECONDARIES: usize = 32;
+/// Highest priority tier a secondary may be in (one tier per secondary at most).
+pub const MAX_TIER: i32 = 31;
 /// Largest weight a secondary may carry under the `Weighted` strategy.
 pub const MAX_WEIGHT: i32 = 1000;
 /// Most requests per second one endpoint can be declared to serve.
@@ -216,6 +218,12 @@ pub const DISTINCT_SECONDARIES: CrossFieldRule = CrossFieldRule {
 pub const WEIGHT_ONLY_WEIGHTED: CrossFieldRule = CrossFieldRule {
     cel: "self.strategy == 'Weighted' || self.secondaries.all(s, !has(s.weight))",
     message: "secondaries[].weight is only meaningful with strategy Weighted",
+    field: ".secondaries",
+};
+/// Tiers only with `Equal` or `Weighted` (under `Ordered` each secondary is its own tier).
+pub const TIER_ONLY_SHARED: CrossFieldRule = CrossFieldRule {
+    cel: "self.strategy == 'Equal' || self.strategy == 'Weighted' || self.secondaries.all(s, !has(s.tier))",
+    message: "secondaries[].tier is only meaningful with strategy Equal or Weighted (under Ordered each secondary is a tier of its own)",
     field: ".secondaries",
 };
 /// `trafficSplit.name` never changes.

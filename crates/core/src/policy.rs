@@ -39,6 +39,10 @@ pub struct Backend {
     pub reference: BackendRef,
     /// Its weight under `Weighted` (1 when unset).
     pub weight: i32,
+    /// Its priority tier: traffic leaving the primary goes to the lowest tier with a ready
+    /// backend. `Ordered` puts each secondary in a tier of its own (its place in the list);
+    /// `Equal` and `Weighted` put them in the tier they name (0 when unset). The primary's is 0.
+    pub tier: u8,
     /// Where its readiness is read from: its own Service, or one in another cluster.
     pub remote: Option<Box<RemoteService>>,
     /// With `spec.capacity`: requests per second one of its ready endpoints serves.

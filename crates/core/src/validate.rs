@@ -14,7 +14,7 @@ use kube::ResourceExt;
 use crate::{
     api::{
         FailoverPolicy, FailoverPolicySpec, Strategy,
-        rules::{self, CrossFieldRule, MAX_HOLD, MAX_HOLD_MESSAGE, parse_duration},
+        rules::{self, CrossFieldRule, MAX_HOLD, MAX_HOLD_MESSAGE, MAX_TIER, parse_duration},
     },
     backend::BackendRef,
     health_query::HealthQuery,
@@ -139,18 +139,30 @@ fn backends(spec: &FailoverPolicySpec, namespace: &str) -> Box<[Backend]> {
     std::iter::once(Backend {
         reference: BackendRef::service(&spec.primary),
         weight: 1,
+        tier: 0,
         remote: remote(&spec.primary, spec.primary_readiness_from.as_ref()),
         per_endpoint: per_endpoint(capacity.and_then(|c| c.primary_per_endpoint)),
         scale_target: None,
     })
-    .chain(spec.secondaries.iter().map(|s| Backend {
+    .chain(spec.secondaries.iter().enumerate().map(|(i, s)| Backend {
         reference: BackendRef::service(&s.service),
         weight: s.weight.unwrap_or(1),
+        tier: tier(spec.strategy, i, s.tier),
         remote: remote(&s.service, s.readiness_from.as_ref()),
         per_endpoint: per_endpoint(s.per_endpoint),
         scale_target: s.scale_target.clone().filter(|_| scaled).map(Box::new),
     }))
     .collect()
+}
+
+/// The tier of the secondary at place `i` of the list: its own under `Ordered` (its place), the
+/// one it names otherwise (0 when unset).
+fn tier(strategy: Strategy, i: usize, named: Option<i32>) -> u8 {
+    let tier = match strategy {
+        Strategy::Ordered => i32::try_from(i).unwrap_or(MAX_TIER),
+        _ => named.unwrap_or(0),
+    };
+    u8::try_from(tier.clamp(0, MAX_TIER)).unwrap_or(0)
 }
 
 /// Bounds, lengths and patterns of single fields.
@@ -172,7 +184,7 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
     let names =
         || std::iter::once(&spec.primary).chain(spec.secondaries.iter().map(|s| &s.service));
     let mut seen = BTreeSet::new();
-    let checks: [(bool, &CrossFieldRule); 6] = [
+    let checks: [(bool, &CrossFieldRule); 7] = [
         (
             !spec.secondaries.iter().any(|s| s.service == spec.primary),
             &rules::PRIMARY_NOT_SECONDARY,
@@ -187,6 +199,11 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
             spec.strategy == Strategy::Weighted
                 || spec.secondaries.iter().all(|s| s.weight.is_none()),
             &rules::WEIGHT_ONLY_WEIGHTED,
+        ),
+        (
+            matches!(spec.strategy, Strategy::Equal | Strategy::Weighted)
+                || spec.secondaries.iter().all(|s| s.tier.is_none()),
+            &rules::TIER_ONLY_SHARED,
         ),
         (
             spec.overprovisioning_factor.is_none() || spec.strategy == Strategy::Proportional,

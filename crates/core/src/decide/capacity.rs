@@ -29,9 +29,10 @@ use super::{
     plan::{PROPORTIONAL_TOTAL, Routing, Rule},
     previous::Previous,
     readiness::BackendState,
+    strategy::{tier_weight, tiers},
 };
 use crate::{
-    api::{Phase, Strategy, Unserved},
+    api::{Phase, Unserved},
     policy::{Capacity, ValidPolicy},
 };
 
@@ -233,25 +234,33 @@ fn shared_with_the_primary(
     }
 }
 
-/// Shares `amount` among the secondaries with capacity, each up to it (any unit): in list order with
-/// `Ordered`; by weight with `Equal` (all 1) and `Weighted`, what one cannot take going to the
-/// others. The primary's entry is 0.
+/// Shares `amount` among the secondaries with capacity, each up to it (any unit), tier by tier
+/// (what a tier cannot take spills into the next: with `Ordered`, each secondary in list order),
+/// inside a tier by [`tier_weight`], what one cannot take going to the others. The primary's
+/// entry is 0.
 pub fn fill(policy: &ValidPolicy, capacity: &[i64], amount: i64) -> Vec<i64> {
     let mut takes = vec![0i64; capacity.len()];
-    let open: Vec<usize> = (1..capacity.len()).filter(|&i| capacity[i] > 0).collect();
     let mut left = amount.max(0);
-    if policy.strategy == Strategy::Ordered {
-        for i in open {
-            takes[i] = capacity[i].min(left);
-            left -= takes[i];
-        }
-        return takes;
+    for (_, members) in tiers(policy) {
+        let open: Vec<usize> = members
+            .into_iter()
+            .filter(|&i| capacity.get(i).is_some_and(|c| *c > 0))
+            .collect();
+        left -= fill_tier(policy, capacity, open, left, &mut takes);
     }
-    let weight = |i: usize| match policy.strategy {
-        Strategy::Weighted => i64::from(policy.backends.get(i).map_or(1, |b| b.weight.max(1))),
-        _ => 1,
-    };
-    let mut open = open;
+    takes
+}
+
+/// Fills one tier's `open` secondaries with up to `amount` by weight; what it gave.
+fn fill_tier(
+    policy: &ValidPolicy,
+    capacity: &[i64],
+    mut open: Vec<usize>,
+    amount: i64,
+    takes: &mut [i64],
+) -> i64 {
+    let weight = |i: usize| i64::from(tier_weight(policy, i));
+    let mut left = amount;
     // Each round fills every open backend by weight; one that is full leaves the round, so at
     // most one round per backend.
     while left > 0 && !open.is_empty() {
@@ -269,7 +278,7 @@ pub fn fill(policy: &ValidPolicy, capacity: &[i64], amount: i64) -> Vec<i64> {
             break;
         }
     }
-    takes
+    amount - left
 }
 
 /// The share of the traffic (basis points) the weights send beyond what each backend serves

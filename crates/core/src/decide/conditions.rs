@@ -94,8 +94,9 @@ fn ready(policy: &ValidPolicy, plan: &Plan) -> Verdict {
             true,
             ready::FAILED_OVER,
             format!(
-                "primary {primary} is not ready; traffic goes to {} (strategy {})",
+                "primary {primary} is not ready; traffic goes to {}{} (strategy {})",
                 plan.active(policy).join(", "),
+                super::strategy::tier_note(policy, &plan.routing.weights),
                 policy.strategy
             ),
         ),

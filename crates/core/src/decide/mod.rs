@@ -126,3 +126,7 @@ pub(crate) mod tests;
 #[cfg(test)]
 #[path = "properties_tests.rs"]
 mod properties;
+
+#[cfg(test)]
+#[path = "tiers_tests.rs"]
+mod tiers;

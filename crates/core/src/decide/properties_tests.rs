@@ -62,6 +62,15 @@ fn arb_health() -> impl proptest::strategy::Strategy<Value = Option<HealthSpec>>
     )
 }
 
+/// The tier of backend `i` (a secondary) as the spec puts it: its place under `Ordered`, the tier
+/// it names otherwise (0 when unset).
+fn tier(s: &FailoverPolicySpec, i: usize) -> i32 {
+    match s.strategy {
+        Strategy::Ordered => i32::try_from(i).unwrap_or(i32::MAX),
+        _ => s.secondaries.get(i - 1).and_then(|b| b.tier).unwrap_or(0),
+    }
+}
+
 /// Everything of a spec the decision reads, drawn independently, then made valid (the rules
 /// that tie fields together: weights only with `Weighted`, holds, factor and ramps only as
 /// their strategy allows).
@@ -73,6 +82,7 @@ fn arb_spec() -> impl proptest::strategy::Strategy<Value = FailoverPolicySpec> {
         proptest::option::weighted(0.3, prop_oneof![Just(0.25), Just(0.5), Just(1.0)]),
         prop_oneof![Just("0s"), Just("10s"), Just("1m")],
         prop_oneof![Just("0s"), Just("10s"), Just("1m")],
+        proptest::option::weighted(0.4, proptest::collection::vec(0i32..3, 5)),
     );
     let controls = (
         proptest::option::weighted(0.3, 1.0f64..5.0),
@@ -88,7 +98,7 @@ fn arb_spec() -> impl proptest::strategy::Strategy<Value = FailoverPolicySpec> {
         proptest::option::weighted(0.3, (1i32..30, proptest::option::of(1i32..30))),
     );
     (shape, controls).prop_map(|(shape, controls)| {
-        let (strategy, weights, min_ready, ratio, fo, fb) = shape;
+        let (strategy, weights, min_ready, ratio, fo, fb, tiers) = shape;
         let (factor, pin, suspend, when_none_ready, ramp, health, drill, capacity) = controls;
         let names: Vec<String> = (0..weights.len()).map(|i| format!("s{i}")).collect();
         let secondaries: Vec<(&str, Option<i32>)> = names
@@ -97,6 +107,11 @@ fn arb_spec() -> impl proptest::strategy::Strategy<Value = FailoverPolicySpec> {
             .map(|(n, w)| (n.as_str(), w.filter(|_| strategy == Strategy::Weighted)))
             .collect();
         let mut s = spec(strategy, &secondaries);
+        if matches!(strategy, Strategy::Equal | Strategy::Weighted) {
+            for (secondary, tier) in s.secondaries.iter_mut().zip(tiers.iter().flatten()) {
+                secondary.tier = Some(*tier);
+            }
+        }
         s.readiness.min_ready_endpoints = min_ready;
         s.readiness.min_ready_ratio = ratio;
         s.pin = pin.map(|i| {
@@ -434,16 +449,16 @@ fn check_capacity(
             d.weights
         );
     }
-    if s.strategy == Strategy::Ordered && d.decided_reason == ready::FAILED_OVER {
-        seen.met("capacity, Ordered: a secondary only once those before are full");
+    if d.decided_reason == ready::FAILED_OVER {
+        seen.met("capacity: a tier only once the tiers before are full (Ordered: each secondary)");
         for j in 1..d.weights.len() {
             if d.weights[j] == 0 {
                 continue;
             }
-            for i in 1..j {
+            for i in (1..d.weights.len()).filter(|&i| tier(s, i) < tier(s, j)) {
                 prop_assert!(
                     sent(i) + demand >= capacity[i] * total,
-                    "{:?}: secondary {j} has traffic while {i} has room ({capacity:?})",
+                    "{:?}: secondary {j} has traffic while {i} of a tier before has room ({capacity:?})",
                     d.weights
                 );
             }
@@ -625,7 +640,7 @@ fn the_decision_keeps_its_properties_over_every_field_of_the_spec() {
         "drill: all traffic on its backend, a wake-up by its end",
         "drill past its end time: not a drill's decision",
         "capacity: traffic bounded by what each backend serves",
-        "capacity, Ordered: a secondary only once those before are full",
+        "capacity: a tier only once the tiers before are full (Ordered: each secondary)",
         "capacity: secondaries enough, nothing unserved",
         "capacity: a primary keeps it all only when it serves it all",
     ];

@@ -1,6 +1,8 @@
 //! Rule 3: how traffic is shared. `Proportional` spills over by health across all backends;
-//! `Ordered`, `Equal` and `Weighted` share it among the ready secondaries while the primary is
-//! not ready.
+//! `Ordered`, `Equal` and `Weighted` share it, while the primary is not ready, among the ready
+//! secondaries of the first tier that has one: `Ordered` is one secondary per tier, in list
+//! order; `Equal` and `Weighted` are the tiers the secondaries name (one tier when none does),
+//! shared equally or by weight inside a tier.
 
 use super::{
     plan::{PROPORTIONAL_TOTAL, Routing, Rule},
@@ -11,27 +13,77 @@ use crate::{
     policy::ValidPolicy,
 };
 
-/// Weights of the secondaries per strategy, `None` when no secondary is ready. The primary's
-/// weight (index 0) is always 0 here.
+/// Weights of the secondaries: those of the first tier with a ready secondary share the traffic
+/// by [`tier_weight`]; `None` when no secondary is ready. The primary's weight (index 0) is
+/// always 0 here.
 pub fn secondary_weights(policy: &ValidPolicy, ready: &[bool]) -> Option<Vec<i32>> {
     let mut weights = vec![0; ready.len()];
-    let ready_secondaries: Vec<usize> = (1..ready.len()).filter(|&i| ready[i]).collect();
-    let first = *ready_secondaries.first()?;
-    match policy.strategy {
-        Strategy::Ordered => weights[first] = 1,
-        // Proportional is decided by `proportional`; as a plain strategy it is Equal.
-        Strategy::Equal | Strategy::Proportional => {
-            ready_secondaries.iter().for_each(|&i| weights[i] = 1)
-        }
-        Strategy::Weighted => ready_secondaries.iter().for_each(|&i| {
-            weights[i] = policy
-                .backends
-                .get(i)
-                .map_or(1, |b| b.weight)
-                .clamp(1, MAX_WEIGHT)
-        }),
+    let tier_of = |i: usize| policy.backends.get(i).map_or(0, |b| b.tier);
+    let serving = (1..ready.len()).filter(|&i| ready[i]).map(tier_of).min()?;
+    for i in (1..ready.len()).filter(|&i| ready[i] && tier_of(i) == serving) {
+        weights[i] = tier_weight(policy, i);
     }
     Some(weights)
+}
+
+/// A secondary's share inside its tier: its weight under `Weighted`, else 1.
+pub fn tier_weight(policy: &ValidPolicy, i: usize) -> i32 {
+    match policy.strategy {
+        Strategy::Weighted => policy
+            .backends
+            .get(i)
+            .map_or(1, |b| b.weight)
+            .clamp(1, MAX_WEIGHT),
+        Strategy::Ordered | Strategy::Equal | Strategy::Proportional => 1,
+    }
+}
+
+/// The tiers of the secondaries, lowest first, each with its secondaries in list order.
+pub fn tiers(policy: &ValidPolicy) -> Vec<(u8, Vec<usize>)> {
+    let mut tiers: Vec<(u8, Vec<usize>)> = Vec::new();
+    for (i, backend) in policy.backends.iter().enumerate().skip(1) {
+        match tiers.iter_mut().find(|(t, _)| *t == backend.tier) {
+            Some((_, members)) => members.push(i),
+            None => tiers.push((backend.tier, vec![i])),
+        }
+    }
+    tiers.sort_by_key(|(t, _)| *t);
+    tiers
+}
+
+/// Whether the policy names tiers of its own (`secondaries[].tier` under `Equal` or
+/// `Weighted`): then its messages say which tier serves.
+pub fn tiered(policy: &ValidPolicy) -> bool {
+    policy.strategy != Strategy::Ordered && policy.backends.iter().any(|b| b.tier > 0)
+}
+
+/// `" (tier N)"`, the tiers the secondaries with weight serve from, for a policy with tiers of
+/// its own; empty otherwise.
+pub fn tier_note(policy: &ValidPolicy, weights: &[i32]) -> String {
+    if !tiered(policy) {
+        return String::new();
+    }
+    let mut serving: Vec<u8> = weights
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(_, w)| **w > 0)
+        .filter_map(|(i, _)| policy.backends.get(i).map(|b| b.tier))
+        .collect();
+    serving.sort_unstable();
+    serving.dedup();
+    match serving.as_slice() {
+        [] => String::new(),
+        [tier] => format!(" (tier {tier})"),
+        tiers => format!(
+            " (tiers {})",
+            tiers
+                .iter()
+                .map(u8::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 /// `Proportional`: the routing by health; `None` when no backend has any.
@@ -105,9 +157,10 @@ mod tests {
     #[test]
     fn ordered_takes_the_first_ready_secondary_equal_takes_all_weighted_uses_weights() {
         let ready = [false, false, true, true];
-        let mut policy = valid(Strategy::Ordered, &[("a", None), ("b", None), ("c", None)]);
+        let three = [("a", None), ("b", None), ("c", None)];
+        let policy = valid(Strategy::Ordered, &three);
         assert_eq!(secondary_weights(&policy, &ready), Some(vec![0, 0, 1, 0]));
-        policy.strategy = Strategy::Equal;
+        let policy = valid(Strategy::Equal, &three);
         assert_eq!(secondary_weights(&policy, &ready), Some(vec![0, 0, 1, 1]));
         let policy = valid(
             Strategy::Weighted,

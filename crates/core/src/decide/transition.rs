@@ -98,6 +98,11 @@ fn rule_message(
         Rule::Pinned(_) if transition != Transition::PinnedBackendNotReady => {
             format!("spec.pin: all traffic moved to {}", active.join(", "))
         }
+        _ if transition == Transition::FailedOver => format!(
+            "{}{}",
+            message(policy, transition, active, previous),
+            super::strategy::tier_note(policy, &routing.weights)
+        ),
         _ => message(policy, transition, active, previous),
     }
 }
