@@ -14,8 +14,12 @@ COPY Cargo.toml Cargo.lock ./
 COPY crates crates
 COPY crd-gen crd-gen
 COPY src src
+# The target cache is shared by every build on the machine, of whatever checkout: cargo judges a
+# crate fresh by its sources' mtimes, so the sources are touched to be newer than anything cached
+# (the dependencies stay cached; the project's own crates are compiled from these sources).
 RUN --mount=type=cache,target=/usr/local/cargo/registry --mount=type=cache,target=/src/target \
     if [ -z "$FAILOVER_VERSION" ]; then unset FAILOVER_VERSION; fi \
+ && find crates crd-gen src -type f -exec touch {} + \
  && cargo build --release --locked --bin failover-controller \
  && cp target/release/failover-controller /failover-controller
 

@@ -60,7 +60,7 @@ begin "installing the CRDs (cargo run --bin crd-gen -- --with-traffic-split | ku
 target/debug/crd-gen --with-traffic-split | kubectl apply -f -
 source hack/versions.env
 kubectl apply --server-side -f "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" >/dev/null
-kubectl wait --for=condition=Established --timeout=60s crd/failoverpolicies.failover.dev crd/trafficsplits.split.smi-spec.io crd/httproutes.gateway.networking.k8s.io >/dev/null
+kubectl wait --for=condition=Established --timeout=60s crd/failoverpolicies.failover.dev crd/trafficsplits.split.smi-spec.io crd/httproutes.gateway.networking.k8s.io crd/grpcroutes.gateway.networking.k8s.io crd/tlsroutes.gateway.networking.k8s.io crd/tcproutes.gateway.networking.k8s.io >/dev/null
 
 begin "starting failover-controller"
 target/debug/failover-controller --log-level warn,failover=info > "$cp_dir/logs/failover-controller.log" 2>&1 &
@@ -173,8 +173,11 @@ show() {
   kubectl get failoverpolicies
   echo
   kubectl get trafficsplits -o custom-columns='TRAFFICSPLIT:.metadata.name,BACKENDS:.spec.backends[*].service,WEIGHTS:.spec.backends[*].weight'
-  echo
-  kubectl get httproutes -o custom-columns='HTTPROUTE:.metadata.name,BACKENDS:.spec.rules[0].backendRefs[*].name,WEIGHTS:.spec.rules[0].backendRefs[*].weight'
+  local kind
+  for kind in httproutes grpcroutes tlsroutes tcproutes; do
+    echo
+    kubectl get "$kind" -o custom-columns="${kind^^}:.metadata.name,BACKENDS:.spec.rules[0].backendRefs[*].name,WEIGHTS:.spec.rules[0].backendRefs[*].weight"
+  done
 }
 
 begin "creating ${#backends[@]} backend Services, each with 2 ready endpoints"

@@ -212,10 +212,17 @@ async fn a_matrix_answer_is_a_failed_query_named_in_the_condition_and_backs_off(
     tenant.apply(&PolicyBuilder::web_with_health(None, "vector(1)[11h:1s]").yaml());
     env.wait_weights("web", &ON_WEB, WAIT).await;
     let p = env
-        .wait_policy("web", WAIT, "the matrix answer reported", |p| {
-            condition(p, HEALTH_QUERY_FAILED)
-                .is_some_and(|c| c.0 == "True" && c.2.contains("non-scalar answer"))
-        })
+        .wait_policy(
+            "web",
+            WAIT,
+            "the matrix answer reported for every backend",
+            |p| {
+                // Each backend's query fails in its own round: wait until all three have.
+                condition(p, HEALTH_QUERY_FAILED).is_some_and(|c| {
+                    c.0 == "True" && c.2.contains("web, web-east, web-west: non-scalar answer")
+                })
+            },
+        )
         .await;
     let (_, reason, message) = condition(&p, HEALTH_QUERY_FAILED).expect("condition");
     assert_eq!(reason, health::HEALTH_QUERY_FAILED);

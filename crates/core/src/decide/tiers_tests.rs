@@ -8,18 +8,18 @@ use crate::api::{
     conditions::{READY, ready},
 };
 
-/// `checkout`: tier 0 `checkout-b1` (weight 3) and `checkout-b2` (weight 1), tier 1
-/// `checkout-c`.
+/// `basket-main`: tier 0 `basket-b1` (weight 3) and `basket-b2` (weight 1), tier 1
+/// `basket-c`.
 fn tiered() -> FailoverPolicySpec {
     let mut s = spec(
         Strategy::Weighted,
         &[
-            ("checkout-b1", Some(3)),
-            ("checkout-b2", Some(1)),
-            ("checkout-c", None),
+            ("basket-b1", Some(3)),
+            ("basket-b2", Some(1)),
+            ("basket-c", None),
         ],
     );
-    s.primary = "checkout".into();
+    s.primary = "basket-main".into();
     s.secondaries[2].tier = Some(1);
     s
 }
@@ -43,7 +43,7 @@ fn shares(d: &Decision) -> Vec<String> {
 #[test]
 fn the_documented_tiers_example_holds_row_by_row() {
     let s = tiered();
-    // (readiness of checkout, b1, b2, c; weights; shares)
+    // (readiness of the primary, b1, b2, c; weights; shares)
     let rows: [([bool; 4], [i32; 4], [&str; 4]); 4] = [
         (
             [true, true, true, true],
@@ -89,14 +89,14 @@ fn the_ready_message_and_the_event_say_which_tier_serves() {
     );
     assert_eq!(
         ready_message(&tier_1.status),
-        "primary checkout is not ready; traffic goes to checkout-c (tier 1) (strategy Weighted)"
+        "primary basket-main is not ready; traffic goes to basket-c (tier 1) (strategy Weighted)"
     );
     assert_eq!(
         tier_1.transition_message.as_deref(),
-        Some("primary checkout is not ready; traffic moved to checkout-c (tier 1)")
+        Some("primary basket-main is not ready; traffic moved to basket-c (tier 1)")
     );
     let tier_0 = decide(&s, &[down(), up(2), up(2), up(2)], None, t(0));
-    assert!(ready_message(&tier_0.status).contains("checkout-b1, checkout-b2 (tier 0)"));
+    assert!(ready_message(&tier_0.status).contains("basket-b1, basket-b2 (tier 0)"));
 }
 
 #[test]
@@ -109,7 +109,7 @@ fn without_tiers_of_their_own_the_strategies_keep_their_messages() {
     );
 }
 
-/// The capacity example: `perEndpoint: 20`, `checkout` with 3 endpoints (demand 60), tier 0
+/// The capacity example: `perEndpoint: 20`, `basket-main` with 3 endpoints (demand 60), tier 0
 /// `b1` and `b2` with 1 endpoint each, tier 1 `c` with 2.
 #[test]
 fn with_capacity_what_a_tier_cannot_serve_spills_into_the_next() {
