@@ -41,6 +41,7 @@ mod suspend_and_pin;
 mod tenancy;
 mod tenant_limits;
 mod traffic;
+mod traffic_l4;
 mod validation;
 mod warning_events;
 mod what_if;
