@@ -10,10 +10,8 @@
 //! reply names a backend; a connection is served when the backend's name came back.
 
 use std::{
-    future::Future,
     io,
     net::{Ipv4Addr, SocketAddr},
-    pin::Pin,
     sync::Arc,
 };
 
@@ -35,9 +33,7 @@ use tokio_rustls::{
     rustls::{self, pki_types::ServerName},
 };
 
-use super::traffic::Exchange;
-
-type Outcome<'a> = Pin<Box<dyn Future<Output = Option<(u16, Option<String>)>> + Send + 'a>>;
+use super::traffic::{Exchange, Outcome};
 
 /// The gRPC method the backends serve: its reply names the backend (`SimpleResponse.hostname`).
 pub const UNARY_CALL: &str = "/grpc.testing.TestService/UnaryCall";

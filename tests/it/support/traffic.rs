@@ -45,11 +45,14 @@ pub struct Load {
     pub timeout: Duration,
 }
 
-/// One exchange with the proxy (a request, a call or a connection): its status and the first line
-/// of its answer, or `None` when no answer came (refused, reset, closed).
+/// What one exchange became: its status and the first line of its answer, or `None` when no
+/// answer came (refused, reset, closed).
+pub type Outcome<'a> = Pin<Box<dyn Future<Output = Option<(u16, Option<String>)>> + Send + 'a>>;
+
+/// One exchange with the proxy: a request, a call or a connection.
 pub trait Exchange: Send + Sync {
     /// Runs one exchange.
-    fn exchange(&self) -> Pin<Box<dyn Future<Output = Option<(u16, Option<String>)>> + Send + '_>>;
+    fn exchange(&self) -> Outcome<'_>;
 }
 
 /// HTTP/1 GET of the load's URL, with its `Host` header: the status and the body's first line.
@@ -60,7 +63,7 @@ struct HttpGet {
 }
 
 impl Exchange for HttpGet {
-    fn exchange(&self) -> Pin<Box<dyn Future<Output = Option<(u16, Option<String>)>> + Send + '_>> {
+    fn exchange(&self) -> Outcome<'_> {
         Box::pin(async move {
             let mut request = hyper::Request::get(self.uri.clone());
             if let Some(host) = &self.host {
