@@ -58,7 +58,7 @@ all_present() {
   [[ $with_prometheus == 0 || -s "$prometheus_operator_crds" ]] || return 1
   [[ "$(cat "$bin/.kstatus-version" 2>/dev/null)" == "$(kstatus_version)" ]] || return 1
   [[ " ${tools[*]} " != *" traefik "* || "$(cat "$bin/.traefik-version" 2>/dev/null)" == "$TRAEFIK_VERSION" ]] || return 1
-  [[ -s "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" ]]
+  [[ -s "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" && -s "$bin/gateway-api-$GATEWAY_API_VERSION-experimental.yaml" ]]
 }
 if all_present; then
   echo "$bin"
@@ -223,18 +223,23 @@ build_traefik() {
   echo "$TRAEFIK_VERSION" > "$bin/.traefik-version"
 }
 
-# The Gateway API's standard-channel CRDs, as published in its Go module (config/crd/standard).
+# The Gateway API's CRDs, as published in its Go module: the standard channel
+# (config/crd/standard) and the experimental one (config/crd/experimental, which also serves the
+# alpha versions of TLSRoute and TCPRoute that the proxy reads), one bundle each.
 fetch_gateway_api_crds() {
-  local log="$work/gateway-api.log" dir out="$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml"
+  local log="$work/gateway-api.log" dir channel out f
   step "fetching the Gateway API v$GATEWAY_API_VERSION CRDs from its Go module"
   dir=$(cd "$work" && go mod download -json "sigs.k8s.io/gateway-api@v$GATEWAY_API_VERSION" 2> "$log" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p') || fail "download sigs.k8s.io/gateway-api" "$log"
-  [[ -d "$dir/config/crd/standard" ]] || fail "find the Gateway API CRDs in the module" "$log"
-  : > "$out.tmp"
-  for f in "$dir"/config/crd/standard/*.yaml; do
-    [[ "$(basename "$f")" == kustomization.yaml ]] && continue
-    { echo "---"; cat "$f"; } >> "$out.tmp"
+  for channel in standard experimental; do
+    [[ -d "$dir/config/crd/$channel" ]] || fail "find the Gateway API $channel CRDs in the module" "$log"
+    out="$bin/gateway-api-$GATEWAY_API_VERSION-$channel.yaml"
+    : > "$out.tmp"
+    for f in "$dir"/config/crd/"$channel"/*.yaml; do
+      [[ "$(basename "$f")" == kustomization.yaml ]] && continue
+      { echo "---"; cat "$f"; } >> "$out.tmp"
+    done
+    mv "$out.tmp" "$out"
   done
-  mv "$out.tmp" "$out"
 }
 
 start=$(date +%s)
@@ -245,7 +250,7 @@ for cmd in "${kube_cmds[@]}"; do [[ -x "$bin/$cmd" ]] || missing_kube=1; done
 [[ -x "$bin/helm" && "$(cat "$bin/.helm-version" 2>/dev/null)" == "$(helm_stamp)" ]] || build_helm
 [[ -x "$bin/kube-score" && "$(cat "$bin/.kube-score-version" 2>/dev/null)" == "$KUBE_SCORE_VERSION" ]] || build_kube_score
 [[ -x "$bin/helm-docs" && "$(cat "$bin/.helm-docs-version" 2>/dev/null)" == "$HELM_DOCS_VERSION" ]] || build_helm_docs
-[[ -s "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" ]] || fetch_gateway_api_crds
+[[ -s "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" && -s "$bin/gateway-api-$GATEWAY_API_VERSION-experimental.yaml" ]] || fetch_gateway_api_crds
 [[ -x "$bin/kstatus" && "$(cat "$bin/.kstatus-version" 2>/dev/null)" == "$(kstatus_version)" ]] || build_kstatus
 if [[ " ${tools[*]} " == *" prometheus "* && ! -x "$bin/prometheus" ]]; then build_prometheus; fi
 if [[ $with_prometheus == 1 && "$(cat "$bin/.promtool-version" 2>/dev/null)" != "$PROMETHEUS_MODULE_VERSION" ]]; then build_promtool; fi

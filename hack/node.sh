@@ -212,9 +212,10 @@ node_guard_cleanup() {
 
 # The images the node runs, built without a registry: the pause image (from the Kubernetes
 # module's build/pause/linux/pause.c) and the test backend (busybox httpd with a CGI script that
-# answers with the backend's name, or 500 for a share of requests), as OCI archives cached beside
-# the binaries. The archive's name carries the backend's revision: a changed backend is rebuilt.
-NODE_BACKEND_ARCHIVE=backend-4.tar
+# answers with the backend's name, or 500 for a share of requests; beside it hack/testbackend,
+# answering with the name over gRPC, TLS and TCP), as OCI archives cached beside the binaries.
+# The archive's name carries the backend's revision: a changed backend is rebuilt.
+NODE_BACKEND_ARCHIVE=backend-5.tar
 node_images() {
   local bin=$1 cache=$1/../images src
   mkdir -p "$cache"
@@ -236,6 +237,8 @@ node_image() {
       printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' > "$ctx/Containerfile" ;;
     backend)
       cp /bin/busybox "$ctx/busybox"
+      (cd "$here/testbackend" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$ctx/testbackend" .) ||
+        { rm -rf "$ctx"; return 1; }
       # GET /cgi-bin/name answers with the backend's name (/www/name), or with a 500 for the
       # share of requests /www/fail-percent asks for; /ready is the readiness probe's file.
       # Above /www/rate-limit requests in one second (0: no limit), it answers 503
@@ -270,7 +273,7 @@ CGI
         'RUN ["/bin/busybox", "--install", "-s", "/bin"]' \
         'RUN ["/bin/busybox", "mkdir", "-p", "/www/cgi-bin", "/tmp"]' \
         'RUN ["/bin/busybox", "sh", "-c", "echo ok > /www/index.html"]' \
-        'COPY name /www/cgi-bin/name' \
+        'COPY name /www/cgi-bin/name' 'COPY testbackend /bin/testbackend' \
         'ENTRYPOINT ["/bin/busybox", "httpd", "-f", "-p", "8080", "-h", "/www"]' > "$ctx/Containerfile" ;;
   esac
   node_buildah "$cache" bud --isolation chroot -t "localhost/$name:latest" "$ctx" >/dev/null || { rm -rf "$ctx"; return 1; }

@@ -2,13 +2,22 @@
 # A real proxy for the local control plane (sourced by hack/control-plane.sh, `start --proxy`):
 # Traefik (hack/build-control-plane.sh --proxy) as a plain process on loopback, its Kubernetes
 # Gateway API provider reading the control plane with the admin kubeconfig. It claims the
-# GatewayClass `traefik`; the Gateway `edge` (namespace `default`) has one HTTP listener, on the
-# port of Traefik's entrypoint, that takes routes from every namespace. Traefik reads the
-# backends' EndpointSlices and sends each request straight to a ready Pod's address (the node's
-# Pods are reachable from the host), by the weights of the HTTPRoute's backendRefs.
+# GatewayClass `traefik`; the Gateway `edge` (namespace `default`) has three listeners, each on
+# the port of a Traefik entrypoint of its own (Traefik matches a listener to an entrypoint by
+# port), each taking routes from every namespace: `http` (HTTPRoute and GRPCRoute; h2c for
+# gRPC), `tls` (TLS passthrough: TLSRoute by SNI) and `tcp` (TCPRoute). Traefik reads the
+# backends' EndpointSlices and sends each request or connection straight to a ready Pod's address
+# (the node's Pods are reachable from the host), by the weights of the route's backendRefs.
 #
-# The instance's env file gets PROXY_URL (the entrypoint), PROXY_METRICS_URL (Prometheus
-# metrics per service and status code) and GATEWAY=default/edge.
+# Traefik reads TLSRoute and TCPRoute only in their alpha version, only with its experimental
+# channel on, and its Gateway provider serves nothing at all while a version it reads is not
+# served: the cluster gets the Gateway API's experimental-channel CRDs (which serve both that
+# version and v1, which the controller writes), on a fresh cluster, as the channel's admission
+# policy refuses experimental CRDs over standard ones.
+#
+# The instance's env file gets PROXY_URL (the HTTP entrypoint), PROXY_PORT, PROXY_TLS_PORT and
+# PROXY_TCP_PORT (the listeners' ports), PROXY_METRICS_URL (Prometheus metrics per service and
+# status code), GATEWAY=default/edge and GATEWAY_API_CHANNEL=experimental.
 
 PROXY_GATEWAY_CLASS=traefik
 PROXY_GATEWAY_NAMESPACE=default
@@ -16,16 +25,18 @@ PROXY_GATEWAY=edge
 
 proxy_log() { echo "proxy: $*" >&2; }
 
-# Writes Traefik's command line (one entrypoint for the Gateway's listener, one for metrics and
-# /ping, no dashboard, configuration changes applied at once) and its addresses.
+# Writes Traefik's command line (one entrypoint for each of the Gateway's listeners, one for
+# metrics and /ping, no dashboard, configuration changes applied at once) and its addresses.
 proxy_configs() {
-  local dir=$1 bin=$2 port metrics
-  read -r port metrics <<< "$(free_ports 2)"
+  local dir=$1 bin=$2 port metrics tls tcp
+  read -r port metrics tls tcp <<< "$(free_ports 4)"
   printf '%q ' env -u KUBERNETES_SERVICE_HOST -u KUBERNETES_SERVICE_PORT "KUBECONFIG=$dir/admin.kubeconfig" \
     "$bin/traefik" --global.checkNewVersion=false --global.sendAnonymousUsage=false \
     --log.level=INFO --log.noColor=true --log.filePath="$dir/logs/traefik.log" \
     --entryPoints.web.address="127.0.0.1:$port" --entryPoints.metrics.address="127.0.0.1:$metrics" \
+    --entryPoints.tls.address="127.0.0.1:$tls" --entryPoints.tcp.address="127.0.0.1:$tcp" \
     --providers.providersThrottleDuration=0s --providers.kubernetesGateway=true \
+    --providers.kubernetesGateway.experimentalChannel=true \
     --providers.kubernetesGateway.statusAddress.ip=127.0.0.1 \
     --metrics.prometheus=true --metrics.prometheus.entryPoint=metrics \
     --metrics.prometheus.addServicesLabels=true --metrics.prometheus.addRoutersLabels=true \
@@ -33,8 +44,11 @@ proxy_configs() {
   {
     echo "PROXY_PORT=$port"
     echo "PROXY_URL=http://127.0.0.1:$port"
+    echo "PROXY_TLS_PORT=$tls"
+    echo "PROXY_TCP_PORT=$tcp"
     echo "PROXY_METRICS_URL=http://127.0.0.1:$metrics/metrics"
     echo "GATEWAY=$PROXY_GATEWAY_NAMESPACE/$PROXY_GATEWAY"
+    echo "GATEWAY_API_CHANNEL=experimental"
   } >> "$dir/env"
 }
 
@@ -45,9 +59,11 @@ proxy_start() {
   kubectl=("$bin/kubectl" --kubeconfig "$dir/admin.kubeconfig")
   # shellcheck source=/dev/null
   source "$dir/env"
-  "${kubectl[@]}" apply --server-side -f "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" >/dev/null || return 1
+  "${kubectl[@]}" apply --server-side -f "$bin/gateway-api-$GATEWAY_API_VERSION-$GATEWAY_API_CHANNEL.yaml" >/dev/null || return 1
   "${kubectl[@]}" wait --for=condition=Established --timeout=60s crd/gateways.gateway.networking.k8s.io \
-    crd/httproutes.gateway.networking.k8s.io crd/gatewayclasses.gateway.networking.k8s.io >/dev/null || return 1
+    crd/httproutes.gateway.networking.k8s.io crd/gatewayclasses.gateway.networking.k8s.io \
+    crd/grpcroutes.gateway.networking.k8s.io crd/tlsroutes.gateway.networking.k8s.io \
+    crd/tcproutes.gateway.networking.k8s.io >/dev/null || return 1
   "${kubectl[@]}" apply -f - >/dev/null <<YAML || return 1
 apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
@@ -63,6 +79,15 @@ spec:
   - name: http
     protocol: HTTP
     port: $PROXY_PORT
+    allowedRoutes: {namespaces: {from: All}}
+  - name: tls
+    protocol: TLS
+    port: $PROXY_TLS_PORT
+    tls: {mode: Passthrough}
+    allowedRoutes: {namespaces: {from: All}}
+  - name: tcp
+    protocol: TCP
+    port: $PROXY_TCP_PORT
     allowedRoutes: {namespaces: {from: All}}
 YAML
   start_component "$dir" traefik

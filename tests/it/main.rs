@@ -43,6 +43,7 @@ mod tenancy;
 mod tenant_limits;
 mod tiers;
 mod traffic;
+mod traffic_l4;
 mod validation;
 mod warning_events;
 mod what_if;

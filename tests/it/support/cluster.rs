@@ -41,10 +41,11 @@ static GATEWAY_API: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::
 
 impl ControlPlane {
     /// Installs the Gateway API's standard-channel CRDs, from its Go module, once per control
-    /// plane.
+    /// plane. A control plane with the proxy has the Gateway API already, from the channel the
+    /// proxy needs (its env file's `GATEWAY_API_CHANNEL`): the standard CRDs would replace it.
     pub fn install_gateway_api(&self) {
         let mut done = GATEWAY_API.lock().unwrap_or_else(|e| e.into_inner());
-        if done.contains(&self.kubeconfig) {
+        if done.contains(&self.kubeconfig) || self.env("GATEWAY_API_CHANNEL").is_some() {
             return;
         }
         let crds = self.gateway_api_crds();

@@ -16,6 +16,8 @@
 //! - [`script`]: the project's scripts run as a user runs them, their output read step by step;
 //! - [`skips`]: tests skipped on purpose, announced and recorded for the run's summary;
 //! - [`traffic`]: a load generator: real requests through the proxy, each answer recorded;
+//!   [`exchanges`]: its gRPC, TLS and TCP requests; [`failovers`]: traffic across a failover,
+//!   its stage and the bound on what it loses;
 //! - [`turns`]: which tests run beside which (a few run alone).
 //!
 //! `FAILOVER_TEST_KUBECONFIG=<path>` reuses a control plane that is already running;
@@ -25,6 +27,8 @@
 pub mod backends;
 pub mod chart;
 pub mod cluster;
+pub mod exchanges;
+pub mod failovers;
 pub mod kubectl;
 pub mod metrics;
 pub mod node;

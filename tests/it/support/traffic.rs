@@ -6,11 +6,16 @@
 //! [`MAX_IN_FLIGHT`] at once), so a slow or failing backend shows as failed or late requests, not
 //! as a lower rate. A request that gets no answer within its timeout counts as failed (status 0).
 //!
+//! What one request is comes from an [`Exchange`]: HTTP/1 GET here (the default), gRPC, TLS or
+//! TCP elsewhere ([`super::exchanges`]).
+//!
 //! Self-contained (no other helper), so the `load` example shares it as the demo's command-line
 //! load generator.
 
 use std::{
+    future::Future,
     net::IpAddr,
+    pin::Pin,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -40,6 +45,46 @@ pub struct Load {
     pub timeout: Duration,
 }
 
+/// What one exchange became: its status and the first line of its answer, or `None` when no
+/// answer came (refused, reset, closed).
+pub type Outcome<'a> = Pin<Box<dyn Future<Output = Option<(u16, Option<String>)>> + Send + 'a>>;
+
+/// One exchange with the proxy: a request, a call or a connection.
+pub trait Exchange: Send + Sync {
+    /// Runs one exchange.
+    fn exchange(&self) -> Outcome<'_>;
+}
+
+/// HTTP/1 GET of the load's URL, with its `Host` header: the status and the body's first line.
+struct HttpGet {
+    client: Client<HttpConnector, Empty<Bytes>>,
+    uri: hyper::Uri,
+    host: Option<String>,
+}
+
+impl Exchange for HttpGet {
+    fn exchange(&self) -> Outcome<'_> {
+        Box::pin(async move {
+            let mut request = hyper::Request::get(self.uri.clone());
+            if let Some(host) = &self.host {
+                request = request.header(hyper::header::HOST, host);
+            }
+            let response = self
+                .client
+                .request(request.body(Empty::new()).ok()?)
+                .await
+                .ok()?;
+            let status = response.status().as_u16();
+            let body = response.into_body().collect().await.ok()?.to_bytes();
+            let first = String::from_utf8_lossy(&body)
+                .lines()
+                .next()
+                .map(str::to_string);
+            Some((status, first))
+        })
+    }
+}
+
 /// One request's fate.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Answer {
@@ -47,7 +92,8 @@ pub struct Answer {
     pub sent: Instant,
     /// How long until its answer (or until it failed).
     pub took: Duration,
-    /// The HTTP status; 0 when no answer came (refused, reset, timed out).
+    /// The HTTP status (for gRPC, TLS and TCP: 200 when the backend's name came back); 0 when
+    /// no answer came (refused, reset, closed, timed out).
     pub status: u16,
     /// Which backend answered (the body's first line), for a 2xx answer.
     pub backend: Option<String>,
@@ -76,6 +122,8 @@ pub struct Running {
         reason = "the load example's (examples/load): no test reads it"
     )]
     pub started: Instant,
+    /// The load's rate, requests per second.
+    pub per_second: u32,
 }
 
 impl Load {
@@ -90,7 +138,7 @@ impl Load {
         }
     }
 
-    /// Starts sending; fails when the URL is not on loopback or does not parse.
+    /// Starts sending HTTP/1 GETs; fails when the URL is not on loopback or does not parse.
     pub fn start(self) -> Result<Running, String> {
         let uri: hyper::Uri = self.url.parse().map_err(|e| format!("{}: {e}", self.url))?;
         let host = uri.host().unwrap_or_default().trim_matches(['[', ']']);
@@ -101,6 +149,17 @@ impl Load {
                 self.url
             ));
         }
+        let get = HttpGet {
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            uri,
+            host: self.host.clone(),
+        };
+        self.start_with(Arc::new(get))
+    }
+
+    /// Starts sending, each request one `exchange` (which is on loopback: the caller checks); the
+    /// load's URL and host are the exchange's business.
+    pub fn start_with(self, exchange: Arc<dyn Exchange>) -> Result<Running, String> {
         if self.per_second == 0 {
             return Err("the rate must be at least one request per second".into());
         }
@@ -114,10 +173,11 @@ impl Load {
             .build()
             .map_err(|e| format!("the load's runtime: {e}"))?;
         let (sent, flag, halt) = (answers.clone(), finished.clone(), stop.clone());
+        let per_second = self.per_second;
         std::thread::Builder::new()
             .name("load".into())
             .spawn(move || {
-                runtime.block_on(send(self, uri, sent, started, halt));
+                runtime.block_on(send(self, exchange, sent, started, halt));
                 flag.store(true, std::sync::atomic::Ordering::Release);
                 let _ = tell_done.send(());
             })
@@ -128,6 +188,7 @@ impl Load {
             finished,
             stop,
             started,
+            per_second,
         })
     }
 }
@@ -136,13 +197,11 @@ impl Load {
 /// for the requests in flight (each within its timeout), so every request sent is counted.
 async fn send(
     load: Load,
-    uri: hyper::Uri,
+    exchange: Arc<dyn Exchange>,
     answers: Arc<Mutex<Vec<Answer>>>,
     started: Instant,
     stop: Arc<tokio::sync::Notify>,
 ) {
-    let client: Client<HttpConnector, Empty<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
     let every = Duration::from_secs(1) / load.per_second;
     let mut tasks = tokio::task::JoinSet::new();
@@ -169,10 +228,9 @@ async fn send(
             );
             continue;
         };
-        let (client, uri, answers) = (client.clone(), uri.clone(), answers.clone());
-        let (host, timeout) = (load.host.clone(), load.timeout);
+        let (exchange, answers, timeout) = (exchange.clone(), answers.clone(), load.timeout);
         tasks.spawn(async move {
-            let answer = one(&client, uri, host.as_deref(), timeout).await;
+            let answer = one(exchange.as_ref(), timeout).await;
             record(&answers, answer);
             drop(slot);
         });
@@ -188,38 +246,10 @@ fn record(answers: &Mutex<Vec<Answer>>, answer: Answer) {
         .push(answer);
 }
 
-/// One request.
-async fn one(
-    client: &Client<HttpConnector, Empty<Bytes>>,
-    uri: hyper::Uri,
-    host: Option<&str>,
-    timeout: Duration,
-) -> Answer {
+/// One request, within its timeout.
+async fn one(exchange: &dyn Exchange, timeout: Duration) -> Answer {
     let sent = Instant::now();
-    let mut request = hyper::Request::get(uri);
-    if let Some(host) = host {
-        request = request.header(hyper::header::HOST, host);
-    }
-    let Ok(request) = request.body(Empty::new()) else {
-        return Answer {
-            sent,
-            took: Duration::ZERO,
-            status: 0,
-            backend: None,
-            overloaded: false,
-        };
-    };
-    let exchange = async {
-        let response = client.request(request).await.ok()?;
-        let status = response.status().as_u16();
-        let body = response.into_body().collect().await.ok()?.to_bytes();
-        let first = String::from_utf8_lossy(&body)
-            .lines()
-            .next()
-            .map(str::to_string);
-        Some((status, first))
-    };
-    let (status, first) = tokio::time::timeout(timeout, exchange)
+    let (status, first) = tokio::time::timeout(timeout, exchange.exchange())
         .await
         .ok()
         .flatten()
