@@ -26,8 +26,10 @@ else
 fi
 cargo build --release --locked --bin failover-controller --example benchmark
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-# "dirty": what is built or run differs from the commit (docs may be edited while it runs).
-git diff --quiet HEAD -- . ':!docs' 2>/dev/null || commit="$commit-dirty"
+# "dirty": what is built or run differs from the commit (docs and Markdown may be edited while it
+# runs: neither is built or run); the log's header names what differs.
+differs=$(git diff --name-only HEAD -- . ':!docs' ':!*.md' 2>/dev/null | paste -sd ' ')
+[[ -z $differs ]] || commit="$commit-dirty"
 run="docs/bench-runs/$(date -u +%Y%m%d-%H%M)-$commit${BENCH_LABEL:+-$BENCH_LABEL}"
 mkdir -p docs/bench-runs
 out=()
@@ -35,6 +37,7 @@ out=()
 {
   echo "# hack/bench.sh $*"
   echo "# commit $commit, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, $(awk '/MemTotal/ {print $2 " kB"}' /proc/meminfo)"
+  [[ -z $differs ]] || echo "# differs from the commit: $differs"
 } > "$run.log"
 status=0
 # The log is kept in the repository: the control plane's scratch directory is left out of it.

@@ -81,20 +81,44 @@ fn every_kept_run_the_docs_and_code_cite_exists() {
 }
 
 /// The benchmarks page's headline: the first full run its Results cite
-/// (`bench-runs/<stamp>-<commit>-full.log`, a clean checkout's run).
-fn headline_run(page: &str) -> Option<(String, String)> {
+/// (`bench-runs/<stamp>-<commit>[-dirty]-full.log`), and for a run labelled dirty, the paths that
+/// differed from its commit: as its log's header names them, or (a run made before the header
+/// named them) as the Results say ("labelled dirty: `PATH` ... differed").
+fn headline_run(page: &str) -> Option<(String, String, Vec<String>)> {
     let results = &page[page.find("\n## Results")?..];
-    let full = regex::Regex::new(r"bench-runs/([0-9]{8}-[0-9]{4}-([0-9a-f]{7,40})-full)\.log")
-        .expect("re");
+    let full =
+        regex::Regex::new(r"bench-runs/([0-9]{8}-[0-9]{4}-([0-9a-f]{7,40})(-dirty)?-full)\.log")
+            .expect("re");
     let c = full.captures(results)?;
-    Some((c[1].to_string(), c[2].to_string()))
+    let (run, commit) = (c[1].to_string(), c[2].to_string());
+    let mut differed = Vec::new();
+    if c.get(3).is_some() {
+        let log = fs::read_to_string(repo_root().join(format!("docs/bench-runs/{run}.log")))
+            .unwrap_or_default();
+        let header = log
+            .lines()
+            .take(3)
+            .find_map(|l| l.strip_prefix("# differs from the commit: "));
+        let said = regex::Regex::new(r"labelled dirty: ([^\n]*?) differed").expect("re");
+        let paths = header.map(str::to_string).or_else(|| {
+            said.captures(results)
+                .map(|c| c[1].replace(['`', ','], " ").replace(" and ", " "))
+        })?;
+        differed = paths.split_whitespace().map(String::from).collect();
+    }
+    Some((run, commit, differed))
 }
 
 #[test]
 fn the_benchmarks_headline_is_a_full_run_of_the_code_as_it_is() {
     let page = fs::read_to_string(repo_root().join("docs/benchmarks.md")).expect("benchmarks.md");
-    let (run, commit) = headline_run(&page).expect(
-        "docs/benchmarks.md's Results cite no full run (bench-runs/<stamp>-<commit>-full.log)",
+    let (run, commit, differed) = headline_run(&page).expect(
+        "docs/benchmarks.md's Results cite no full run (bench-runs/<stamp>-<commit>-full.log), or one labelled dirty without saying what differed",
+    );
+    let code = |p: &&String| p.starts_with("src/") || p.starts_with("crates/");
+    assert!(
+        !differed.iter().any(|p| code(&p)),
+        "the headline's run {run} ran code that differed from its commit: {differed:?}"
     );
     let diff = std::process::Command::new("git")
         .current_dir(repo_root())
