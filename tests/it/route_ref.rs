@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::support::{
-    ControllerProcess, PolicyBuilder, WAIT, WEB_BACKENDS, condition, repo_root, test_env,
+    ControllerProcess, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, condition, repo_root, test_env,
     wait_until, what_if::what_if,
 };
 
@@ -45,6 +45,23 @@ fn user_route(api_backends: &[(&str, i64)]) -> DynamicObject {
         ],
     }});
     route
+}
+
+/// The HTTPRoutes of the test's namespace, and the user's route `shop` created there.
+async fn create_user_route(
+    env: &TestEnv,
+    api_backends: &[(&str, i64)],
+) -> (Api<DynamicObject>, DynamicObject) {
+    let routes: Api<DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        &env.ns,
+        &RouteKind::HttpRoute.resource(),
+    );
+    let created = routes
+        .create(&PostParams::default(), &user_route(api_backends))
+        .await
+        .expect("the user's route");
+    (routes, created)
 }
 
 /// The policy `web` failing over rule `api` of the route `shop` from `web` to `web-east`.
@@ -101,18 +118,7 @@ async fn a_rule_of_a_route_the_user_owns_fails_over_and_back_and_nothing_else_of
     let Some(env) = test_env!() else { return };
     env.cp.install_gateway_api();
     env.ready_backends(&WEB_BACKENDS).await;
-    let routes: Api<DynamicObject> = Api::namespaced_with(
-        env.client.clone(),
-        &env.ns,
-        &RouteKind::HttpRoute.resource(),
-    );
-    let created = routes
-        .create(
-            &PostParams::default(),
-            &user_route(&[("web", 1), ("web-east", 0)]),
-        )
-        .await
-        .expect("the user's route");
+    let (routes, created) = create_user_route(&env, &[("web", 1), ("web-east", 0)]).await;
     let before = all_but_the_weights(&created);
     let _c = ControllerProcess::start(&env, &[]);
     env.apply(&policy());
@@ -208,18 +214,7 @@ async fn a_route_ref_to_a_missing_route_or_other_backends_is_a_condition_naming_
         "{message}"
     );
 
-    let routes: Api<DynamicObject> = Api::namespaced_with(
-        env.client.clone(),
-        &env.ns,
-        &RouteKind::HttpRoute.resource(),
-    );
-    let created = routes
-        .create(
-            &PostParams::default(),
-            &user_route(&[("web", 1), ("web-west", 0)]),
-        )
-        .await
-        .expect("the user's route");
+    let (routes, created) = create_user_route(&env, &[("web", 1), ("web-west", 0)]).await;
     let differ = env
         .wait_policy("web", WAIT, ready::ROUTE_REF_BACKENDS_DIFFER, |p| {
             condition(p, READY).is_some_and(|c| c.1 == ready::ROUTE_REF_BACKENDS_DIFFER)
