@@ -17,6 +17,9 @@
 //! 7. [`conditions`]: what the decision means for the `Ready`, `Degraded`, `Pinned` and
 //!    `Suspended` conditions.
 //!
+//! [`group`] chooses the one site every member of a failover group routes to, fed by each
+//! member's own readiness.
+//!
 //! [`restore`] says what becomes of a workload the controller raised once nothing asks for it.
 //!
 //! `suspend` changes no weight here: the plan is the same, the apply step does not write it, no
@@ -26,6 +29,7 @@
 pub mod capacity;
 pub mod conditions;
 pub mod drill;
+pub mod group;
 pub mod holds;
 pub mod none_ready;
 pub mod pin;
@@ -130,3 +134,7 @@ mod properties;
 #[cfg(test)]
 #[path = "tiers_tests.rs"]
 mod tiers;
+
+#[cfg(test)]
+#[path = "group_tests.rs"]
+mod group_choice;
