@@ -60,7 +60,7 @@ begin "installing the CRDs (cargo run --bin crd-gen -- --with-traffic-split | ku
 target/debug/crd-gen --with-traffic-split | kubectl apply -f -
 source hack/versions.env
 kubectl apply --server-side -f "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" >/dev/null
-kubectl wait --for=condition=Established --timeout=60s crd/failoverpolicies.failover.dev crd/trafficsplits.split.smi-spec.io crd/httproutes.gateway.networking.k8s.io crd/grpcroutes.gateway.networking.k8s.io crd/tlsroutes.gateway.networking.k8s.io crd/tcproutes.gateway.networking.k8s.io >/dev/null
+kubectl wait --for=condition=Established --timeout=60s crd/failoverpolicies.failover.dev crd/failovergroups.failover.dev crd/trafficsplits.split.smi-spec.io crd/httproutes.gateway.networking.k8s.io crd/grpcroutes.gateway.networking.k8s.io crd/tlsroutes.gateway.networking.k8s.io crd/tcproutes.gateway.networking.k8s.io >/dev/null
 
 begin "starting failover-controller"
 target/debug/failover-controller --log-level warn,failover=info > "$cp_dir/logs/failover-controller.log" 2>&1 &

@@ -59,7 +59,12 @@ pub const LAYERS: &[Layer] = &[
     },
     Layer {
         name: "apply",
-        modules: &["pipeline::apply", "pipeline::scale", "pipeline::finalize"],
+        modules: &[
+            "pipeline::apply",
+            "pipeline::scale",
+            "pipeline::finalize",
+            "pipeline::group",
+        ],
     },
     Layer {
         name: "write",

@@ -1,7 +1,7 @@
 //! Prints the CustomResourceDefinitions of the failover controller as YAML.
 //!
 //! ```text
-//! cargo run --bin crd-gen                          # the FailoverPolicy CRD on stdout
+//! cargo run --bin crd-gen                          # the FailoverPolicy and FailoverGroup CRDs on stdout
 //! cargo run --bin crd-gen -- --with-traffic-split  # also the SMI TrafficSplit CRD
 //! cargo run --bin crd-gen -- --out-dir DIR               # one file per CRD
 //! cargo run --bin crd-gen -- --chart charts/failover-controller --api-reference docs/api-reference.md
@@ -15,7 +15,8 @@ use anyhow::Context;
 use clap::Parser;
 use failover_core::crd;
 
-/// Prints the FailoverPolicy CRD (and optionally the SMI TrafficSplit CRD) as YAML.
+/// Prints the FailoverPolicy and FailoverGroup CRDs (and optionally the SMI TrafficSplit CRD) as
+/// YAML.
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
@@ -56,6 +57,10 @@ fn main() -> anyhow::Result<()> {
                 &crd::failover_policy_yaml()?,
             )?;
             write(
+                &chart.join("crds/failovergroups.failover.dev.yaml"),
+                &crd::failover_group_yaml()?,
+            )?;
+            write(
                 &chart.join("templates/trafficsplit-crd.yaml"),
                 &crd::traffic_split_chart_template()?,
             )?;
@@ -65,10 +70,16 @@ fn main() -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let mut documents = vec![(
-        "failoverpolicies.failover.dev.yaml",
-        crd::failover_policy_yaml()?,
-    )];
+    let mut documents = vec![
+        (
+            "failoverpolicies.failover.dev.yaml",
+            crd::failover_policy_yaml()?,
+        ),
+        (
+            "failovergroups.failover.dev.yaml",
+            crd::failover_group_yaml()?,
+        ),
+    ];
     if args.with_traffic_split {
         documents.push((
             "trafficsplits.split.smi-spec.io.yaml",

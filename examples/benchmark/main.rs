@@ -15,6 +15,8 @@
 //! - restart with everything in place: ready time and writes (none expected);
 //! - at `--noisy-neighbour-at` policies: the latency again, in turns with and without tenants
 //!   of other namespaces editing policies whose health queries are the costliest shapes;
+//! - at `--groups-at` policies: `--groups` failover groups of 10 of them, and the latency of a
+//!   group failover from one member's readiness change to the last member's route (`groups`);
 //! - CPU seconds, peak RSS, and KiB per policy above the idle process;
 //! - what the controller's writes cost the API server: a TrafficSplit apply by the object's shape
 //!   and a status write by the way it is written (`probe`);
@@ -33,6 +35,7 @@ mod support;
 
 mod apiserver;
 mod capacity;
+mod groups;
 mod latency;
 mod memory;
 mod neighbour;
@@ -106,6 +109,16 @@ pub struct Options {
     /// policies whose health queries are the costliest shapes); 0: not measured.
     #[arg(long, default_value_t = 1000)]
     noisy_neighbour_at: usize,
+    /// The scale at which failover groups are measured (`--groups` groups of 10 of its
+    /// policies); 0: not measured.
+    #[arg(long, default_value_t = 10_000)]
+    groups_at: usize,
+    /// Failover groups of 10 policies at `--groups-at`.
+    #[arg(long, default_value_t = 1000)]
+    groups: usize,
+    /// Group failovers timed (each a member's primary down, then up again).
+    #[arg(long, default_value_t = 50)]
+    group_flips: usize,
     /// The controller's --log-level (e.g. `info,failover=debug` to follow one change through
     /// it; its log is written to the system's temporary directory).
     #[arg(long, default_value = "warn")]
@@ -176,6 +189,14 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
     } else {
         None
     };
+    let groups = if n == o.groups_at {
+        let measured =
+            groups::measure(&env, &controller, &splits, n, o.groups, o.group_flips).await;
+        phases.end(&controller, n, memory::GROUPS).await;
+        Some(measured)
+    } else {
+        None
+    };
     let quiet_before = latency::writes(&controller).await;
     tokio::time::sleep(Duration::from_secs(o.quiet_seconds)).await;
     let quiet_writes: Vec<(String, f64)> = latency::writes(&controller)
@@ -233,6 +254,7 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
         policies: n,
         latency,
         neighbour,
+        groups,
         writes_in_quiet_period: quiet,
         quiet_seconds: o.quiet_seconds,
         cold_start_s: cold.as_secs_f64(),
@@ -285,6 +307,7 @@ async fn main() {
         machine()
     );
     report::print_latency(&results);
+    report::print_groups(&results);
     report::print_process(&results, idle_rss);
     report::print_memory(&results, idle_rss);
     report::print_recovery(&recovery);

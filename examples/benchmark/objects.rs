@@ -38,12 +38,14 @@ fn service(name: &str) -> Service {
     .expect("service")
 }
 
-/// Policy `p<i>`: primary `p<i>`, secondaries `p<i>-a` and `p<i>-b`.
+/// Policy `p<i>`: primary `p<i>` (in site `one`), secondaries `p<i>-a` and `p<i>-b` (in site
+/// `two`). The sites matter only to a failover group that lists the policy (`groups`).
 pub fn policy(i: usize) -> FailoverPolicy {
     serde_json::from_value(json!({
         "apiVersion": "failover.dev/v1alpha1", "kind": "FailoverPolicy", "metadata": {"name": format!("p{i}")},
-        "spec": {"service": format!("p{i}"), "primary": format!("p{i}"),
-                 "secondaries": [{"service": format!("p{i}-a")}, {"service": format!("p{i}-b")}]},
+        "spec": {"service": format!("p{i}"), "primary": format!("p{i}"), "primarySite": "one",
+                 "secondaries": [{"service": format!("p{i}-a"), "site": "two"},
+                                 {"service": format!("p{i}-b"), "site": "two"}]},
     }))
     .expect("policy")
 }

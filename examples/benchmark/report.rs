@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::{
-    latency::Latency, memory::PhaseMemory, neighbour::Neighbour, recovery::Recovery,
+    groups::Groups, latency::Latency, memory::PhaseMemory, neighbour::Neighbour, recovery::Recovery,
     startup::Restart, traffic::Traffic,
 };
 
@@ -42,6 +42,8 @@ pub struct ScaleResult {
     pub latency: Vec<Latency>,
     /// The latency with and without a noisy neighbour, at the scale it was measured.
     pub neighbour: Option<Neighbour>,
+    /// Failover groups, at the scale they were measured.
+    pub groups: Option<Groups>,
     pub writes_in_quiet_period: f64,
     pub quiet_seconds: u64,
     pub cold_start_s: f64,
@@ -91,6 +93,41 @@ pub fn print_latency(results: &[ScaleResult]) {
                 w("event")
             );
         }
+    }
+}
+
+/// Failover groups: a group failover, from one member's readiness change to the last member's
+/// route, and the spread between the first and last member's route.
+pub fn print_groups(results: &[ScaleResult]) {
+    let measured: Vec<(usize, &Groups)> = results
+        .iter()
+        .filter_map(|r| r.groups.as_ref().map(|g| (r.policies, g)))
+        .collect();
+    if measured.is_empty() {
+        return;
+    }
+    println!(
+        "\nFailover groups (a member's readiness write ack → the last member's route change seen), ms:\n"
+    );
+    println!(
+        "| policies | groups × members | failovers | p50 | p99 | max | first → last member p50 / p99 | lost | route writes per move | created and settled s |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (policies, g) in measured {
+        println!(
+            "| {policies} | {} × {} | {} | {:.1} | {:.1} | {:.1} | {:.1} / {:.1} | {} | {:.2} | {:.1} |",
+            g.groups,
+            g.members,
+            g.latency.samples,
+            g.latency.p50_ms,
+            g.latency.p99_ms,
+            g.latency.max_ms,
+            g.spread.p50_ms,
+            g.spread.p99_ms,
+            g.lost,
+            g.route_writes_per_failover,
+            g.settled_s
+        );
     }
 }
 
@@ -604,6 +641,45 @@ fn start_verdicts(r: &ScaleResult) -> [Verdict; 2] {
     ]
 }
 
+/// A group failover is as fast as a policy's: p50 and p99 within 2x a single policy's failover
+/// at the same scale and churn; none lost; one route write per member per move.
+fn group_verdicts(r: &ScaleResult) -> Vec<Verdict> {
+    let (Some(g), Some(single)) = (r.groups.as_ref(), r.latency.first()) else {
+        return Vec::new();
+    };
+    let one = &single.controller;
+    let at = format!(
+        "{} groups of {} at {} policies",
+        g.groups, g.members, r.policies
+    );
+    let pick = [
+        ("p50", g.latency.p50_ms, one.p50_ms),
+        ("p99", g.latency.p99_ms, one.p99_ms),
+    ];
+    let mut v: Vec<Verdict> = pick
+        .into_iter()
+        .map(|(name, ours, alone)| {
+            measured_verdict(
+                format!("group failover {name} ≤ 2x a single policy's ({at})"),
+                &[&g.latency, one],
+                || format!("{:.2}x ({ours:.1} / {alone:.1} ms)", ratio(ours, alone)),
+                || ratio(ours, alone) <= 2.0,
+            )
+        })
+        .collect();
+    v.push(verdict(
+        format!("0 lost group failovers ({at})"),
+        format!("{} of {}", g.lost, g.latency.samples + g.lost),
+        g.lost == 0,
+    ));
+    v.push(verdict(
+        format!("1 route write per member per group move ({at})"),
+        format!("{:.2} per move of {}", g.route_writes_per_failover, g.members),
+        (g.route_writes_per_failover - g.members as f64).abs() < 0.01,
+    ));
+    v
+}
+
 /// A noisy neighbour slows no one: p50 and p99 within 1.2x the same changes without it.
 fn neighbour_verdict(r: &ScaleResult) -> Option<Verdict> {
     let nb = r.neighbour.as_ref()?;
@@ -672,6 +748,7 @@ fn recovery_verdicts(recovery: &[Recovery]) -> Vec<Verdict> {
 pub fn print_targets(results: &[ScaleResult], recovery: &[Recovery], traffic: &Traffic) -> usize {
     let mut all = latency_verdicts(results);
     all.extend(results.iter().filter_map(neighbour_verdict));
+    all.extend(results.iter().flat_map(group_verdicts));
     all.extend(process_verdicts(results));
     all.extend(recovery_verdicts(recovery));
     all.extend(traffic_verdicts(traffic));

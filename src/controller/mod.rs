@@ -185,13 +185,17 @@ pub fn not_ready(caches: &Caches) -> Option<String> {
 }
 
 /// The watches that have not listed yet, of those that matter: a route watch only while a
-/// policy outputs that kind (`used`) and its API is not missing (it never lists then).
+/// policy outputs that kind (`used`) and its API is not missing (it never lists then), the
+/// group watch only while its API is not missing.
 fn pending_lists(caches: &Caches, used: &[RouteKind]) -> Vec<WatchKind> {
     caches
         .synced
         .pending()
         .into_iter()
         .filter(|kind| match kind.route() {
+            None if *kind == WatchKind::FailoverGroup => {
+                !caches.apis.is_missing(NeededApi::FailoverGroup)
+            }
             None => true,
             Some(route) => {
                 used.contains(&route) && !caches.apis.is_missing(NeededApi::of_route(route))

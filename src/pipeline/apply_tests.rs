@@ -238,6 +238,7 @@ async fn a_suspended_policy_writes_nothing() {
     let observed = Observed {
         observations: &observations,
         previous: None,
+        order: None,
         now: chrono::Utc::now(),
     };
     let intent = intend(valid, UID, &Gateways::default(), &observed);

@@ -6,13 +6,15 @@
 //!
 //! The pure steps (validate, decide, status) are the core crate's ([`crate::validate`],
 //! [`crate::decide`], [`crate::status`]); the steps here read the sources or write to the API
-//! server. [`reconcile`] sequences them all. A step imports only from the steps before it and
+//! server. [`group`] chooses the site of the policy's failover group before it decides.
+//! [`reconcile`] sequences them all. A step imports only from the steps before it and
 //! from the floors below (`crate::LAYERS`).
 
 pub mod apply;
 pub mod deletion;
 pub mod finalize;
 pub mod gather;
+pub mod group;
 pub mod reconcile;
 pub mod scale;
 pub mod write;

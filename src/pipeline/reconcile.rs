@@ -22,7 +22,7 @@ use crate::{
     pipeline::{
         apply::{self, Applied, ApplyError},
         deletion::{self, Finalized},
-        gather, scale, write,
+        gather, group, scale, write,
     },
     policy::ValidPolicy,
     runtime::{retry::Retries, writer::NotLeader, written::StatusKey},
@@ -193,10 +193,12 @@ async fn act(
     if policy.identity.uid.is_empty() {
         return Err(Error::MissingUid);
     }
+    let following = group::follow(&policy.key, ctx, now);
     let inputs = gather::inputs(&valid, &ctx.caches);
     let observed = Observed {
         observations: &inputs.observations,
         previous,
+        order: following.order.as_ref(),
         now,
     };
     let intent = intent::intend(valid, &policy.identity.uid, &ctx.scope.gateways, &observed);
@@ -230,6 +232,9 @@ async fn act(
         raised,
     )
     .await;
+    if let Some(status) = following.status {
+        group::write_status(ctx, status).await;
+    }
     Ok((intent.outcome(applied, scaled, inputs.route), failure))
 }
 

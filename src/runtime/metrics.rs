@@ -38,7 +38,14 @@ const PREFIX: &str = "failover";
 
 /// Every kind of API write besides a route's (which its kind's metric label names), as
 /// `api_writes` labels it.
-pub const OTHER_WRITE_KINDS: [&str; 5] = ["status", "event", "lease", "scale", "finalizer"];
+pub const OTHER_WRITE_KINDS: [&str; 6] = [
+    "status",
+    "group_status",
+    "event",
+    "lease",
+    "scale",
+    "finalizer",
+];
 
 /// Labels of a series counted by kind (of error, of write, of watch).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

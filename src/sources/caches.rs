@@ -14,7 +14,8 @@ use crate::{
     sources::{
         health::Health,
         local::{
-            apis::Apis, claims::Claims, index::PolicyIndex, policies::PolicyTable,
+            apis::Apis, claims::Claims, groups::GroupTable, index::PolicyIndex,
+            policies::PolicyTable,
             readiness::ReadinessStore, routes::RouteStore, synced::Synced,
         },
         remote::Clusters,
@@ -30,6 +31,8 @@ pub struct Caches {
     pub table: RwLock<PolicyTable>,
     /// What each policy references, to wake it.
     pub index: RwLock<PolicyIndex>,
+    /// The failover groups, who follows which, and each group's last choice.
+    pub groups: RwLock<GroupTable>,
     /// Backend readiness, from the EndpointSlice and Service watches.
     pub readiness: RwLock<ReadinessStore>,
     /// Generated routes, from their watches.
@@ -53,6 +56,7 @@ impl Caches {
         Self {
             table: RwLock::default(),
             index: RwLock::default(),
+            groups: RwLock::default(),
             readiness: RwLock::default(),
             routes: RwLock::default(),
             claims: RwLock::default(),

@@ -21,6 +21,7 @@ mod doc_names;
 mod docs;
 mod drills;
 mod gitops_health;
+mod groups;
 mod health_queries;
 mod holds_and_ramps;
 mod leader_election;

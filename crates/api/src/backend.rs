@@ -39,6 +39,13 @@ pub struct SecondaryBackend {
     #[garde(inner(range(min = 0, max = MAX_TIER)))]
     pub tier: Option<i32>,
 
+    /// The site this backend runs in, as a `FailoverGroup` names its sites (default: the cluster
+    /// `readinessFrom` names). Read only while the policy is a member of a group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_LABEL), pattern(DNS1035_LABEL))]
+    #[garde(inner(length(min = 1, max = MAX_LABEL), custom(dns1035_label)))]
+    pub site: Option<String>,
+
     /// Where this backend's readiness is read, when not from its own EndpointSlices: a Service in
     /// another cluster (declared to the controller by a Secret labelled
     /// `failover.dev/cluster: <name>`). Traffic still goes to the local Service named by
@@ -64,12 +71,18 @@ pub struct SecondaryBackend {
 }
 
 impl SecondaryBackend {
+    /// The site this backend runs in: its `site`, else the cluster of its `readinessFrom`.
+    pub fn site(&self) -> Option<&str> {
+        site_of(self.site.as_deref(), self.readiness_from.as_ref())
+    }
+
     /// The secondary `service`, with no weight and its own readiness.
     pub fn new(service: impl Into<String>) -> Self {
         Self {
             service: service.into(),
             weight: None,
             tier: None,
+            site: None,
             readiness_from: None,
             per_endpoint: None,
             scale_target: None,
@@ -97,4 +110,9 @@ pub struct ReadinessFrom {
     #[schemars(length(min = 1, max = MAX_LABEL), pattern(DNS1035_LABEL))]
     #[garde(inner(length(min = 1, max = MAX_LABEL), custom(dns1035_label)))]
     pub service: Option<String>,
+}
+
+/// A backend's site: the one it names, else the cluster its readiness is read from.
+pub fn site_of<'a>(site: Option<&'a str>, from: Option<&'a ReadinessFrom>) -> Option<&'a str> {
+    site.or(from.map(|f| f.cluster.as_str()))
 }

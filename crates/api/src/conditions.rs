@@ -60,6 +60,9 @@ pub mod ready {
     pub const DRILL_BACKEND_NOT_READY: &str = "DrillBackendNotReady";
     /// No backend is ready; `whenNoneReady` chose the weights.
     pub const NO_READY_BACKEND: &str = "NoReadyBackend";
+    /// The policy's `FailoverGroup` routes its members to one site; the policy's backends there
+    /// take the traffic.
+    pub const FOLLOWING_GROUP: &str = "FollowingGroup";
     /// `spec.suspend` freezes the route; its status is `True` while the route it keeps sends
     /// traffic to a ready backend.
     pub const SUSPENDED: &str = "Suspended";
@@ -244,4 +247,27 @@ pub mod events {
     pub const RECOVERED: &str = "Recovered";
     /// A failback ramp moved to its next step.
     pub const FAILBACK_STEP: &str = "FailbackStep";
+}
+
+/// The reasons of a `FailoverGroup`'s conditions and Events.
+pub mod group {
+    /// `Ready`: every member that follows routes to the current site, the first where all are
+    /// ready (or the only one left).
+    pub const SITE_READY: &str = "SiteReady";
+    /// `Ready`: a member is not ready in the current site; its `failoverAfter` holds the group.
+    pub const FAILOVER_PENDING: &str = "FailoverPending";
+    /// `Ready`, and an Event: the group moved to the next site where every member is ready.
+    pub const FAILED_OVER: &str = "GroupFailedOver";
+    /// `Ready`: every member is ready in a better site; the longest `failbackAfter` holds the
+    /// group.
+    pub const FAILBACK_PENDING: &str = "FailbackPending";
+    /// `Ready`, and an Event: the group moved back to a better site.
+    pub const FAILED_BACK: &str = "GroupFailedBack";
+    /// `Ready` False: no site has every member ready; each member routes by its own rules.
+    pub const NO_SITE_READY: &str = "NoSiteReady";
+    /// `Degraded` False: every member follows the group.
+    pub const ALL_FOLLOWING: &str = "AllMembersFollowing";
+    /// `Degraded` True: a member does not follow (a site it lacks, a pin, a suspend, a drill,
+    /// strategy `Proportional`, another group listing it first, or no such valid policy).
+    pub const MEMBERS_NOT_FOLLOWING: &str = "MembersNotFollowing";
 }

@@ -12,6 +12,7 @@ mod backend;
 mod capacity;
 pub mod conditions;
 mod gateway_route;
+mod group;
 mod health;
 mod route_ref;
 pub mod rules;
@@ -20,6 +21,7 @@ pub mod status;
 pub use backend::*;
 pub use capacity::*;
 pub use gateway_route::*;
+pub use group::*;
 pub use health::*;
 pub use route_ref::*;
 pub use status::*;
@@ -181,6 +183,13 @@ pub struct FailoverPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(dive)]
     pub primary_readiness_from: Option<ReadinessFrom>,
+
+    /// The site the primary runs in, as a `FailoverGroup` names its sites (default: the cluster
+    /// `primaryReadinessFrom` names). Read only while the policy is a member of a group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_LABEL), pattern(DNS1035_LABEL))]
+    #[garde(inner(length(min = 1, max = MAX_LABEL), custom(dns1035_label)))]
+    pub primary_site: Option<String>,
 
     /// Backends that take traffic while the primary is not ready, in order of preference
     /// (1 to 32 entries, each naming a distinct Service). They may be local Services or Services
@@ -391,6 +400,7 @@ impl Default for FailoverPolicySpec {
             service: String::new(),
             primary: String::new(),
             primary_readiness_from: None,
+            primary_site: None,
             secondaries: Vec::new(),
             strategy: Strategy::default(),
             overprovisioning_factor: None,

@@ -322,6 +322,23 @@ pub const OUTPUT_FIXED: CrossFieldRule = CrossFieldRule {
     field: ".output",
 };
 
+/// Most sites a `FailoverGroup` names.
+pub const MAX_GROUP_SITES: usize = 8;
+/// Most members a `FailoverGroup` names.
+pub const MAX_GROUP_MEMBERS: usize = 32;
+/// A group's sites are distinct (a rule on the list).
+pub const DISTINCT_GROUP_SITES: CrossFieldRule = CrossFieldRule {
+    cel: "self.all(x, self.exists_one(y, y == x))",
+    message: "sites must be distinct",
+    field: ".sites",
+};
+/// A group's members are distinct (a rule on the list).
+pub const DISTINCT_GROUP_MEMBERS: CrossFieldRule = CrossFieldRule {
+    cel: "self.all(x, self.exists_one(y, y == x))",
+    message: "members must be distinct",
+    field: ".members",
+};
+
 /// Label put on every generated route, naming its policy.
 pub const POLICY_LABEL: &str = "failover.dev/policy";
 

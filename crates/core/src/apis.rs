@@ -9,6 +9,8 @@ use crate::route::RouteKind;
 pub enum NeededApi {
     /// The FailoverPolicy CRD.
     FailoverPolicy,
+    /// The FailoverGroup CRD.
+    FailoverGroup,
     /// The CRD of a route kind.
     Route(RouteKind),
 }
@@ -16,7 +18,9 @@ pub enum NeededApi {
 impl NeededApi {
     /// Every API the controller may need: the FailoverPolicy CRD, then each route kind's.
     pub fn all() -> impl Iterator<Item = NeededApi> {
-        std::iter::once(NeededApi::FailoverPolicy).chain(RouteKind::ALL.map(NeededApi::Route))
+        [NeededApi::FailoverPolicy, NeededApi::FailoverGroup]
+            .into_iter()
+            .chain(RouteKind::ALL.map(NeededApi::Route))
     }
 
     /// The API a route kind is written through.
@@ -28,6 +32,7 @@ impl NeededApi {
     pub fn crd(self) -> &'static str {
         match self {
             NeededApi::FailoverPolicy => "failoverpolicies.failover.dev",
+            NeededApi::FailoverGroup => "failovergroups.failover.dev",
             NeededApi::Route(kind) => kind.spec().crd,
         }
     }
@@ -35,7 +40,7 @@ impl NeededApi {
     /// How to install it.
     pub fn install(self) -> &'static str {
         match self {
-            NeededApi::FailoverPolicy => {
+            NeededApi::FailoverPolicy | NeededApi::FailoverGroup => {
                 "install the chart (it ships the CRD) or run: cargo run --bin crd-gen | kubectl apply -f -"
             }
             NeededApi::Route(kind) => kind.spec().install,
@@ -61,6 +66,8 @@ pub enum WatchKind {
     Service,
     /// FailoverPolicies.
     FailoverPolicy,
+    /// FailoverGroups.
+    FailoverGroup,
     /// The generated routes of one kind.
     Route(RouteKind),
     /// The Secrets declaring remote clusters.
@@ -70,13 +77,14 @@ pub enum WatchKind {
 impl WatchKind {
     /// The kinds watched in the local cluster, as the `watch_restarts` metric labels them: the
     /// decision inputs, the policies, and each route kind.
-    pub const LOCAL: [WatchKind; 3 + RouteKind::ALL.len()] = {
-        let mut local = [WatchKind::EndpointSlice; 3 + RouteKind::ALL.len()];
+    pub const LOCAL: [WatchKind; 4 + RouteKind::ALL.len()] = {
+        let mut local = [WatchKind::EndpointSlice; 4 + RouteKind::ALL.len()];
         local[1] = WatchKind::Service;
         local[2] = WatchKind::FailoverPolicy;
+        local[3] = WatchKind::FailoverGroup;
         let mut i = 0;
         while i < RouteKind::ALL.len() {
-            local[3 + i] = WatchKind::Route(RouteKind::ALL[i]);
+            local[4 + i] = WatchKind::Route(RouteKind::ALL[i]);
             i += 1;
         }
         local
@@ -91,6 +99,7 @@ impl WatchKind {
             WatchKind::EndpointSlice => "endpointslice",
             WatchKind::Service => "service",
             WatchKind::FailoverPolicy => "failoverpolicy",
+            WatchKind::FailoverGroup => "failovergroup",
             WatchKind::Route(kind) => kind.metric_label(),
             WatchKind::Secret => "secret",
         }
@@ -108,6 +117,7 @@ impl WatchKind {
     pub fn api(self) -> Option<NeededApi> {
         match self {
             WatchKind::FailoverPolicy => Some(NeededApi::FailoverPolicy),
+            WatchKind::FailoverGroup => Some(NeededApi::FailoverGroup),
             WatchKind::Route(kind) => Some(NeededApi::Route(kind)),
             _ => None,
         }

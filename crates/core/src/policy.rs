@@ -45,6 +45,9 @@ pub struct Backend {
     pub tier: u8,
     /// Where its readiness is read from: its own Service, or one in another cluster.
     pub remote: Option<Box<RemoteService>>,
+    /// The site it runs in, as failover groups name sites: the one the spec names, else the
+    /// cluster its readiness is read from (none: a group routes nothing to it).
+    pub site: Option<CompactString>,
     /// With `spec.capacity`: requests per second one of its ready endpoints serves.
     pub per_endpoint: Option<i32>,
     /// With `spec.capacity.scale`: its workload, scaled before traffic moves to it (never the

@@ -8,12 +8,13 @@
 
 use std::{collections::BTreeSet, sync::Arc};
 
+use compact_str::CompactString;
 use garde::Validate;
 use kube::ResourceExt;
 
 use crate::{
     api::{
-        FailoverPolicy, FailoverPolicySpec, Strategy,
+        FailoverPolicy, FailoverPolicySpec, Strategy, site_of,
         rules::{self, CrossFieldRule, MAX_HOLD, MAX_HOLD_MESSAGE, MAX_TIER, parse_duration},
     },
     backend::BackendRef,
@@ -141,6 +142,8 @@ fn backends(spec: &FailoverPolicySpec, namespace: &str) -> Box<[Backend]> {
         weight: 1,
         tier: 0,
         remote: remote(&spec.primary, spec.primary_readiness_from.as_ref()),
+        site: site_of(spec.primary_site.as_deref(), spec.primary_readiness_from.as_ref())
+            .map(CompactString::from),
         per_endpoint: per_endpoint(capacity.and_then(|c| c.primary_per_endpoint)),
         scale_target: None,
     })
@@ -149,6 +152,7 @@ fn backends(spec: &FailoverPolicySpec, namespace: &str) -> Box<[Backend]> {
         weight: s.weight.unwrap_or(1),
         tier: tier(spec.strategy, i, s.tier),
         remote: remote(&s.service, s.readiness_from.as_ref()),
+        site: s.site().map(CompactString::from),
         per_endpoint: per_endpoint(s.per_endpoint),
         scale_target: s.scale_target.clone().filter(|_| scaled).map(Box::new),
     }))

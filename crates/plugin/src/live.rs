@@ -1,12 +1,16 @@
 //! What `what-if` starts from, read from the cluster as the controller reads it: each backend's
-//! observation, the route the policy owns, the Gateways the admin lets it attach to, and who
-//! holds what it claims.
+//! observation, the route the policy owns, the Gateways the admin lets it attach to, who
+//! holds what it claims, and the site its failover group routes it to.
 
 use chrono::Utc;
 use failover_core::{
-    api::{FailoverPolicy, FailoverPolicyStatus, conditions::attached},
+    api::{
+        FailoverGroup, FailoverPolicy, FailoverPolicyStatus,
+        conditions::{READY, attached, group},
+    },
     backend::{BackendKind, BackendRef},
     claims::{Claimant, Claims},
+    decide::group::Order,
     endpoints::observe_service,
     observation::{Availability, BackendObservation, PolicyKey, Reading, Sample},
     policy::ValidPolicy,
@@ -178,4 +182,39 @@ pub async fn claims(client: &Client, namespace: &str) -> anyhow::Result<Claims> 
     }
     table.listed();
     Ok(table)
+}
+
+/// What the policy's failover group asks of it, as the group's status says: the first group by
+/// name in the policy's namespace that lists it, routing its members to the site its status
+/// names. `None` when no group lists it, the group has chosen no site, or the FailoverGroup CRD
+/// is not installed.
+pub async fn group_order(client: &Client, valid: &ValidPolicy) -> anyhow::Result<Option<Order>> {
+    let api: Api<FailoverGroup> = Api::namespaced(client.clone(), &valid.namespace);
+    let mut groups = match api.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    groups.sort_by_key(ResourceExt::name_any);
+    let Some(group) = groups
+        .into_iter()
+        .find(|g| g.spec.members.iter().any(|m| m.as_str() == valid.name.as_str()))
+    else {
+        return Ok(None);
+    };
+    let following = group.status.as_ref().is_some_and(|s| {
+        s.members
+            .iter()
+            .any(|m| m.name.as_str() == valid.name.as_str() && m.following)
+            && !s
+                .conditions
+                .iter()
+                .any(|c| c.type_ == READY && c.reason == group::NO_SITE_READY)
+    });
+    let site = group.status.and_then(|s| s.site).filter(|_| following);
+    Ok(site.map(|site| Order {
+        group: group.metadata.name.unwrap_or_default().into(),
+        site: site.into(),
+        due: None,
+    }))
 }

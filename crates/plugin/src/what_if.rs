@@ -19,7 +19,7 @@ use failover_core::{
     api::{Condition, FailoverPolicy, FailoverPolicyStatus, Phase, conditions::READY},
     applied::{Applied, Scaled},
     claims::Claims,
-    decide::Plan,
+    decide::{Plan, group::Order},
     intent::{self, Observed, Record},
     last_status::LastStatus,
     observation::{BackendObservation, PolicyKey, Reading, Sample},
@@ -130,6 +130,7 @@ pub async fn run(
     let changed = imagine(&valid, &live, scenario, from)?;
     let gateways = live::consent(&valid, policy.status.as_ref());
     let claims = live::claims(&client, namespace).await?;
+    let order = live::group_order(&client, &valid).await?;
     let report = simulate(&Imagined {
         policy: &policy,
         valid,
@@ -139,6 +140,7 @@ pub async fn run(
         api_missing: matches!(route, live::Route::ApiMissing),
         gateways,
         claims,
+        order,
         now: Utc::now(),
         from,
         changes: describe(scenario),
@@ -235,6 +237,9 @@ pub struct Imagined<'a> {
     pub gateways: Gateways,
     /// Who holds what, as the controller's claims table would.
     pub claims: Claims,
+    /// The site the policy's failover group routes it to, as the group's status says (kept
+    /// through the scenario: what-if imagines one policy, not its group's other members).
+    pub order: Option<Order>,
     /// Now.
     pub now: DateTime<Utc>,
     /// When the change happens.
@@ -259,6 +264,7 @@ pub fn simulate(imagined: &Imagined) -> WhatIfReport {
         let observed = Observed {
             observations,
             previous: previous.as_ref(),
+            order: imagined.order.as_ref(),
             now: at,
         };
         let (status, step) = decided(imagined, &observed);
@@ -463,6 +469,7 @@ mod tests {
             api_missing: false,
             gateways: Gateways::default(),
             claims: Claims::default(),
+            order: None,
             now,
             from: now,
             changes: vec![],
@@ -522,6 +529,7 @@ mod tests {
             api_missing: false,
             gateways: Gateways::default(),
             claims: Claims::default(),
+            order: None,
             now,
             from: now + chrono::Duration::seconds(5),
             changes: vec![],

@@ -10,6 +10,7 @@ use kube::{Api, core::PartialObjectMeta, runtime::watcher};
 
 use super::readiness::ReadinessStore;
 use crate::{
+    api::FailoverGroup,
     apis::WatchKind,
     backend::{BackendKey, BackendKind},
     route::{RouteKey, RouteKind, RouteObject},
@@ -21,7 +22,20 @@ use crate::{
 
 /// Every watch that feeds a cache, run together.
 pub async fn feeds(ctx: Arc<Context>) {
-    futures::join!(readiness_feeds(&ctx), route_feeds(&ctx));
+    futures::join!(readiness_feeds(&ctx), route_feeds(&ctx), group_feed(&ctx));
+}
+
+/// FailoverGroups → the group table; a change wakes the members of the group, before and
+/// after, which choose its site again.
+async fn group_feed(ctx: &Arc<Context>) {
+    let api = scoped::<FailoverGroup>(&ctx.client, ctx.scope.namespace.as_deref());
+    events(api, WatchKind::FailoverGroup, Default::default(), ctx.clone())
+        .for_each(|event| {
+            let members = ctx.caches.groups.write().apply(event);
+            ctx.wake.policies(members);
+            async {}
+        })
+        .await;
 }
 
 /// EndpointSlices → readiness counts; Services (metadata only) → whether each backend exists.

@@ -6,6 +6,7 @@
 //! - [`routes`]: what each generated route in the cluster says ([`crate::route::RouteView`]);
 //! - [`policies`]: every FailoverPolicy, held once, relists applied in place;
 //! - [`index`]: which policies reference a Service or a route, so an event wakes only those;
+//! - [`groups`]: every FailoverGroup, which group each policy follows, each group's last choice;
 //! - [`claims`]: which policy routes each apex Service and Gateway listener (the oldest);
 //! - [`synced`]: which watches have delivered their first complete list;
 //! - [`apis`]: which CRDs the controller needs are not installed;
@@ -14,6 +15,7 @@
 pub mod apis;
 pub mod claims;
 pub mod feeds;
+pub mod groups;
 pub mod index;
 pub mod policies;
 pub mod readiness;

@@ -226,9 +226,12 @@ pub fn shared() -> Option<&'static ControlPlane> {
         .as_ref()
 }
 
-/// Applies the FailoverPolicy and TrafficSplit CRDs and waits until both are served.
+/// Applies the FailoverPolicy, FailoverGroup and TrafficSplit CRDs and waits until they are
+/// served.
 pub fn install_crds(cp: &ControlPlane) {
     let mut yaml = crd::failover_policy_yaml().expect("crd yaml");
+    yaml.push_str("---\n");
+    yaml.push_str(&crd::failover_group_yaml().expect("group crd yaml"));
     yaml.push_str("---\n");
     yaml.push_str(&serde_yaml::to_string(&traffic_split_crd()).expect("ts crd yaml"));
     let out = kubectl_stdin(
@@ -245,6 +248,7 @@ pub fn install_crds(cp: &ControlPlane) {
         cp,
         &[
             "crd/failoverpolicies.failover.dev",
+            "crd/failovergroups.failover.dev",
             "crd/trafficsplits.split.smi-spec.io",
         ],
     );

@@ -106,6 +106,20 @@ fn ready(policy: &ValidPolicy, plan: &Plan) -> Verdict {
             ready::NO_READY_BACKEND,
             transition::no_ready_message(policy, &plan.active(policy)),
         ),
+        Rule::Following => Verdict::new(
+            READY,
+            true,
+            ready::FOLLOWING_GROUP,
+            match &plan.following {
+                Some(order) => format!(
+                    "group {} routes to site {}: traffic goes to {}",
+                    order.group,
+                    order.site,
+                    plan.active(policy).join(", ")
+                ),
+                None => format!("traffic goes to {}", plan.active(policy).join(", ")),
+            },
+        ),
     }
 }
 
@@ -414,7 +428,7 @@ mod tests {
             BackendObservation::counted(0, 2),
             BackendObservation::counted(1, 1),
         ];
-        let plan = super::super::decide(&policy, &observed, None, Utc::now());
+        let plan = super::super::decide(&policy, &observed, None, None, Utc::now());
         let verdicts = verdicts(&policy, &plan);
         assert_eq!(find(&verdicts, READY), (ready::FAILED_OVER, true));
         assert_eq!(

@@ -64,7 +64,7 @@ pub(crate) fn decide(
     let policy = policy_of(spec);
     let valid = validate(&policy).expect("valid policy");
     let last = previous.map(LastStatus::of);
-    let plan = super::decide(&valid, observations, last.as_ref(), now);
+    let plan = super::decide(&valid, observations, last.as_ref(), None, now);
     let target = RouteTarget::of(&policy);
     let decided_reason = super::conditions::verdicts(&valid, &plan)[0].reason.clone();
     // Suspended, the route stays as the previous status describes it (the route in place).
@@ -146,6 +146,7 @@ pub(crate) fn spec(strategy: Strategy, secondaries: &[(&str, Option<i32>)]) -> F
         health: None,
         capacity: None,
         primary_readiness_from: None,
+        primary_site: None,
     }
 }
 

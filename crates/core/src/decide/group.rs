@@ -17,8 +17,19 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use compact_str::CompactString;
 
-use super::readiness::BackendState;
+use super::{
+    none_ready,
+    plan::{Announcement, Routing, Rule},
+    previous::Previous,
+    readiness::BackendState,
+    strategy,
+};
+use crate::{
+    api::{Phase, Strategy},
+    policy::ValidPolicy,
+};
 
 /// Why a member does not follow its group.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,8 +42,31 @@ pub enum CannotFollow {
     Suspended,
     /// A drill holds it on one backend.
     Drill,
+    /// `Proportional` shares by health across every backend, in every site.
+    Proportional,
     /// An earlier group (by name) claims it.
     ClaimedBy(String),
+    /// No policy of this name exists in the group's namespace.
+    NotFound,
+    /// The policy's spec is invalid: it decides nothing.
+    InvalidSpec,
+}
+
+impl std::fmt::Display for CannotFollow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CannotFollow::LacksSite(site) => write!(f, "no backend runs in site {site}"),
+            CannotFollow::Pinned => f.write_str("spec.pin holds it on one backend"),
+            CannotFollow::Suspended => f.write_str("spec.suspend holds its weights"),
+            CannotFollow::Drill => f.write_str("a drill holds it on one backend"),
+            CannotFollow::Proportional => f.write_str(
+                "strategy Proportional shares traffic by health across every site",
+            ),
+            CannotFollow::ClaimedBy(group) => write!(f, "group {group} claims it first"),
+            CannotFollow::NotFound => f.write_str("no such FailoverPolicy in the namespace"),
+            CannotFollow::InvalidSpec => f.write_str("its spec is invalid"),
+        }
+    }
 }
 
 /// Where one member stands in one site.
@@ -62,6 +96,17 @@ pub struct Member {
 }
 
 impl Member {
+    /// A member that cannot follow whatever its sites say (`why`), with none of them.
+    pub fn held(name: &str, why: CannotFollow) -> Self {
+        Member {
+            name: name.to_string(),
+            sites: Vec::new(),
+            failover_after: Duration::ZERO,
+            failback_after: Duration::ZERO,
+            held: Some(why),
+        }
+    }
+
     /// Why this member does not follow a group of `sites`, if it does not.
     pub fn cannot_follow(&self, sites: &[String]) -> Option<CannotFollow> {
         self.held.clone().or_else(|| {
@@ -293,4 +338,130 @@ fn failback_due(followers: &[(usize, &Member)], site: usize) -> DateTime<Utc> {
 
 fn to_chrono(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
+/// What a member's group asks of it: route to `site`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Order {
+    /// The group.
+    pub group: CompactString,
+    /// The site its members route to.
+    pub site: CompactString,
+    /// When the group chooses again though nothing changes (one of its holds falls due).
+    pub due: Option<DateTime<Utc>>,
+}
+
+impl Order {
+    /// How long until the group chooses again, if a hold of its falls due.
+    pub fn requeue_after(&self, now: DateTime<Utc>) -> Option<Duration> {
+        self.due
+            .map(|due| (due - now).to_std().unwrap_or_default() + Duration::from_millis(1))
+    }
+}
+
+/// Why `policy` cannot follow a group now, whatever its sites: a pin, a suspend, a running
+/// drill, or `Proportional` (which shares by health across every backend, in every site).
+pub fn held(policy: &ValidPolicy, now: DateTime<Utc>) -> Option<CannotFollow> {
+    if policy.pin.is_some() {
+        Some(CannotFollow::Pinned)
+    } else if policy.suspend {
+        Some(CannotFollow::Suspended)
+    } else if policy.drill.as_ref().is_some_and(|d| now < d.until) {
+        Some(CannotFollow::Drill)
+    } else if policy.strategy == Strategy::Proportional {
+        Some(CannotFollow::Proportional)
+    } else {
+        None
+    }
+}
+
+/// A member as its group reads it: its readiness in each site (from the same backend states its
+/// own decision reads), its holds, and why it cannot follow (`claimed_by`: an earlier group
+/// that lists it).
+pub fn member(
+    policy: &ValidPolicy,
+    backends: &[BackendState],
+    sites: &[String],
+    claimed_by: Option<&str>,
+    now: DateTime<Utc>,
+) -> Member {
+    let backend_sites: Vec<&str> = policy
+        .backends
+        .iter()
+        .map(|b| b.site.as_deref().unwrap_or(""))
+        .collect();
+    Member {
+        name: policy.name.to_string(),
+        sites: member_sites(sites, &backend_sites, backends),
+        failover_after: policy.failover_after.after,
+        failback_after: policy.failback_after.after,
+        held: claimed_by
+            .map(|g| CannotFollow::ClaimedBy(g.to_string()))
+            .or_else(|| held(policy, now)),
+    }
+}
+
+/// The routing of a member that follows its group to `order.site`: the primary alone when it
+/// runs there and is ready, else the ready secondaries there, shared as the member's strategy
+/// shares them. While none of its backends there is ready (the group has not moved yet), the
+/// weights stay as they were; `None` when there were none (the member's own rules decide).
+pub fn follow(
+    policy: &ValidPolicy,
+    backends: &[BackendState],
+    order: &Order,
+    previous: &Previous,
+) -> Option<Routing> {
+    let ready: Vec<bool> = policy
+        .backends
+        .iter()
+        .zip(backends)
+        .map(|(b, state)| state.ready && b.site.as_deref() == Some(order.site.as_str()))
+        .collect();
+    let weights = if ready.first().copied().unwrap_or(false) {
+        none_ready::primary_only(ready.len())
+    } else {
+        match strategy::secondary_weights(policy, &ready) {
+            Some(weights) => weights,
+            None => {
+                let kept = previous.weights.clone().filter(|w| w.iter().any(|&x| x > 0))?;
+                return Some(Routing {
+                    phase: previous.phase.unwrap_or(Phase::FailedOver),
+                    weights: kept,
+                    rule: Rule::Following,
+                });
+            }
+        }
+    };
+    let phase = if weights.first().is_some_and(|w| *w > 0) {
+        Phase::Primary
+    } else {
+        Phase::FailedOver
+    };
+    Some(Routing {
+        phase,
+        weights,
+        rule: Rule::Following,
+    })
+}
+
+/// The note of a member's transition when its group moved it: the group and the site, not its
+/// own primary's readiness.
+pub fn announced(
+    announcement: Announcement,
+    order: Option<&Order>,
+    routing: &Routing,
+    policy: &ValidPolicy,
+) -> Announcement {
+    let Some(order) = order else {
+        return announcement;
+    };
+    Announcement {
+        message: format!(
+            "group {} routes to site {}: traffic moved to {}",
+            order.group,
+            order.site,
+            super::plan::active(policy, &routing.weights).join(", ")
+        ),
+        ..announcement
+    }
 }

@@ -1,6 +1,5 @@
-//! A failover group's site choice: a worked example row by row (two members, two sites: a
-//! failover, a held failback, a pending failover, no ready site, a failover again), and
-//! properties over drawn groups and histories.
+//! A failover group's site choice: the example of docs/decision-rules.md ("Failover groups"),
+//! row by row, and properties over drawn groups and histories.
 
 use std::{cell::Cell, time::Duration};
 
@@ -69,8 +68,9 @@ impl History {
 }
 
 #[test]
-fn the_worked_group_example_holds_row_by_row() {
-    // `cart` (failoverAfter 10s, failbackAfter 60s) and `payments` (0s, 120s), sites east, west.
+fn the_documented_group_example_holds_row_by_row() {
+    // `listings` (failoverAfter 10s, failbackAfter 60s) and `bookings` (0s, 120s), sites east,
+    // west.
     let mut group = History::new(&["east", "west"], &[(10, 60), (0, 120)]);
     let rows: [(i64, [[bool; 2]; 2], &str, GroupRule); 7] = [
         (0, [[true, true], [true, true]], "east", GroupRule::Initial),

@@ -60,23 +60,31 @@ pub use plan::PROPORTIONAL_TOTAL;
 ///
 /// `observations` holds one entry per backend, primary first; missing entries count as a Service
 /// that does not exist.
+///
+/// `order` is what the policy's failover group asks of it (the site to route to), if it is a
+/// member of one that has chosen a site.
 pub fn decide(
     policy: &ValidPolicy,
     observations: &[BackendObservation],
     previous: Option<&LastStatus>,
+    order: Option<&group::Order>,
     now: DateTime<Utc>,
 ) -> Plan {
     let now = truncate_to_millis(now);
     let backends = readiness::assess(policy, observations, previous, now);
     let previous = Previous::of(policy, previous);
-    let routing = route(policy, &backends, &previous, now);
+    let order = order.filter(|_| group::held(policy, now).is_none());
+    let routing = route(policy, &backends, &previous, order, now);
+    let routing_followed = routing.rule == Rule::Following;
     let (routing, load, scale) = capacity::bound(policy, &backends, routing, &previous, now);
-    let transition = transition::detect(policy, &routing, &backends, &previous);
+    let transition = transition::detect(policy, &routing, &backends, &previous)
+        .map(|a| group::announced(a, order.filter(|_| routing_followed), &routing, policy));
     let (last_failover_time, last_failback_time) =
         transition::times(policy, &routing, &previous, Timestamp(now));
     let requeue_after = [
         holds::requeue_after(routing.rule, now),
         drill::requeue_after(policy, now),
+        order.and_then(|o| o.requeue_after(now)),
     ]
     .into_iter()
     .flatten()
@@ -91,6 +99,7 @@ pub fn decide(
         load,
         scale,
         now,
+        following: order.filter(|_| routing_followed).cloned(),
     }
 }
 
@@ -100,12 +109,16 @@ fn route(
     policy: &ValidPolicy,
     backends: &[BackendState],
     previous: &Previous,
+    order: Option<&group::Order>,
     now: DateTime<Utc>,
 ) -> Routing {
     if let Some(routing) = pin::route(policy) {
         return routing;
     }
     if let Some(routing) = drill::route(policy, backends, now) {
+        return routing;
+    }
+    if let Some(routing) = order.and_then(|o| group::follow(policy, backends, o, previous)) {
         return routing;
     }
     if policy.strategy == Strategy::Proportional {

@@ -64,6 +64,9 @@ pub enum Rule {
     Spillover,
     /// No backend is ready; `whenNoneReady` chose the weights.
     NoReadyBackend,
+    /// The policy's failover group routes its members to one site ([`Plan::following`]): its
+    /// backends there take the traffic.
+    Following,
 }
 
 /// Where traffic goes: the phase, one weight per backend, and the rule that decided.
@@ -99,6 +102,8 @@ pub struct Plan {
     pub scale: Vec<ScaleWant>,
     /// The instant of the decision, to the millisecond.
     pub now: DateTime<Utc>,
+    /// The group order the policy follows, when it does.
+    pub following: Option<super::group::Order>,
 }
 
 impl Plan {

@@ -25,7 +25,7 @@ use crate::{
     api::{ClaimRecord, FailoverPolicyStatus},
     apis::NeededApi,
     applied::{Applied, Scaled},
-    decide::{Plan, decide},
+    decide::{Plan, decide, group::Order},
     last_status::LastStatus,
     observation::{BackendObservation, PolicyKey},
     policy::ValidPolicy,
@@ -41,6 +41,8 @@ pub struct Observed<'a> {
     pub observations: &'a [BackendObservation],
     /// The status as last written.
     pub previous: Option<&'a LastStatus>,
+    /// What the policy's failover group asks of it, if it is a member of one.
+    pub order: Option<&'a Order>,
     /// Now.
     pub now: DateTime<Utc>,
 }
@@ -77,6 +79,7 @@ pub fn intend(
         &policy,
         observed.observations,
         observed.previous,
+        observed.order,
         observed.now,
     );
     let route = DesiredRoute::of(owner(&policy.name, uid), &policy, &plan.routing.weights);

@@ -13,7 +13,10 @@
 //!   same namespace: else "a policy in another namespace").
 //!
 //! Conditions keep their `lastTransitionTime` while their status does not change.
+//!
+//! A failover group's status is built here too ([`group`]).
 
+pub mod group;
 mod in_place;
 mod parents;
 

@@ -1,0 +1,181 @@
+//! The status of a failover group: where its members route, why, and who does not follow.
+
+use chrono::{DateTime, Utc};
+
+use crate::{
+    api::{
+        Condition, FailoverGroupStatus, GroupMemberStatus, Timestamp,
+        conditions::{DEGRADED, READY, group},
+    },
+    decide::{
+        group::{GroupChoice, GroupRule, Member},
+        verdict::Verdict,
+    },
+};
+
+/// What a group's status reports.
+#[derive(Clone, Copy, Debug)]
+pub struct GroupReport<'a> {
+    /// The group's sites, in order.
+    pub sites: &'a [String],
+    /// Its members, as its choice read them.
+    pub members: &'a [Member],
+    /// Its choice.
+    pub choice: &'a GroupChoice,
+    /// Its `metadata.generation`.
+    pub generation: Option<i64>,
+    /// Its status as last written.
+    pub previous: Option<&'a FailoverGroupStatus>,
+    /// Now.
+    pub now: DateTime<Utc>,
+}
+
+/// The status of a group after its members chose its site.
+pub fn build(report: &GroupReport) -> FailoverGroupStatus {
+    let GroupReport {
+        sites,
+        members,
+        choice,
+        previous,
+        now,
+        ..
+    } = *report;
+    let site = |i: usize| sites.get(i).map_or("", String::as_str);
+    let name = |i: usize| members.get(i).map_or("", |m| m.name.as_str());
+    let last_trigger = match choice.rule {
+        GroupRule::FailedOver { trigger, .. } => Some(name(trigger).to_string()),
+        _ => previous.and_then(|p| p.last_trigger.clone()),
+    };
+    let verdicts = [Some(ready(report, &site, &name)), degraded(report)];
+    FailoverGroupStatus {
+        observed_generation: report.generation,
+        site: Some(site(choice.site).to_string()),
+        last_transition_time: Some(Timestamp(choice.since)),
+        last_trigger,
+        members: members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let held = choice.held.iter().find(|(h, _)| *h == i);
+                GroupMemberStatus {
+                    name: m.name.clone(),
+                    following: held.is_none(),
+                    reason: held.map(|(_, why)| why.to_string()),
+                }
+            })
+            .collect(),
+        conditions: verdicts
+            .iter()
+            .flatten()
+            .map(|v| condition(previous, v, now))
+            .collect(),
+    }
+}
+
+/// `Ready`: why the group is where it is.
+fn ready(
+    report: &GroupReport,
+    site: &dyn Fn(usize) -> &str,
+    name: &dyn Fn(usize) -> &str,
+) -> Verdict {
+    let here = site(report.choice.site);
+    let (ready, reason, message) = match &report.choice.rule {
+        GroupRule::Initial | GroupRule::Steady => (
+            true,
+            group::SITE_READY,
+            format!("every member routes to site {here}"),
+        ),
+        GroupRule::FailoverPending { trigger, due } => (
+            true,
+            group::FAILOVER_PENDING,
+            format!(
+                "member {} is not ready in site {here}; the group moves at {} unless it recovers",
+                name(*trigger),
+                Timestamp(*due)
+            ),
+        ),
+        GroupRule::FailedOver { trigger, from } => (
+            true,
+            group::FAILED_OVER,
+            format!(
+                "member {} is not ready in site {}; every member routes to site {here}",
+                name(*trigger),
+                site(*from)
+            ),
+        ),
+        GroupRule::FailbackPending { to, due } => (
+            true,
+            group::FAILBACK_PENDING,
+            format!(
+                "every member is ready in site {}; the group moves back at {}",
+                site(*to),
+                Timestamp(*due)
+            ),
+        ),
+        GroupRule::FailedBack { from } => (
+            true,
+            group::FAILED_BACK,
+            format!(
+                "every member is ready in site {here} again; left site {}",
+                site(*from)
+            ),
+        ),
+        GroupRule::NoSiteReady { trigger } => (
+            false,
+            group::NO_SITE_READY,
+            format!(
+                "member {} is not ready in site {here} and no site has every member ready; each member routes by its own rules",
+                name(*trigger)
+            ),
+        ),
+    };
+    Verdict::new(READY, ready, reason, message)
+}
+
+/// `Degraded`: the members that do not follow, and why; `None` when every one does.
+fn degraded(report: &GroupReport) -> Option<Verdict> {
+    let held: Vec<String> = report
+        .choice
+        .held
+        .iter()
+        .map(|(i, why)| {
+            let name = report.members.get(*i).map_or("", |m| m.name.as_str());
+            format!("{name}: {why}")
+        })
+        .collect();
+    Some(if held.is_empty() {
+        Verdict::new(
+            DEGRADED,
+            false,
+            group::ALL_FOLLOWING,
+            "every member follows the group".to_string(),
+        )
+    } else {
+        Verdict::new(
+            DEGRADED,
+            true,
+            group::MEMBERS_NOT_FOLLOWING,
+            format!("not following: {}", held.join("; ")),
+        )
+    })
+}
+
+/// A condition from a verdict, keeping the previous `lastTransitionTime` while it holds.
+fn condition(
+    previous: Option<&FailoverGroupStatus>,
+    verdict: &Verdict,
+    now: DateTime<Utc>,
+) -> Condition {
+    let last_transition_time = previous
+        .and_then(|p| p.conditions.iter().find(|c| c.type_ == verdict.type_))
+        .filter(|c| (c.status == "True") == verdict.status)
+        .map_or_else(|| crate::api::time(now), |c| c.last_transition_time.clone());
+    Condition {
+        type_: verdict.type_.to_string(),
+        status: if verdict.status { "True" } else { "False" }.to_string(),
+        observed_generation: None,
+        last_transition_time,
+        reason: verdict.reason.clone(),
+        message: verdict.message.clone(),
+    }
+}

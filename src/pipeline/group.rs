@@ -1,0 +1,223 @@
+//! The group step of a member's reconcile: when the policy is a member of a failover group, the
+//! group's site is chosen again from every member's readiness (each read from the caches as its
+//! own reconcile reads it), before the policy decides.
+//!
+//! Any member's input wakes that member's reconcile, so any member's change chooses the group's
+//! site again; no reconcile scans every policy, only the group's members. A choice that moves
+//! the group wakes every other member (each then writes its route once), records an Event on the
+//! group, and writes the group's status. Two members choosing at once choose the same: the
+//! choice is a pure function of the same caches, and the table records a move once.
+
+use chrono::{DateTime, Utc};
+use kube::Resource as _;
+use kube::runtime::events::{Event, EventType};
+use tracing::warn;
+
+use crate::{
+    api::{FailoverGroup, FailoverGroupStatus, conditions::group as reasons},
+    decide::{
+        group::{self, CannotFollow, GroupChoice, GroupRule, Member, Order, PreviousChoice},
+        readiness,
+    },
+    observation::PolicyKey,
+    pipeline::gather,
+    sources::{
+        Context,
+        local::{
+            groups::{GroupEntry, Membership, Recorded},
+            policies::Spec,
+        },
+    },
+    status::group::{GroupReport, build},
+};
+
+/// What a member's group asks of it.
+#[derive(Clone, Debug, Default)]
+pub struct Following {
+    /// The site to route to; `None` when the policy follows no group's site now.
+    pub order: Option<Order>,
+    /// The group's status to write (after the member's route), when it differs from the one
+    /// it has.
+    pub status: Option<GroupStatus>,
+}
+
+/// A group's status to write.
+#[derive(Clone, Debug)]
+pub struct GroupStatus {
+    group: PolicyKey,
+    status: FailoverGroupStatus,
+}
+
+/// How often a member chooses its group's site again when another member recorded a choice
+/// meanwhile.
+const ATTEMPTS: usize = 3;
+
+/// Chooses the site of the group `policy` is a member of, and says what it asks of the policy.
+pub fn follow(policy: &PolicyKey, ctx: &Context, now: DateTime<Utc>) -> Following {
+    for _ in 0..ATTEMPTS {
+        let Some(membership) = ctx.caches.groups.read().membership(policy) else {
+            return Following::default();
+        };
+        if let Some(following) = choose(policy, ctx, membership, now) {
+            return following;
+        }
+    }
+    // Every attempt met a newer choice: the member decides alone this once; the member that
+    // recorded the choice woke the others, so this one runs again.
+    Following::default()
+}
+
+/// One choice of the group's site from what `membership` says; `None` when another member
+/// recorded a choice meanwhile (this one was made from an older one).
+fn choose(
+    policy: &PolicyKey,
+    ctx: &Context,
+    membership: Membership,
+    now: DateTime<Utc>,
+) -> Option<Following> {
+    let Membership {
+        group,
+        choice,
+        status,
+    } = membership;
+    let members: Vec<Member> = group
+        .member_keys()
+        .map(|key| member(ctx, &group, &key, now))
+        .collect();
+    let chosen = group::choose(&group.sites, &members, choice.as_ref(), now);
+    let recorded = PreviousChoice {
+        site: chosen.site,
+        since: chosen.since,
+    };
+    match ctx
+        .caches
+        .groups
+        .write()
+        .record(&group.key, choice.as_ref(), recorded)
+    {
+        Recorded::Stale => return None,
+        Recorded::Moved if chosen.moved() => {
+            let others = group.member_keys().filter(|k| k != policy);
+            ctx.wake.policies(others);
+            announce(ctx, &group, &members, &chosen);
+        }
+        Recorded::Moved | Recorded::Same => {}
+    }
+    let status = changed_status(ctx, &group, status.as_ref(), &members, &chosen, now);
+    let me = group.members.iter().position(|m| m.as_str() == policy.name.as_str());
+    let follows = me.is_some_and(|i| !chosen.held.iter().any(|(h, _)| *h == i));
+    let routes = follows && !matches!(chosen.rule, GroupRule::NoSiteReady { .. });
+    let order = group
+        .sites
+        .get(chosen.site)
+        .filter(|_| routes)
+        .map(|site| Order {
+            group: group.key.name.clone(),
+            site: site.as_str().into(),
+            due: chosen.due(),
+        });
+    Some(Following { order, status })
+}
+
+/// One member as the group reads it: its readiness in each site from the caches, as its own
+/// reconcile would read it.
+fn member(ctx: &Context, group: &GroupEntry, key: &PolicyKey, now: DateTime<Utc>) -> Member {
+    let Some(entry) = ctx.caches.table.read().get(key) else {
+        return Member::held(&key.name, CannotFollow::NotFound);
+    };
+    let Spec::Valid(valid) = &entry.spec else {
+        return Member::held(&key.name, CannotFollow::InvalidSpec);
+    };
+    let inputs = gather::inputs(valid, &ctx.caches);
+    let previous = gather::previous_status(&entry, &ctx.writer);
+    let states = readiness::assess(valid, &inputs.observations, previous.last.as_ref(), now);
+    let claimed_by = ctx.caches.groups.read().claimed_by(key, &group.key);
+    group::member(valid, &states, &group.sites, claimed_by.as_deref(), now)
+}
+
+/// An Event on the group for a move.
+fn announce(ctx: &Context, group: &GroupEntry, members: &[Member], chosen: &GroupChoice) {
+    let site = |i: usize| group.sites.get(i).map_or("", String::as_str);
+    let (reason, note) = match chosen.rule {
+        GroupRule::FailedOver { trigger, from } => (
+            reasons::FAILED_OVER,
+            format!(
+                "member {} is not ready in site {}: every member moves to site {}",
+                members.get(trigger).map_or("", |m| m.name.as_str()),
+                site(from),
+                site(chosen.site)
+            ),
+        ),
+        GroupRule::FailedBack { from } => (
+            reasons::FAILED_BACK,
+            format!(
+                "every member is ready in site {}: the group moves back from site {}",
+                site(chosen.site),
+                site(from)
+            ),
+        ),
+        _ => return,
+    };
+    let event = Event {
+        type_: EventType::Normal,
+        reason: reason.to_string(),
+        note: Some(crate::message::line(&note)),
+        action: "Route".to_string(),
+        secondary: None,
+    };
+    ctx.writer.publish(event, reference(group));
+}
+
+fn reference(group: &GroupEntry) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(FailoverGroup::api_version(&()).to_string()),
+        kind: Some(FailoverGroup::kind(&()).to_string()),
+        namespace: Some(group.key.namespace.to_string()),
+        name: Some(group.key.name.to_string()),
+        uid: Some(group.uid.clone()),
+        ..Default::default()
+    }
+}
+
+/// The group's status after this choice, when it differs from the one it has (`previous`) and
+/// no other member's reconcile claimed the same write first.
+fn changed_status(
+    ctx: &Context,
+    group: &GroupEntry,
+    previous: Option<&FailoverGroupStatus>,
+    members: &[Member],
+    chosen: &GroupChoice,
+    now: DateTime<Utc>,
+) -> Option<GroupStatus> {
+    let status = build(&GroupReport {
+        sites: &group.sites,
+        members,
+        choice: chosen,
+        generation: group.generation,
+        previous,
+        now,
+    });
+    let claimed = previous != Some(&status)
+        && ctx.writer.is_leader()
+        && ctx.caches.groups.write().claim_status(&group.key, &status);
+    claimed.then(|| GroupStatus {
+        group: group.key.clone(),
+        status,
+    })
+}
+
+/// Writes a group's status (best effort: the next member's reconcile writes it again).
+pub async fn write_status(ctx: &Context, pending: GroupStatus) {
+    let body = serde_json::json!({
+        "apiVersion": FailoverGroup::api_version(&()),
+        "kind": FailoverGroup::kind(&()),
+        "status": pending.status,
+    });
+    let objects = ctx
+        .writer
+        .namespaced::<FailoverGroup>(&pending.group.namespace, "group_status");
+    match objects.apply_status(&pending.group.name, &body).await {
+        Ok(Ok(_)) | Err(_) => {}
+        Ok(Err(e)) => warn!(group = %pending.group.name, error = %e, "could not write the group's status"),
+    }
+}

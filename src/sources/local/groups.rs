@@ -1,0 +1,321 @@
+//! The failover groups, as their watch delivers them: each group's sites and members, which
+//! group each policy follows (the first by name of those listing it, in its own namespace), and
+//! each group's last choice of site.
+//!
+//! A group names its members by name in its own namespace, so a group reaches no policy of
+//! another namespace by construction.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+};
+
+use kube::runtime::watcher;
+
+use crate::{
+    api::{
+        FailoverGroup, FailoverGroupStatus,
+        rules::{MAX_GROUP_MEMBERS, MAX_GROUP_SITES},
+    },
+    decide::group::PreviousChoice,
+    observation::PolicyKey,
+    sources::store::{EntryChange, Keep, Store},
+};
+
+/// A group as the table keeps it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupEntry {
+    /// Its namespace and name.
+    pub key: PolicyKey,
+    /// Its uid (Events name it).
+    pub uid: String,
+    /// Its `metadata.generation`.
+    pub generation: Option<i64>,
+    /// Its sites, in order of preference.
+    pub sites: Arc<[String]>,
+    /// Its members, by name in its namespace.
+    pub members: Arc<[String]>,
+    /// Its status as the watch last delivered it.
+    pub status: Option<FailoverGroupStatus>,
+}
+
+impl GroupEntry {
+    /// The keys of its members.
+    pub fn member_keys(&self) -> impl Iterator<Item = PolicyKey> + '_ {
+        self.members
+            .iter()
+            .map(|m| PolicyKey::new(&self.key.namespace, m))
+    }
+
+    /// Its choice as its status records it (the site by index, and since when).
+    fn recorded_choice(&self) -> Option<PreviousChoice> {
+        let status = self.status.as_ref()?;
+        let site = self
+            .sites
+            .iter()
+            .position(|s| Some(s) == status.site.as_ref())?;
+        Some(PreviousChoice {
+            site,
+            since: status.last_transition_time?.0,
+        })
+    }
+}
+
+struct Keeping;
+
+impl Keep<FailoverGroup> for Keeping {
+    type Key = PolicyKey;
+    type Entry = GroupEntry;
+
+    fn key(&self, group: &FailoverGroup) -> Option<PolicyKey> {
+        Some(PolicyKey::new(
+            group.metadata.namespace.as_deref()?,
+            group.metadata.name.as_deref()?,
+        ))
+    }
+
+    fn version(&self, group: &FailoverGroup) -> Option<u64> {
+        group.metadata.resource_version.as_deref()?.parse().ok()
+    }
+
+    fn unchanged(&self, held: &GroupEntry, group: &FailoverGroup) -> bool {
+        held.generation == group.metadata.generation
+            && held.uid == group.metadata.uid.as_deref().unwrap_or_default()
+            && held.status == group.status
+    }
+
+    fn entry(&mut self, group: FailoverGroup) -> GroupEntry {
+        GroupEntry {
+            key: self.key(&group).unwrap_or_else(|| PolicyKey::new("", "")),
+            uid: group.metadata.uid.clone().unwrap_or_default(),
+            generation: group.metadata.generation,
+            sites: group.spec.sites.into(),
+            members: group.spec.members.into(),
+            status: group.status,
+        }
+    }
+}
+
+/// Every group of the watched scope, and who follows which.
+#[derive(Debug, Default)]
+pub struct GroupTable {
+    store: Store<PolicyKey, GroupEntry>,
+    /// Each policy listed by a group: the groups listing it, in order of name (it follows the
+    /// first).
+    listed_by: HashMap<PolicyKey, BTreeSet<PolicyKey>>,
+    /// Each group's last choice, as this replica made it (the status's until it does).
+    choices: HashMap<PolicyKey, PreviousChoice>,
+    /// Each group's status as this replica last wrote it (newer than the watch's until the
+    /// watch delivers it).
+    written: HashMap<PolicyKey, FailoverGroupStatus>,
+}
+
+/// What recording a choice did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recorded {
+    /// Another choice was recorded since the one it was made from: choose again.
+    Stale,
+    /// The same site as recorded.
+    Same,
+    /// A site other than the one recorded (or the first).
+    Moved,
+}
+
+/// A policy's group, as its reconcile reads it.
+#[derive(Clone, Debug)]
+pub struct Membership {
+    /// The group it follows.
+    pub group: GroupEntry,
+    /// The group's last choice.
+    pub choice: Option<PreviousChoice>,
+    /// The group's status: as this replica last wrote it, else as the watch delivered it.
+    pub status: Option<FailoverGroupStatus>,
+}
+
+impl GroupTable {
+    /// The group `policy` follows, if one lists it. A group outside the CRD's bounds (no site,
+    /// or more sites or members than it allows: a CRD older than the controller's let it in)
+    /// moves nobody, so no member's reconcile costs more than the bounds allow.
+    pub fn membership(&self, policy: &PolicyKey) -> Option<Membership> {
+        let key = self.listed_by.get(policy)?.first()?;
+        let group = self.store.get(key)?.clone();
+        if group.sites.is_empty()
+            || group.sites.len() > MAX_GROUP_SITES
+            || group.members.len() > MAX_GROUP_MEMBERS
+        {
+            return None;
+        }
+        let choice = self.choice(key);
+        let status = self.written.get(key).cloned().or(group.status.clone());
+        Some(Membership {
+            group,
+            choice,
+            status,
+        })
+    }
+
+    /// The group `policy` follows when it is not `group` (which lists it too).
+    pub fn claimed_by(&self, policy: &PolicyKey, group: &PolicyKey) -> Option<String> {
+        let first = self.listed_by.get(policy)?.first()?;
+        (first != group).then(|| first.name.to_string())
+    }
+
+    /// Records a group's choice made from `based_on` (the choice [`Self::membership`] gave):
+    /// stale when another member's reconcile recorded one meanwhile; else whether the site
+    /// changed (the first record of a site stands, with its time).
+    pub fn record(
+        &mut self,
+        group: &PolicyKey,
+        based_on: Option<&PreviousChoice>,
+        choice: PreviousChoice,
+    ) -> Recorded {
+        let held = self.choice(group);
+        if held.as_ref() != based_on {
+            return Recorded::Stale;
+        }
+        if held.is_some_and(|h| h.site == choice.site) {
+            return Recorded::Same;
+        }
+        self.choices.insert(group.clone(), choice);
+        Recorded::Moved
+    }
+
+    /// A group's last choice: this replica's, else its status's.
+    fn choice(&self, group: &PolicyKey) -> Option<PreviousChoice> {
+        self.choices
+            .get(group)
+            .cloned()
+            .or_else(|| self.store.get(group)?.recorded_choice())
+    }
+
+    /// Records the status about to be written of a group; returns whether it differs from the
+    /// one it has (written by this replica, else as the watch delivered it), so that of the
+    /// members choosing at once, one writes it.
+    pub fn claim_status(&mut self, group: &PolicyKey, status: &FailoverGroupStatus) -> bool {
+        let held = self
+            .written
+            .get(group)
+            .or_else(|| self.store.get(group).and_then(|g| g.status.as_ref()));
+        if held == Some(status) {
+            return false;
+        }
+        self.written.insert(group.clone(), status.clone());
+        true
+    }
+
+    /// Applies one watch event; returns the policies to wake: the members of every group that
+    /// changed, before and after.
+    pub fn apply(&mut self, event: watcher::Event<FailoverGroup>) -> Vec<PolicyKey> {
+        let applied = self.store.apply(event, &mut Keeping);
+        let mut wake = Vec::new();
+        for change in applied.changes {
+            let (key, before) = match change {
+                EntryChange::Upserted { key, previous } => (key, previous),
+                EntryChange::Deleted { key, entry } => (key, Some(entry)),
+            };
+            if let Some(before) = before {
+                let moved_sites = self.store.get(&key).is_none_or(|now| now.sites != before.sites);
+                if moved_sites {
+                    // A choice is an index into the sites it was made of.
+                    self.choices.remove(&key);
+                    self.written.remove(&key);
+                }
+                self.unlist(&before);
+                wake.extend(before.member_keys());
+            }
+            if let Some(now) = self.store.get(&key).cloned() {
+                for member in now.member_keys() {
+                    self.listed_by
+                        .entry(member.clone())
+                        .or_default()
+                        .insert(key.clone());
+                    wake.push(member);
+                }
+            }
+        }
+        wake.sort();
+        wake.dedup();
+        wake
+    }
+
+    fn unlist(&mut self, group: &GroupEntry) {
+        for member in group.member_keys() {
+            if let Some(groups) = self.listed_by.get_mut(&member) {
+                groups.remove(&group.key);
+                if groups.is_empty() {
+                    self.listed_by.remove(&member);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::FailoverGroupSpec;
+
+    fn group(ns: &str, name: &str, members: &[&str]) -> FailoverGroup {
+        let mut g = FailoverGroup::new(
+            name,
+            FailoverGroupSpec {
+                sites: vec!["east".into(), "west".into()],
+                members: members.iter().map(|m| m.to_string()).collect(),
+            },
+        );
+        g.metadata.namespace = Some(ns.into());
+        g.metadata.resource_version = Some("1".into());
+        g.metadata.generation = Some(1);
+        g
+    }
+
+    fn key(ns: &str, name: &str) -> PolicyKey {
+        PolicyKey::new(ns, name)
+    }
+
+    #[test]
+    fn a_group_reaches_only_the_policies_of_its_own_namespace() {
+        let mut table = GroupTable::default();
+        let woken = table.apply(watcher::Event::Apply(group("team-a", "g", &["web"])));
+        assert_eq!(woken, vec![key("team-a", "web")]);
+        assert!(table.membership(&key("team-a", "web")).is_some());
+        assert!(table.membership(&key("team-b", "web")).is_none());
+    }
+
+    #[test]
+    fn a_policy_listed_by_two_groups_follows_the_first_by_name_and_the_other_names_it() {
+        let mut table = GroupTable::default();
+        table.apply(watcher::Event::Apply(group("ns", "b-group", &["web", "api"])));
+        table.apply(watcher::Event::Apply(group("ns", "a-group", &["web"])));
+        let web = key("ns", "web");
+        let followed = table.membership(&web).expect("a group");
+        assert_eq!(followed.group.key, key("ns", "a-group"));
+        assert_eq!(
+            table.claimed_by(&web, &key("ns", "b-group")).as_deref(),
+            Some("a-group")
+        );
+        assert_eq!(table.claimed_by(&web, &key("ns", "a-group")), None);
+        // The first group gone, the second has it.
+        let woken = table.apply(watcher::Event::Delete(group("ns", "a-group", &["web"])));
+        assert_eq!(woken, vec![web.clone()]);
+        assert_eq!(table.membership(&web).expect("a group").group.key, key("ns", "b-group"));
+    }
+
+    #[test]
+    fn a_choice_made_from_an_older_one_is_stale_and_a_site_is_recorded_once() {
+        let mut table = GroupTable::default();
+        table.apply(watcher::Event::Apply(group("ns", "g", &["web"])));
+        let g = key("ns", "g");
+        let at = |s: i64| PreviousChoice {
+            site: 0,
+            since: chrono::DateTime::from_timestamp(s, 0).expect("time"),
+        };
+        assert_eq!(table.record(&g, None, at(1)), Recorded::Moved);
+        // Another member, from the same start, chose the same site a moment later: stale.
+        assert_eq!(table.record(&g, None, at(2)), Recorded::Stale);
+        assert_eq!(table.record(&g, Some(&at(1)), at(2)), Recorded::Same);
+        let west = PreviousChoice { site: 1, ..at(3) };
+        assert_eq!(table.record(&g, Some(&at(1)), west.clone()), Recorded::Moved);
+        assert_eq!(table.membership(&key("ns", "web")).and_then(|m| m.choice), Some(west));
+    }
+}
