@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one-command demo: starts a local control plane, installs the CRDs, runs the controller,
 # applies samples/, creates the backend Services and EndpointSlices, then makes every primary
-# unready and ready again, and one Proportional primary half ready, showing
+# unready and ready again, and one Proportional primary half ready, with what capacity sends
+# each backend during the failover and a drill running throughout, showing
 # `kubectl get failoverpolicies` and the TrafficSplit and HTTPRoute weights at each step. Each
 # step waits until the controller has acted on it (never a fixed sleep), and a step that does not
 # settle stops the demo with its name. Everything it started is stopped and removed at the end,
@@ -224,6 +225,10 @@ begin "once failoverAfter has passed: failed over"
 wait_for_controller settled
 show
 
+begin "capacity: inventory's secondary takes only what its ready endpoints serve (status.capacity, condition DemandUnserved)"
+kubectl get failoverpolicy inventory -o jsonpath='{.status.capacity}' | python3 -m json.tool
+kubectl get failoverpolicy inventory -o jsonpath='{.status.conditions[?(@.type=="DemandUnserved")].message}{"\n"}'
+
 begin "the primaries are ready again; failbackAfter holds traffic on the secondaries for $hold"
 args=()
 for svc in "${primaries[@]}"; do args+=("$svc" 2 2); done
@@ -241,6 +246,9 @@ if (( ${#proportional[@]} > 0 )); then
   wait_for_controller settled
   show
 fi
+
+begin "a drill: ledger sends all traffic to ledger-dr until the drill's end, whatever the primaries did (condition Drill)"
+kubectl get failoverpolicy ledger -o jsonpath='{.status.conditions[?(@.type=="Drill")]}' | python3 -m json.tool
 
 begin "status of one policy (kubectl get failoverpolicy api-ordered -o jsonpath={.status})"
 kubectl get failoverpolicy api-ordered -o jsonpath='{.status}' | python3 -m json.tool

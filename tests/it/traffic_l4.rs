@@ -4,9 +4,12 @@
 //! terminate TLS) and TCP connections (a TCPRoute on the `tcp` listener) to real Pods, by the
 //! weights of the route the controller owns. Each scenario fails the primary's Pods' readiness
 //! probe under a steady load of real clients and asserts, as the HTTP scenario does, where the
-//! calls or new connections went and how many were lost.
+//! calls or new connections went and how many were lost; on TLS and TCP, a connection opened
+//! before the failover and kept open stays with the primary or ends.
 
 use std::{sync::Arc, time::Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 
 use failover::{
     api::{GatewayParent, GatewayRouteSpec, Output, conditions::ATTACHED},
@@ -15,7 +18,7 @@ use failover::{
 
 use crate::support::{
     self, Answer, Exchange, Load, ON_EAST, ON_WEB, PolicyBuilder, Running, TestEnv, condition,
-    exchanges::{Grpc, Tcp, Tls},
+    exchanges::{Grpc, Tcp, Tls, ask_held},
     failovers::{
         LOST_IN_A_FAILOVER, RATE, answered_by, failed, settled_on, stage, within_failover_bound,
     },
@@ -156,16 +159,31 @@ async fn the_primarys_pods_failing_their_probe_move_new_tls_connections_to_the_s
         .connect()
         .await
         .expect("a TLS connection through the proxy");
-    let before = Tls::ask(&mut held).await;
+    opened_to_the_primary(&mut held).await;
+    let failover = fail_over(&env, RouteKind::TlsRoute, load).await;
+    stays_with_the_primary_or_ends("TLS", &mut held).await;
+    failover.within_bound("connections");
+}
+
+/// A connection held open answers from the primary before the failover.
+async fn opened_to_the_primary<S: AsyncRead + AsyncWrite + Unpin>(held: &mut BufReader<S>) {
+    let before = ask_held(held).await;
     assert_eq!(
         before.as_deref(),
         Some("web"),
         "the held connection's backend"
     );
-    let failover = fail_over(&env, RouteKind::TlsRoute, load).await;
-    let after = Tls::ask(&mut held).await;
+}
+
+/// A connection opened before the failover and kept open stays with the backend it was opened
+/// to (the weights apply when a connection is made), or ends: printed, and asserted.
+async fn stays_with_the_primary_or_ends<S: AsyncRead + AsyncWrite + Unpin>(
+    what: &str,
+    held: &mut BufReader<S>,
+) {
+    let after = ask_held(held).await;
     support::figure(format!(
-        "a TLS connection opened before the failover and kept open: {}",
+        "a {what} connection opened before the failover and kept open: {}",
         match &after {
             Some(name) => format!("still open, answered by {name} after the failover"),
             None => "closed by the failover".to_string(),
@@ -175,7 +193,6 @@ async fn the_primarys_pods_failing_their_probe_move_new_tls_connections_to_the_s
         after.as_ref().is_none_or(|name| name == "web"),
         "a connection stays with the backend it was opened to, or ends: {after:?}"
     );
-    failover.within_bound("connections");
 }
 
 #[tokio::test]
@@ -185,9 +202,14 @@ async fn the_primarys_pods_failing_their_probe_move_new_tcp_connections_to_the_s
     let Some(env) = scene(test, RouteKind::TcpRoute, policy).await else {
         return;
     };
-    let tcp = Tcp::new(proxy_port(&env, "PROXY_TCP_PORT"));
-    let load = flowing(Arc::new(tcp)).await;
-    fail_over(&env, RouteKind::TcpRoute, load)
+    let tcp = Arc::new(Tcp::new(proxy_port(&env, "PROXY_TCP_PORT")));
+    let load = flowing(tcp.clone()).await;
+    let mut held = tcp
+        .connect()
         .await
-        .within_bound("connections");
+        .expect("a TCP connection through the proxy");
+    opened_to_the_primary(&mut held).await;
+    let failover = fail_over(&env, RouteKind::TcpRoute, load).await;
+    stays_with_the_primary_or_ends("TCP", &mut held).await;
+    failover.within_bound("connections");
 }

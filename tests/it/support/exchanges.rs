@@ -116,10 +116,13 @@ fn hostname(body: &[u8]) -> Option<String> {
     None
 }
 
-/// Sends a line, reads one: the backend's name. A backend's name is a DNS label (a Service's
+/// Sends a line, reads one: the backend's name (on a connection held open, TLS or TCP: `None`
+/// once it is closed). A backend's name is a DNS label (a Service's
 /// name): any other line (the proxy answering for itself, e.g. an HTTP 400 from a TLS entrypoint
 /// that has no route for the SNI name yet) is no answer.
-async fn ask<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut BufReader<S>) -> Option<String> {
+pub async fn ask_held<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut BufReader<S>,
+) -> Option<String> {
     stream.get_mut().write_all(b"name?\n").await.ok()?;
     let mut line = String::new();
     stream.read_line(&mut line).await.ok()?;
@@ -141,15 +144,20 @@ impl Tcp {
     pub fn new(port: u16) -> Self {
         Self { port }
     }
+
+    /// A connection: the backend that holds it answers each line with its name.
+    pub async fn connect(&self) -> Option<BufReader<TcpStream>> {
+        let stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port))
+            .await
+            .ok()?;
+        Some(BufReader::new(stream))
+    }
 }
 
 impl Exchange for Tcp {
     fn exchange(&self) -> Outcome<'_> {
         Box::pin(async move {
-            let stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port))
-                .await
-                .ok()?;
-            let name = ask(&mut BufReader::new(stream)).await;
+            let name = ask_held(&mut self.connect().await?).await;
             Some((if name.is_some() { 200 } else { 0 }, name))
         })
     }
@@ -188,19 +196,12 @@ impl Tls {
         let tls = self.connector.connect(self.sni.clone(), tcp).await.ok()?;
         Some(BufReader::new(tls))
     }
-
-    /// One exchange on a connection held open: the backend's name, `None` once it is closed.
-    pub async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
-        stream: &mut BufReader<S>,
-    ) -> Option<String> {
-        ask(stream).await
-    }
 }
 
 impl Exchange for Tls {
     fn exchange(&self) -> Outcome<'_> {
         Box::pin(async move {
-            let name = ask(&mut self.connect().await?).await;
+            let name = ask_held(&mut self.connect().await?).await;
             Some((if name.is_some() { 200 } else { 0 }, name))
         })
     }
