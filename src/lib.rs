@@ -20,7 +20,7 @@
 //! | runtime | [`runtime`] | what every step runs against: the API client, metrics, leadership, the writer (the only way to write, each write checked for leadership), the memory of writes, the retries |
 //! | watch, observe | [`sources`] | what feeds the decision: the list-and-watch helper, the local caches and index, remote clusters, health queries, and which policies a change wakes |
 //! | gather | [`pipeline::gather`] | read what a decision needs from the sources |
-//! | apply | [`pipeline::apply`], [`pipeline::scale`], [`pipeline::finalize`] | write the route, raise or restore the workloads a failover needs, hold the policy's finalizer while one is raised; what each did, or why it could not |
+//! | apply | [`pipeline::apply`], [`pipeline::scale`], [`pipeline::finalize`], [`pipeline::group`] | write the route, raise or restore the workloads a failover needs, hold the policy's finalizer while one is raised; what each did, or why it could not; choose the site of the policy's failover group and write the group's status |
 //! | write | [`pipeline::write`] | queue the status (written in the background), Events, metrics |
 //! | reconcile | [`pipeline::reconcile`] | the steps as named calls, what happens next, and a deleted policy's last restores ([`pipeline::deletion`]) |
 //! | controller | [`controller`] | the running controller: wiring, the work queue, the policy watch, the admin server |

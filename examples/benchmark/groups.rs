@@ -117,7 +117,11 @@ pub async fn measure(
 async fn seen(watch: &SplitWatch, k: usize, weights: &[i64]) -> Option<(Instant, Instant)> {
     let mut at = Vec::new();
     for i in members(k) {
-        at.push(watch.wait_for(&format!("p{i}"), weights, LOST_AFTER).await?);
+        at.push(
+            watch
+                .wait_for(&format!("p{i}"), weights, LOST_AFTER)
+                .await?,
+        );
     }
     Some((*at.iter().min()?, *at.iter().max()?))
 }

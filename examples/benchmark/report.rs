@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use crate::{
-    groups::Groups, latency::Latency, memory::PhaseMemory, neighbour::Neighbour, recovery::Recovery,
-    startup::Restart, traffic::Traffic,
+    groups::Groups, latency::Latency, memory::PhaseMemory, neighbour::Neighbour,
+    recovery::Recovery, startup::Restart, traffic::Traffic,
 };
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -674,7 +674,10 @@ fn group_verdicts(r: &ScaleResult) -> Vec<Verdict> {
     ));
     v.push(verdict(
         format!("1 route write per member per group move ({at})"),
-        format!("{:.2} per move of {}", g.route_writes_per_failover, g.members),
+        format!(
+            "{:.2} per move of {}",
+            g.route_writes_per_failover, g.members
+        ),
         (g.route_writes_per_failover - g.members as f64).abs() < 0.01,
     ));
     v

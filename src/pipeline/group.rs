@@ -104,7 +104,10 @@ fn choose(
         Recorded::Moved | Recorded::Same => {}
     }
     let status = changed_status(ctx, &group, status.as_ref(), &members, &chosen, now);
-    let me = group.members.iter().position(|m| m.as_str() == policy.name.as_str());
+    let me = group
+        .members
+        .iter()
+        .position(|m| m.as_str() == policy.name.as_str());
     let follows = me.is_some_and(|i| !chosen.held.iter().any(|(h, _)| *h == i));
     let routes = follows && !matches!(chosen.rule, GroupRule::NoSiteReady { .. });
     let order = group
@@ -218,6 +221,8 @@ pub async fn write_status(ctx: &Context, pending: GroupStatus) {
         .namespaced::<FailoverGroup>(&pending.group.namespace, "group_status");
     match objects.apply_status(&pending.group.name, &body).await {
         Ok(Ok(_)) | Err(_) => {}
-        Ok(Err(e)) => warn!(group = %pending.group.name, error = %e, "could not write the group's status"),
+        Ok(Err(e)) => {
+            warn!(group = %pending.group.name, error = %e, "could not write the group's status")
+        }
     }
 }

@@ -15,8 +15,7 @@ use crate::{
         health::Health,
         local::{
             apis::Apis, claims::Claims, groups::GroupTable, index::PolicyIndex,
-            policies::PolicyTable,
-            readiness::ReadinessStore, routes::RouteStore, synced::Synced,
+            policies::PolicyTable, readiness::ReadinessStore, routes::RouteStore, synced::Synced,
         },
         remote::Clusters,
     },

@@ -66,12 +66,18 @@ async fn wait_group(env: &TestEnv, name: &str, site: &str, reason: &str) -> Fail
     if let Ok(got) = api.get(name).await {
         last = Some(got);
     }
-    assert!(reached, "group {name} never reached site {site} ({reason}): {last:?}");
+    assert!(
+        reached,
+        "group {name} never reached site {site} ({reason}): {last:?}"
+    );
     last.expect("the group")
 }
 
 fn east_west(east: i64, west: i64, name: &str) -> Vec<(String, i64)> {
-    vec![(format!("{name}-east"), east), (format!("{name}-west"), west)]
+    vec![
+        (format!("{name}-east"), east),
+        (format!("{name}-west"), west),
+    ]
 }
 
 #[tokio::test]
@@ -105,7 +111,8 @@ async fn one_members_primary_failing_moves_every_member_to_the_next_site_and_bac
     );
     let cart = env
         .wait_policy("cart", WAIT, "following the group to west", |p| {
-            condition(p, READY).is_some_and(|c| c.1 == ready::FOLLOWING_GROUP && c.2.contains("site west"))
+            condition(p, READY)
+                .is_some_and(|c| c.1 == ready::FOLLOWING_GROUP && c.2.contains("site west"))
         })
         .await;
     assert!(condition(&cart, READY).is_some_and(|c| c.0 == "True"));
@@ -117,7 +124,7 @@ async fn one_members_primary_failing_moves_every_member_to_the_next_site_and_bac
         let w: Vec<(&str, i64)> = w.iter().map(|(s, x)| (s.as_str(), *x)).collect();
         env.wait_weights(name, &w, WAIT).await;
     }
-    wait_group(&env, "storefront", "east", group::FAILED_BACK).await;
+    wait_group(&env, "storefront", "east", group::SITE_READY).await;
 }
 
 #[tokio::test]
@@ -201,9 +208,15 @@ async fn through_the_proxy_one_members_failure_moves_both_hostnames_to_the_next_
         env.wait_ready_replicas(name, 1, NODE_WAIT).await;
     }
     env.install_controller(&[]);
-    let (web_host, api_host) = (format!("{test}-web.failover.test"), format!("{test}-api.failover.test"));
+    let (web_host, api_host) = (
+        format!("{test}-web.failover.test"),
+        format!("{test}-api.failover.test"),
+    );
     env.apply(&on_sites(PolicyBuilder::web(), web_host.clone()));
-    env.apply(&on_sites(PolicyBuilder::named("api", "api", &["api-east"]), api_host.clone()));
+    env.apply(&on_sites(
+        PolicyBuilder::named("api", "api", &["api-east"]),
+        api_host.clone(),
+    ));
     let group = FailoverGroup::new(
         "edge-apps",
         FailoverGroupSpec {
@@ -215,7 +228,10 @@ async fn through_the_proxy_one_members_failure_moves_both_hostnames_to_the_next_
         .create(&PostParams::default(), &group)
         .await
         .expect("creating the group");
-    let (api_on_one, api_on_two) = (pairs(&[("api", 1), ("api-east", 0)]), pairs(&[("api", 0), ("api-east", 1)]));
+    let (api_on_one, api_on_two) = (
+        pairs(&[("api", 1), ("api-east", 0)]),
+        pairs(&[("api", 0), ("api-east", 1)]),
+    );
     moved_at(&env, [("web", pairs(&ON_WEB)), ("api", api_on_one.clone())]).await;
     wait_group(&env, "edge-apps", "one", group::SITE_READY).await;
     let load = |host: &String| {
@@ -230,12 +246,23 @@ async fn through_the_proxy_one_members_failure_moves_both_hostnames_to_the_next_
     // Only web's Pods fail their probe: api, whose primary stays ready, moves with it.
     let broken = Instant::now();
     env.set_backend_ready("web", false).await;
-    let [web_moved, api_moved] = moved_at(&env, [("web", pairs(&ON_EAST)), ("api", api_on_two.clone())]).await;
+    let [web_moved, api_moved] = moved_at(
+        &env,
+        [("web", pairs(&ON_EAST)), ("api", api_on_two.clone())],
+    )
+    .await;
     settled_on(&web_load, "web-east").await;
     settled_on(&api_load, "api-east").await;
-    let apart = if web_moved > api_moved { web_moved - api_moved } else { api_moved - web_moved };
+    let apart = if web_moved > api_moved {
+        web_moved - api_moved
+    } else {
+        api_moved - web_moved
+    };
     let moved = wait_group(&env, "edge-apps", "two", group::FAILED_OVER).await;
-    assert_eq!(moved.status.and_then(|s| s.last_trigger).as_deref(), Some("web"));
+    assert_eq!(
+        moved.status.and_then(|s| s.last_trigger).as_deref(),
+        Some("web")
+    );
 
     // web recovers: both come back.
     env.set_backend_ready("web", true).await;
@@ -243,12 +270,18 @@ async fn through_the_proxy_one_members_failure_moves_both_hostnames_to_the_next_
     settled_on(&web_load, "web").await;
     settled_on(&api_load, "api").await;
     let (web_answers, api_answers) = (web_load.stop().await, api_load.stop().await);
-    let (web_lost, api_lost) = (failed(&web_answers, broken).len(), failed(&api_answers, broken).len());
+    let (web_lost, api_lost) = (
+        failed(&web_answers, broken).len(),
+        failed(&api_answers, broken).len(),
+    );
     support::figure(format!(
         "group failover at {RATE} req/s per hostname: routes moved {apart:.0?} apart (bound {ROUTES_APART:?}); failed: web {web_lost} of {}, api {api_lost} of {} (bound {LOST_IN_A_FAILOVER} each), failover and failback",
         web_answers.len(),
         api_answers.len()
     ));
     assert!(apart <= ROUTES_APART, "the routes moved {apart:?} apart");
-    assert!(web_lost <= LOST_IN_A_FAILOVER && api_lost <= LOST_IN_A_FAILOVER, "web lost {web_lost}, api {api_lost}");
+    assert!(
+        web_lost <= LOST_IN_A_FAILOVER && api_lost <= LOST_IN_A_FAILOVER,
+        "web lost {web_lost}, api {api_lost}"
+    );
 }

@@ -251,17 +251,17 @@ pub mod events {
 
 /// The reasons of a `FailoverGroup`'s conditions and Events.
 pub mod group {
-    /// `Ready`: every member that follows routes to the current site, the first where all are
-    /// ready (or the only one left).
+    /// `Ready`: every member that follows routes to the group's first site.
     pub const SITE_READY: &str = "SiteReady";
     /// `Ready`: a member is not ready in the current site; its `failoverAfter` holds the group.
     pub const FAILOVER_PENDING: &str = "FailoverPending";
-    /// `Ready`, and an Event: the group moved to the next site where every member is ready.
+    /// `Ready`, while every member routes to a site other than the first, and an Event when the
+    /// group moves to the next site where every member is ready.
     pub const FAILED_OVER: &str = "GroupFailedOver";
     /// `Ready`: every member is ready in a better site; the longest `failbackAfter` holds the
     /// group.
     pub const FAILBACK_PENDING: &str = "FailbackPending";
-    /// `Ready`, and an Event: the group moved back to a better site.
+    /// An Event: the group moved back to a better site.
     pub const FAILED_BACK: &str = "GroupFailedBack";
     /// `Ready` False: no site has every member ready; each member routes by its own rules.
     pub const NO_SITE_READY: &str = "NoSiteReady";

@@ -158,6 +158,7 @@ mod tests {
                 "endpointslice",
                 "service",
                 "failoverpolicy",
+                "failovergroup",
                 "trafficsplit",
                 "httproute",
                 "grpcroute",
@@ -166,13 +167,14 @@ mod tests {
             ]
         );
         let messages: Vec<String> = NeededApi::all()
-            .take(3)
+            .take(4)
             .map(NeededApi::missing_message)
             .collect();
         assert_eq!(
             messages,
             [
                 "the CRD failoverpolicies.failover.dev is not installed; install the chart (it ships the CRD) or run: cargo run --bin crd-gen | kubectl apply -f -",
+                "the CRD failovergroups.failover.dev is not installed; install the chart (it ships the CRD) or run: cargo run --bin crd-gen | kubectl apply -f -",
                 "the CRD trafficsplits.split.smi-spec.io is not installed; install a mesh's SMI extension, or the chart with --set trafficSplitCRD.install=true, or run: cargo run --bin crd-gen -- --with-traffic-split | kubectl apply -f -",
                 "the CRD httproutes.gateway.networking.k8s.io is not installed; install the Gateway API's standard CRDs (v1.6 or later serves GRPCRoute, TLSRoute and TCPRoute as v1), e.g. kubectl apply -f https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.6.3/standard-install.yaml",
             ]

@@ -14,8 +14,9 @@ use kube::ResourceExt;
 
 use crate::{
     api::{
-        FailoverPolicy, FailoverPolicySpec, Strategy, site_of,
+        FailoverPolicy, FailoverPolicySpec, Strategy,
         rules::{self, CrossFieldRule, MAX_HOLD, MAX_HOLD_MESSAGE, MAX_TIER, parse_duration},
+        site_of,
     },
     backend::BackendRef,
     health_query::HealthQuery,
@@ -142,8 +143,11 @@ fn backends(spec: &FailoverPolicySpec, namespace: &str) -> Box<[Backend]> {
         weight: 1,
         tier: 0,
         remote: remote(&spec.primary, spec.primary_readiness_from.as_ref()),
-        site: site_of(spec.primary_site.as_deref(), spec.primary_readiness_from.as_ref())
-            .map(CompactString::from),
+        site: site_of(
+            spec.primary_site.as_deref(),
+            spec.primary_readiness_from.as_ref(),
+        )
+        .map(CompactString::from),
         per_endpoint: per_endpoint(capacity.and_then(|c| c.primary_per_endpoint)),
         scale_target: None,
     })

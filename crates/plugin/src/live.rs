@@ -196,10 +196,12 @@ pub async fn group_order(client: &Client, valid: &ValidPolicy) -> anyhow::Result
         Err(e) => return Err(e.into()),
     };
     groups.sort_by_key(ResourceExt::name_any);
-    let Some(group) = groups
-        .into_iter()
-        .find(|g| g.spec.members.iter().any(|m| m.as_str() == valid.name.as_str()))
-    else {
+    let Some(group) = groups.into_iter().find(|g| {
+        g.spec
+            .members
+            .iter()
+            .any(|m| m.as_str() == valid.name.as_str())
+    }) else {
         return Ok(None);
     };
     let following = group.status.as_ref().is_some_and(|s| {

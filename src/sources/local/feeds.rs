@@ -29,13 +29,18 @@ pub async fn feeds(ctx: Arc<Context>) {
 /// after, which choose its site again.
 async fn group_feed(ctx: &Arc<Context>) {
     let api = scoped::<FailoverGroup>(&ctx.client, ctx.scope.namespace.as_deref());
-    events(api, WatchKind::FailoverGroup, Default::default(), ctx.clone())
-        .for_each(|event| {
-            let members = ctx.caches.groups.write().apply(event);
-            ctx.wake.policies(members);
-            async {}
-        })
-        .await;
+    events(
+        api,
+        WatchKind::FailoverGroup,
+        Default::default(),
+        ctx.clone(),
+    )
+    .for_each(|event| {
+        let members = ctx.caches.groups.write().apply(event);
+        ctx.wake.policies(members);
+        async {}
+    })
+    .await;
 }
 
 /// EndpointSlices → readiness counts; Services (metadata only) → whether each backend exists.

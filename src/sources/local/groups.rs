@@ -214,7 +214,10 @@ impl GroupTable {
                 EntryChange::Deleted { key, entry } => (key, Some(entry)),
             };
             if let Some(before) = before {
-                let moved_sites = self.store.get(&key).is_none_or(|now| now.sites != before.sites);
+                let moved_sites = self
+                    .store
+                    .get(&key)
+                    .is_none_or(|now| now.sites != before.sites);
                 if moved_sites {
                     // A choice is an index into the sites it was made of.
                     self.choices.remove(&key);
@@ -285,7 +288,11 @@ mod tests {
     #[test]
     fn a_policy_listed_by_two_groups_follows_the_first_by_name_and_the_other_names_it() {
         let mut table = GroupTable::default();
-        table.apply(watcher::Event::Apply(group("ns", "b-group", &["web", "api"])));
+        table.apply(watcher::Event::Apply(group(
+            "ns",
+            "b-group",
+            &["web", "api"],
+        )));
         table.apply(watcher::Event::Apply(group("ns", "a-group", &["web"])));
         let web = key("ns", "web");
         let followed = table.membership(&web).expect("a group");
@@ -298,7 +305,10 @@ mod tests {
         // The first group gone, the second has it.
         let woken = table.apply(watcher::Event::Delete(group("ns", "a-group", &["web"])));
         assert_eq!(woken, vec![web.clone()]);
-        assert_eq!(table.membership(&web).expect("a group").group.key, key("ns", "b-group"));
+        assert_eq!(
+            table.membership(&web).expect("a group").group.key,
+            key("ns", "b-group")
+        );
     }
 
     #[test]
@@ -315,7 +325,13 @@ mod tests {
         assert_eq!(table.record(&g, None, at(2)), Recorded::Stale);
         assert_eq!(table.record(&g, Some(&at(1)), at(2)), Recorded::Same);
         let west = PreviousChoice { site: 1, ..at(3) };
-        assert_eq!(table.record(&g, Some(&at(1)), west.clone()), Recorded::Moved);
-        assert_eq!(table.membership(&key("ns", "web")).and_then(|m| m.choice), Some(west));
+        assert_eq!(
+            table.record(&g, Some(&at(1)), west.clone()),
+            Recorded::Moved
+        );
+        assert_eq!(
+            table.membership(&key("ns", "web")).and_then(|m| m.choice),
+            Some(west)
+        );
     }
 }

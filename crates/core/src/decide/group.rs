@@ -17,7 +17,6 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use compact_str::CompactString;
 
 use super::{
     none_ready,
@@ -59,9 +58,9 @@ impl std::fmt::Display for CannotFollow {
             CannotFollow::Pinned => f.write_str("spec.pin holds it on one backend"),
             CannotFollow::Suspended => f.write_str("spec.suspend holds its weights"),
             CannotFollow::Drill => f.write_str("a drill holds it on one backend"),
-            CannotFollow::Proportional => f.write_str(
-                "strategy Proportional shares traffic by health across every site",
-            ),
+            CannotFollow::Proportional => {
+                f.write_str("strategy Proportional shares traffic by health across every site")
+            }
             CannotFollow::ClaimedBy(group) => write!(f, "group {group} claims it first"),
             CannotFollow::NotFound => f.write_str("no such FailoverPolicy in the namespace"),
             CannotFollow::InvalidSpec => f.write_str("its spec is invalid"),
@@ -340,24 +339,7 @@ fn to_chrono(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
-/// What a member's group asks of it: route to `site`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Order {
-    /// The group.
-    pub group: CompactString,
-    /// The site its members route to.
-    pub site: CompactString,
-    /// When the group chooses again though nothing changes (one of its holds falls due).
-    pub due: Option<DateTime<Utc>>,
-}
-
-impl Order {
-    /// How long until the group chooses again, if a hold of its falls due.
-    pub fn requeue_after(&self, now: DateTime<Utc>) -> Option<Duration> {
-        self.due
-            .map(|due| (due - now).to_std().unwrap_or_default() + Duration::from_millis(1))
-    }
-}
+pub use super::plan::Order;
 
 /// Why `policy` cannot follow a group now, whatever its sites: a pin, a suspend, a running
 /// drill, or `Proportional` (which shares by health across every backend, in every site).
@@ -423,7 +405,10 @@ pub fn follow(
         match strategy::secondary_weights(policy, &ready) {
             Some(weights) => weights,
             None => {
-                let kept = previous.weights.clone().filter(|w| w.iter().any(|&x| x > 0))?;
+                let kept = previous
+                    .weights
+                    .clone()
+                    .filter(|w| w.iter().any(|&x| x > 0))?;
                 return Some(Routing {
                     phase: previous.phase.unwrap_or(Phase::FailedOver),
                     weights: kept,

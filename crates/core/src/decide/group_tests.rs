@@ -15,6 +15,7 @@ use super::{
     group::{CannotFollow, GroupChoice, GroupRule, Member, PreviousChoice, SiteReadiness, choose},
     tests::t,
 };
+use crate::api::conditions::{READY, group as reason};
 
 /// A group's members and their readiness over time: each readiness change starts a new `since`.
 struct History {
@@ -120,12 +121,39 @@ fn the_documented_group_example_holds_row_by_row() {
             },
         ),
     ];
-    for (second, readiness, site, rule) in rows {
+    let reasons = [
+        reason::SITE_READY,
+        reason::FAILED_OVER,
+        reason::FAILBACK_PENDING,
+        reason::SITE_READY,
+        reason::FAILOVER_PENDING,
+        reason::NO_SITE_READY,
+        reason::FAILED_OVER,
+    ];
+    let mut previous_status = None;
+    for (row, (second, readiness, site, rule)) in rows.into_iter().enumerate() {
+        let status = previous_status.take();
         let readiness: Vec<Vec<bool>> = readiness.iter().map(|r| r.to_vec()).collect();
         group.observe(&readiness, t(second));
         let choice = group.choose(t(second));
         assert_eq!(group.sites[choice.site], site, "at {second}s");
         assert_eq!(choice.rule, rule, "at {second}s");
+        // The group's `Ready` reason, as the table gives it.
+        let status = crate::status::group::build(&crate::status::group::GroupReport {
+            sites: &group.sites,
+            members: &group.members,
+            choice: &choice,
+            generation: Some(1),
+            previous: status.as_ref(),
+            now: t(second),
+        });
+        let reason = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == READY)
+            .map(|c| c.reason.clone());
+        assert_eq!(reason.as_deref(), Some(reasons[row]), "at {second}s");
+        previous_status = Some(status);
     }
 }
 

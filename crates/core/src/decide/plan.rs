@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use compact_str::CompactString;
 
 use super::readiness::BackendState;
 use crate::{
@@ -103,7 +104,7 @@ pub struct Plan {
     /// The instant of the decision, to the millisecond.
     pub now: DateTime<Utc>,
     /// The group order the policy follows, when it does.
-    pub following: Option<super::group::Order>,
+    pub following: Option<Order>,
 }
 
 impl Plan {
@@ -236,5 +237,24 @@ mod tests {
         assert_eq!(share(7000, 10_000), "70%");
         assert_eq!(share(1, 8), "12.5%");
         assert_eq!(share(0, 0), "0%");
+    }
+}
+
+/// What a member's group asks of it: route to `site`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Order {
+    /// The group.
+    pub group: CompactString,
+    /// The site its members route to.
+    pub site: CompactString,
+    /// When the group chooses again though nothing changes (one of its holds falls due).
+    pub due: Option<DateTime<Utc>>,
+}
+
+impl Order {
+    /// How long until the group chooses again, if a hold of its falls due.
+    pub fn requeue_after(&self, now: DateTime<Utc>) -> Option<Duration> {
+        self.due
+            .map(|due| (due - now).to_std().unwrap_or_default() + Duration::from_millis(1))
     }
 }

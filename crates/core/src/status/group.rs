@@ -40,16 +40,17 @@ pub fn build(report: &GroupReport) -> FailoverGroupStatus {
         now,
         ..
     } = *report;
-    let site = |i: usize| sites.get(i).map_or("", String::as_str);
-    let name = |i: usize| members.get(i).map_or("", |m| m.name.as_str());
     let last_trigger = match choice.rule {
-        GroupRule::FailedOver { trigger, .. } => Some(name(trigger).to_string()),
+        GroupRule::FailedOver { trigger, .. } => Some(name(members, trigger).to_string()),
         _ => previous.and_then(|p| p.last_trigger.clone()),
     };
-    let verdicts = [Some(ready(report, &site, &name)), degraded(report)];
+    let verdicts = [
+        Some(ready(report, last_trigger.as_deref())),
+        degraded(report),
+    ];
     FailoverGroupStatus {
         observed_generation: report.generation,
-        site: Some(site(choice.site).to_string()),
+        site: Some(site(sites, choice.site).to_string()),
         last_transition_time: Some(Timestamp(choice.since)),
         last_trigger,
         members: members
@@ -72,18 +73,39 @@ pub fn build(report: &GroupReport) -> FailoverGroupStatus {
     }
 }
 
-/// `Ready`: why the group is where it is.
-fn ready(
-    report: &GroupReport,
-    site: &dyn Fn(usize) -> &str,
-    name: &dyn Fn(usize) -> &str,
-) -> Verdict {
+fn site(sites: &[String], i: usize) -> &str {
+    sites.get(i).map_or("", String::as_str)
+}
+
+fn name(members: &[Member], i: usize) -> &str {
+    members.get(i).map_or("", |m| m.name.as_str())
+}
+
+/// `Ready`: why the group is where it is. Like a policy's `FailedOver`, `GroupFailedOver` holds
+/// while the group is away from its first site; back there, it is `SiteReady`.
+fn ready(report: &GroupReport, last_trigger: Option<&str>) -> Verdict {
+    let site = |i: usize| site(report.sites, i);
+    let name = |i: usize| name(report.members, i);
     let here = site(report.choice.site);
     let (ready, reason, message) = match &report.choice.rule {
-        GroupRule::Initial | GroupRule::Steady => (
+        GroupRule::Initial | GroupRule::Steady | GroupRule::FailedBack { .. }
+            if report.choice.site == 0 =>
+        {
+            (
+                true,
+                group::SITE_READY,
+                format!("every member routes to site {here}, the first"),
+            )
+        }
+        GroupRule::Initial | GroupRule::Steady | GroupRule::FailedBack { .. } => (
             true,
-            group::SITE_READY,
-            format!("every member routes to site {here}"),
+            group::FAILED_OVER,
+            match last_trigger {
+                Some(member) => format!(
+                    "every member routes to site {here}; member {member} moved the group last"
+                ),
+                None => format!("every member routes to site {here}"),
+            },
         ),
         GroupRule::FailoverPending { trigger, due } => (
             true,
@@ -110,14 +132,6 @@ fn ready(
                 "every member is ready in site {}; the group moves back at {}",
                 site(*to),
                 Timestamp(*due)
-            ),
-        ),
-        GroupRule::FailedBack { from } => (
-            true,
-            group::FAILED_BACK,
-            format!(
-                "every member is ready in site {here} again; left site {}",
-                site(*from)
             ),
         ),
         GroupRule::NoSiteReady { trigger } => (
