@@ -185,17 +185,18 @@ pub fn not_ready(caches: &Caches) -> Option<String> {
 }
 
 /// The watches that have not listed yet, of those that matter: a route watch only while a
-/// policy outputs that kind (`used`) and its API is not missing (it never lists then), the
-/// group watch only while its API is not missing.
+/// policy outputs that kind (`used`) and its API is not missing (it never lists then); never
+/// the group watch.
 fn pending_lists(caches: &Caches, used: &[RouteKind]) -> Vec<WatchKind> {
     caches
         .synced
         .pending()
         .into_iter()
         .filter(|kind| match kind.route() {
-            None if *kind == WatchKind::FailoverGroup => {
-                !caches.apis.is_missing(NeededApi::FailoverGroup)
-            }
+            // Groups are what some policies ask for, as route kinds are: a group watch that
+            // cannot list (its CRD missing, or not granted) holds nothing back; its members
+            // decide alone until it lists, then move together.
+            None if *kind == WatchKind::FailoverGroup => false,
             None => true,
             Some(route) => {
                 used.contains(&route) && !caches.apis.is_missing(NeededApi::of_route(route))
