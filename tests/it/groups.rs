@@ -80,6 +80,15 @@ fn east_west(east: i64, west: i64, name: &str) -> Vec<(String, i64)> {
     ]
 }
 
+/// Waits until both members' routes send `east` and `west`.
+async fn both_on(env: &TestEnv, east: i64, west: i64) {
+    for name in ["cart", "payments"] {
+        let w = east_west(east, west, name);
+        let w: Vec<(&str, i64)> = w.iter().map(|(s, x)| (s.as_str(), *x)).collect();
+        env.wait_weights(name, &w, WAIT).await;
+    }
+}
+
 #[tokio::test]
 async fn one_members_primary_failing_moves_every_member_to_the_next_site_and_back() {
     let Some(env) = test_env!() else { return };
@@ -89,21 +98,12 @@ async fn one_members_primary_failing_moves_every_member_to_the_next_site_and_bac
     create_group(&env, "storefront", &["cart", "payments"]).await;
     env.apply(&member("cart"));
     env.apply(&member("payments"));
-    let weights = |name: &str, east, west| east_west(east, west, name);
-    for name in ["cart", "payments"] {
-        let w = weights(name, 1, 0);
-        let w: Vec<(&str, i64)> = w.iter().map(|(s, x)| (s.as_str(), *x)).collect();
-        env.wait_weights(name, &w, WAIT).await;
-    }
+    both_on(&env, 1, 0).await;
     wait_group(&env, "storefront", "east", group::SITE_READY).await;
 
     // Only payments' primary fails: cart moves too.
     env.set_endpoints("payments-east", 0, 1).await;
-    for name in ["cart", "payments"] {
-        let w = weights(name, 0, 1);
-        let w: Vec<(&str, i64)> = w.iter().map(|(s, x)| (s.as_str(), *x)).collect();
-        env.wait_weights(name, &w, WAIT).await;
-    }
+    both_on(&env, 0, 1).await;
     let moved = wait_group(&env, "storefront", "west", group::FAILED_OVER).await;
     assert_eq!(
         moved.status.and_then(|s| s.last_trigger).as_deref(),
@@ -119,11 +119,7 @@ async fn one_members_primary_failing_moves_every_member_to_the_next_site_and_bac
 
     // payments' primary recovers: both come back.
     env.set_endpoints("payments-east", 1, 0).await;
-    for name in ["cart", "payments"] {
-        let w = weights(name, 1, 0);
-        let w: Vec<(&str, i64)> = w.iter().map(|(s, x)| (s.as_str(), *x)).collect();
-        env.wait_weights(name, &w, WAIT).await;
-    }
+    both_on(&env, 1, 0).await;
     wait_group(&env, "storefront", "east", group::SITE_READY).await;
 }
 

@@ -106,21 +106,25 @@ fn ready(policy: &ValidPolicy, plan: &Plan) -> Verdict {
             ready::NO_READY_BACKEND,
             transition::no_ready_message(policy, &plan.active(policy)),
         ),
-        Rule::Following => Verdict::new(
-            READY,
-            true,
-            ready::FOLLOWING_GROUP,
-            match &plan.following {
-                Some(order) => format!(
-                    "group {} routes to site {}: traffic goes to {}",
-                    order.group,
-                    order.site,
-                    plan.active(policy).join(", ")
-                ),
-                None => format!("traffic goes to {}", plan.active(policy).join(", ")),
-            },
-        ),
+        Rule::Following => following(policy, plan),
     }
+}
+
+/// `Ready` while the policy's failover group routes it to a site.
+fn following(policy: &ValidPolicy, plan: &Plan) -> Verdict {
+    let active = plan.active(policy).join(", ");
+    Verdict::new(
+        READY,
+        true,
+        ready::FOLLOWING_GROUP,
+        match &plan.following {
+            Some(order) => format!(
+                "group {} routes to site {}: traffic goes to {active}",
+                order.group, order.site
+            ),
+            None => format!("traffic goes to {active}"),
+        },
+    )
 }
 
 /// `Ready` under `spec.pin`: true while the pinned backend is ready.

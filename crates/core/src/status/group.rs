@@ -88,25 +88,9 @@ fn ready(report: &GroupReport, last_trigger: Option<&str>) -> Verdict {
     let name = |i: usize| name(report.members, i);
     let here = site(report.choice.site);
     let (ready, reason, message) = match &report.choice.rule {
-        GroupRule::Initial | GroupRule::Steady | GroupRule::FailedBack { .. }
-            if report.choice.site == 0 =>
-        {
-            (
-                true,
-                group::SITE_READY,
-                format!("every member routes to site {here}, the first"),
-            )
+        GroupRule::Initial | GroupRule::Steady | GroupRule::FailedBack { .. } => {
+            return settled(here, report.choice.site == 0, last_trigger);
         }
-        GroupRule::Initial | GroupRule::Steady | GroupRule::FailedBack { .. } => (
-            true,
-            group::FAILED_OVER,
-            match last_trigger {
-                Some(member) => format!(
-                    "every member routes to site {here}; member {member} moved the group last"
-                ),
-                None => format!("every member routes to site {here}"),
-            },
-        ),
         GroupRule::FailoverPending { trigger, due } => (
             true,
             group::FAILOVER_PENDING,
@@ -146,6 +130,25 @@ fn ready(report: &GroupReport, last_trigger: Option<&str>) -> Verdict {
     Verdict::new(READY, ready, reason, message)
 }
 
+/// `Ready` where the group stays: `SiteReady` at its first site, else `GroupFailedOver`.
+fn settled(here: &str, first: bool, last_trigger: Option<&str>) -> Verdict {
+    let (reason, message) = match last_trigger.filter(|_| !first) {
+        _ if first => (
+            group::SITE_READY,
+            format!("every member routes to site {here}, the first"),
+        ),
+        Some(member) => (
+            group::FAILED_OVER,
+            format!("every member routes to site {here}; member {member} moved the group last"),
+        ),
+        None => (
+            group::FAILED_OVER,
+            format!("every member routes to site {here}"),
+        ),
+    };
+    Verdict::new(READY, true, reason, message)
+}
+
 /// `Degraded`: the members that do not follow, and why; `None` when every one does.
 fn degraded(report: &GroupReport) -> Option<Verdict> {
     let held: Vec<String> = report
@@ -180,16 +183,9 @@ fn condition(
     verdict: &Verdict,
     now: DateTime<Utc>,
 ) -> Condition {
-    let last_transition_time = previous
+    let held = previous
         .and_then(|p| p.conditions.iter().find(|c| c.type_ == verdict.type_))
         .filter(|c| (c.status == "True") == verdict.status)
-        .map_or_else(|| crate::api::time(now), |c| c.last_transition_time.clone());
-    Condition {
-        type_: verdict.type_.to_string(),
-        status: if verdict.status { "True" } else { "False" }.to_string(),
-        observed_generation: None,
-        last_transition_time,
-        reason: verdict.reason.clone(),
-        message: verdict.message.clone(),
-    }
+        .map(|c| c.last_transition_time.clone());
+    super::condition_since(held, verdict, now)
 }

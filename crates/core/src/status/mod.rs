@@ -371,10 +371,21 @@ fn traffic_to(decided: &[String]) -> String {
 
 /// A condition from a verdict, keeping the previous `lastTransitionTime` while the status holds.
 fn condition(previous: Option<&LastStatus>, verdict: &Verdict, now: DateTime<Utc>) -> Condition {
-    let last_transition_time = previous
+    let held = previous
         .and_then(|p| p.condition(verdict.type_))
         .filter(|c| c.status == verdict.status)
-        .map_or_else(|| crate::api::time(now), |c| c.last_transition_time.clone());
+        .map(|c| c.last_transition_time.clone());
+    condition_since(held, verdict, now)
+}
+
+/// A condition from a verdict, its `lastTransitionTime` the one `held` (the previous one of the
+/// same status), else now.
+pub(crate) fn condition_since(
+    held: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    verdict: &Verdict,
+    now: DateTime<Utc>,
+) -> Condition {
+    let last_transition_time = held.unwrap_or_else(|| crate::api::time(now));
     Condition {
         type_: verdict.type_.to_string(),
         status: if verdict.status { "True" } else { "False" }.to_string(),
