@@ -7,9 +7,18 @@
 
 use std::time::{Duration, Instant};
 
-use failover::api::{FailoverGroup, FailoverGroupSpec};
+use failover::{
+    api::{FailoverGroup, FailoverGroupSpec},
+    route::trafficsplit::TrafficSplit,
+};
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::Api;
+use kube::{
+    Api,
+    api::{Patch, PatchParams},
+    runtime::{WatchStreamExt, watcher},
+};
+use serde_json::json;
 
 use crate::{
     latency::{settle, writes},
@@ -40,6 +49,9 @@ pub struct Groups {
     pub lost: usize,
     /// TrafficSplit writes per group failover (one per member expected).
     pub route_writes_per_failover: f64,
+    /// The floor: a relay that applies the routes of as many members at once (one apply each,
+    /// concurrently) on each change of its EndpointSlice, timed the same way.
+    pub floor: Percentiles,
     /// How long the groups took to be created and every member to settle, in seconds.
     pub settled_s: f64,
 }
@@ -98,6 +110,7 @@ pub async fn measure(
         }
     }
     let after = writes(controller).await;
+    let floor = relay_floor(env, watch, flips).await;
     let routes = after.get("trafficsplit").copied().unwrap_or(0.0)
         - before.get("trafficsplit").copied().unwrap_or(0.0);
     Groups {
@@ -108,6 +121,7 @@ pub async fn measure(
         lost,
         // Each flip is a failover and a failback: two moves of every member.
         route_writes_per_failover: routes / (2 * flips.max(1)) as f64,
+        floor,
         settled_s,
     }
 }
@@ -122,6 +136,70 @@ async fn seen(watch: &SplitWatch, k: usize, weights: &[i64]) -> Option<(Instant,
                 .wait_for(&format!("p{i}"), weights, LOST_AFTER)
                 .await?,
         );
+    }
+    Some((*at.iter().min()?, *at.iter().max()?))
+}
+
+/// The relay's name: its EndpointSlice `grelay-bench`, its routes `grelay-0` to `grelay-9`.
+const RELAY: &str = "grelay";
+
+/// The floor of a group failover: `flips` changes of the relay's EndpointSlice, each timed from
+/// its acknowledgement to the watch seeing the last of the relay's [`MEMBERS`] routes moved.
+async fn relay_floor(env: &TestEnv, watch: &SplitWatch, flips: usize) -> Percentiles {
+    let splits: Api<TrafficSplit> = env.api();
+    let slices: Api<EndpointSlice> = env.api();
+    set_ready(&slices, RELAY, true).await;
+    let relay = tokio::spawn(group_relay(slices.clone(), splits));
+    let names: Vec<String> = (0..MEMBERS).map(|i| format!("{RELAY}-{i}")).collect();
+    for name in &names {
+        let _ = watch.wait_for(name, &ON_PRIMARY[..2], LOST_AFTER).await;
+    }
+    let mut samples = Vec::new();
+    for _ in 0..flips {
+        let acked = set_ready(&slices, RELAY, false).await;
+        if let Some((_, last)) = seen_all(watch, &names, &ON_SITE_TWO[..2]).await {
+            samples.push(last.saturating_duration_since(acked));
+        }
+        set_ready(&slices, RELAY, true).await;
+        let _ = seen_all(watch, &names, &ON_PRIMARY[..2]).await;
+    }
+    relay.abort();
+    percentiles(samples)
+}
+
+/// On each change of the relay's EndpointSlice, applies its routes at once.
+async fn group_relay(slices: Api<EndpointSlice>, splits: Api<TrafficSplit>) {
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={RELAY}-bench"));
+    let mut changes = watcher(slices, cfg).applied_objects().boxed();
+    while let Ok(Some(slice)) = changes.try_next().await {
+        let ready = slice
+            .endpoints
+            .iter()
+            .any(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true));
+        futures::future::join_all((0..MEMBERS).map(|i| {
+            let name = format!("{RELAY}-{i}");
+            let patch = json!({"apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit", "metadata": {"name": name},
+                "spec": {"service": name, "backends": [{"service": format!("{name}-a"), "weight": i64::from(ready)}, {"service": format!("{name}-b"), "weight": i64::from(!ready)}]}});
+            let splits = splits.clone();
+            async move {
+                let _ = splits
+                    .patch(&name, &PatchParams::apply("relay").force(), &Patch::Apply(&patch))
+                    .await;
+            }
+        }))
+        .await;
+    }
+}
+
+/// When the watch saw the first and the last of `names` with `weights`.
+async fn seen_all(
+    watch: &SplitWatch,
+    names: &[String],
+    weights: &[i64],
+) -> Option<(Instant, Instant)> {
+    let mut at = Vec::new();
+    for name in names {
+        at.push(watch.wait_for(name, weights, LOST_AFTER).await?);
     }
     Some((*at.iter().min()?, *at.iter().max()?))
 }

@@ -110,12 +110,12 @@ pub fn print_groups(results: &[ScaleResult]) {
         "\nFailover groups (a member's readiness write ack → the last member's route change seen), ms:\n"
     );
     println!(
-        "| policies | groups × members | failovers | p50 | p99 | max | first → last member p50 / p99 | lost | route writes per move | created and settled s |"
+        "| policies | groups × members | failovers | p50 | p99 | max | first → last member p50 / p99 | relay applying as many routes p50 / p99 | lost | route writes per move | created and settled s |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (policies, g) in measured {
         println!(
-            "| {policies} | {} × {} | {} | {:.1} | {:.1} | {:.1} | {:.1} / {:.1} | {} | {:.2} | {:.1} |",
+            "| {policies} | {} × {} | {} | {:.1} | {:.1} | {:.1} | {:.1} / {:.1} | {:.1} / {:.1} | {} | {:.2} | {:.1} |",
             g.groups,
             g.members,
             g.latency.samples,
@@ -124,6 +124,8 @@ pub fn print_groups(results: &[ScaleResult]) {
             g.latency.max_ms,
             g.spread.p50_ms,
             g.spread.p99_ms,
+            g.floor.p50_ms,
+            g.floor.p99_ms,
             g.lost,
             g.route_writes_per_failover,
             g.settled_s
@@ -641,29 +643,32 @@ fn start_verdicts(r: &ScaleResult) -> [Verdict; 2] {
     ]
 }
 
-/// A group failover is as fast as a policy's: p50 and p99 within 2x a single policy's failover
-/// at the same scale and churn; none lost; one route write per member per move.
+/// A group failover costs little beyond its route writes: p50 and p99 within 1.5x a relay that
+/// applies as many routes at once on each change; none lost; one route write per member per
+/// move.
 fn group_verdicts(r: &ScaleResult) -> Vec<Verdict> {
-    let (Some(g), Some(single)) = (r.groups.as_ref(), r.latency.first()) else {
+    let Some(g) = r.groups.as_ref() else {
         return Vec::new();
     };
-    let one = &single.controller;
     let at = format!(
         "{} groups of {} at {} policies",
         g.groups, g.members, r.policies
     );
     let pick = [
-        ("p50", g.latency.p50_ms, one.p50_ms),
-        ("p99", g.latency.p99_ms, one.p99_ms),
+        ("p50", g.latency.p50_ms, g.floor.p50_ms),
+        ("p99", g.latency.p99_ms, g.floor.p99_ms),
     ];
     let mut v: Vec<Verdict> = pick
         .into_iter()
-        .map(|(name, ours, alone)| {
+        .map(|(name, ours, floor)| {
             measured_verdict(
-                format!("group failover {name} ≤ 2x a single policy's ({at})"),
-                &[&g.latency, one],
-                || format!("{:.2}x ({ours:.1} / {alone:.1} ms)", ratio(ours, alone)),
-                || ratio(ours, alone) <= 2.0,
+                format!(
+                    "group failover {name} ≤ 1.5x a relay applying {} routes at once ({at})",
+                    g.members
+                ),
+                &[&g.latency, &g.floor],
+                || format!("{:.2}x ({ours:.1} / {floor:.1} ms)", ratio(ours, floor)),
+                || ratio(ours, floor) <= 1.5,
             )
         })
         .collect();
