@@ -94,8 +94,15 @@ pub async fn measure(
         let k = picks.next(groups.max(1));
         let trigger = k * MEMBERS + picks.next(MEMBERS);
         let acked = set_ready(&slices, &format!("p{trigger}"), false).await;
+        let acked_at = chrono::Utc::now();
         match seen(watch, k, &ON_SITE_TWO).await {
             Some((first, last)) => {
+                eprintln!(
+                    "[{n}] group g{k}: p{trigger}'s slice written at {}, first member's route seen after {:.1?}, the last after {:.1?}",
+                    acked_at.format("%H:%M:%S%.3f"),
+                    first.saturating_duration_since(acked),
+                    last.saturating_duration_since(acked)
+                );
                 latency.push(last.saturating_duration_since(acked));
                 spread.push(last.saturating_duration_since(first));
             }

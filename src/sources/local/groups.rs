@@ -203,8 +203,8 @@ impl GroupTable {
         true
     }
 
-    /// Applies one watch event; returns the policies to wake: the members of every group that
-    /// changed, before and after.
+    /// Applies one watch event; returns the policies to wake: the members of every group whose
+    /// spec changed (or that came or went), before and after.
     pub fn apply(&mut self, event: watcher::Event<FailoverGroup>) -> Vec<PolicyKey> {
         let applied = self.store.apply(event, &mut Keeping);
         let mut wake = Vec::new();
@@ -213,6 +213,17 @@ impl GroupTable {
                 EntryChange::Upserted { key, previous } => (key, previous),
                 EntryChange::Deleted { key, entry } => (key, Some(entry)),
             };
+            // A status the controller wrote (the only change a watch event may bring besides the
+            // spec) wakes nobody: the members chose it.
+            let spec_unchanged = before
+                .as_ref()
+                .zip(self.store.get(&key))
+                .is_some_and(|(b, n)| {
+                    b.uid == n.uid && b.sites == n.sites && b.members == n.members
+                });
+            if spec_unchanged {
+                continue;
+            }
             if let Some(before) = before {
                 let moved_sites = self
                     .store
@@ -308,6 +319,29 @@ mod tests {
         assert_eq!(
             table.membership(&web).expect("a group").group.key,
             key("ns", "b-group")
+        );
+    }
+
+    #[test]
+    fn a_status_written_to_a_group_wakes_nobody() {
+        let mut table = GroupTable::default();
+        table.apply(watcher::Event::Apply(group("ns", "g", &["web"])));
+        let mut written = group("ns", "g", &["web"]);
+        written.metadata.resource_version = Some("2".into());
+        written.status = Some(FailoverGroupStatus {
+            site: Some("east".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            table.apply(watcher::Event::Apply(written)),
+            Vec::<PolicyKey>::new()
+        );
+        let mut changed = group("ns", "g", &["web", "api"]);
+        changed.metadata.resource_version = Some("3".into());
+        changed.metadata.generation = Some(2);
+        assert_eq!(
+            table.apply(watcher::Event::Apply(changed)),
+            vec![key("ns", "api"), key("ns", "web")]
         );
     }
 
