@@ -33,6 +33,20 @@ fn routes(step: &Step) -> BTreeMap<String, Vec<i64>> {
         .collect()
 }
 
+/// The step prints each of `texts`.
+fn shows(step: &Step, texts: &[&str]) {
+    let missing: Vec<&&str> = texts
+        .iter()
+        .filter(|t| !step.text().contains(**t))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "demo step '{}' does not show {missing:?}:\n{}",
+        step.title,
+        step.text()
+    );
+}
+
 /// Fails naming the step when a route's weights are not these.
 fn expect(step: &Step, route: &str, weights: &[i64]) {
     let routes = routes(step);
@@ -136,20 +150,11 @@ fn the_demo_shows_every_step_of_a_failover_and_leaves_nothing_behind() {
     expect(&over, "cart-weighted", &[0, 300, 100]);
     expect(&over, "catalog-proportional", &[0, 10000, 0]);
     expect(&over, "orders", &[0, 1, 0]);
-    let capacity = run.step("capacity: inventory");
-    assert!(
-        capacity.text().contains("\"demand\"") && capacity.text().contains("\"unserved\""),
-        "demo step '{}': status.capacity is not shown:\n{}",
-        capacity.title,
-        capacity.text()
+    shows(
+        &run.step("capacity: inventory"),
+        &["\"demand\"", "\"unserved\""],
     );
-    let drill = run.step("a drill: ledger");
-    assert!(
-        drill.text().contains("DrillRunning") && drill.text().contains("ledger-dr"),
-        "demo step '{}': the running drill is not shown:\n{}",
-        drill.title,
-        drill.text()
-    );
+    shows(&run.step("a drill: ledger"), &["DrillRunning", "ledger-dr"]);
     let back_held = run.step("the primaries are ready again");
     expect_every_route(&back_held, false);
     expect(&back_held, "api-ordered", &[0, 1, 0]);
