@@ -3,7 +3,7 @@
 //! `--group-flips` failovers, each the primary of one member of a group turning not ready, timed
 //! from the acknowledgement of that EndpointSlice write to the moment the independent watch sees
 //! the last member's TrafficSplit move to site `two`; then the primary ready again and every
-//! member back (not timed). The route writes of each failover are counted: one per member.
+//! member back (not timed), and the controller at rest before the next. The route writes of each failover are counted: one per member.
 
 use std::time::{Duration, Instant};
 
@@ -115,6 +115,9 @@ pub async fn measure(
         if seen(watch, k, &ON_PRIMARY).await.is_none() {
             eprintln!("g{k} not all seen back within {LOST_AFTER:?}");
         }
+        // Each failover starts from a controller at rest, as each of the floor's does: the
+        // failback's member statuses and Events written first.
+        settle(controller).await;
     }
     let after = writes(controller).await;
     let floor = relay_floor(env, watch, flips).await;

@@ -197,7 +197,12 @@ impl StatusWatch {
     }
 }
 
-/// Background churn: EndpointSlice updates on Services no policy references, `per_second` of them.
+/// At most this many churn updates in flight: a tick that finds them all waiting on the API
+/// server is skipped, so a slow API server cannot pile up connections.
+const CHURN_IN_FLIGHT: usize = 64;
+
+/// Background churn: EndpointSlice updates on Services no policy references, `per_second` of them
+/// (fewer while [`CHURN_IN_FLIGHT`] are unanswered).
 pub fn start_churn(
     api: Api<EndpointSlice>,
     services: Vec<String>,
@@ -208,9 +213,13 @@ pub fn start_churn(
             return;
         }
         let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / per_second));
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(CHURN_IN_FLIGHT));
         let mut i = 0usize;
         loop {
             tick.tick().await;
+            let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+                continue;
+            };
             let svc = services[i % services.len()].clone();
             let api = api.clone();
             let ready = (i / services.len()).is_multiple_of(2);
@@ -222,6 +231,7 @@ pub fn start_churn(
                         &Patch::Apply(&slice(&svc, ready)),
                     )
                     .await;
+                drop(permit);
             });
             i += 1;
         }

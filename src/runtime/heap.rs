@@ -13,7 +13,7 @@ use std::time::Duration;
 /// How often the heap is looked at.
 pub const EVERY: Duration = Duration::from_secs(2);
 /// How much the heap must have shrunk from its high point since the last trim.
-pub const SHRUNK: i64 = 4 << 20;
+pub const SHRUNK: i64 = 1 << 20;
 
 /// Trims whenever the heap (in bytes, as `heap` reads it) has shrunk by [`SHRUNK`] from the
 /// highest it was since the last trim. Runs forever.

@@ -16,7 +16,9 @@
 //! The EndpointSlice and Service counts (`local::readiness`) keep their own nested entries, one
 //! per Service with its slices inside, stamped with the same [`Relist`].
 
-use std::{collections::HashMap, hash::Hash};
+use std::hash::Hash;
+
+use indexmap::IndexMap;
 
 use kube::runtime::watcher;
 
@@ -98,7 +100,10 @@ impl<K, V> Default for EventEffect<K, V> {
 /// Every object of one watched kind, by key.
 #[derive(Debug)]
 pub struct Store<K, V> {
-    entries: HashMap<K, (V, Relist)>,
+    /// Entries side by side, in an `IndexMap`: a hash map keeps about a third of its buckets
+    /// spare and grows by doubling, so spare buckets of a whole entry cost more than the entries
+    /// at some sizes; here a spare bucket is one index.
+    entries: IndexMap<K, (V, Relist)>,
     relist: Relist,
     /// The highest version listed by the relist running.
     relist_highest: Option<u64>,
@@ -108,7 +113,7 @@ pub struct Store<K, V> {
 impl<K, V> Default for Store<K, V> {
     fn default() -> Self {
         Self {
-            entries: HashMap::new(),
+            entries: IndexMap::new(),
             relist: Relist::default(),
             relist_highest: None,
             listed: false,
@@ -172,7 +177,7 @@ impl<K: Hash + Eq + Clone, V> Store<K, V> {
             },
             watcher::Event::Delete(object) => {
                 let changes = keep.key(&object).and_then(|key| {
-                    let (entry, _) = self.entries.remove(&key)?;
+                    let (entry, _) = self.entries.swap_remove(&key)?;
                     Some(EntryChange::Deleted { key, entry })
                 });
                 EventEffect {
@@ -222,7 +227,7 @@ impl<K: Hash + Eq + Clone, V> Store<K, V> {
     fn sweep(&mut self) -> Vec<EntryChange<K, V>> {
         let relist = self.relist;
         self.entries
-            .extract_if(|_, (_, stamp)| !relist.listed(*stamp))
+            .extract_if(.., |_, (_, stamp)| !relist.listed(*stamp))
             .map(|(key, (entry, _))| EntryChange::Deleted { key, entry })
             .collect()
     }

@@ -23,7 +23,7 @@
 //! changed, so deleting the holder hands the claim over at once. Claims compare exactly: a
 //! route naming a Gateway's listener and one naming the whole Gateway are different claims.
 
-use std::collections::HashMap;
+use indexmap::IndexMap;
 
 use chrono::DateTime;
 use smallvec::SmallVec;
@@ -91,8 +91,8 @@ impl Made {
 /// claims.
 #[derive(Debug, Default)]
 pub struct Claims {
-    by_claim: HashMap<Claim, SmallVec<[Rank; 1]>>,
-    by_policy: HashMap<PolicyKey, Made>,
+    by_claim: IndexMap<Claim, SmallVec<[Rank; 1]>>,
+    by_policy: IndexMap<PolicyKey, Made>,
     /// When the first list began, until it is complete: what its new claims count from.
     first_list: Option<i64>,
     listed: bool,
@@ -109,7 +109,7 @@ impl Claims {
     ) -> Vec<PolicyKey> {
         let at = self.seen_at(at);
         let made = policy.map(|c| self.made(c, at));
-        let old = self.by_policy.remove(key);
+        let old = self.by_policy.swap_remove(key);
         let mut woken = Vec::new();
         if old != made {
             for (claim, _) in old.iter().flat_map(|m| &m.claims) {
@@ -221,7 +221,7 @@ impl Claims {
             woken.extend(claimants.iter().map(|c| c.key.clone()));
         }
         if claimants.is_empty() {
-            self.by_claim.remove(claim);
+            self.by_claim.swap_remove(claim);
         }
     }
 }

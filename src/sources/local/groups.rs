@@ -5,12 +5,11 @@
 //! A group names its members by name in its own namespace, so a group reaches no policy of
 //! another namespace by construction.
 
-use std::{
-    collections::{BTreeSet, HashMap},
-    sync::Arc,
-};
+use std::{collections::HashMap, sync::Arc};
 
+use indexmap::IndexMap;
 use kube::runtime::watcher;
+use smallvec::SmallVec;
 
 use crate::{
     api::{
@@ -101,12 +100,13 @@ impl Keep<FailoverGroup> for Keeping {
 pub struct GroupTable {
     store: Store<PolicyKey, GroupEntry>,
     /// Each policy listed by a group: the groups listing it, in order of name (it follows the
-    /// first).
-    listed_by: HashMap<PolicyKey, BTreeSet<PolicyKey>>,
+    /// first). Nearly always one, held inline: a set's node for one group cost more than the
+    /// policy's whole entry.
+    listed_by: IndexMap<PolicyKey, SmallVec<[PolicyKey; 1]>>,
     /// Each group's last choice, as this replica made it (the status's until it does).
     choices: HashMap<PolicyKey, PreviousChoice>,
-    /// Each group's status as this replica last wrote it (newer than the watch's until the
-    /// watch delivers it).
+    /// Each group's status as this replica last wrote it, until the watch delivers it (then
+    /// the store's is the same, and held once).
     written: HashMap<PolicyKey, FailoverGroupStatus>,
 }
 
@@ -213,6 +213,7 @@ impl GroupTable {
                 EntryChange::Upserted { key, previous } => (key, previous),
                 EntryChange::Deleted { key, entry } => (key, Some(entry)),
             };
+            self.forget_delivered(&key);
             // A status the controller wrote (the only change a watch event may bring besides the
             // spec) wakes nobody: the members chose it.
             let spec_unchanged = before
@@ -239,10 +240,10 @@ impl GroupTable {
             }
             if let Some(now) = self.store.get(&key).cloned() {
                 for member in now.member_keys() {
-                    self.listed_by
-                        .entry(member.clone())
-                        .or_default()
-                        .insert(key.clone());
+                    let groups = self.listed_by.entry(member.clone()).or_default();
+                    if let Err(at) = groups.binary_search(&key) {
+                        groups.insert(at, key.clone());
+                    }
                     wake.push(member);
                 }
             }
@@ -252,12 +253,20 @@ impl GroupTable {
         wake
     }
 
+    /// Drops the status this replica wrote of `group` once the watch has delivered it.
+    fn forget_delivered(&mut self, group: &PolicyKey) {
+        let delivered = self.store.get(group).and_then(|g| g.status.as_ref());
+        if delivered.is_some() && self.written.get(group) == delivered {
+            self.written.remove(group);
+        }
+    }
+
     fn unlist(&mut self, group: &GroupEntry) {
         for member in group.member_keys() {
             if let Some(groups) = self.listed_by.get_mut(&member) {
-                groups.remove(&group.key);
+                groups.retain(|g| *g != group.key);
                 if groups.is_empty() {
-                    self.listed_by.remove(&member);
+                    self.listed_by.swap_remove(&member);
                 }
             }
         }

@@ -4,6 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use indexmap::IndexMap;
+
 use compact_str::CompactString;
 use smallvec::SmallVec;
 
@@ -55,9 +57,9 @@ pub struct PolicyIndex {
     /// By a digest of the backend's key, so the index holds no copy of a backend's name. Two
     /// keys with one digest (one chance in 2^64 for a pair) would only share their policies,
     /// each woken by the other's changes.
-    by_service: HashMap<u64, Names>,
+    by_service: IndexMap<u64, Names>,
     /// By a digest of the route's key.
-    by_route: HashMap<u64, Names>,
+    by_route: IndexMap<u64, Names>,
     /// Policies indexed (the valid ones). What each references is not kept: the policy table
     /// holds the validated policy, and a change hands the index the version it indexed before,
     /// so a policy's references are held once, by the table.
@@ -125,7 +127,7 @@ impl PolicyIndex {
         self.policies == 0
     }
 
-    fn lookup(map: &HashMap<u64, Names>, key: u64, namespace: &Namespace) -> Vec<PolicyKey> {
+    fn lookup(map: &IndexMap<u64, Names>, key: u64, namespace: &Namespace) -> Vec<PolicyKey> {
         map.get(&key)
             .map(|names| {
                 names
@@ -212,19 +214,19 @@ fn route_key(policy: &PolicyKey, refs: &References) -> RouteKey {
     }
 }
 
-fn link(map: &mut HashMap<u64, Names>, target: impl std::hash::Hash, policy: &str) {
+fn link(map: &mut IndexMap<u64, Names>, target: impl std::hash::Hash, policy: &str) {
     let names = map.entry(digest(&target)).or_default();
     if !names.iter().any(|n| **n == *policy) {
         names.push(policy.into());
     }
 }
 
-fn unlink(map: &mut HashMap<u64, Names>, target: impl std::hash::Hash, policy: &str) {
+fn unlink(map: &mut IndexMap<u64, Names>, target: impl std::hash::Hash, policy: &str) {
     let target = digest(&target);
     if let Some(names) = map.get_mut(&target) {
         names.retain(|n| **n != *policy);
         if names.is_empty() {
-            map.remove(&target);
+            map.swap_remove(&target);
         }
     }
 }

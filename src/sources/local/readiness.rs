@@ -10,6 +10,8 @@
 
 use std::collections::HashMap;
 
+use indexmap::IndexMap;
+
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher;
 use smallvec::SmallVec;
@@ -118,7 +120,7 @@ fn counted(slice: &EndpointSlice) -> Option<(BackendKey, String, SliceCounts)> {
 /// Service's key a second time, with a copy of every observation to compare against.
 #[derive(Debug, Default)]
 pub struct ReadinessStore {
-    services: HashMap<BackendKey, ServiceEntry>,
+    services: IndexMap<BackendKey, ServiceEntry>,
     /// The backend a slice (by `namespace/slice`) is counted for, when its name says another.
     moved: HashMap<Box<str>, (BackendKind, Box<str>)>,
     /// The number of the slice watch's relist running or last run.
@@ -216,13 +218,13 @@ impl ReadinessStore {
         entry.listed = listed;
         if entry.exists == exists {
             if entry.is_empty() {
-                self.services.remove(&key);
+                self.services.swap_remove(&key);
             }
             return None;
         }
         entry.exists = exists;
         if entry.is_empty() {
-            self.services.remove(&key);
+            self.services.swap_remove(&key);
         }
         Some(key)
     }
@@ -290,7 +292,7 @@ impl ReadinessStore {
         entry.remove_slice(slice_name);
         let after = entry.observation();
         if entry.is_empty() {
-            self.services.remove(&service);
+            self.services.swap_remove(&service);
         }
         (before != after).then_some(service)
     }
