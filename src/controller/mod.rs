@@ -177,7 +177,7 @@ pub fn not_ready(caches: &Caches) -> Option<String> {
     if !missing.is_empty() {
         return Some(missing.join("; "));
     }
-    let pending = pending_lists(caches, &[]);
+    let pending = pending_lists(caches, &[], false);
     (!pending.is_empty()).then(|| {
         let pending: Vec<&str> = pending.iter().map(|k| k.as_str()).collect();
         format!("caches not synced (not listed yet: {})", pending.join(", "))
@@ -185,18 +185,17 @@ pub fn not_ready(caches: &Caches) -> Option<String> {
 }
 
 /// The watches that have not listed yet, of those that matter: a route watch only while a
-/// policy outputs that kind (`used`) and its API is not missing (it never lists then); never
-/// the group watch.
-fn pending_lists(caches: &Caches, used: &[RouteKind]) -> Vec<WatchKind> {
+/// policy outputs that kind (`used`) and its API is not missing (it never lists then); the group
+/// watch only with `groups` (the start-up pass, not readiness).
+fn pending_lists(caches: &Caches, used: &[RouteKind], groups: bool) -> Vec<WatchKind> {
     caches
         .synced
         .pending()
         .into_iter()
         .filter(|kind| match kind.route() {
-            // Groups are what some policies ask for, as route kinds are: a group watch that
-            // cannot list (its CRD missing, or not granted) holds nothing back; its members
-            // decide alone until it lists, then move together.
-            None if *kind == WatchKind::FailoverGroup => false,
+            None if *kind == WatchKind::FailoverGroup => {
+                groups && !caches.apis.is_missing(NeededApi::FailoverGroup)
+            }
             None => true,
             Some(route) => {
                 used.contains(&route) && !caches.apis.is_missing(NeededApi::of_route(route))
@@ -206,9 +205,14 @@ fn pending_lists(caches: &Caches, used: &[RouteKind]) -> Vec<WatchKind> {
 }
 
 /// Whether the start-up pass should wait: a watch that matters has not listed yet, for at most
-/// [`START_WAIT`] after `started`.
+/// [`START_WAIT`] after `started`. The group watch matters here: a member reconciled before its
+/// group is known decides alone, and after a restart would move its route away from the group's
+/// site and back. It never holds readiness back: groups are what some policies ask for, as route
+/// kinds are, and a group watch that cannot list (not granted, say) stops nothing past the
+/// start-up wait; its members decide alone until it lists, then move together.
 fn start_waits(caches: &Caches, started: Instant) -> bool {
-    started.elapsed() < START_WAIT && !pending_lists(caches, &used_route_kinds(caches)).is_empty()
+    started.elapsed() < START_WAIT
+        && !pending_lists(caches, &used_route_kinds(caches), true).is_empty()
 }
 
 /// The route kinds some policy outputs.

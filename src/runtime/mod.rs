@@ -5,6 +5,7 @@
 //! ([`written`]), the backoff of failed writes ([`retry`]), and the memory a burst freed handed back to the system ([`heap`]).
 
 pub mod api_client;
+pub mod events;
 pub mod heap;
 pub mod leader;
 pub mod metrics;

@@ -14,7 +14,7 @@ use k8s_openapi::{
 use kube::{
     Api, Client, Resource,
     api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
-    runtime::events::{Event, Recorder, Reporter},
+    runtime::events::Event,
 };
 use serde::{Serialize, de::DeserializeOwned};
 use tracing::{debug, warn};
@@ -24,6 +24,7 @@ use crate::{
     route::{FIELD_MANAGER, RouteKey, RulesDigest},
     runtime::{
         api_client::describe,
+        events::Events,
         leader::{Leadership, Role},
         metrics::Metrics,
         written::{Queue, Recent, StatusKey, Statuses},
@@ -45,7 +46,7 @@ pub struct Writer {
     client: Client,
     leadership: Leadership,
     metrics: Arc<Metrics>,
-    recorder: Recorder,
+    events: Events,
     /// Routes written, until the route cache shows them.
     pub recent_routes: Recent<RouteKey, RulesDigest>,
     /// Statuses written, until the policy cache shows them.
@@ -63,19 +64,13 @@ impl Writer {
         metrics: Arc<Metrics>,
         instance: Option<String>,
     ) -> (Self, Queue) {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: FIELD_MANAGER.to_string(),
-                instance,
-            },
-        );
+        let events = Events::new(client.clone(), FIELD_MANAGER, instance);
         let (statuses, queue) = Statuses::new();
         let writer = Self {
             client,
             leadership,
             metrics,
-            recorder,
+            events,
             recent_routes: Recent::default(),
             recent_status: Recent::default(),
             statuses,
@@ -130,8 +125,8 @@ impl Writer {
     /// Sends an Event about `reference` in the background, as the leader only: Events are best
     /// effort, never hold up the next reconcile, and a lost Event never blocks routing.
     pub fn publish(&self, event: Event, reference: ObjectReference) {
-        let (recorder, leadership, metrics) = (
-            self.recorder.clone(),
+        let (events, leadership, metrics) = (
+            self.events.clone(),
             self.leadership.clone(),
             self.metrics.clone(),
         );
@@ -141,7 +136,7 @@ impl Writer {
                 debug!(reason, "Event not recorded: not the leader");
                 return;
             }
-            match recorder.publish(&event, &reference).await {
+            match events.publish(&event, &reference).await {
                 Ok(()) => metrics.write("event"),
                 Err(e) => warn!(error = %describe(&e), reason, "could not record Event"),
             }

@@ -124,6 +124,44 @@ async fn one_members_primary_failing_moves_every_member_to_the_next_site_and_bac
 }
 
 #[tokio::test]
+async fn a_restarted_controller_keeps_a_failed_over_group_where_it_is_and_writes_nothing() {
+    let Some(env) = test_env!() else { return };
+    env.ready_backends(&["cart-east", "cart-west", "payments-east", "payments-west"])
+        .await;
+    let mut first = ControllerProcess::start(&env, &[]);
+    create_group(&env, "storefront", &["cart", "payments"]).await;
+    env.apply(&member("cart"));
+    env.apply(&member("payments"));
+    both_on(&env, 1, 0).await;
+    env.set_endpoints("payments-east", 0, 1).await;
+    both_on(&env, 0, 1).await;
+    wait_group(&env, "storefront", "west", group::FAILED_OVER).await;
+
+    // cart's own primary is ready: deciding alone, before its group is known, the restarted
+    // controller would send cart back east.
+    first.signal("TERM");
+    drop(first);
+    let second = ControllerProcess::start(&env, &[]);
+    let reconciled = wait_until(WAIT, || async {
+        let text = second.admin_get("/metrics").await.1;
+        support::metric(&text, "failover_reconciles_total").is_some_and(|n| n >= 2.0)
+    })
+    .await;
+    assert!(
+        reconciled,
+        "the restarted controller never reconciled both members"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writes = support::api_writes(&second, &["trafficsplit", "status", "group_status"]).await;
+    assert_eq!(
+        writes.values().sum::<f64>(),
+        0.0,
+        "writes after the restart: {writes:?}"
+    );
+    both_on(&env, 0, 1).await;
+}
+
+#[tokio::test]
 async fn a_pinned_member_is_named_by_the_group_and_moves_nothing() {
     let Some(env) = test_env!() else { return };
     env.ready_backends(&["cart-east", "cart-west", "payments-east", "payments-west"])

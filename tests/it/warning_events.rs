@@ -7,7 +7,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 
 use crate::support::{
-    ControllerProcess, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, condition, test_env,
+    ControllerProcess, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, condition, test_env, wait_until,
 };
 
 /// Warning Events on the policy `web` with this reason, each with how often it was seen.
@@ -75,4 +75,43 @@ async fn an_invalid_spec_and_a_failing_health_query_each_raise_one_warning_event
         .is_some_and(|c| c.0 == "True")
     );
     assert_eq!(warnings(&env, health::HEALTH_QUERY_FAILED).await, [1]);
+}
+
+#[tokio::test]
+async fn a_failure_raised_again_within_six_minutes_is_the_second_of_its_series() {
+    let Some(env) = test_env!() else { return };
+    env.ready_backends(&WEB_BACKENDS).await;
+    let _controller = ControllerProcess::start(&env, &[]);
+
+    env.apply(&PolicyBuilder::web_with_health(None, "sum(("));
+    wait_invalid(&env).await;
+    assert!(
+        wait_until(WAIT, || async {
+            warnings(&env, ready::INVALID_SPEC).await == [1]
+        })
+        .await
+    );
+    env.apply(&PolicyBuilder::web());
+    env.wait_policy("web", WAIT, "a valid spec", |p| {
+        condition(p, READY).is_some_and(|c| c.1 != ready::INVALID_SPEC)
+    })
+    .await;
+    env.apply(&PolicyBuilder::web_with_health(None, "sum(("));
+    wait_invalid(&env).await;
+    // The same Event again: its series counts two, no second Event.
+    assert!(
+        wait_until(WAIT, || async {
+            warnings(&env, ready::INVALID_SPEC).await == [2]
+        })
+        .await,
+        "Warnings seen: {:?}",
+        warnings(&env, ready::INVALID_SPEC).await
+    );
+}
+
+async fn wait_invalid(env: &TestEnv) {
+    env.wait_policy("web", WAIT, ready::INVALID_SPEC, |p| {
+        condition(p, READY).is_some_and(|c| c.1 == ready::INVALID_SPEC)
+    })
+    .await;
 }
