@@ -1,5 +1,6 @@
 //! Publishes Events (`events.k8s.io/v1`): an Event that repeats one published within
-//! [`SERIES_WINDOW`] (same object, reason, action, type and related object) becomes that
+//! [`SERIES_WINDOW`] (same object at the same version, reason, action, type and related object)
+//! becomes that
 //! Event's `series` (its count and last time), as kube-runtime's `Recorder` does it.
 //!
 //! Home-made for its memory, measured in docs/benchmarks.md (Memory): the `Recorder` keeps
@@ -176,8 +177,10 @@ impl Events {
     }
 }
 
-/// What makes two Events one series: the object, reason, action, type and related object
-/// (the note is not part of it, as with kube-runtime's `Recorder`).
+/// What makes two Events one series: the object (at its resource version), reason, action, type
+/// and related object, as with kube-runtime's `Recorder` and client-go. The note is not part of
+/// it; the version is, so an Event about an object that changed since (a policy whose status
+/// was written) is an Event of its own, with its own note.
 fn key_of(event: &Event, regarding: &ObjectReference) -> u64 {
     let object = |r: &ObjectReference| {
         (
@@ -186,6 +189,7 @@ fn key_of(event: &Event, regarding: &ObjectReference) -> u64 {
             r.namespace.clone(),
             r.name.clone(),
             r.uid.clone(),
+            r.resource_version.clone(),
             r.field_path.clone(),
         )
     };
@@ -217,6 +221,7 @@ mod tests {
             kind: Some("FailoverPolicy".into()),
             namespace: Some("shop".into()),
             name: Some(name.into()),
+            resource_version: Some("1".into()),
             ..ObjectReference::default()
         }
     }
@@ -230,7 +235,7 @@ mod tests {
     }
 
     #[test]
-    fn events_differing_only_in_their_note_are_one_series() {
+    fn events_differing_only_in_their_note_are_one_series_and_another_version_is_another_event() {
         let (a, b) = (event("FailedOver", "to b"), event("FailedOver", "to c"));
         assert_eq!(key_of(&a, &policy("web")), key_of(&b, &policy("web")));
         assert_ne!(
@@ -238,6 +243,15 @@ mod tests {
             key_of(&event("FailedBack", "to b"), &policy("web"))
         );
         assert_ne!(key_of(&a, &policy("web")), key_of(&a, &policy("api")));
+        let changed = ObjectReference {
+            resource_version: Some("2".into()),
+            ..policy("web")
+        };
+        assert_ne!(
+            key_of(&a, &policy("web")),
+            key_of(&b, &changed),
+            "the object changed since: an Event of its own"
+        );
     }
 
     #[test]

@@ -123,6 +123,24 @@ async fn one_members_primary_failing_moves_every_member_to_the_next_site_and_bac
     wait_group(&env, "storefront", "east", group::SITE_READY).await;
 }
 
+/// The writes a restart must not repeat.
+const WRITES: [&str; 3] = ["trafficsplit", "status", "group_status"];
+
+/// Waits until `controller`'s writes stay the same for a second.
+async fn at_rest(controller: &ControllerProcess) {
+    let deadline = Instant::now() + WAIT;
+    let mut last = support::api_writes(controller, &WRITES).await;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = support::api_writes(controller, &WRITES).await;
+        assert!(Instant::now() < deadline, "never at rest: {now:?}");
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
 #[tokio::test]
 async fn a_restarted_controller_keeps_a_failed_over_group_where_it_is_and_writes_nothing() {
     let Some(env) = test_env!() else { return };
@@ -137,8 +155,10 @@ async fn a_restarted_controller_keeps_a_failed_over_group_where_it_is_and_writes
     both_on(&env, 0, 1).await;
     wait_group(&env, "storefront", "west", group::FAILED_OVER).await;
 
-    // cart's own primary is ready: deciding alone, before its group is known, the restarted
-    // controller would send cart back east.
+    // The first controller at rest (its last member and group statuses written), then
+    // restarted. cart's own primary is ready: deciding alone, before its group is known, the
+    // restarted controller would send cart back east.
+    at_rest(&first).await;
     first.signal("TERM");
     drop(first);
     let second = ControllerProcess::start(&env, &[]);
@@ -152,7 +172,7 @@ async fn a_restarted_controller_keeps_a_failed_over_group_where_it_is_and_writes
         "the restarted controller never reconciled both members"
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let writes = support::api_writes(&second, &["trafficsplit", "status", "group_status"]).await;
+    let writes = support::api_writes(&second, &WRITES).await;
     assert_eq!(
         writes.values().sum::<f64>(),
         0.0,

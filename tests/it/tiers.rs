@@ -90,19 +90,22 @@ async fn with_capacity_what_a_full_tier_cannot_serve_lands_in_the_next_tier() {
     env.set_endpoints("web-b2", 0, 1).await;
     env.wait_weights("web", &weights([0, 3333, 0, 6667]), WAIT)
         .await;
+    // The status follows the route: wait for what each backend serves, then check the demand.
+    let served = |p: &failover::api::FailoverPolicy| -> Vec<Option<i64>> {
+        p.status
+            .iter()
+            .flat_map(|s| &s.backends)
+            .map(|b| b.capacity)
+            .collect()
+    };
     let policy = env
-        .wait_policy("web", WAIT, "nothing unserved", |p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.capacity.as_ref())
-                .is_some_and(|c| c.demand == 60 && c.unserved == "0%")
+        .wait_policy("web", WAIT, "tier 1 serving 40", |p| {
+            served(p) == [Some(0), Some(20), Some(0), Some(40)]
         })
         .await;
-    let served: Vec<Option<i64>> = policy
-        .status
-        .iter()
-        .flat_map(|s| &s.backends)
-        .map(|b| b.capacity)
-        .collect();
-    assert_eq!(served, [Some(0), Some(20), Some(0), Some(40)]);
+    let capacity = policy.status.as_ref().and_then(|s| s.capacity.as_ref());
+    assert_eq!(
+        capacity.map(|c| (c.demand, c.unserved.as_str())),
+        Some((60, "0%"))
+    );
 }
