@@ -24,7 +24,7 @@ use crate::{
     sources::{
         Context,
         local::{
-            groups::{GroupEntry, Membership, Recorded},
+            groups::{Claim, GroupEntry, Membership, Recorded},
             policies::Spec,
         },
     },
@@ -202,27 +202,59 @@ fn changed_status(
     });
     let claimed = previous != Some(&status)
         && ctx.writer.is_leader()
-        && ctx.caches.groups.write().claim_status(&group.key, &status);
+        && ctx.caches.groups.write().claim_status(&group.key, &status) == Claim::Write;
     claimed.then(|| GroupStatus {
         group: group.key.clone(),
         status,
     })
 }
 
-/// Writes a group's status (best effort: the next member's reconcile writes it again).
+/// Writes a group's status, then each newer one its members claimed meanwhile, so that the
+/// last to land is the newest. Best effort: a write that fails drops the claim, and the next
+/// member's reconcile writes the group's status again.
 pub async fn write_status(ctx: &Context, pending: GroupStatus) {
-    let body = serde_json::json!({
-        "apiVersion": FailoverGroup::api_version(&()),
-        "kind": FailoverGroup::kind(&()),
-        "status": pending.status,
-    });
-    let objects = ctx
-        .writer
-        .namespaced::<FailoverGroup>(&pending.group.namespace, "group_status");
-    match objects.apply_status(&pending.group.name, &body).await {
-        Ok(Ok(_)) | Err(_) => {}
-        Ok(Err(e)) => {
-            warn!(group = %pending.group.name, error = %e, "could not write the group's status")
+    let GroupStatus { group, mut status } = pending;
+    let mut writing = Writing {
+        ctx,
+        group: &group,
+        done: false,
+    };
+    loop {
+        let objects = ctx
+            .writer
+            .namespaced::<FailoverGroup>(&group.namespace, "group_status");
+        let body = serde_json::json!({
+            "apiVersion": FailoverGroup::api_version(&()),
+            "kind": FailoverGroup::kind(&()),
+            "status": status,
+        });
+        match objects.apply_status(&group.name, &body).await {
+            Ok(Ok(_)) => match ctx.caches.groups.write().next_to_write(&group, &status) {
+                Some(newer) => status = newer,
+                None => break,
+            },
+            Err(_) => return,
+            Ok(Err(e)) => {
+                warn!(group = %group.name, error = %e, "could not write the group's status");
+                return;
+            }
+        }
+    }
+    writing.done = true;
+}
+
+/// A group's status being written; dropped before it is done (failed, not the leader, or its
+/// reconcile cancelled), it gives the write up, so that the group is never left waiting for it.
+struct Writing<'a> {
+    ctx: &'a Context,
+    group: &'a PolicyKey,
+    done: bool,
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.ctx.caches.groups.write().write_failed(self.group);
         }
     }
 }

@@ -1,7 +1,6 @@
 //! Publishes Events (`events.k8s.io/v1`): an Event that repeats one published within
-//! [`SERIES_WINDOW`] (same object at the same version, reason, action, type and related object)
-//! becomes that
-//! Event's `series` (its count and last time), as kube-runtime's `Recorder` does it.
+//! [`SERIES_WINDOW`] (same object, reason, action, type, related object and note) becomes that
+//! Event's `series` (its count and last time), as client-go's correlator does it.
 //!
 //! Home-made for its memory, measured in docs/benchmarks.md (Memory): the `Recorder` keeps
 //! every Event it published, whole, for six minutes, to patch its series, and sweeps the old
@@ -177,10 +176,11 @@ impl Events {
     }
 }
 
-/// What makes two Events one series: the object (at its resource version), reason, action, type
-/// and related object, as with kube-runtime's `Recorder` and client-go. The note is not part of
-/// it; the version is, so an Event about an object that changed since (a policy whose status
-/// was written) is an Event of its own, with its own note.
+/// What makes two Events one series: the object, reason, action, type, related object and
+/// note, as client-go's correlator keys them. The note is part of it, so that each Event says
+/// what it was raised for (a second failover names its own targets); the object's resource
+/// version is not, so whether a repeat is one depends on what happened, not on how soon the
+/// watch delivered this controller's own status write.
 fn key_of(event: &Event, regarding: &ObjectReference) -> u64 {
     let object = |r: &ObjectReference| {
         (
@@ -189,7 +189,6 @@ fn key_of(event: &Event, regarding: &ObjectReference) -> u64 {
             r.namespace.clone(),
             r.name.clone(),
             r.uid.clone(),
-            r.resource_version.clone(),
             r.field_path.clone(),
         )
     };
@@ -197,6 +196,7 @@ fn key_of(event: &Event, regarding: &ObjectReference) -> u64 {
         matches!(event.type_, EventType::Warning),
         &event.reason,
         &event.action,
+        &event.note,
         object(regarding),
         event.secondary.as_ref().map(object),
     ))
@@ -235,9 +235,9 @@ mod tests {
     }
 
     #[test]
-    fn events_differing_only_in_their_note_are_one_series_and_another_version_is_another_event() {
+    fn an_event_with_another_note_is_an_event_of_its_own_and_a_newer_version_a_repeat() {
         let (a, b) = (event("FailedOver", "to b"), event("FailedOver", "to c"));
-        assert_eq!(key_of(&a, &policy("web")), key_of(&b, &policy("web")));
+        assert_ne!(key_of(&a, &policy("web")), key_of(&b, &policy("web")));
         assert_ne!(
             key_of(&a, &policy("web")),
             key_of(&event("FailedBack", "to b"), &policy("web"))
@@ -247,10 +247,10 @@ mod tests {
             resource_version: Some("2".into()),
             ..policy("web")
         };
-        assert_ne!(
+        assert_eq!(
             key_of(&a, &policy("web")),
-            key_of(&b, &changed),
-            "the object changed since: an Event of its own"
+            key_of(&a, &changed),
+            "the same Event about the object as the watch delivers it later"
         );
     }
 

@@ -5,7 +5,10 @@
 //! A group names its members by name in its own namespace, so a group reaches no policy of
 //! another namespace by construction.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use indexmap::IndexMap;
 use kube::runtime::watcher;
@@ -105,9 +108,23 @@ pub struct GroupTable {
     listed_by: IndexMap<PolicyKey, SmallVec<[PolicyKey; 1]>>,
     /// Each group's last choice, as this replica made it (the status's until it does).
     choices: HashMap<PolicyKey, PreviousChoice>,
-    /// Each group's status as this replica last wrote it, until the watch delivers it (then
-    /// the store's is the same, and held once).
+    /// Each group's status as this replica last claimed it (to write, or written), until the
+    /// watch delivers it (then the store's is the same, and held once).
     written: HashMap<PolicyKey, FailoverGroupStatus>,
+    /// The groups whose status a reconcile is writing: it writes the newest claimed before it
+    /// stops, so that one write per group is in flight and the last to land is the newest.
+    writing: HashSet<PolicyKey>,
+}
+
+/// What claiming a group's status asks of the claiming reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// The group has this status (or another reconcile claimed it first): nothing to write.
+    Held,
+    /// Write it, then each newer one claimed meanwhile ([`GroupTable::next_to_write`]).
+    Write,
+    /// Another reconcile is writing the group's status: it writes this one next.
+    Queued,
 }
 
 /// What recording a choice did.
@@ -188,19 +205,46 @@ impl GroupTable {
             .or_else(|| self.store.get(group)?.recorded_choice())
     }
 
-    /// Records the status about to be written of a group; returns whether it differs from the
-    /// one it has (written by this replica, else as the watch delivered it), so that of the
-    /// members choosing at once, one writes it.
-    pub fn claim_status(&mut self, group: &PolicyKey, status: &FailoverGroupStatus) -> bool {
+    /// Records the status about to be written of a group, when it differs from the one it has
+    /// (claimed by this replica, else as the watch delivered it), so that of the members
+    /// choosing at once, one writes it.
+    pub fn claim_status(&mut self, group: &PolicyKey, status: &FailoverGroupStatus) -> Claim {
         let held = self
             .written
             .get(group)
             .or_else(|| self.store.get(group).and_then(|g| g.status.as_ref()));
         if held == Some(status) {
-            return false;
+            return Claim::Held;
         }
         self.written.insert(group.clone(), status.clone());
-        true
+        if self.writing.insert(group.clone()) {
+            Claim::Write
+        } else {
+            Claim::Queued
+        }
+    }
+
+    /// After `wrote` landed: the newer status claimed meanwhile, to write next; `None` (and the
+    /// write is over) when it is the newest.
+    pub fn next_to_write(
+        &mut self,
+        group: &PolicyKey,
+        wrote: &FailoverGroupStatus,
+    ) -> Option<FailoverGroupStatus> {
+        match self.written.get(group) {
+            Some(newest) if newest != wrote => Some(newest.clone()),
+            _ => {
+                self.writing.remove(group);
+                None
+            }
+        }
+    }
+
+    /// A write that failed or was given up: the claim is dropped, so that the next reconcile of
+    /// a member claims and writes the group's status again.
+    pub fn write_failed(&mut self, group: &PolicyKey) {
+        self.writing.remove(group);
+        self.written.remove(group);
     }
 
     /// Applies one watch event; returns the policies to wake: the members of every group whose
@@ -352,6 +396,33 @@ mod tests {
             table.apply(watcher::Event::Apply(changed)),
             vec![key("ns", "api"), key("ns", "web")]
         );
+    }
+
+    fn at_site(site: &str) -> FailoverGroupStatus {
+        FailoverGroupStatus {
+            site: Some(site.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn one_write_of_a_groups_status_is_in_flight_and_it_writes_the_newest_last() {
+        let mut table = GroupTable::default();
+        table.apply(watcher::Event::Apply(group("ns", "g", &["web", "api"])));
+        let g = key("ns", "g");
+        assert_eq!(table.claim_status(&g, &at_site("west")), Claim::Write);
+        assert_eq!(table.claim_status(&g, &at_site("west")), Claim::Held);
+        // While it is written, another member claims a newer one: the writer writes it next.
+        assert_eq!(table.claim_status(&g, &at_site("east")), Claim::Queued);
+        assert_eq!(
+            table.next_to_write(&g, &at_site("west")),
+            Some(at_site("east"))
+        );
+        assert_eq!(table.next_to_write(&g, &at_site("east")), None);
+        // A failed write: the next claim writes again, even of the same status.
+        assert_eq!(table.claim_status(&g, &at_site("west")), Claim::Write);
+        table.write_failed(&g);
+        assert_eq!(table.claim_status(&g, &at_site("west")), Claim::Write);
     }
 
     #[test]

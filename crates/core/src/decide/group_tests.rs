@@ -157,6 +157,45 @@ fn the_documented_group_example_holds_row_by_row() {
     }
 }
 
+/// The group's status after a move (its members' reconciles after it build it again).
+fn status_of(
+    group: &History,
+    choice: &GroupChoice,
+    previous: Option<&crate::api::FailoverGroupStatus>,
+    now: DateTime<Utc>,
+) -> crate::api::FailoverGroupStatus {
+    crate::status::group::build(&crate::status::group::GroupReport {
+        sites: &group.sites,
+        members: &group.members,
+        choice,
+        generation: Some(1),
+        previous,
+        now,
+    })
+}
+
+#[test]
+fn the_reconciles_after_a_move_build_the_status_of_the_move_and_write_none() {
+    let mut group = History::new(&["east", "west"], &[(0, 0), (0, 0)]);
+    group.observe(&[vec![true, true], vec![true, true]], t(0));
+    let first = group.choose(t(0));
+    let at_rest = status_of(&group, &first, None, t(0));
+    group.observe(&[vec![true, true], vec![false, true]], t(1));
+    let moved = group.choose(t(1));
+    assert_eq!(
+        moved.rule,
+        GroupRule::FailedOver {
+            trigger: 1,
+            from: 0
+        }
+    );
+    let written = status_of(&group, &moved, Some(&at_rest), t(1));
+    let after = group.choose(t(2));
+    assert_eq!(after.rule, GroupRule::Steady);
+    assert_eq!(status_of(&group, &after, Some(&written), t(2)), written);
+    assert_eq!(written.last_trigger.as_deref(), Some("m1"));
+}
+
 #[test]
 fn a_member_that_cannot_follow_is_named_and_moves_nothing() {
     let mut group = History::new(&["east", "west"], &[(0, 0), (0, 0)]);

@@ -88,7 +88,12 @@ fn ready(report: &GroupReport, last_trigger: Option<&str>) -> Verdict {
     let name = |i: usize| name(report.members, i);
     let here = site(report.choice.site);
     let (ready, reason, message) = match &report.choice.rule {
-        GroupRule::Initial | GroupRule::Steady | GroupRule::FailedBack { .. } => {
+        // The move itself says what the group says after it (its Event says why it moved), so
+        // that the reconciles after a move build the same status and write none.
+        GroupRule::Initial
+        | GroupRule::Steady
+        | GroupRule::FailedOver { .. }
+        | GroupRule::FailedBack { .. } => {
             return settled(here, report.choice.site == 0, last_trigger);
         }
         GroupRule::FailoverPending { trigger, due } => (
@@ -98,15 +103,6 @@ fn ready(report: &GroupReport, last_trigger: Option<&str>) -> Verdict {
                 "member {} is not ready in site {here}; the group moves at {} unless it recovers",
                 name(*trigger),
                 Timestamp(*due)
-            ),
-        ),
-        GroupRule::FailedOver { trigger, from } => (
-            true,
-            group::FAILED_OVER,
-            format!(
-                "member {} is not ready in site {}; every member routes to site {here}",
-                name(*trigger),
-                site(*from)
             ),
         ),
         GroupRule::FailbackPending { to, due } => (
