@@ -15,10 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use kube::{
-    Resource,
-    api::{DeleteParams, DynamicObject, Preconditions},
-};
+use kube::api::{DeleteParams, DynamicObject, Preconditions};
 use tracing::{debug, info};
 
 pub use crate::applied::Applied;
@@ -33,7 +30,7 @@ use crate::{
     },
     runtime::{
         api_client::{describe, namespace_terminating},
-        writer::{NotLeader, Objects, Writer},
+        writer::{NotLeader, Objects, Writer, Written},
     },
 };
 
@@ -291,11 +288,11 @@ async fn create(
 }
 
 /// Remembers the route written (the writer counted the write).
-fn written(writer: &Writer, desired: &DesiredRoute, answer: &DynamicObject, what: &str) {
+fn written(writer: &Writer, desired: &DesiredRoute, answer: &Written, what: &str) {
     let kind = desired.target.kind();
     writer.recent_routes.record(
         desired.key(),
-        answer.meta().resource_version.as_deref(),
+        answer.resource_version(),
         RulesDigest::of(&desired.rules),
     );
     info!(kind = kind.as_str(), route = %desired.target.name, weights = ?desired.rules.backends.iter().map(|b| b.weight).collect::<Vec<_>>(), "{what}");

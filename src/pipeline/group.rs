@@ -19,6 +19,7 @@ use crate::{
         group::{self, CannotFollow, GroupChoice, GroupRule, Member, Order, PreviousChoice},
         readiness,
     },
+    last_status::LastGroupStatus,
     observation::PolicyKey,
     pipeline::gather,
     sources::{
@@ -187,7 +188,7 @@ fn reference(group: &GroupEntry) -> k8s_openapi::api::core::v1::ObjectReference 
 fn changed_status(
     ctx: &Context,
     group: &GroupEntry,
-    previous: Option<&FailoverGroupStatus>,
+    previous: Option<&LastGroupStatus>,
     members: &[Member],
     chosen: &GroupChoice,
     now: DateTime<Utc>,
@@ -200,7 +201,7 @@ fn changed_status(
         previous,
         now,
     });
-    let claimed = previous != Some(&status)
+    let claimed = !previous.is_some_and(|p| p.is(&status))
         && ctx.writer.is_leader()
         && ctx.caches.groups.write().claim_status(&group.key, &status) == Claim::Write;
     claimed.then(|| GroupStatus {
@@ -229,7 +230,7 @@ pub async fn write_status(ctx: &Context, pending: GroupStatus) {
             "status": status,
         });
         match objects.apply_status(&group.name, &body).await {
-            Ok(Ok(_)) => match ctx.caches.groups.write().next_to_write(&group, &status) {
+            Ok(Ok(_)) => match ctx.caches.groups.write().next_to_write(&group) {
                 Some(newer) => status = newer,
                 None => break,
             },

@@ -16,7 +16,7 @@ use kube::{
     api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
     runtime::events::Event,
 };
-use serde::{Serialize, de::DeserializeOwned};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use tracing::{debug, warn};
 
 use crate::{
@@ -39,6 +39,29 @@ pub struct NotLeader;
 /// What a write came to: refused before any request (`Err`, this replica does not lead), or the
 /// API server's answer (`Ok`).
 pub type Sent<T> = Result<kube::Result<T>, NotLeader>;
+
+/// What the controller reads of a write's answer: the object's new `resourceVersion`. The
+/// answer is the whole object, its managedFields too, and larger than the write; the rest of it
+/// is skipped unread rather than parsed into a tree that is dropped at once.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct Written {
+    #[serde(default)]
+    metadata: WrittenMeta,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WrittenMeta {
+    #[serde(default)]
+    resource_version: Option<String>,
+}
+
+impl Written {
+    /// The object's `resourceVersion` after the write.
+    pub fn resource_version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+}
 
 /// What the apply and write steps write through: the only holder of the client writes go
 /// through.
@@ -155,6 +178,13 @@ pub struct Objects<'a, K> {
     counted: &'static str,
 }
 
+/// A request as built, or why it could not be.
+fn built(
+    request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+) -> kube::Result<http::Request<Vec<u8>>> {
+    request.map_err(kube::Error::BuildRequest)
+}
+
 impl<'a, K> Objects<'a, K> {
     fn new(writer: &'a Writer, api: Api<K>, counted: &'static str) -> Self {
         Self {
@@ -191,7 +221,7 @@ where
     }
 
     /// Creates `object` (never adopting an existing one of its name: that is a conflict).
-    pub async fn create(&self, object: &K) -> Sent<K>
+    pub async fn create(&self, object: &K) -> Sent<Written>
     where
         K: Serialize,
     {
@@ -199,44 +229,74 @@ where
             field_manager: Some(self.manager.to_string()),
             ..Default::default()
         };
-        self.send(self.api.create(&params, object)).await
+        let body = serde_json::to_vec(object).map_err(kube::Error::SerdeError);
+        self.write(body.and_then(|body| built(self.request().create(&params, body))))
+            .await
     }
 
     /// One server-side apply of `object` to `name`, forced: the fields it sets are the
     /// manager's.
-    pub async fn apply(&self, name: &str, object: &(impl Serialize + Debug)) -> Sent<K> {
+    pub async fn apply(&self, name: &str, object: &(impl Serialize + Debug)) -> Sent<Written> {
         let params = PatchParams::apply(self.manager).force();
-        self.send(self.api.patch(name, &params, &Patch::Apply(object)))
-            .await
-    }
-
-    /// One server-side apply of `body` to the status of `name`, forced.
-    pub async fn apply_status(&self, name: &str, body: &(impl Serialize + Debug)) -> Sent<K> {
-        let params = PatchParams::apply(self.manager).force();
-        self.send(self.api.patch_status(name, &params, &Patch::Apply(body)))
-            .await
-    }
-
-    /// One merge patch of `name`.
-    pub async fn merge(&self, name: &str, patch: &(impl Serialize + Debug)) -> Sent<K> {
-        self.send(
-            self.api
-                .patch(name, &self.merge_params(), &Patch::Merge(patch)),
-        )
+        self.write(built(self.request().patch(
+            name,
+            &params,
+            &Patch::Apply(object),
+        )))
         .await
     }
 
+    /// One server-side apply of `body` to the status of `name`, forced.
+    pub async fn apply_status(&self, name: &str, body: &(impl Serialize + Debug)) -> Sent<Written> {
+        let params = PatchParams::apply(self.manager).force();
+        let request =
+            self.request()
+                .patch_subresource("status", name, &params, &Patch::Apply(body));
+        self.write(built(request)).await
+    }
+
+    /// One merge patch of `name`.
+    pub async fn merge(&self, name: &str, patch: &(impl Serialize + Debug)) -> Sent<Written> {
+        let request = self
+            .request()
+            .patch(name, &self.merge_params(), &Patch::Merge(patch));
+        self.write(built(request)).await
+    }
+
     /// One merge patch of the scale subresource of `name`.
-    pub async fn merge_scale(&self, name: &str, patch: &(impl Serialize + Debug)) -> Sent<Scale> {
-        let params = self.merge_params();
-        self.send(self.api.patch_scale(name, &params, &Patch::Merge(patch)))
-            .await
+    pub async fn merge_scale(&self, name: &str, patch: &(impl Serialize + Debug)) -> Sent<Written> {
+        let request = self.request().patch_subresource(
+            "scale",
+            name,
+            &self.merge_params(),
+            &Patch::Merge(patch),
+        );
+        self.write(built(request)).await
     }
 
     /// Deletes `name`, on `params`' preconditions.
     pub async fn delete(&self, name: &str, params: &DeleteParams) -> Sent<()> {
         let deleted = self.send(self.api.delete(name, params)).await?;
         Ok(deleted.map(|_| ()))
+    }
+
+    /// The requests to the objects' URL.
+    fn request(&self) -> kube::core::Request {
+        kube::core::Request::new(self.api.resource_url())
+    }
+
+    /// Sends a write (nothing is sent unless this replica leads right now), counts it once the
+    /// API server accepts it, and reads of its answer only the new `resourceVersion`.
+    async fn write(&self, request: kube::Result<http::Request<Vec<u8>>>) -> Sent<Written> {
+        self.writer.ensure_leader()?;
+        let answer = match request {
+            Ok(request) => self.writer.client.request::<Written>(request).await,
+            Err(e) => Err(e),
+        };
+        if answer.is_ok() {
+            self.writer.metrics.write(self.counted);
+        }
+        Ok(answer)
     }
 
     fn merge_params(&self) -> PatchParams {
@@ -255,5 +315,29 @@ where
             self.writer.metrics.write(self.counted);
         }
         Ok(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn of_a_writes_answer_only_the_resource_version_is_read() {
+        let answer = serde_json::json!({
+            "apiVersion": "failover.dev/v1alpha1",
+            "kind": "FailoverPolicy",
+            "metadata": {
+                "name": "web",
+                "resourceVersion": "4711",
+                "managedFields": [{"manager": "failover-controller", "fieldsV1": {"f:status": {}}}],
+            },
+            "spec": {"service": "web"},
+            "status": {"phase": "Primary"},
+        });
+        let written: Written = serde_json::from_value(answer).expect("an answer");
+        assert_eq!(written.resource_version(), Some("4711"));
+        let bare: Written = serde_json::from_str("{}").expect("an answer");
+        assert_eq!(bare.resource_version(), None);
     }
 }

@@ -14,7 +14,7 @@ use std::hash::{DefaultHasher, Hasher};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::{
-    api::{FailoverPolicyStatus, Phase, Timestamp},
+    api::{FailoverGroupStatus, FailoverPolicyStatus, Phase, Timestamp},
     digest::digest,
 };
 
@@ -97,16 +97,7 @@ impl LastStatus {
                     message: b.message.as_deref().filter(|_| !b.ready).map(Box::from),
                 })
                 .collect(),
-            conditions: status
-                .conditions
-                .iter()
-                .map(|c| LastCondition {
-                    type_: digest(c.type_.as_str()),
-                    status: c.status == "True",
-                    reason: digest(c.reason.as_str()),
-                    last_transition_time: c.last_transition_time.clone(),
-                })
-                .collect(),
+            conditions: status.conditions.iter().map(LastCondition::of).collect(),
             last_failover_time: status.last_failover_time,
             last_failback_time: status.last_failback_time,
             demand: status.capacity.as_ref().map(|c| c.demand),
@@ -147,9 +138,64 @@ impl LastStatus {
     }
 }
 
+/// A failover group's status as last written, compact: what the next choice of its site and the
+/// next status read of it (its site and since when, the member that moved it last, when each
+/// condition took its status), and a digest of the whole, so an unchanged one is not written
+/// again. Its members' names and messages are only compared, so only the digest holds them: at
+/// most two allocations, where the status took one per string.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LastGroupStatus {
+    /// The site every member routed to.
+    pub site: Option<compact_str::CompactString>,
+    /// When the group last moved.
+    pub since: Option<Timestamp>,
+    /// The member whose readiness moved the group last.
+    pub last_trigger: Option<compact_str::CompactString>,
+    /// Its conditions.
+    pub conditions: Box<[LastCondition]>,
+    /// A digest of the whole status (`None`: it could not be encoded, so it equals nothing).
+    pub digest: Option<u64>,
+}
+
+impl LastGroupStatus {
+    /// The compact form of a group's status.
+    pub fn of(status: &FailoverGroupStatus) -> Self {
+        Self {
+            site: status.site.as_deref().map(Into::into),
+            since: status.last_transition_time,
+            last_trigger: status.last_trigger.as_deref().map(Into::into),
+            conditions: status.conditions.iter().map(LastCondition::of).collect(),
+            digest: digest_of(status),
+        }
+    }
+
+    /// The condition of this type, if the status had it.
+    pub fn condition(&self, type_: &str) -> Option<&LastCondition> {
+        let type_ = digest(type_);
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    /// Whether `status` is the status this one was made from: as the JSON written compares,
+    /// so a time finer than the JSON keeps is no difference.
+    pub fn is(&self, status: &FailoverGroupStatus) -> bool {
+        self.digest.is_some() && self.digest == digest_of(status)
+    }
+}
+
+impl LastCondition {
+    fn of(c: &crate::api::Condition) -> Self {
+        LastCondition {
+            type_: digest(c.type_.as_str()),
+            status: c.status == "True",
+            reason: digest(c.reason.as_str()),
+            last_transition_time: c.last_transition_time.clone(),
+        }
+    }
+}
+
 /// A digest of a whole status: of its JSON, as the status holds numbers that do not hash. The
 /// JSON is hashed as it is written, never held.
-fn digest_of(status: &FailoverPolicyStatus) -> Option<u64> {
+fn digest_of(status: &impl serde::Serialize) -> Option<u64> {
     struct Hashing(DefaultHasher);
     impl std::io::Write for Hashing {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {

@@ -110,5 +110,5 @@ async fn apply(
         .apply_status(name, &body)
         .await?
         .map_err(StatusError::Api)?;
-    Ok(written.meta().resource_version.clone())
+    Ok(written.resource_version().map(str::to_string))
 }

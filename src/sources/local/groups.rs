@@ -10,6 +10,7 @@ use std::{
     sync::Arc,
 };
 
+use compact_str::CompactString;
 use indexmap::IndexMap;
 use kube::runtime::watcher;
 use smallvec::SmallVec;
@@ -20,6 +21,7 @@ use crate::{
         rules::{MAX_GROUP_MEMBERS, MAX_GROUP_SITES},
     },
     decide::group::PreviousChoice,
+    last_status::LastGroupStatus,
     observation::PolicyKey,
     sources::store::{EntryChange, Keep, Store},
 };
@@ -35,10 +37,10 @@ pub struct GroupEntry {
     pub generation: Option<i64>,
     /// Its sites, in order of preference.
     pub sites: Arc<[String]>,
-    /// Its members, by name in its namespace.
-    pub members: Arc<[String]>,
+    /// Its members, by name in its namespace (each inline when 24 bytes or shorter).
+    pub members: Arc<[CompactString]>,
     /// Its status as the watch last delivered it.
-    pub status: Option<FailoverGroupStatus>,
+    pub status: Option<LastGroupStatus>,
 }
 
 impl GroupEntry {
@@ -55,10 +57,10 @@ impl GroupEntry {
         let site = self
             .sites
             .iter()
-            .position(|s| Some(s) == status.site.as_ref())?;
+            .position(|s| Some(s.as_str()) == status.site.as_deref())?;
         Some(PreviousChoice {
             site,
-            since: status.last_transition_time?.0,
+            since: status.since?.0,
         })
     }
 }
@@ -83,7 +85,10 @@ impl Keep<FailoverGroup> for Keeping {
     fn unchanged(&self, held: &GroupEntry, group: &FailoverGroup) -> bool {
         held.generation == group.metadata.generation
             && held.uid == group.metadata.uid.as_deref().unwrap_or_default()
-            && held.status == group.status
+            && match (&held.status, &group.status) {
+                (Some(held), Some(delivered)) => held.is(delivered),
+                (held, delivered) => held.is_none() && delivered.is_none(),
+            }
     }
 
     fn entry(&mut self, group: FailoverGroup) -> GroupEntry {
@@ -92,8 +97,13 @@ impl Keep<FailoverGroup> for Keeping {
             uid: group.metadata.uid.clone().unwrap_or_default(),
             generation: group.metadata.generation,
             sites: group.spec.sites.into(),
-            members: group.spec.members.into(),
-            status: group.status,
+            members: group
+                .spec
+                .members
+                .iter()
+                .map(|m| m.as_str().into())
+                .collect(),
+            status: group.status.as_ref().map(LastGroupStatus::of),
         }
     }
 }
@@ -110,10 +120,19 @@ pub struct GroupTable {
     choices: HashMap<PolicyKey, PreviousChoice>,
     /// Each group's status as this replica last claimed it (to write, or written), until the
     /// watch delivers it (then the store's is the same, and held once).
-    written: HashMap<PolicyKey, FailoverGroupStatus>,
+    written: HashMap<PolicyKey, Claimed>,
     /// The groups whose status a reconcile is writing: it writes the newest claimed before it
     /// stops, so that one write per group is in flight and the last to land is the newest.
     writing: HashSet<PolicyKey>,
+}
+
+/// A group's status as this replica claimed it last.
+#[derive(Debug)]
+struct Claimed {
+    /// The status claimed, compact.
+    last: LastGroupStatus,
+    /// The status itself while another is being written: the writer writes it next.
+    queued: Option<FailoverGroupStatus>,
 }
 
 /// What claiming a group's status asks of the claiming reconcile.
@@ -146,7 +165,7 @@ pub struct Membership {
     /// The group's last choice.
     pub choice: Option<PreviousChoice>,
     /// The group's status: as this replica last wrote it, else as the watch delivered it.
-    pub status: Option<FailoverGroupStatus>,
+    pub status: Option<LastGroupStatus>,
 }
 
 impl GroupTable {
@@ -163,7 +182,11 @@ impl GroupTable {
             return None;
         }
         let choice = self.choice(key);
-        let status = self.written.get(key).cloned().or(group.status.clone());
+        let status = self
+            .written
+            .get(key)
+            .map(|c| c.last.clone())
+            .or(group.status.clone());
         Some(Membership {
             group,
             choice,
@@ -212,32 +235,31 @@ impl GroupTable {
         let held = self
             .written
             .get(group)
+            .map(|c| &c.last)
             .or_else(|| self.store.get(group).and_then(|g| g.status.as_ref()));
-        if held == Some(status) {
+        if held.is_some_and(|h| h.is(status)) {
             return Claim::Held;
         }
-        self.written.insert(group.clone(), status.clone());
-        if self.writing.insert(group.clone()) {
-            Claim::Write
+        let (claim, queued) = if self.writing.insert(group.clone()) {
+            (Claim::Write, None)
         } else {
-            Claim::Queued
-        }
+            (Claim::Queued, Some(status.clone()))
+        };
+        let last = LastGroupStatus::of(status);
+        self.written.insert(group.clone(), Claimed { last, queued });
+        claim
     }
 
-    /// After `wrote` landed: the newer status claimed meanwhile, to write next; `None` (and the
-    /// write is over) when it is the newest.
-    pub fn next_to_write(
-        &mut self,
-        group: &PolicyKey,
-        wrote: &FailoverGroupStatus,
-    ) -> Option<FailoverGroupStatus> {
-        match self.written.get(group) {
-            Some(newest) if newest != wrote => Some(newest.clone()),
-            _ => {
-                self.writing.remove(group);
-                None
-            }
+    /// After a write landed: the newer status claimed meanwhile, to write next; `None` (and the
+    /// write is over) when it was the newest.
+    pub fn next_to_write(&mut self, group: &PolicyKey) -> Option<FailoverGroupStatus> {
+        let newer = self.written.get_mut(group).and_then(|c| c.queued.take());
+        if newer.is_none() {
+            self.writing.remove(group);
+            // The watch may have delivered it before the write ended.
+            self.forget_delivered(group);
         }
+        newer
     }
 
     /// A write that failed or was given up: the claim is dropped, so that the next reconcile of
@@ -297,10 +319,15 @@ impl GroupTable {
         wake
     }
 
-    /// Drops the status this replica wrote of `group` once the watch has delivered it.
+    /// Drops the status this replica wrote of `group` once the watch has delivered it and no
+    /// write of it is under way.
     fn forget_delivered(&mut self, group: &PolicyKey) {
         let delivered = self.store.get(group).and_then(|g| g.status.as_ref());
-        if delivered.is_some() && self.written.get(group) == delivered {
+        let claimed = self.written.get(group);
+        if delivered.is_some()
+            && claimed.is_some_and(|c| delivered.is_some_and(|d| d.digest == c.last.digest))
+            && !self.writing.contains(group)
+        {
             self.written.remove(group);
         }
     }
@@ -414,15 +441,35 @@ mod tests {
         assert_eq!(table.claim_status(&g, &at_site("west")), Claim::Held);
         // While it is written, another member claims a newer one: the writer writes it next.
         assert_eq!(table.claim_status(&g, &at_site("east")), Claim::Queued);
-        assert_eq!(
-            table.next_to_write(&g, &at_site("west")),
-            Some(at_site("east"))
-        );
-        assert_eq!(table.next_to_write(&g, &at_site("east")), None);
+        assert_eq!(table.next_to_write(&g), Some(at_site("east")));
+        assert_eq!(table.next_to_write(&g), None);
         // A failed write: the next claim writes again, even of the same status.
         assert_eq!(table.claim_status(&g, &at_site("west")), Claim::Write);
         table.write_failed(&g);
         assert_eq!(table.claim_status(&g, &at_site("west")), Claim::Write);
+    }
+
+    #[test]
+    fn a_status_written_is_forgotten_once_the_watch_delivers_it_to_the_millisecond() {
+        let mut table = GroupTable::default();
+        table.apply(watcher::Event::Apply(group("ns", "g", &["web"])));
+        let g = key("ns", "g");
+        let since = chrono::DateTime::from_timestamp(1_700_000_000, 123_456_789).expect("time");
+        let status = FailoverGroupStatus {
+            last_transition_time: Some(since.into()),
+            ..at_site("west")
+        };
+        assert_eq!(table.claim_status(&g, &status), Claim::Write);
+        assert_eq!(table.next_to_write(&g), None);
+        assert_eq!(table.written.len(), 1);
+        // The API server returns the time as the JSON written kept it.
+        let mut delivered = group("ns", "g", &["web"]);
+        delivered.metadata.resource_version = Some("2".into());
+        delivered.status = serde_json::from_value(serde_json::json!(status)).ok();
+        assert_ne!(delivered.status.as_ref(), Some(&status));
+        table.apply(watcher::Event::Apply(delivered));
+        assert!(table.written.is_empty());
+        assert_eq!(table.claim_status(&g, &status), Claim::Held);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::{
         group::{GroupChoice, GroupRule, Member},
         verdict::Verdict,
     },
+    last_status::LastGroupStatus,
 };
 
 /// What a group's status reports.
@@ -25,7 +26,7 @@ pub struct GroupReport<'a> {
     /// Its `metadata.generation`.
     pub generation: Option<i64>,
     /// Its status as last written.
-    pub previous: Option<&'a FailoverGroupStatus>,
+    pub previous: Option<&'a LastGroupStatus>,
     /// Now.
     pub now: DateTime<Utc>,
 }
@@ -42,7 +43,7 @@ pub fn build(report: &GroupReport) -> FailoverGroupStatus {
     } = *report;
     let last_trigger = match choice.rule {
         GroupRule::FailedOver { trigger, .. } => Some(name(members, trigger).to_string()),
-        _ => previous.and_then(|p| p.last_trigger.clone()),
+        _ => previous.and_then(|p| p.last_trigger.as_deref().map(str::to_string)),
     };
     let verdicts = [
         Some(ready(report, last_trigger.as_deref())),
@@ -175,13 +176,13 @@ fn degraded(report: &GroupReport) -> Option<Verdict> {
 
 /// A condition from a verdict, keeping the previous `lastTransitionTime` while it holds.
 fn condition(
-    previous: Option<&FailoverGroupStatus>,
+    previous: Option<&LastGroupStatus>,
     verdict: &Verdict,
     now: DateTime<Utc>,
 ) -> Condition {
     let held = previous
-        .and_then(|p| p.conditions.iter().find(|c| c.type_ == verdict.type_))
-        .filter(|c| (c.status == "True") == verdict.status)
+        .and_then(|p| p.condition(verdict.type_))
+        .filter(|c| c.status == verdict.status)
         .map(|c| c.last_transition_time.clone());
     super::condition_since(held, verdict, now)
 }
