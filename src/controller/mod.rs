@@ -31,6 +31,7 @@ use tracing::{info, warn};
 
 use self::{policies::policy_requests, runner::Request, triggers::queue_everything};
 use crate::{
+    api::{FailoverGroup, FailoverPolicy},
     apis::{NeededApi, WatchKind},
     observation::PolicyKey,
     pipeline::{
@@ -39,8 +40,10 @@ use crate::{
     },
     route::RouteKind,
     runtime::{
-        leader::Leadership, metrics::Metrics, retry::Retries, writer::Writer,
-        written::Queue as StatusQueue,
+        leader::Leadership,
+        metrics::Metrics,
+        retry::Retries,
+        writer::{StatusQueues, Writer},
     },
     sources::{
         Caches, Context, Scope,
@@ -104,7 +107,7 @@ fn context(
     metrics: &Arc<Metrics>,
     leadership: Leadership,
     queue: mpsc::UnboundedSender<PolicyKey>,
-) -> (Arc<Context>, StatusQueue) {
+) -> (Arc<Context>, StatusQueues) {
     let (writer, statuses) = Writer::new(
         client.clone(),
         leadership,
@@ -277,7 +280,11 @@ pub fn start(
     let (queue, queued) = mpsc::unbounded();
     let (ctx, statuses) = context(client, &settings, &metrics, leadership.clone(), queue);
     let concurrency = usize::from(settings.concurrency);
-    let status_writer = statuses::run(ctx.clone(), statuses, concurrency);
+    let status_writers = futures::future::join(
+        statuses::run::<FailoverPolicy>(ctx.clone(), statuses.policies, concurrency),
+        statuses::run::<FailoverGroup>(ctx.clone(), statuses.groups, concurrency),
+    )
+    .map(|_| ());
     let requests = requests(
         policy_requests(ctx.clone()),
         queued,
@@ -300,9 +307,12 @@ pub fn start(
     );
     let never_listed = stopped_before_policies_listed(shutdown, ctx.caches.synced.clone());
     let flushing = ctx.clone();
-    let flushed = async move { flushing.writer.statuses.flushed().await };
+    let flushed = async move {
+        let writer = &flushing.writer;
+        futures::join!(writer.statuses.flushed(), writer.group_statuses.flushed());
+    };
     let work = running(controller, feeds(ctx.clone()), never_listed, flushed);
-    (ctx, run_beside(work, status_writer))
+    (ctx, run_beside(work, status_writers))
 }
 
 /// The runner's work: each policy that changed or was woken, and every policy when something

@@ -5,16 +5,18 @@
 //! Any member's input wakes that member's reconcile, so any member's change chooses the group's
 //! site again; no reconcile scans every policy, only the group's members. A choice that moves
 //! the group wakes every other member (each then writes its route once), records an Event on the
-//! group, and writes the group's status. Two members choosing at once choose the same: the
-//! choice is a pure function of the same caches, and the table records a move once.
+//! group, and queues the group's status for the status writer (`pipeline::write::statuses`),
+//! which writes it as it writes policies' statuses. Two members choosing at once choose the
+//! same: the choice is a pure function of the same caches, and the table records a move once.
 
 use chrono::{DateTime, Utc};
-use kube::Resource as _;
-use kube::runtime::events::{Event, EventType};
-use tracing::warn;
+use kube::{
+    Resource as _,
+    runtime::events::{Event, EventType},
+};
 
 use crate::{
-    api::{FailoverGroup, FailoverGroupStatus, conditions::group as reasons},
+    api::{FailoverGroup, conditions::group as reasons},
     decide::{
         group::{self, CannotFollow, GroupChoice, GroupRule, Member, Order, PreviousChoice},
         readiness,
@@ -22,10 +24,11 @@ use crate::{
     last_status::LastGroupStatus,
     observation::PolicyKey,
     pipeline::gather,
+    runtime::written::StatusKey,
     sources::{
         Context,
         local::{
-            groups::{Claim, GroupEntry, Membership, Recorded},
+            groups::{GroupEntry, Membership, Recorded},
             policies::Spec,
         },
     },
@@ -37,16 +40,6 @@ use crate::{
 pub struct Following {
     /// The site to route to; `None` when the policy follows no group's site now.
     pub order: Option<Order>,
-    /// The group's status to write (after the member's route), when it differs from the one
-    /// it has.
-    pub status: Option<GroupStatus>,
-}
-
-/// A group's status to write.
-#[derive(Clone, Debug)]
-pub struct GroupStatus {
-    group: PolicyKey,
-    status: FailoverGroupStatus,
 }
 
 /// How often a member chooses its group's site again when another member recorded a choice
@@ -104,7 +97,8 @@ fn choose(
         }
         Recorded::Moved | Recorded::Same => {}
     }
-    let status = changed_status(ctx, &group, status.as_ref(), &members, &chosen, now);
+    let previous = previous_status(ctx, &group, status);
+    queue_status(ctx, &group, previous.as_ref(), &members, &chosen, now);
     let me = group
         .members
         .iter()
@@ -120,7 +114,7 @@ fn choose(
             site: site.as_str().into(),
             due: chosen.due(),
         });
-    Some(Following { order, status })
+    Some(Following { order })
 }
 
 /// One member as the group reads it: its readiness in each site from the caches, as its own
@@ -183,16 +177,34 @@ fn reference(group: &GroupEntry) -> k8s_openapi::api::core::v1::ObjectReference 
     }
 }
 
-/// The group's status after this choice, when it differs from the one it has (`previous`) and
-/// no other member's reconcile claimed the same write first.
-fn changed_status(
+/// The status the group has: the one this replica queued and has not written yet, else the one
+/// it wrote last until the watch delivers it, else the one the watch delivered.
+fn previous_status(
+    ctx: &Context,
+    group: &GroupEntry,
+    delivered: Option<LastGroupStatus>,
+) -> Option<LastGroupStatus> {
+    let key = StatusKey::new(&group.key, &group.uid);
+    let writer = &ctx.writer;
+    writer
+        .group_statuses
+        .pending(&key)
+        .map(|pending| LastGroupStatus::of(&pending))
+        .or_else(|| writer.recent_group_status.unseen(&key))
+        .or(delivered)
+}
+
+/// Queues the group's status after this choice for the status writer, when it differs from the
+/// one it has (`previous`): of the members choosing at once, the first queues it and the others
+/// read it as the group's status; the writer writes the newest last.
+fn queue_status(
     ctx: &Context,
     group: &GroupEntry,
     previous: Option<&LastGroupStatus>,
     members: &[Member],
     chosen: &GroupChoice,
     now: DateTime<Utc>,
-) -> Option<GroupStatus> {
+) {
     let status = build(&GroupReport {
         sites: &group.sites,
         members,
@@ -201,61 +213,8 @@ fn changed_status(
         previous,
         now,
     });
-    let claimed = !previous.is_some_and(|p| p.is(&status))
-        && ctx.writer.is_leader()
-        && ctx.caches.groups.write().claim_status(&group.key, &status) == Claim::Write;
-    claimed.then(|| GroupStatus {
-        group: group.key.clone(),
-        status,
-    })
-}
-
-/// Writes a group's status, then each newer one its members claimed meanwhile, so that the
-/// last to land is the newest. Best effort: a write that fails drops the claim, and the next
-/// member's reconcile writes the group's status again.
-pub async fn write_status(ctx: &Context, pending: GroupStatus) {
-    let GroupStatus { group, mut status } = pending;
-    let mut writing = Writing {
-        ctx,
-        group: &group,
-        done: false,
-    };
-    loop {
-        let objects = ctx
-            .writer
-            .namespaced::<FailoverGroup>(&group.namespace, "group_status");
-        let body = serde_json::json!({
-            "apiVersion": FailoverGroup::api_version(&()),
-            "kind": FailoverGroup::kind(&()),
-            "status": status,
-        });
-        match objects.apply_status(&group.name, &body).await {
-            Ok(Ok(_)) => match ctx.caches.groups.write().next_to_write(&group) {
-                Some(newer) => status = newer,
-                None => break,
-            },
-            Err(_) => return,
-            Ok(Err(e)) => {
-                warn!(group = %group.name, error = %e, "could not write the group's status");
-                return;
-            }
-        }
-    }
-    writing.done = true;
-}
-
-/// A group's status being written; dropped before it is done (failed, not the leader, or its
-/// reconcile cancelled), it gives the write up, so that the group is never left waiting for it.
-struct Writing<'a> {
-    ctx: &'a Context,
-    group: &'a PolicyKey,
-    done: bool,
-}
-
-impl Drop for Writing<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            self.ctx.caches.groups.write().write_failed(self.group);
-        }
+    if ctx.writer.is_leader() {
+        let key = StatusKey::new(&group.key, &group.uid);
+        ctx.writer.group_statuses.queue(key, status, previous);
     }
 }

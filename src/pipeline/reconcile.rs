@@ -232,9 +232,6 @@ async fn act(
         raised,
     )
     .await;
-    if let Some(status) = following.status {
-        group::write_status(ctx, status).await;
-    }
     Ok((intent.outcome(applied, scaled, inputs.route), failure))
 }
 

@@ -5,7 +5,7 @@
 //! writer also keeps the memory of recent writes ([`Recent`]) that keeps a stale cache from
 //! causing a second write, and the statuses waiting to be written ([`Statuses`]).
 
-use std::{fmt::Debug, future::Future, sync::Arc};
+use std::{fmt::Debug, sync::Arc};
 
 use k8s_openapi::{
     NamespaceResourceScope,
@@ -20,7 +20,8 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use tracing::{debug, warn};
 
 use crate::{
-    api::FailoverPolicyStatus,
+    api::{FailoverGroupStatus, FailoverPolicyStatus},
+    last_status::LastGroupStatus,
     route::{FIELD_MANAGER, RouteKey, RulesDigest},
     runtime::{
         api_client::describe,
@@ -75,20 +76,33 @@ pub struct Writer {
     /// Statuses written, until the policy cache shows them.
     pub recent_status: Recent<StatusKey, FailoverPolicyStatus>,
     /// Statuses queued, until they are written.
-    pub statuses: Statuses,
+    pub statuses: Statuses<FailoverPolicyStatus>,
+    /// Failover groups' statuses written (compact), until the group watch delivers them.
+    pub recent_group_status: Recent<StatusKey, LastGroupStatus>,
+    /// Failover groups' statuses queued, until they are written.
+    pub group_statuses: Statuses<FailoverGroupStatus>,
+}
+
+/// The status writers' work: the policies, and the groups, whose status waits.
+pub struct StatusQueues {
+    /// Policies.
+    pub policies: Queue,
+    /// Failover groups.
+    pub groups: Queue,
 }
 
 impl Writer {
-    /// A writer through this client; `instance` names this replica in Events. The queue is the
-    /// status writer's work ([`crate::pipeline::write::statuses::run`]).
+    /// A writer through this client; `instance` names this replica in Events. The queues are the
+    /// status writers' work ([`crate::pipeline::write::statuses::run`]).
     pub fn new(
         client: Client,
         leadership: Leadership,
         metrics: Arc<Metrics>,
         instance: Option<String>,
-    ) -> (Self, Queue) {
+    ) -> (Self, StatusQueues) {
         let events = Events::new(client.clone(), FIELD_MANAGER, instance);
-        let (statuses, queue) = Statuses::new();
+        let (statuses, policies) = Statuses::new();
+        let (group_statuses, groups) = Statuses::new();
         let writer = Self {
             client,
             leadership,
@@ -97,8 +111,10 @@ impl Writer {
             recent_routes: Recent::default(),
             recent_status: Recent::default(),
             statuses,
+            recent_group_status: Recent::default(),
+            group_statuses,
         };
-        (writer, queue)
+        (writer, StatusQueues { policies, groups })
     }
 
     /// Whether this replica may write now.
@@ -276,7 +292,9 @@ where
 
     /// Deletes `name`, on `params`' preconditions.
     pub async fn delete(&self, name: &str, params: &DeleteParams) -> Sent<()> {
-        let deleted = self.send(self.api.delete(name, params)).await?;
+        let deleted = self
+            .write(built(self.request().delete(name, params)))
+            .await?;
         Ok(deleted.map(|_| ()))
     }
 
@@ -304,17 +322,6 @@ where
             field_manager: Some(self.manager.into()),
             ..Default::default()
         }
-    }
-
-    /// Sends `request` (nothing is sent before it is awaited) if this replica leads right now,
-    /// and counts it once the API server accepts it.
-    async fn send<T>(&self, request: impl Future<Output = kube::Result<T>>) -> Sent<T> {
-        self.writer.ensure_leader()?;
-        let answer = request.await;
-        if answer.is_ok() {
-            self.writer.metrics.write(self.counted);
-        }
-        Ok(answer)
     }
 }
 

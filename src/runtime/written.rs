@@ -6,9 +6,10 @@
 //!   write or announce a transition twice. Each entry lives only until the cache reaches the
 //!   written version. Versions are compared as numbers, as etcd-backed API servers issue them; a
 //!   version that is not a number simply disables the shortcut.
-//! - [`Statuses`]: the statuses the status step built and the background writer has not written
-//!   yet, newest per policy. The gather step reads them as a policy's previous status; the
-//!   writer (`pipeline::write::statuses`) takes its work from the [`Queue`].
+//! - [`Statuses`]: the statuses built (a policy's by its status step, a group's by its members'
+//!   group step) that the background writer has not written yet, newest per object. They are
+//!   read as the object's previous status; the writer (`pipeline::write::statuses`) takes its
+//!   work from the [`Queue`].
 
 use std::{collections::HashMap, future::Future, hash::Hash, sync::Arc};
 
@@ -16,7 +17,7 @@ use futures::channel::mpsc;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::{api::FailoverPolicyStatus, last_status::LastStatus, observation::PolicyKey};
+use crate::{last_status::Compact, observation::PolicyKey};
 
 /// Recent writes of one kind of value, by object key.
 #[derive(Debug)]
@@ -54,6 +55,11 @@ impl<K: Hash + Eq, T: Clone> Recent<K, T> {
         }
     }
 
+    /// The value written last, until a watch delivers it ([`Recent::seen_through`]).
+    pub fn unseen(&self, key: &K) -> Option<T> {
+        self.entries.lock().get(key).map(|(_, value)| value.clone())
+    }
+
     /// Forgets the writes of the keys `of_watch` selects that one watch has delivered: it sent
     /// an event at `version`, and a watch sends events in the order of their versions, so every
     /// write up to it is in its cache. Without this, a write nobody reconciled again would stay
@@ -71,48 +77,49 @@ impl<K: Hash + Eq, T: Clone> Recent<K, T> {
     }
 }
 
-/// The key under which a policy's status waits and its written status is remembered: the
-/// policy and its uid (a policy deleted and created again under its name is another one).
+/// The key under which an object's status waits and its written status is remembered: the
+/// object (a policy, or a group) and its uid (one deleted and created again under its name is
+/// another one).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct StatusKey {
-    /// The policy.
-    pub policy: PolicyKey,
+    /// The object's namespace and name.
+    pub object: PolicyKey,
     /// Its uid.
     pub uid: Box<str>,
 }
 
 impl StatusKey {
-    /// The key of a policy's status, by its key and uid.
-    pub fn new(policy: &PolicyKey, uid: &str) -> Self {
+    /// The key of an object's status, by its key and uid.
+    pub fn new(object: &PolicyKey, uid: &str) -> Self {
         Self {
-            policy: policy.clone(),
+            object: object.clone(),
             uid: uid.into(),
         }
     }
 }
 
-/// One policy's newest status, not written yet, and its version: bumped by each newer status,
+/// One object's newest status, not written yet, and its version: bumped by each newer status,
 /// so the writer knows whether it wrote the newest.
 #[derive(Clone, Debug)]
-pub struct Newest {
+pub struct Newest<S> {
     /// The status.
-    pub status: FailoverPolicyStatus,
+    pub status: S,
     /// Its version.
     pub version: u64,
 }
 
-/// The statuses waiting to be written, by policy.
-pub struct Statuses {
-    pending: Mutex<HashMap<StatusKey, Newest>>,
+/// The statuses of one kind waiting to be written, by object.
+pub struct Statuses<S> {
+    pending: Mutex<HashMap<StatusKey, Newest<S>>>,
     queue: mpsc::UnboundedSender<StatusKey>,
     /// Notified whenever a pending status leaves.
     left: Arc<Notify>,
 }
 
-/// The policies whose status waits, in the order they were queued.
+/// The objects whose status waits, in the order they were queued.
 pub type Queue = mpsc::UnboundedReceiver<StatusKey>;
 
-impl Statuses {
+impl<S: Clone> Statuses<S> {
     /// The statuses that may wait at once before reconciles are held back: 16 rounds of the
     /// writer at its default concurrency of 16, which keeps it busy, and no more, as every status
     /// waiting adds to the peak of a cold start.
@@ -129,17 +136,17 @@ impl Statuses {
         (statuses, receiver)
     }
 
-    /// The status queued or being written for a policy, newer than any cache.
-    pub fn pending(&self, key: &StatusKey) -> Option<FailoverPolicyStatus> {
+    /// The status queued or being written for an object, newer than any cache.
+    pub fn pending(&self, key: &StatusKey) -> Option<S> {
         self.pending.lock().get(key).map(|p| p.status.clone())
     }
 
-    /// Queues `status` unless it is what the policy has (`current`); returns whether it did.
+    /// Queues `status` unless it is what the object has (`current`); returns whether it did.
     pub fn queue(
         &self,
         key: StatusKey,
-        status: FailoverPolicyStatus,
-        current: Option<&LastStatus>,
+        status: S,
+        current: Option<&impl Compact<Whole = S>>,
     ) -> bool {
         if current.is_some_and(|c| c.is(&status)) {
             return false;
@@ -182,12 +189,12 @@ impl Statuses {
         self.left.clone().notified_owned()
     }
 
-    /// The newest status queued for a policy.
-    pub fn newest(&self, key: &StatusKey) -> Option<Newest> {
+    /// The newest status queued for an object.
+    pub fn newest(&self, key: &StatusKey) -> Option<Newest<S>> {
         self.pending.lock().get(key).cloned()
     }
 
-    /// Drops a policy's entry once `version` is written (or not worth writing); returns false
+    /// Drops an object's entry once `version` is written (or not worth writing); returns false
     /// when a newer status came meanwhile.
     pub fn done(&self, key: &StatusKey, version: Option<u64>) -> bool {
         let mut pending = self.pending.lock();
@@ -244,7 +251,10 @@ mod tests {
         assert_eq!(recent.newer_than(&"b", Some(1)), None);
     }
 
-    use crate::api::Phase;
+    use crate::{
+        api::{FailoverPolicyStatus, Phase},
+        last_status::LastStatus,
+    };
 
     fn phase(phase: Phase) -> FailoverPolicyStatus {
         FailoverPolicyStatus {
@@ -259,8 +269,8 @@ mod tests {
         let key = StatusKey::new(&PolicyKey::new("ns", "web"), "u1");
         let primary = LastStatus::of(&phase(Phase::Primary));
         assert!(!statuses.queue(key.clone(), phase(Phase::Primary), Some(&primary)));
-        assert!(statuses.queue(key.clone(), phase(Phase::FailedOver), None));
-        assert!(statuses.queue(key.clone(), phase(Phase::Primary), None));
+        assert!(statuses.queue(key.clone(), phase(Phase::FailedOver), None::<&LastStatus>));
+        assert!(statuses.queue(key.clone(), phase(Phase::Primary), None::<&LastStatus>));
         assert_eq!(statuses.pending(&key), Some(phase(Phase::Primary)));
         assert_eq!(queue.try_recv().ok(), Some(key.clone()));
         assert!(queue.try_recv().is_err(), "one writer per policy");

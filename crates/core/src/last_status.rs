@@ -131,10 +131,31 @@ impl LastStatus {
         self.condition(type_)
             .is_some_and(|c| c.reason == digest(reason))
     }
+}
 
-    /// Whether `status` is the status this one was made from.
-    pub fn is(&self, status: &FailoverPolicyStatus) -> bool {
-        self.digest.is_some() && self.digest == digest_of(status)
+/// A status held compact, compared with a whole one as the JSON written compares (a time finer
+/// than the JSON keeps is no difference).
+pub trait Compact {
+    /// The status it is made of.
+    type Whole;
+
+    /// Whether `whole` is the status this one was made from.
+    fn is(&self, whole: &Self::Whole) -> bool;
+}
+
+impl Compact for LastStatus {
+    type Whole = FailoverPolicyStatus;
+
+    fn is(&self, whole: &FailoverPolicyStatus) -> bool {
+        self.digest.is_some() && self.digest == digest_of(whole)
+    }
+}
+
+impl Compact for LastGroupStatus {
+    type Whole = FailoverGroupStatus;
+
+    fn is(&self, whole: &FailoverGroupStatus) -> bool {
+        self.digest.is_some() && self.digest == digest_of(whole)
     }
 }
 
@@ -173,12 +194,6 @@ impl LastGroupStatus {
     pub fn condition(&self, type_: &str) -> Option<&LastCondition> {
         let type_ = digest(type_);
         self.conditions.iter().find(|c| c.type_ == type_)
-    }
-
-    /// Whether `status` is the status this one was made from: as the JSON written compares,
-    /// so a time finer than the JSON keeps is no difference.
-    pub fn is(&self, status: &FailoverGroupStatus) -> bool {
-        self.digest.is_some() && self.digest == digest_of(status)
     }
 }
 

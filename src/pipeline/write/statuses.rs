@@ -1,5 +1,7 @@
 //! The status writer: what the status step built is queued, newest per policy, and written in
 //! the background, so the next reconcile of a policy never waits for its previous status write.
+//! A failover group's status, built by its members' group step, waits and is written the same
+//! way ([`StatusOf`]), so the last written is the newest whichever member built it.
 //! Without it, a readiness change that follows another one closely (a flap, a failback right
 //! after a failover) waited for the previous reconcile's status write before its route was
 //! written.
@@ -14,21 +16,23 @@
 //!   (the new leader decides again).
 //! - On shutdown, what is queued is written within the shutdown grace period.
 
-use std::sync::Arc;
+use std::{fmt::Debug, sync::Arc};
 
 use futures::StreamExt;
-use kube::Resource;
+use kube::{Resource, core::NamespaceResourceScope};
+use serde::{Serialize, de::DeserializeOwned};
 use serde_json::json;
 use tracing::{debug, warn};
 
 use crate::{
-    api::{FailoverPolicy, FailoverPolicyStatus},
+    api::{FailoverGroup, FailoverGroupStatus, FailoverPolicy, FailoverPolicyStatus},
+    last_status::LastGroupStatus,
     runtime::{
         api_client::{describe, namespace_terminating},
         metrics::Metrics,
         retry,
         writer::{NotLeader, Writer},
-        written::{Newest, Queue, StatusKey},
+        written::{Newest, Queue, StatusKey, Statuses},
     },
     sources::Context,
 };
@@ -44,39 +48,83 @@ pub enum StatusError {
     Api(#[source] kube::Error),
 }
 
-/// Writes queued statuses, `concurrency` policies at a time, for as long as the controller runs.
-pub async fn run(ctx: Arc<Context>, queue: Queue, concurrency: usize) {
+/// A kind whose statuses the writer writes: where they wait, and how one written is remembered
+/// until the kind's watch delivers it.
+pub trait StatusOf:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug
+{
+    /// Its status.
+    type Status: Serialize + Clone + Debug + Send + Sync + 'static;
+    /// The label its writes are counted under.
+    const WRITES: &'static str;
+
+    /// Where its statuses wait.
+    fn statuses(writer: &Writer) -> &Statuses<Self::Status>;
+
+    /// Remembers a status written, at the object's new `resourceVersion`.
+    fn written(writer: &Writer, key: StatusKey, version: Option<&str>, status: Self::Status);
+}
+
+impl StatusOf for FailoverPolicy {
+    type Status = FailoverPolicyStatus;
+    const WRITES: &'static str = "status";
+
+    fn statuses(writer: &Writer) -> &Statuses<FailoverPolicyStatus> {
+        &writer.statuses
+    }
+
+    fn written(writer: &Writer, key: StatusKey, version: Option<&str>, status: Self::Status) {
+        writer.recent_status.record(key, version, status);
+    }
+}
+
+impl StatusOf for FailoverGroup {
+    type Status = FailoverGroupStatus;
+    const WRITES: &'static str = "group_status";
+
+    fn statuses(writer: &Writer) -> &Statuses<FailoverGroupStatus> {
+        &writer.group_statuses
+    }
+
+    fn written(writer: &Writer, key: StatusKey, version: Option<&str>, status: Self::Status) {
+        let last = LastGroupStatus::of(&status);
+        writer.recent_group_status.record(key, version, last);
+    }
+}
+
+/// Writes the queued statuses of kind `K`, `concurrency` objects at a time, for as long as the
+/// controller runs.
+pub async fn run<K: StatusOf>(ctx: Arc<Context>, queue: Queue, concurrency: usize) {
     queue
         .for_each_concurrent(concurrency, |key| {
-            write_newest(&ctx.writer, ctx.metrics(), key)
+            write_newest::<K>(&ctx.writer, ctx.metrics(), key)
         })
         .await;
 }
 
-/// Writes the newest status of one policy until it is written, superseded by none, or dropped.
-async fn write_newest(writer: &Writer, metrics: &Metrics, key: StatusKey) {
+/// Writes the newest status of one object until it is written, superseded by none, or dropped.
+async fn write_newest<K: StatusOf>(writer: &Writer, metrics: &Metrics, key: StatusKey) {
     let mut delays = retry::delays();
-    let (namespace, name) = (&key.policy.namespace, &key.policy.name);
-    while let Some(Newest { status, version }) = writer.statuses.newest(&key) {
-        match apply(writer, namespace, name, &status).await {
+    let (namespace, name) = (&key.object.namespace, &key.object.name);
+    let statuses = K::statuses(writer);
+    while let Some(Newest { status, version }) = statuses.newest(&key) {
+        match apply::<K>(writer, namespace, name, &status).await {
             Ok(resource_version) => {
                 // Remembered before it leaves the queue: a reconcile never sees an older one.
-                writer
-                    .recent_status
-                    .record(key.clone(), resource_version.as_deref(), status);
-                if writer.statuses.done(&key, Some(version)) {
+                K::written(writer, key.clone(), resource_version.as_deref(), status);
+                if statuses.done(&key, Some(version)) {
                     return;
                 }
             }
             Err(e) if gone(&e) => {
-                debug!(%namespace, policy = %name, error = %e, "status not written: the policy is gone");
-                writer.statuses.done(&key, None);
+                debug!(%namespace, object = %name, kind = K::kind(&()).as_ref(), error = %e, "status not written: the object is gone");
+                statuses.done(&key, None);
                 return;
             }
             Err(e) => {
                 let delay = retry::next(&mut delays);
                 metrics.error("status_write");
-                warn!(%namespace, policy = %name, error = %e, retry_in_ms = delay.as_millis() as u64, "status write failed");
+                warn!(%namespace, object = %name, kind = K::kind(&()).as_ref(), error = %e, retry_in_ms = delay.as_millis() as u64, "status write failed");
                 tokio::time::sleep(delay).await;
             }
         }
@@ -93,20 +141,20 @@ fn gone(error: &StatusError) -> bool {
     }
 }
 
-/// One server-side apply of the status; returns the policy's new resourceVersion.
-async fn apply(
+/// One server-side apply of the status; returns the object's new resourceVersion.
+async fn apply<K: StatusOf>(
     writer: &Writer,
     namespace: &str,
     name: &str,
-    status: &FailoverPolicyStatus,
+    status: &K::Status,
 ) -> Result<Option<String>, StatusError> {
     let body = json!({
-        "apiVersion": FailoverPolicy::api_version(&()),
-        "kind": FailoverPolicy::kind(&()),
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
         "status": status,
     });
     let written = writer
-        .namespaced::<FailoverPolicy>(namespace, "status")
+        .namespaced::<K>(namespace, K::WRITES)
         .apply_status(name, &body)
         .await?
         .map_err(StatusError::Api)?;

@@ -36,7 +36,13 @@ async fn group_feed(ctx: &Arc<Context>) {
         ctx.clone(),
     )
     .for_each(|event| {
-        let members = ctx.caches.groups.write().apply(event);
+        let (members, seen) = ctx.caches.groups.write().apply(event);
+        // Statuses this replica wrote are forgotten once the table has them.
+        if let Some(version) = seen {
+            ctx.writer
+                .recent_group_status
+                .seen_through(version, |_| true);
+        }
         ctx.wake.policies(members);
         async {}
     })

@@ -5,23 +5,19 @@
 //! A group names its members by name in its own namespace, so a group reaches no policy of
 //! another namespace by construction.
 
-use std::{
-    collections::{HashMap, HashSet},
-    sync::Arc,
-};
+use std::{collections::HashMap, sync::Arc};
 
 use compact_str::CompactString;
-use indexmap::IndexMap;
 use kube::runtime::watcher;
 use smallvec::SmallVec;
 
 use crate::{
     api::{
-        FailoverGroup, FailoverGroupStatus,
+        FailoverGroup,
         rules::{MAX_GROUP_MEMBERS, MAX_GROUP_SITES},
     },
     decide::group::PreviousChoice,
-    last_status::LastGroupStatus,
+    last_status::{Compact, LastGroupStatus},
     observation::PolicyKey,
     sources::store::{EntryChange, Keep, Store},
 };
@@ -112,38 +108,12 @@ impl Keep<FailoverGroup> for Keeping {
 #[derive(Debug, Default)]
 pub struct GroupTable {
     store: Store<PolicyKey, GroupEntry>,
-    /// Each policy listed by a group: the groups listing it, in order of name (it follows the
-    /// first). Nearly always one, held inline: a set's node for one group cost more than the
-    /// policy's whole entry.
-    listed_by: IndexMap<PolicyKey, SmallVec<[PolicyKey; 1]>>,
+    /// Each policy listed by a group: the names of the groups listing it (in its namespace, as a
+    /// group lists only policies of its own), in order (it follows the first). Nearly always one,
+    /// held inline: a set's node for one group cost more than the policy's whole entry.
+    listed_by: HashMap<PolicyKey, SmallVec<[CompactString; 1]>>,
     /// Each group's last choice, as this replica made it (the status's until it does).
     choices: HashMap<PolicyKey, PreviousChoice>,
-    /// Each group's status as this replica last claimed it (to write, or written), until the
-    /// watch delivers it (then the store's is the same, and held once).
-    written: HashMap<PolicyKey, Claimed>,
-    /// The groups whose status a reconcile is writing: it writes the newest claimed before it
-    /// stops, so that one write per group is in flight and the last to land is the newest.
-    writing: HashSet<PolicyKey>,
-}
-
-/// A group's status as this replica claimed it last.
-#[derive(Debug)]
-struct Claimed {
-    /// The status claimed, compact.
-    last: LastGroupStatus,
-    /// The status itself while another is being written: the writer writes it next.
-    queued: Option<FailoverGroupStatus>,
-}
-
-/// What claiming a group's status asks of the claiming reconcile.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Claim {
-    /// The group has this status (or another reconcile claimed it first): nothing to write.
-    Held,
-    /// Write it, then each newer one claimed meanwhile ([`GroupTable::next_to_write`]).
-    Write,
-    /// Another reconcile is writing the group's status: it writes this one next.
-    Queued,
 }
 
 /// What recording a choice did.
@@ -164,7 +134,7 @@ pub struct Membership {
     pub group: GroupEntry,
     /// The group's last choice.
     pub choice: Option<PreviousChoice>,
-    /// The group's status: as this replica last wrote it, else as the watch delivered it.
+    /// The group's status as the watch delivered it.
     pub status: Option<LastGroupStatus>,
 }
 
@@ -173,7 +143,7 @@ impl GroupTable {
     /// or more sites or members than it allows: a CRD older than the controller's let it in)
     /// moves nobody, so no member's reconcile costs more than the bounds allow.
     pub fn membership(&self, policy: &PolicyKey) -> Option<Membership> {
-        let key = self.listed_by.get(policy)?.first()?;
+        let key = &self.followed(policy)?;
         let group = self.store.get(key)?.clone();
         if group.sites.is_empty()
             || group.sites.len() > MAX_GROUP_SITES
@@ -182,11 +152,7 @@ impl GroupTable {
             return None;
         }
         let choice = self.choice(key);
-        let status = self
-            .written
-            .get(key)
-            .map(|c| c.last.clone())
-            .or(group.status.clone());
+        let status = group.status.clone();
         Some(Membership {
             group,
             choice,
@@ -197,7 +163,16 @@ impl GroupTable {
     /// The group `policy` follows when it is not `group` (which lists it too).
     pub fn claimed_by(&self, policy: &PolicyKey, group: &PolicyKey) -> Option<String> {
         let first = self.listed_by.get(policy)?.first()?;
-        (first != group).then(|| first.name.to_string())
+        (*first != group.name).then(|| first.to_string())
+    }
+
+    /// The group `policy` follows: the first by name of those listing it.
+    fn followed(&self, policy: &PolicyKey) -> Option<PolicyKey> {
+        let name = self.listed_by.get(policy)?.first()?;
+        Some(PolicyKey {
+            namespace: policy.namespace.clone(),
+            name: name.clone(),
+        })
     }
 
     /// Records a group's choice made from `based_on` (the choice [`Self::membership`] gave):
@@ -228,50 +203,10 @@ impl GroupTable {
             .or_else(|| self.store.get(group)?.recorded_choice())
     }
 
-    /// Records the status about to be written of a group, when it differs from the one it has
-    /// (claimed by this replica, else as the watch delivered it), so that of the members
-    /// choosing at once, one writes it.
-    pub fn claim_status(&mut self, group: &PolicyKey, status: &FailoverGroupStatus) -> Claim {
-        let held = self
-            .written
-            .get(group)
-            .map(|c| &c.last)
-            .or_else(|| self.store.get(group).and_then(|g| g.status.as_ref()));
-        if held.is_some_and(|h| h.is(status)) {
-            return Claim::Held;
-        }
-        let (claim, queued) = if self.writing.insert(group.clone()) {
-            (Claim::Write, None)
-        } else {
-            (Claim::Queued, Some(status.clone()))
-        };
-        let last = LastGroupStatus::of(status);
-        self.written.insert(group.clone(), Claimed { last, queued });
-        claim
-    }
-
-    /// After a write landed: the newer status claimed meanwhile, to write next; `None` (and the
-    /// write is over) when it was the newest.
-    pub fn next_to_write(&mut self, group: &PolicyKey) -> Option<FailoverGroupStatus> {
-        let newer = self.written.get_mut(group).and_then(|c| c.queued.take());
-        if newer.is_none() {
-            self.writing.remove(group);
-            // The watch may have delivered it before the write ended.
-            self.forget_delivered(group);
-        }
-        newer
-    }
-
-    /// A write that failed or was given up: the claim is dropped, so that the next reconcile of
-    /// a member claims and writes the group's status again.
-    pub fn write_failed(&mut self, group: &PolicyKey) {
-        self.writing.remove(group);
-        self.written.remove(group);
-    }
-
-    /// Applies one watch event; returns the policies to wake: the members of every group whose
-    /// spec changed (or that came or went), before and after.
-    pub fn apply(&mut self, event: watcher::Event<FailoverGroup>) -> Vec<PolicyKey> {
+    /// Applies one watch event; returns the policies to wake (the members of every group whose
+    /// spec changed, or that came or went, before and after) and the version through which the
+    /// table has every event of its watch, when this event moved it.
+    pub fn apply(&mut self, event: watcher::Event<FailoverGroup>) -> (Vec<PolicyKey>, Option<u64>) {
         let applied = self.store.apply(event, &mut Keeping);
         let mut wake = Vec::new();
         for change in applied.changes {
@@ -279,7 +214,6 @@ impl GroupTable {
                 EntryChange::Upserted { key, previous } => (key, previous),
                 EntryChange::Deleted { key, entry } => (key, Some(entry)),
             };
-            self.forget_delivered(&key);
             // A status the controller wrote (the only change a watch event may bring besides the
             // spec) wakes nobody: the members chose it.
             let spec_unchanged = before
@@ -299,7 +233,6 @@ impl GroupTable {
                 if moved_sites {
                     // A choice is an index into the sites it was made of.
                     self.choices.remove(&key);
-                    self.written.remove(&key);
                 }
                 self.unlist(&before);
                 wake.extend(before.member_keys());
@@ -307,8 +240,8 @@ impl GroupTable {
             if let Some(now) = self.store.get(&key).cloned() {
                 for member in now.member_keys() {
                     let groups = self.listed_by.entry(member.clone()).or_default();
-                    if let Err(at) = groups.binary_search(&key) {
-                        groups.insert(at, key.clone());
+                    if let Err(at) = groups.binary_search(&key.name) {
+                        groups.insert(at, key.name.clone());
                     }
                     wake.push(member);
                 }
@@ -316,28 +249,15 @@ impl GroupTable {
         }
         wake.sort();
         wake.dedup();
-        wake
-    }
-
-    /// Drops the status this replica wrote of `group` once the watch has delivered it and no
-    /// write of it is under way.
-    fn forget_delivered(&mut self, group: &PolicyKey) {
-        let delivered = self.store.get(group).and_then(|g| g.status.as_ref());
-        let claimed = self.written.get(group);
-        if delivered.is_some()
-            && claimed.is_some_and(|c| delivered.is_some_and(|d| d.digest == c.last.digest))
-            && !self.writing.contains(group)
-        {
-            self.written.remove(group);
-        }
+        (wake, applied.complete_through)
     }
 
     fn unlist(&mut self, group: &GroupEntry) {
         for member in group.member_keys() {
             if let Some(groups) = self.listed_by.get_mut(&member) {
-                groups.retain(|g| *g != group.key);
+                groups.retain(|g| *g != group.key.name);
                 if groups.is_empty() {
-                    self.listed_by.swap_remove(&member);
+                    self.listed_by.remove(&member);
                 }
             }
         }
@@ -347,7 +267,7 @@ impl GroupTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::FailoverGroupSpec;
+    use crate::api::{FailoverGroupSpec, FailoverGroupStatus};
 
     fn group(ns: &str, name: &str, members: &[&str]) -> FailoverGroup {
         let mut g = FailoverGroup::new(
@@ -370,7 +290,7 @@ mod tests {
     #[test]
     fn a_group_reaches_only_the_policies_of_its_own_namespace() {
         let mut table = GroupTable::default();
-        let woken = table.apply(watcher::Event::Apply(group("team-a", "g", &["web"])));
+        let (woken, _) = table.apply(watcher::Event::Apply(group("team-a", "g", &["web"])));
         assert_eq!(woken, vec![key("team-a", "web")]);
         assert!(table.membership(&key("team-a", "web")).is_some());
         assert!(table.membership(&key("team-b", "web")).is_none());
@@ -394,7 +314,7 @@ mod tests {
         );
         assert_eq!(table.claimed_by(&web, &key("ns", "a-group")), None);
         // The first group gone, the second has it.
-        let woken = table.apply(watcher::Event::Delete(group("ns", "a-group", &["web"])));
+        let (woken, _) = table.apply(watcher::Event::Delete(group("ns", "a-group", &["web"])));
         assert_eq!(woken, vec![web.clone()]);
         assert_eq!(
             table.membership(&web).expect("a group").group.key,
@@ -413,14 +333,14 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(
-            table.apply(watcher::Event::Apply(written)),
+            table.apply(watcher::Event::Apply(written)).0,
             Vec::<PolicyKey>::new()
         );
         let mut changed = group("ns", "g", &["web", "api"]);
         changed.metadata.resource_version = Some("3".into());
         changed.metadata.generation = Some(2);
         assert_eq!(
-            table.apply(watcher::Event::Apply(changed)),
+            table.apply(watcher::Event::Apply(changed)).0,
             vec![key("ns", "api"), key("ns", "web")]
         );
     }
@@ -433,43 +353,23 @@ mod tests {
     }
 
     #[test]
-    fn one_write_of_a_groups_status_is_in_flight_and_it_writes_the_newest_last() {
-        let mut table = GroupTable::default();
-        table.apply(watcher::Event::Apply(group("ns", "g", &["web", "api"])));
-        let g = key("ns", "g");
-        assert_eq!(table.claim_status(&g, &at_site("west")), Claim::Write);
-        assert_eq!(table.claim_status(&g, &at_site("west")), Claim::Held);
-        // While it is written, another member claims a newer one: the writer writes it next.
-        assert_eq!(table.claim_status(&g, &at_site("east")), Claim::Queued);
-        assert_eq!(table.next_to_write(&g), Some(at_site("east")));
-        assert_eq!(table.next_to_write(&g), None);
-        // A failed write: the next claim writes again, even of the same status.
-        assert_eq!(table.claim_status(&g, &at_site("west")), Claim::Write);
-        table.write_failed(&g);
-        assert_eq!(table.claim_status(&g, &at_site("west")), Claim::Write);
-    }
-
-    #[test]
-    fn a_status_written_is_forgotten_once_the_watch_delivers_it_to_the_millisecond() {
+    fn a_status_delivered_by_the_watch_is_the_one_written_to_the_millisecond() {
         let mut table = GroupTable::default();
         table.apply(watcher::Event::Apply(group("ns", "g", &["web"])));
-        let g = key("ns", "g");
         let since = chrono::DateTime::from_timestamp(1_700_000_000, 123_456_789).expect("time");
         let status = FailoverGroupStatus {
             last_transition_time: Some(since.into()),
             ..at_site("west")
         };
-        assert_eq!(table.claim_status(&g, &status), Claim::Write);
-        assert_eq!(table.next_to_write(&g), None);
-        assert_eq!(table.written.len(), 1);
         // The API server returns the time as the JSON written kept it.
         let mut delivered = group("ns", "g", &["web"]);
         delivered.metadata.resource_version = Some("2".into());
         delivered.status = serde_json::from_value(serde_json::json!(status)).ok();
         assert_ne!(delivered.status.as_ref(), Some(&status));
-        table.apply(watcher::Event::Apply(delivered));
-        assert!(table.written.is_empty());
-        assert_eq!(table.claim_status(&g, &status), Claim::Held);
+        let (woken, seen) = table.apply(watcher::Event::Apply(delivered));
+        assert_eq!((woken, seen), (vec![], Some(2)));
+        let held = table.membership(&key("ns", "web")).expect("a member");
+        assert!(held.status.is_some_and(|s| s.is(&status)));
     }
 
     #[test]

@@ -364,7 +364,10 @@ pub fn key_of(policy: &FailoverPolicy) -> Option<PolicyKey> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{FailoverPolicySpec, SecondaryBackend};
+    use crate::{
+        api::{FailoverPolicySpec, SecondaryBackend},
+        last_status::Compact,
+    };
 
     fn policy(name: &str, version: &str) -> FailoverPolicy {
         let mut p = FailoverPolicy::new(
