@@ -31,7 +31,6 @@ use tracing::{info, warn};
 
 use self::{policies::policy_requests, runner::Request, triggers::queue_everything};
 use crate::{
-    api::{FailoverGroup, FailoverPolicy},
     apis::{NeededApi, WatchKind},
     observation::PolicyKey,
     pipeline::{
@@ -280,11 +279,7 @@ pub fn start(
     let (queue, queued) = mpsc::unbounded();
     let (ctx, statuses) = context(client, &settings, &metrics, leadership.clone(), queue);
     let concurrency = usize::from(settings.concurrency);
-    let status_writers = futures::future::join(
-        statuses::run::<FailoverPolicy>(ctx.clone(), statuses.policies, concurrency),
-        statuses::run::<FailoverGroup>(ctx.clone(), statuses.groups, concurrency),
-    )
-    .map(|_| ());
+    let status_writer = statuses::run(ctx.clone(), statuses, concurrency);
     let requests = requests(
         policy_requests(ctx.clone()),
         queued,
@@ -312,7 +307,7 @@ pub fn start(
         futures::join!(writer.statuses.flushed(), writer.group_statuses.flushed());
     };
     let work = running(controller, feeds(ctx.clone()), never_listed, flushed);
-    (ctx, run_beside(work, status_writers))
+    (ctx, run_beside(work, status_writer))
 }
 
 /// The runner's work: each policy that changed or was woken, and every policy when something

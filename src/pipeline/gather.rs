@@ -9,7 +9,10 @@ use crate::{
     observation::{BackendObservation, PolicyKey},
     policy::ValidPolicy,
     route::RouteView,
-    runtime::{writer::Writer, written::StatusKey},
+    runtime::{
+        writer::Writer,
+        written::{StatusKey, WrittenStatus},
+    },
     sources::{
         Caches,
         local::policies::{PolicyEntry, Spec},
@@ -73,19 +76,29 @@ pub fn previous_status(policy: &PolicyEntry, writer: &Writer) -> PreviousStatus 
         Spec::Valid(_) => None,
         Spec::Invalid(invalid) => Some(invalid),
     };
-    let written = writer.statuses.pending(&key).or_else(|| {
-        writer
-            .recent_status
-            .newer_than(&key, policy.identity.version)
-    });
-    match written {
-        Some(status) => PreviousStatus {
+    if let Some(status) = writer.statuses.pending(&key) {
+        return PreviousStatus {
             last: Some(LastStatus::of(&status)),
             whole: invalid.map(|_| status),
+        };
+    }
+    let cached = || invalid.and_then(|i| i.status.clone());
+    match writer
+        .recent_status
+        .newer_than(&key, policy.identity.version)
+    {
+        Some(WrittenStatus::Whole(status)) => PreviousStatus {
+            last: Some(LastStatus::of(&status)),
+            whole: invalid.map(|_| *status),
+        },
+        // Written when the policy was valid: an invalid one keeps the status the cache has.
+        Some(WrittenStatus::Compact(last)) => PreviousStatus {
+            last: Some(last),
+            whole: cached(),
         },
         None => PreviousStatus {
             last: policy.last.clone(),
-            whole: invalid.and_then(|i| i.status.clone()),
+            whole: cached(),
         },
     }
 }

@@ -28,7 +28,7 @@ use crate::{
         events::Events,
         leader::{Leadership, Role},
         metrics::Metrics,
-        written::{Queue, Recent, StatusKey, Statuses},
+        written::{Queue, Recent, StatusKey, Statuses, WrittenStatus},
     },
 };
 
@@ -74,7 +74,7 @@ pub struct Writer {
     /// Routes written, until the route cache shows them.
     pub recent_routes: Recent<RouteKey, RulesDigest>,
     /// Statuses written, until the policy cache shows them.
-    pub recent_status: Recent<StatusKey, FailoverPolicyStatus>,
+    pub recent_status: Recent<StatusKey, WrittenStatus>,
     /// Statuses queued, until they are written.
     pub statuses: Statuses<FailoverPolicyStatus>,
     /// Failover groups' statuses written (compact), until the group watch delivers them.

@@ -17,7 +17,11 @@ use futures::channel::mpsc;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::{last_status::Compact, observation::PolicyKey};
+use crate::{
+    api::{FailoverPolicyStatus, conditions},
+    last_status::{Compact, LastStatus},
+    observation::PolicyKey,
+};
 
 /// Recent writes of one kind of value, by object key.
 #[derive(Debug)]
@@ -73,6 +77,31 @@ impl<K: Hash + Eq, T: Clone> Recent<K, T> {
         entries.retain(|key, (written, _)| !(of_watch(key) && *written <= version));
         if entries.is_empty() {
             entries.shrink_to(64);
+        }
+    }
+}
+
+/// A policy's status as written, kept as the next reconcile reads it: compact, or whole when it
+/// says the spec is invalid (an invalid policy's status step starts from the whole status).
+#[derive(Clone, Debug)]
+pub enum WrittenStatus {
+    /// A valid policy's.
+    Compact(LastStatus),
+    /// An invalid policy's.
+    Whole(Box<FailoverPolicyStatus>),
+}
+
+impl WrittenStatus {
+    /// A status written, as kept.
+    pub fn of(status: FailoverPolicyStatus) -> Self {
+        let invalid = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == conditions::READY && c.reason == conditions::ready::INVALID_SPEC);
+        if invalid {
+            Self::Whole(Box::new(status))
+        } else {
+            Self::Compact(LastStatus::of(&status))
         }
     }
 }
@@ -251,16 +280,37 @@ mod tests {
         assert_eq!(recent.newer_than(&"b", Some(1)), None);
     }
 
-    use crate::{
-        api::{FailoverPolicyStatus, Phase},
-        last_status::LastStatus,
-    };
+    use crate::api::Phase;
 
     fn phase(phase: Phase) -> FailoverPolicyStatus {
         FailoverPolicyStatus {
             phase: Some(phase),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_written_status_is_kept_compact_unless_it_says_the_spec_is_invalid() {
+        let valid = phase(Phase::Primary);
+        assert!(
+            matches!(WrittenStatus::of(valid.clone()), WrittenStatus::Compact(last) if last.is(&valid))
+        );
+        let invalid = FailoverPolicyStatus {
+            conditions: vec![crate::api::Condition {
+                type_: conditions::READY.into(),
+                status: "False".into(),
+                reason: conditions::ready::INVALID_SPEC.into(),
+                message: "spec.service: required".into(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+                observed_generation: None,
+            }],
+            ..phase(Phase::Primary)
+        };
+        assert!(
+            matches!(WrittenStatus::of(invalid.clone()), WrittenStatus::Whole(whole) if *whole == invalid)
+        );
     }
 
     #[test]

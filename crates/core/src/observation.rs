@@ -13,13 +13,25 @@ use crate::api::ReadinessFrom;
 /// A namespace's name, held once per distinct namespace: every key of every cache in that
 /// namespace shares it, so no key holds a copy of its own, however many keys a namespace has.
 /// A namespace no key holds any more is forgotten when the set has doubled since it was last
-/// swept, so the set stays within twice the namespaces in use.
+/// swept, so the set stays within twice the namespaces in use. The name is behind one thin
+/// pointer: a key holds a word for its namespace, where a shared `str` took two.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Namespace(Arc<str>);
+pub struct Namespace(Arc<Box<str>>);
+
+/// A namespace's name as the set holds it: found by the `str` (its hash and equality are the
+/// `str`'s).
+#[derive(PartialEq, Eq, Hash)]
+struct Shared(Arc<Box<str>>);
+
+impl std::borrow::Borrow<str> for Shared {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
 
 /// The namespaces in use, and the size at which the next sweep runs.
 struct Namespaces {
-    names: HashSet<Arc<str>>,
+    names: HashSet<Shared>,
     sweep_at: usize,
 }
 
@@ -32,7 +44,7 @@ impl Namespaces {
     /// Forgets every name only this set holds (no clone can appear meanwhile: a new one is
     /// made only under the set's lock).
     fn sweep(&mut self) {
-        self.names.retain(|name| Arc::strong_count(name) > 1);
+        self.names.retain(|name| Arc::strong_count(&name.0) > 1);
         self.sweep_at = (self.names.len() * 2).max(FIRST_SWEEP);
     }
 }
@@ -46,13 +58,13 @@ impl Namespace {
             sweep_at: FIRST_SWEEP,
         });
         if let Some(shared) = seen.names.get(name) {
-            return Self(shared.clone());
+            return Self(shared.0.clone());
         }
         if seen.names.len() >= seen.sweep_at {
             seen.sweep();
         }
-        let shared: Arc<str> = Arc::from(name);
-        seen.names.insert(shared.clone());
+        let shared: Arc<Box<str>> = Arc::new(name.into());
+        seen.names.insert(Shared(shared.clone()));
         Self(shared)
     }
 }
@@ -72,7 +84,7 @@ impl fmt::Display for Namespace {
 
 impl fmt::Debug for Namespace {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
+        fmt::Debug::fmt(&**self.0, f)
     }
 }
 
@@ -260,6 +272,18 @@ pub struct Reading {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_policy_key_holds_one_word_for_its_namespace() {
+        assert_eq!(size_of::<Namespace>(), size_of::<usize>());
+        assert_eq!(
+            size_of::<PolicyKey>(),
+            size_of::<usize>() + size_of::<compact_str::CompactString>()
+        );
+        let (a, b) = (Namespace::new("team-a"), Namespace::new("team-b"));
+        assert!(a < b && a == Namespace::new("team-a"));
+        assert_eq!(format!("{a} {a:?}"), "team-a \"team-a\"");
+    }
 
     #[test]
     fn keys_of_one_namespace_share_its_name() {

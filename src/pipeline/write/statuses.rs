@@ -31,8 +31,8 @@ use crate::{
         api_client::{describe, namespace_terminating},
         metrics::Metrics,
         retry,
-        writer::{NotLeader, Writer},
-        written::{Newest, Queue, StatusKey, Statuses},
+        writer::{NotLeader, StatusQueues, Writer},
+        written::{Newest, StatusKey, Statuses, WrittenStatus},
     },
     sources::Context,
 };
@@ -74,7 +74,9 @@ impl StatusOf for FailoverPolicy {
     }
 
     fn written(writer: &Writer, key: StatusKey, version: Option<&str>, status: Self::Status) {
-        writer.recent_status.record(key, version, status);
+        writer
+            .recent_status
+            .record(key, version, WrittenStatus::of(status));
     }
 }
 
@@ -92,14 +94,30 @@ impl StatusOf for FailoverGroup {
     }
 }
 
-/// Writes the queued statuses of kind `K`, `concurrency` objects at a time, for as long as the
-/// controller runs.
-pub async fn run<K: StatusOf>(ctx: Arc<Context>, queue: Queue, concurrency: usize) {
-    queue
-        .for_each_concurrent(concurrency, |key| {
-            write_newest::<K>(&ctx.writer, ctx.metrics(), key)
+/// Writes the queued statuses, policies' and groups' alike, `concurrency` objects at a time (the
+/// writes in flight are bounded together), for as long as the controller runs.
+pub async fn run(ctx: Arc<Context>, queues: StatusQueues, concurrency: usize) {
+    let policies = queues.policies.map(Queued::Policy);
+    let groups = queues.groups.map(Queued::Group);
+    futures::stream::select(policies, groups)
+        .for_each_concurrent(concurrency, |queued| {
+            let (writer, metrics) = (&ctx.writer, ctx.metrics());
+            async move {
+                match queued {
+                    Queued::Policy(key) => {
+                        write_newest::<FailoverPolicy>(writer, metrics, key).await
+                    }
+                    Queued::Group(key) => write_newest::<FailoverGroup>(writer, metrics, key).await,
+                }
+            }
         })
         .await;
+}
+
+/// An object whose status waits, by kind.
+enum Queued {
+    Policy(StatusKey),
+    Group(StatusKey),
 }
 
 /// Writes the newest status of one object until it is written, superseded by none, or dropped.
