@@ -14,7 +14,7 @@ use failover::{
         leader::{self, Leadership, LeaseSettings},
         metrics::Metrics,
     },
-    sources::health::budget::DEFAULT_QUERIES_PER_SECOND,
+    sources::health::budget::{DEFAULT_QUERIES_PER_SECOND, InFlight},
     tenancy::Gateways,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
@@ -98,6 +98,17 @@ struct Args {
     /// namespace: while several namespaces wait, each gets the next query in turn.
     #[arg(long, env = "PROMETHEUS_QUERIES_PER_SECOND", default_value_t = DEFAULT_QUERIES_PER_SECOND)]
     prometheus_queries_per_second: NonZeroU32,
+
+    /// The most health queries in flight at once, every namespace's together: keep it below
+    /// Prometheus' own `--query.max-concurrency` (20 by default), so its rules and dashboards
+    /// keep room.
+    #[arg(long, env = "PROMETHEUS_QUERIES_IN_FLIGHT", default_value_t = InFlight::default().total as u16, value_parser = clap::value_parser!(u16).range(1..))]
+    prometheus_queries_in_flight: u16,
+
+    /// The most health queries of one namespace in flight at once: a namespace's slow queries
+    /// hold its own slots, never another namespace's.
+    #[arg(long, env = "PROMETHEUS_QUERIES_IN_FLIGHT_PER_NAMESPACE", default_value_t = InFlight::default().per_namespace as u16, value_parser = clap::value_parser!(u16).range(1..))]
+    prometheus_queries_in_flight_per_namespace: u16,
 
     /// Gateways of other namespaces that policies' HTTPRoutes may attach to, each
     /// `namespace/name` or `namespace/*` (comma-separated). A policy always may attach to a
@@ -248,6 +259,10 @@ fn settings(args: &Args, identity: &str) -> Settings {
         prometheus_namespace_label: Some(args.prometheus_namespace_label.clone())
             .filter(|l| !l.is_empty()),
         prometheus_queries_per_second: args.prometheus_queries_per_second,
+        prometheus_in_flight: InFlight {
+            total: usize::from(args.prometheus_queries_in_flight),
+            per_namespace: usize::from(args.prometheus_queries_in_flight_per_namespace),
+        },
         allowed_gateways: Gateways::default(),
         allow_scaling: args.allow_scaling,
     }

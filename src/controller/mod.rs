@@ -38,15 +38,13 @@ use crate::{
         write::statuses,
     },
     route::RouteKind,
-    runtime::{
-        leader::Leadership,
-        metrics::Metrics,
-        retry::Retries,
-        writer::{StatusQueues, Writer},
-    },
+    runtime::{leader::Leadership, metrics::Metrics, retry::Retries, writer::Writer},
     sources::{
         Caches, Context, Scope,
-        health::{Health, Reach, budget::DEFAULT_QUERIES_PER_SECOND},
+        health::{
+            Health, Reach,
+            budget::{DEFAULT_QUERIES_PER_SECOND, InFlight},
+        },
         local::{apis::Apis, feeds::feeds, synced::Synced},
         remote::Clusters,
         wake::Wake,
@@ -74,6 +72,8 @@ pub struct Settings {
     pub prometheus_namespace_label: Option<String>,
     /// The most health queries sent a second, shared by namespace.
     pub prometheus_queries_per_second: NonZeroU32,
+    /// The most health queries in flight at once, in all and per namespace.
+    pub prometheus_in_flight: InFlight,
     /// The Gateways of other namespaces that policies' HTTPRoutes may attach to.
     pub allowed_gateways: Gateways,
     /// Whether policies may scale their secondaries' workloads (`capacity.scale`).
@@ -91,6 +91,7 @@ impl Default for Settings {
             prometheus_allowed_addresses: Vec::new(),
             prometheus_namespace_label: Some("namespace".to_string()),
             prometheus_queries_per_second: DEFAULT_QUERIES_PER_SECOND,
+            prometheus_in_flight: InFlight::default(),
             allowed_gateways: Gateways::default(),
             allow_scaling: false,
         }
@@ -106,8 +107,8 @@ fn context(
     metrics: &Arc<Metrics>,
     leadership: Leadership,
     queue: mpsc::UnboundedSender<PolicyKey>,
-) -> (Arc<Context>, StatusQueues) {
-    let (writer, statuses) = Writer::new(
+) -> Arc<Context> {
+    let writer = Writer::new(
         client.clone(),
         leadership,
         metrics.clone(),
@@ -144,7 +145,7 @@ fn context(
             metrics.clone(),
         )
     });
-    (ctx, statuses)
+    ctx
 }
 
 /// What the cluster admin set, of the settings.
@@ -166,6 +167,7 @@ fn reach(settings: &Settings) -> Reach {
         ),
         namespace_label: settings.prometheus_namespace_label.clone(),
         queries_per_second: settings.prometheus_queries_per_second,
+        in_flight: settings.prometheus_in_flight,
     }
 }
 
@@ -226,16 +228,18 @@ fn used_route_kinds(caches: &Caches) -> Vec<RouteKind> {
         .collect()
 }
 
-/// What holds reconciles back: the statuses waiting to be written at their limit, or, for at most
-/// [`START_WAIT`] after the start, a watch that matters not listed yet.
+/// What holds reconciles back: for a pass over every policy, the statuses waiting to be written
+/// at their limit; for any, for at most [`START_WAIT`] after the start, a watch that matters not
+/// listed yet.
 struct StartUp {
     ctx: Arc<Context>,
     started: Instant,
 }
 
 impl runner::HoldBack for StartUp {
-    fn holds(&self) -> bool {
-        self.ctx.writer.statuses.full() || start_waits(&self.ctx.caches, self.started)
+    fn holds(&self, lane: runner::Lane) -> bool {
+        (lane == runner::Lane::Bulk && self.ctx.writer.statuses.full())
+            || start_waits(&self.ctx.caches, self.started)
     }
 
     fn released(&self) -> BoxFuture<'static, ()> {
@@ -277,9 +281,9 @@ pub fn start(
     metrics.register_error_kinds(&Error::KINDS);
     let shutdown = shutdown.shared();
     let (queue, queued) = mpsc::unbounded();
-    let (ctx, statuses) = context(client, &settings, &metrics, leadership.clone(), queue);
+    let ctx = context(client, &settings, &metrics, leadership.clone(), queue);
     let concurrency = usize::from(settings.concurrency);
-    let status_writer = statuses::run(ctx.clone(), statuses, concurrency);
+    let status_writer = statuses::run(ctx.clone(), concurrency);
     let requests = requests(
         policy_requests(ctx.clone()),
         queued,

@@ -1,28 +1,48 @@
 //! The policy watch: every FailoverPolicy into the policy table and the index, and what each
 //! policy asks of the sources (the remote namespaces it reads, its health queries, as the
 //! validate step makes them).
+//!
+//! A new generation of a policy is validated off the watch stream, by one validator taking
+//! policies in turns by namespace, the newest version of each ([`Validations`]): a tenant that
+//! edits its policies many times a second gets one validation per turn of the namespaces
+//! waiting, and an edit of any other namespace (a pin, a suspend, a drill, a new policy) waits
+//! for at most one validation of each. Until its new generation is validated, a policy routes by
+//! the generation the table holds (its metadata and status are the new version's). A health
+//! query whose text did not change is not parsed again. The first list, and a relist, are
+//! validated in order on the stream: a relist is complete only once every policy it listed is.
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, channel::mpsc};
 use kube::{ResourceExt, runtime::watcher};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
 use tracing::warn;
 
 use super::runner::Request;
 use crate::{
     api::FailoverPolicy,
     apis::WatchKind,
-    observation::PolicyKey,
-    policy::{SpecProblem, Validated},
-    runtime::{heap, policy_metrics::PolicyLabels},
+    observation::{Namespace, PolicyKey},
+    policy::{SpecProblem, ValidPolicy, Validated},
+    runtime::{fair::Turns, policy_metrics::PolicyLabels},
     sources::{
         Context,
-        local::{claims, policies::TableChange},
+        local::{
+            claims,
+            policies::{TableChange, Validation, key_of},
+        },
         remote::secrets,
         watch::{events, scoped, slim},
     },
-    validate::validated,
+    validate::{parses_query, validated_after},
 };
+
+/// What the policy stage takes in: a watch event, or a policy the validator validated.
+enum Input {
+    Event(watcher::Event<FailoverPolicy>),
+    Validated(Box<FailoverPolicy>, Validated),
+}
 
 /// Policies → the table and the index; out come the policies to reconcile (each new or changed
 /// one), and word that a complete list is in the table.
@@ -33,12 +53,25 @@ pub fn policy_requests(ctx: Arc<Context>) -> impl Stream<Item = Request> + Send 
         Default::default(),
         ctx.clone(),
     );
-    let validating = ctx.clone();
-    events
-        .map(|event| event.modify(slim::<FailoverPolicy>))
-        .then(move |event| validation(validating.clone(), event))
-        .flat_map(move |(event, fresh)| {
-            let (changes, seen) = ctx.caches.table.write().apply(event, fresh);
+    let validations = Arc::new(Validations::default());
+    let (validated, results) = mpsc::unbounded();
+    tokio::spawn(validate_in_turn(
+        ctx.clone(),
+        validations.clone(),
+        validated,
+    ));
+    let inputs = futures::stream::select(
+        events.map(|event| Input::Event(event.modify(slim::<FailoverPolicy>))),
+        results.map(|(policy, valid)| Input::Validated(policy, valid)),
+    );
+    let applying = ctx.clone();
+    inputs
+        .then(move |input| admitted(applying.clone(), validations.clone(), input))
+        .flat_map(move |admitted| {
+            let Some((event, validation)) = admitted else {
+                return futures::stream::iter(Vec::new());
+            };
+            let (changes, seen) = ctx.caches.table.write().apply(event, validation);
             // Statuses this replica wrote are forgotten once the table has them.
             if let Some(version) = seen {
                 ctx.writer.recent_status.seen_through(version, |_| true);
@@ -48,48 +81,170 @@ pub fn policy_requests(ctx: Arc<Context>) -> impl Stream<Item = Request> + Send 
         })
 }
 
+/// An input as the table takes it: the event, and how its policy's spec is taken; `None`: not
+/// now (a validation that a newer version or a deletion overtook).
+async fn admitted(
+    ctx: Arc<Context>,
+    validations: Arc<Validations>,
+    input: Input,
+) -> Option<(watcher::Event<FailoverPolicy>, Validation)> {
+    let event = match input {
+        Input::Validated(policy, valid) => {
+            let key = key_of(&policy)?;
+            return validations
+                .finish(&key, &policy)
+                .then(|| (watcher::Event::Apply(*policy), Validation::Fresh(valid)));
+        }
+        Input::Event(event) => event,
+    };
+    let validation = match &event {
+        watcher::Event::Apply(p) if ctx.caches.table.read().needs_validation(p) => {
+            validations.push(p.clone());
+            Validation::Pending
+        }
+        watcher::Event::InitApply(p) => {
+            if let Some(key) = key_of(p) {
+                validations.cancel(&key);
+            }
+            if ctx.caches.table.read().needs_validation(p) {
+                let previous = ctx.caches.table.read().held_valid(p);
+                Validation::Fresh(validation(p.clone(), previous).await)
+            } else {
+                Validation::Held
+            }
+        }
+        watcher::Event::Delete(p) => {
+            if let Some(key) = key_of(p) {
+                validations.cancel(&key);
+            }
+            Validation::Held
+        }
+        _ => Validation::Held,
+    };
+    Some((event, validation))
+}
+
+/// The policies waiting for their validation: the newest version of each, taken in turns by
+/// namespace.
+#[derive(Default)]
+struct Validations {
+    waiting: Mutex<Waiting>,
+    arrived: Notify,
+}
+
+#[derive(Default)]
+struct Waiting {
+    turns: Turns<Namespace, PolicyKey>,
+    newest: HashMap<PolicyKey, Box<FailoverPolicy>>,
+    /// The version of each policy being validated.
+    taken: HashMap<PolicyKey, Option<String>>,
+}
+
+impl Validations {
+    /// A version of a policy to validate: it replaces any older one waiting.
+    fn push(&self, policy: FailoverPolicy) {
+        let Some(key) = key_of(&policy) else {
+            return;
+        };
+        let mut waiting = self.waiting.lock();
+        if waiting
+            .newest
+            .insert(key.clone(), Box::new(policy))
+            .is_none()
+        {
+            waiting.turns.push(&key.namespace.clone(), key);
+        }
+        drop(waiting);
+        self.arrived.notify_one();
+    }
+
+    /// The policy is gone, or validated in order on the stream (a relist): nothing waiting for it
+    /// is applied any more.
+    fn cancel(&self, key: &PolicyKey) {
+        let mut waiting = self.waiting.lock();
+        waiting.newest.remove(key);
+        waiting.taken.remove(key);
+        if waiting.newest.is_empty() {
+            waiting.newest.shrink_to(64);
+        }
+    }
+
+    /// The next policy to validate, in turn by namespace.
+    async fn next(&self) -> Box<FailoverPolicy> {
+        loop {
+            let arrived = self.arrived.notified();
+            {
+                let mut waiting = self.waiting.lock();
+                let Waiting {
+                    turns,
+                    newest,
+                    taken,
+                } = &mut *waiting;
+                if let Some(key) = turns.pop_alive(|key| newest.contains_key(key))
+                    && let Some(policy) = newest.remove(&key)
+                {
+                    taken.insert(key, policy.metadata.resource_version.clone());
+                    return policy;
+                }
+            }
+            arrived.await;
+        }
+    }
+
+    /// Whether `policy`, just validated, is still what the table should take: the version taken,
+    /// not cancelled since.
+    fn finish(&self, key: &PolicyKey, policy: &FailoverPolicy) -> bool {
+        let mut waiting = self.waiting.lock();
+        let current = waiting.taken.get(key) == Some(&policy.metadata.resource_version);
+        if current {
+            waiting.taken.remove(key);
+        }
+        current
+    }
+}
+
+/// Validates the policies waiting, one at a time, in turn by namespace, for as long as the
+/// stage takes them.
+async fn validate_in_turn(
+    ctx: Arc<Context>,
+    validations: Arc<Validations>,
+    validated: mpsc::UnboundedSender<(Box<FailoverPolicy>, Validated)>,
+) {
+    loop {
+        let policy = validations.next().await;
+        let previous = ctx.caches.table.read().held_valid(&policy);
+        let valid = validation((*policy).clone(), previous).await;
+        if validated.unbounded_send((policy, valid)).is_err() {
+            return;
+        }
+    }
+}
+
 /// What validating one policy should cost at most: a query at every limit of
 /// `crate::health_query` is checked and parsed well within it. Longer is logged, for the
 /// limits' sake.
 const VALIDATION_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// The event, and its policy as validated when the table holds no validation of its uid and
-/// generation. A policy with a health query is validated on a blocking thread, one at a time, as
-/// its query's regexes are compiled (bounded by the limits of `crate::health_query`, yet too
-/// long for that thread), never on the thread that serves `/healthz` and renews the Lease; any
-/// other is cheap and is validated here.
-async fn validation(
-    ctx: Arc<Context>,
-    event: watcher::Event<FailoverPolicy>,
-) -> (watcher::Event<FailoverPolicy>, Option<Validated>) {
-    static ONE_AT_A_TIME: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
-    let policy = match &event {
-        watcher::Event::Apply(p) | watcher::Event::InitApply(p) => p,
-        _ => return (event, None),
-    };
-    if !ctx.caches.table.read().needs_validation(policy) {
-        return (event, None);
+/// A policy as validated, taking over the query `previous` (its last valid generation) parsed
+/// when its text is the same. A query to parse is parsed on a blocking thread (its regexes are
+/// compiled, bounded by the limits of `crate::health_query` yet too long for the thread that
+/// serves `/healthz` and renews the Lease); any other validation is cheap and runs here.
+async fn validation(policy: FailoverPolicy, previous: Option<Arc<ValidPolicy>>) -> Validated {
+    if !parses_query(&policy, previous.as_deref()) {
+        return validated_after(&policy, previous.as_deref());
     }
-    if policy.spec.health.is_none() {
-        let valid = validated(policy);
-        return (event, Some(valid));
-    }
-    let _turn = ONE_AT_A_TIME.acquire().await;
-    let copy = policy.clone();
-    let fresh = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         let started = std::time::Instant::now();
-        let valid = validated(&copy);
+        let valid = validated_after(&policy, previous.as_deref());
         let took = started.elapsed();
         if took > VALIDATION_BUDGET {
             warn!(
-                namespace = copy.namespace().unwrap_or_default(),
-                policy = copy.name_any(),
+                namespace = policy.namespace().unwrap_or_default(),
+                policy = policy.name_any(),
                 took_ms = took.as_millis() as u64,
                 "validating a policy took longer than its budget"
             );
         }
-        // What compiling the query's regexes freed stays in this thread's arena otherwise.
-        heap::trim();
         valid
     })
     .await
@@ -98,8 +253,7 @@ async fn validation(
             field: "spec".into(),
             message: "could not be validated".into(),
         }]))
-    });
-    (event, Some(fresh))
+    })
 }
 
 /// Brings the index, the claims, the remote watches, the health pollers and the metrics in
@@ -128,13 +282,21 @@ fn follow(ctx: &Context, change: &TableChange) -> Vec<Request> {
                     held.spec.valid().map(|v| &**v),
                 );
             }
-            let recorded = object.status.as_ref().map_or(&[][..], |s| &s.claims);
-            let now = claims::claimant(held, recorded, &ctx.scope.gateways);
-            let handed = caches
-                .claims
-                .write()
-                .update(&held.key, Some(&now), seen_at());
-            std::iter::once(held.key.clone()).chain(handed).collect()
+            // What a policy claims follows its spec: a new version of the same one (a status
+            // write, an annotation) claims nothing new.
+            let same = previous
+                .as_ref()
+                .is_some_and(|p| p.identity.uid == held.identity.uid);
+            if *revalidated || !same {
+                let now = claims::claimant(held, object.status.as_ref(), &ctx.scope.gateways);
+                let handed = caches
+                    .claims
+                    .write()
+                    .update(&held.key, Some(&now), seen_at());
+                std::iter::once(held.key.clone()).chain(handed).collect()
+            } else {
+                vec![held.key.clone()]
+            }
         }
         TableChange::Deleted(held) => {
             caches

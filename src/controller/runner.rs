@@ -15,12 +15,19 @@
 //!   is skipped;
 //! - on shutdown no reconcile starts, and those running finish.
 //!
-//! One thing kube-runtime's controller does not do: no reconcile starts while the statuses
-//! waiting to be written are at their limit (`held_back`). A pass over every policy (the start,
-//! a regained leadership) otherwise builds a status per policy faster than they are written,
-//! each held until written, so what waits would grow with the policies. PolicyEntry back, at most the
-//! limit waits; the pass takes as long, the status writer being its pace anyway. The
-//! controller also holds the start-up pass back until every watch it reads has listed.
+//! What kube-runtime's controller does not do:
+//!
+//! - Two lanes. A policy woken by a change (a readiness change, a user's edit, a health verdict,
+//!   a hold falling due) waits in the *event* lane, in turns by namespace (one namespace's many
+//!   woken policies delay another's one by a turn each); a pass over every policy (the start, a
+//!   gained leadership, the resync, a CRD that turned up) queues them in the *bulk* lane, which
+//!   runs only when no woken policy waits and uses at most three quarters of the concurrency. A
+//!   policy of the bulk lane that is woken moves to the event lane.
+//! - A bulk pass is held back while the statuses waiting to be written are at their limit
+//!   (`HoldBack`): a pass over every policy otherwise builds a status per policy faster than
+//!   they are written, each held until written. A woken policy never waits for statuses: back
+//!   pressure on statuses never holds a route write back. Both lanes wait, at start only and for
+//!   at most 10 s, until every watch the controller reads has listed.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet, VecDeque},
@@ -32,8 +39,9 @@ use futures::{Stream, StreamExt, future::BoxFuture, stream::FuturesUnordered};
 use tokio::time::Instant;
 
 use crate::{
-    observation::PolicyKey,
+    observation::{Namespace, PolicyKey},
     pipeline::reconcile::Next,
+    runtime::fair::Turns,
     sources::{Context, local::policies::PolicyEntry},
 };
 
@@ -53,10 +61,19 @@ type Key = PolicyKey;
 /// Room kept in the queue when it drains.
 const SPARE: usize = 256;
 
+/// Where a policy waits: woken by a change, or queued by a pass over every policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// Woken by a change: first, in turns by namespace.
+    Event,
+    /// Queued by a pass over every policy: when no woken policy waits.
+    Bulk,
+}
+
 /// What holds reconciles back (`holds`), and a notice that this may have changed (`released`).
 pub trait HoldBack {
-    /// Whether no reconcile may start now.
-    fn holds(&self) -> bool;
+    /// Whether no reconcile of `lane` may start now.
+    fn holds(&self, lane: Lane) -> bool;
     /// Resolves when what holds reconciles back may have let go; it hears every change from
     /// the moment it is made, so it is made before the check that decides to wait for it.
     fn released(&self) -> BoxFuture<'static, ()>;
@@ -65,9 +82,12 @@ pub trait HoldBack {
 /// The queue's bookkeeping, apart from the running futures.
 #[derive(Default)]
 struct Queue {
-    /// Policies to run, each with when it was queued.
-    ready: VecDeque<(Key, Instant)>,
-    queued: HashSet<Key>,
+    /// Policies woken by a change, in turns by namespace, each with when it was queued.
+    events: Turns<Namespace, (Key, Instant)>,
+    /// Policies a pass over every policy queued, in order.
+    bulk: VecDeque<(Key, Instant)>,
+    /// Every policy waiting, and its lane (an entry of the other lane is stale).
+    queued: HashMap<Key, Lane>,
     running: HashSet<Key>,
     again: HashSet<Key>,
     timers: BTreeMap<(Instant, u64), Key>,
@@ -76,19 +96,35 @@ struct Queue {
 }
 
 impl Queue {
-    /// A request to run `key` now.
+    /// A request to run `key` now, woken by a change.
     fn now(&mut self, key: Key) {
         self.cancel_timer(&key);
         if self.running.contains(&key) {
             self.again.insert(key);
-        } else if self.queued.insert(key.clone()) {
-            self.ready.push_back((key, Instant::now()));
+            return;
+        }
+        match self.queued.insert(key.clone(), Lane::Event) {
+            Some(Lane::Event) => {}
+            // New, or moved from the bulk lane (its entry there is stale now).
+            _ => self
+                .events
+                .push(&key.namespace.clone(), (key, Instant::now())),
+        }
+    }
+
+    /// A request to run `key` in a pass over every policy.
+    fn bulk(&mut self, key: Key) {
+        if self.running.contains(&key) {
+            self.again.insert(key);
+        } else if !self.queued.contains_key(&key) {
+            self.queued.insert(key.clone(), Lane::Bulk);
+            self.bulk.push_back((key, Instant::now()));
         }
     }
 
     /// A request to run `key` at `at`, unless it runs earlier anyway.
     fn at(&mut self, key: Key, at: Instant) {
-        if self.queued.contains(&key) || self.again.contains(&key) {
+        if self.queued.contains_key(&key) || self.again.contains(&key) {
             return;
         }
         if self.timer_of.get(&key).is_some_and(|(t, _)| *t <= at) {
@@ -111,7 +147,7 @@ impl Queue {
         self.timers.keys().next().map(|(at, _)| *at)
     }
 
-    /// Moves the timers due by `now` to the ready queue.
+    /// Moves the timers due by `now` to the event lane (a hold that falls due is a change).
     fn fire(&mut self, now: Instant) {
         while let Some(entry) = self.timers.first_entry() {
             if entry.key().0 > now {
@@ -123,25 +159,43 @@ impl Queue {
         }
     }
 
-    /// Whether a policy waits to run.
-    fn has_ready(&self) -> bool {
-        !self.ready.is_empty()
+    /// The lane of the next policy to run, if one waits.
+    fn next_lane(&mut self) -> Option<Lane> {
+        let queued = &self.queued;
+        if self
+            .events
+            .prune(|(key, _)| queued.get(key) == Some(&Lane::Event))
+        {
+            return Some(Lane::Event);
+        }
+        while let Some((key, _)) = self.bulk.front() {
+            if queued.get(key) == Some(&Lane::Bulk) {
+                return Some(Lane::Bulk);
+            }
+            self.bulk.pop_front();
+        }
+        None
     }
 
     /// Policies waiting to run.
     fn depth(&self) -> usize {
-        self.ready.len()
+        self.queued.len()
     }
 
-    /// The next policy to run, if one waits, and how long it waited.
-    fn take(&mut self) -> Option<(Key, std::time::Duration)> {
-        let (key, queued) = self.ready.pop_front()?;
+    /// The next policy of `lane` to run, and how long it waited.
+    fn take(&mut self, lane: Lane) -> Option<(Key, std::time::Duration)> {
+        let (key, queued) = match lane {
+            Lane::Event => self.events.pop()?,
+            Lane::Bulk => self.bulk.pop_front()?,
+        };
         self.queued.remove(&key);
         self.running.insert(key.clone());
         // A burst (the start-up pass queues every policy) leaves room for all of them; it is
         // given back once drained, so an idle queue keeps room for `SPARE` only.
-        if self.ready.is_empty() && self.ready.capacity() > SPARE {
-            self.ready.shrink_to(SPARE);
+        if self.bulk.is_empty() && self.bulk.capacity() > SPARE {
+            self.bulk.shrink_to(SPARE);
+        }
+        if self.queued.is_empty() && self.queued.capacity() > SPARE {
             self.queued.shrink_to(SPARE);
         }
         Some((key, queued.elapsed()))
@@ -156,6 +210,12 @@ impl Queue {
             self.at(key, now + delay);
         }
     }
+}
+
+/// The most reconciles of the bulk lane at once: three quarters of `concurrency` (at least one),
+/// so a woken policy finds a free slot at once.
+fn bulk_concurrency(concurrency: usize) -> usize {
+    (concurrency * 3 / 4).max(1)
 }
 
 /// Runs `reconcile` for every requested policy until `shutdown`, then waits for the running ones;
@@ -173,27 +233,39 @@ pub async fn run<F, Fut>(
 {
     let mut queue = Queue::default();
     let mut running = FuturesUnordered::new();
+    let mut bulk_running = HashSet::new();
     let mut requests = std::pin::pin!(requests.fuse());
     let mut shutdown = std::pin::pin!(shutdown);
     let (mut ready, mut stopping) = (ctx.caches.table.read().listed(), false);
+    let concurrency = concurrency.max(1);
     loop {
         let mut released = None;
-        while ready && !stopping && running.len() < concurrency.max(1) {
-            if queue.has_ready() && held_back.holds() {
+        while ready && !stopping && running.len() < concurrency {
+            let Some(lane) = queue.next_lane() else {
+                break;
+            };
+            let full = lane == Lane::Bulk && bulk_running.len() >= bulk_concurrency(concurrency);
+            if full {
+                break;
+            }
+            if held_back.holds(lane) {
                 let notice = held_back.released();
                 // Checked again once the notice hears: a release in between is not missed.
-                if held_back.holds() {
+                if held_back.holds(lane) {
                     released = Some(notice);
                     break;
                 }
             }
-            let Some((key, waited)) = queue.take() else {
+            let Some((key, waited)) = queue.take(lane) else {
                 break;
             };
             ctx.metrics().queue_waited(waited);
             let policy = ctx.caches.table.read().get(&key);
             match policy {
                 Some(policy) => {
+                    if lane == Lane::Bulk {
+                        bulk_running.insert(key.clone());
+                    }
                     let run = reconcile(policy);
                     running.push(async move { (key, run.await) });
                 }
@@ -207,11 +279,14 @@ pub async fn run<F, Fut>(
         let due = queue.next_due();
         tokio::select! {
             biased;
-            Some((key, next)) = running.next(), if !running.is_empty() => queue.finished(key, next, Instant::now()),
+            Some((key, next)) = running.next(), if !running.is_empty() => {
+                bulk_running.remove(&key);
+                queue.finished(key, next, Instant::now());
+            }
             _ = &mut shutdown, if !stopping => stopping = true,
             request = requests.next(), if !stopping => match request {
                 Some(Request::One(key)) => queue.now(key),
-                Some(Request::All) => ctx.caches.table.read().keys().into_iter().for_each(|key| queue.now(key)),
+                Some(Request::All) => ctx.caches.table.read().keys().into_iter().for_each(|key| queue.bulk(key)),
                 Some(Request::Listed) => ready = true,
                 None => stopping = true,
             },
@@ -237,30 +312,26 @@ mod tests {
         q.now(key("a"));
         q.now(key("a"));
         q.now(key("b"));
-        assert_eq!(q.take().map(|(k, _)| k), Some(key("a")));
+        assert_eq!(next(&mut q), Some(key("a")));
         q.now(key("a"));
-        assert_eq!(
-            q.take().map(|(k, _)| k),
-            Some(key("b")),
-            "a runs once at a time"
-        );
-        assert_eq!(q.take().map(|(k, _)| k), None);
+        assert_eq!(next(&mut q), Some(key("b")), "a runs once at a time");
+        assert_eq!(next(&mut q), None);
         let now = Instant::now();
         q.finished(key("a"), Next::Wait, now);
         assert_eq!(
-            q.take().map(|(k, _)| k),
+            next(&mut q),
             Some(key("a")),
             "the request made while it ran"
         );
         q.finished(key("a"), Next::Wait, now);
-        assert_eq!(q.take().map(|(k, _)| k), None);
+        assert_eq!(next(&mut q), None);
     }
 
     #[test]
     fn a_wish_to_run_later_is_kept_until_due_and_an_earlier_request_replaces_it() {
         let mut q = Queue::default();
         q.now(key("a"));
-        assert_eq!(q.take().map(|(k, _)| k), Some(key("a")));
+        assert_eq!(next(&mut q), Some(key("a")));
         let start = Instant::now();
         q.finished(key("a"), Next::After(Duration::from_secs(10)), start);
         assert_eq!(q.next_due(), Some(start + Duration::from_secs(10)));
@@ -271,12 +342,48 @@ mod tests {
             "the earlier wins"
         );
         q.fire(start + Duration::from_secs(5));
-        assert_eq!(q.take().map(|(k, _)| k), None, "not due yet");
+        assert_eq!(next(&mut q), None, "not due yet");
         q.now(key("a"));
         assert_eq!(q.next_due(), None, "a request replaces the timer");
-        assert_eq!(q.take().map(|(k, _)| k), Some(key("a")));
+        assert_eq!(next(&mut q), Some(key("a")));
         q.finished(key("a"), Next::After(Duration::from_secs(1)), start);
         q.fire(start + Duration::from_secs(2));
-        assert_eq!(q.take().map(|(k, _)| k), Some(key("a")));
+        assert_eq!(next(&mut q), Some(key("a")));
+    }
+
+    /// The next policy to run, of whichever lane goes first.
+    fn next(q: &mut Queue) -> Option<Key> {
+        let lane = q.next_lane()?;
+        q.take(lane).map(|(k, _)| k)
+    }
+
+    fn in_namespace(namespace: &str, name: &str) -> Key {
+        PolicyKey::new(namespace, name)
+    }
+
+    #[test]
+    fn woken_policies_go_before_a_bulk_pass_in_turns_by_namespace_and_a_woken_one_leaves_the_pass()
+    {
+        let mut q = Queue::default();
+        for n in 0..3 {
+            q.bulk(in_namespace("all", &format!("p{n}")));
+        }
+        for n in 0..3 {
+            q.now(in_namespace("noisy", &format!("n{n}")));
+        }
+        q.now(in_namespace("quiet", "q"));
+        q.now(in_namespace("all", "p2"));
+        let order: Vec<String> = std::iter::from_fn(|| next(&mut q))
+            .map(|k| k.to_string())
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "noisy/n0", "quiet/q", "all/p2", "noisy/n1", "noisy/n2", "all/p0", "all/p1"
+            ],
+            "p2 was woken: it left the pass and ran with the woken ones"
+        );
+        assert_eq!(bulk_concurrency(16), 12);
+        assert_eq!(bulk_concurrency(1), 1);
     }
 }

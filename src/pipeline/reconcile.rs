@@ -145,7 +145,7 @@ async fn run(policy: &PolicyEntry, ctx: &Context) -> Result<Next, Error> {
         Spec::Valid(valid) => act(policy, valid.clone(), previous.last.as_ref(), now, ctx).await?,
     };
     let target = policy.spec.target();
-    let claims = ctx.caches.claims.read().records(&policy.key);
+    let claims = ctx.caches.claims.read().summary(&policy.key);
     let status = intent::report(
         &outcome,
         &Record {
@@ -153,7 +153,7 @@ async fn run(policy: &PolicyEntry, ctx: &Context) -> Result<Next, Error> {
             target,
             previous: previous.last.as_ref(),
             whole: previous.whole.as_ref(),
-            claims: &claims,
+            claims: claims.as_ref(),
             now,
         },
     );

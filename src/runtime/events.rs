@@ -8,8 +8,21 @@
 //! phases after a churn or a burst of group failovers. Here what is kept of a published Event
 //! is a digest of its key, its name and its series (the patch of a repeat names the Event and
 //! carries only the series), swept at most every [`SWEEP_EVERY`].
+//!
+//! Events are best effort, and bounded: they wait in a queue taken in turns by namespace, at
+//! most [`PER_NAMESPACE`] of one namespace (more are dropped and counted,
+//! `failover_events_dropped_total`), and at most [`IN_FLIGHT`] are sent at once, so a storm of
+//! one namespace's Events neither grows the controller nor delays another namespace's.
+//! Every Event's name is valid whatever its object's name: `<object>.<time>`, the object's name
+//! shortened to fit the 253 characters of a name.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 use compact_str::CompactString;
 use k8s_openapi::{
@@ -24,8 +37,21 @@ use kube::{
 };
 use parking_lot::Mutex;
 use serde_json::json;
+use tokio::sync::{Notify, Semaphore};
+use tracing::{debug, warn};
 
-use crate::digest::digest;
+use crate::{
+    digest::digest,
+    observation::Namespace,
+    runtime::{api_client::describe, fair::Turns, leader::Leadership, metrics::Metrics},
+};
+
+/// The most Events of one namespace waiting to be sent.
+pub const PER_NAMESPACE: usize = 32;
+/// The most Events sent at once.
+pub const IN_FLIGHT: usize = 4;
+/// The longest name of an object (a DNS subdomain).
+const MAX_NAME: usize = 253;
 
 /// How long after an Event a repeat of it counts in its series.
 pub const SERIES_WINDOW: SignedDuration = SignedDuration::from_mins(6);
@@ -82,16 +108,85 @@ pub struct Events {
     controller: Arc<str>,
     instance: Arc<str>,
     published: Arc<Mutex<Series>>,
+    waiting: Arc<Mutex<Turns<Namespace, (Event, ObjectReference)>>>,
+    arrived: Arc<Notify>,
+    sending: Arc<AtomicBool>,
+    leadership: Leadership,
+    metrics: Arc<Metrics>,
 }
 
 impl Events {
-    /// Events reported by `controller`, from `instance` (the controller's name when none).
-    pub fn new(client: Client, controller: &str, instance: Option<String>) -> Self {
+    /// Events reported by `controller`, from `instance` (the controller's name when none), sent
+    /// while this replica leads.
+    pub fn new(
+        client: Client,
+        controller: &str,
+        instance: Option<String>,
+        leadership: Leadership,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             client,
             controller: controller.into(),
             instance: instance.as_deref().unwrap_or(controller).into(),
             published: Arc::default(),
+            waiting: Arc::default(),
+            arrived: Arc::default(),
+            sending: Arc::default(),
+            leadership,
+            metrics,
+        }
+    }
+
+    /// Queues `event` about `regarding`, to be sent in the background in turn by namespace;
+    /// returns false when its namespace already has [`PER_NAMESPACE`] waiting (it is dropped and
+    /// counted).
+    pub fn send(&self, event: Event, regarding: ObjectReference) -> bool {
+        let namespace = Namespace::new(regarding.namespace.as_deref().unwrap_or("default"));
+        {
+            let mut waiting = self.waiting.lock();
+            if waiting.waiting_in(&namespace) >= PER_NAMESPACE {
+                drop(waiting);
+                self.metrics.events_dropped.inc();
+                debug!(%namespace, reason = event.reason, "Event dropped: its namespace has too many waiting");
+                return false;
+            }
+            waiting.push(&namespace, (event, regarding));
+        }
+        if !self.sending.swap(true, Ordering::AcqRel) {
+            tokio::spawn(self.clone().send_in_turn());
+        }
+        self.arrived.notify_one();
+        true
+    }
+
+    /// Sends the Events waiting, in turn by namespace, [`IN_FLIGHT`] at a time, for ever.
+    async fn send_in_turn(self) {
+        let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+        loop {
+            let arrived = self.arrived.notified();
+            let next = self.waiting.lock().pop();
+            let Some((event, regarding)) = next else {
+                arrived.await;
+                continue;
+            };
+            // The semaphore is never closed.
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            let events = self.clone();
+            tokio::spawn(async move {
+                let reason = &event.reason;
+                if !events.leadership.is_leader() {
+                    debug!(reason, "Event not recorded: not the leader");
+                } else {
+                    match events.publish(&event, &regarding).await {
+                        Ok(()) => events.metrics.write("event"),
+                        Err(e) => warn!(error = %describe(&e), reason, "could not record Event"),
+                    }
+                }
+                drop(slot);
+            });
         }
     }
 
@@ -149,11 +244,10 @@ impl Events {
 
     fn new_event(&self, event: &Event, regarding: &ObjectReference, now: Timestamp) -> K8sEvent {
         let object = regarding.name.as_deref().unwrap_or(&self.controller);
-        let nanos = now.as_nanosecond();
         K8sEvent {
             metadata: ObjectMeta {
                 namespace: regarding.namespace.clone(),
-                name: Some(format!("{object}.{nanos:x}")),
+                name: Some(event_name(object, now)),
                 ..ObjectMeta::default()
             },
             action: Some(event.action.clone()),
@@ -174,6 +268,19 @@ impl Events {
             ..K8sEvent::default()
         }
     }
+}
+
+/// An Event's name: `<object>.<nanoseconds in hex>`, the object's name shortened (and ending
+/// in a letter or digit) so that the name is a valid one of at most 253 characters.
+fn event_name(object: &str, now: Timestamp) -> String {
+    let suffix = format!(".{:x}", now.as_nanosecond());
+    let mut room = MAX_NAME.saturating_sub(suffix.len()).min(object.len());
+    while !object.is_char_boundary(room) {
+        room -= 1;
+    }
+    let prefix = object[..room].trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    let prefix = if prefix.is_empty() { "event" } else { prefix };
+    format!("{prefix}{suffix}")
 }
 
 /// What makes two Events one series: the object, reason, action, type, related object and
@@ -270,6 +377,31 @@ mod tests {
         series.record(7, next);
         let after = soon + SERIES_WINDOW;
         assert_eq!(series.repeat(7, after), None, "the window passed");
+    }
+
+    #[test]
+    fn every_object_name_gives_an_event_name_of_at_most_253_characters_ending_well() {
+        let at = Timestamp::from_second(1_800_000_000).expect("time");
+        for object in [
+            "web".to_string(),
+            "g".repeat(253),
+            format!("{}.{}", "a".repeat(235), "b".repeat(17)),
+            format!("{}-x", "a".repeat(235)),
+        ] {
+            let name = event_name(&object, at);
+            assert!(name.len() <= 253, "{}: {}", name.len(), name);
+            let suffix = format!(".{:x}", at.as_nanosecond());
+            let prefix = name.strip_suffix(&suffix).expect("the time ends it");
+            assert!(
+                prefix.ends_with(|c: char| c.is_ascii_alphanumeric()),
+                "{prefix}"
+            );
+            assert!(object.starts_with(prefix));
+        }
+        assert_eq!(
+            event_name("web", at),
+            format!("web.{:x}", at.as_nanosecond())
+        );
     }
 
     #[test]

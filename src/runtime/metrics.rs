@@ -47,6 +47,17 @@ pub const OTHER_WRITE_KINDS: [&str; 6] = [
     "finalizer",
 ];
 
+/// Why a status write failed, as `status_write_failures` labels it: every value there is.
+pub const STATUS_WRITE_FAILURES: [&str; 5] =
+    ["too_large", "invalid", "forbidden", "unavailable", "other"];
+
+/// Labels of a series counted by reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// The reason.
+    pub reason: String,
+}
+
 /// Labels of a series counted by kind (of error, of write, of watch).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
@@ -76,6 +87,10 @@ pub struct Metrics {
     pub policies: PolicyTable,
     /// API writes made, by kind (`trafficsplit`, `status`, `event`, `lease`).
     pub api_writes: Family<KindLabels, Counter>,
+    /// Status writes that failed, by reason ([`STATUS_WRITE_FAILURES`]).
+    pub status_write_failures: Family<ReasonLabels, Counter>,
+    /// Events not published: their namespace's share of the publisher's queue was full.
+    pub events_dropped: Counter,
     /// Watch streams restarted after an error, by watched kind.
     pub watch_restarts: Family<KindLabels, Counter>,
     /// 1 while this replica holds the leader lease.
@@ -148,6 +163,8 @@ impl Metrics {
             workqueue_queue_duration: Histogram::new(exponential_buckets(0.0001, 4.0, 10)),
             policies: PolicyTable::default(),
             api_writes: Family::default(),
+            status_write_failures: Family::default(),
+            events_dropped: Counter::default(),
             watch_restarts: Family::default(),
             leader: Gauge::default(),
             missing_api: Family::default(),
@@ -168,6 +185,11 @@ impl Metrics {
         }
         for api in NeededApi::all() {
             m.set_missing_api(api.crd(), false);
+        }
+        for reason in STATUS_WRITE_FAILURES {
+            let _ = m.status_write_failures.get_or_create_owned(&ReasonLabels {
+                reason: reason.to_string(),
+            });
         }
         let route_writes = RouteKind::ALL.map(RouteKind::metric_label);
         for kind in route_writes.into_iter().chain(OTHER_WRITE_KINDS) {
@@ -233,6 +255,16 @@ impl Metrics {
         for (name, help, family) in by_kind {
             r.register(name, help, family.clone());
         }
+        r.register(
+            "status_write_failures",
+            "Status writes that failed, by reason (too_large, invalid: refused for what the status or its object is; tried again after up to 5 minutes)",
+            self.status_write_failures.clone(),
+        );
+        r.register(
+            "events_dropped",
+            "Events not published because their namespace's share of the publisher's queue was full",
+            self.events_dropped.clone(),
+        );
     }
 
     fn register_gauges(&mut self) {
@@ -395,6 +427,15 @@ impl Metrics {
         self.api_writes
             .get_or_create(&KindLabels {
                 kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one failed status write.
+    pub fn status_write_failure(&self, reason: &str) {
+        self.status_write_failures
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
             })
             .inc();
     }

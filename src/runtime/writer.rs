@@ -7,6 +7,17 @@
 
 use std::{fmt::Debug, sync::Arc};
 
+use crate::{
+    api::{FailoverGroupStatus, FailoverPolicyStatus},
+    last_status::LastGroupStatus,
+    route::{FIELD_MANAGER, RouteKey, RulesDigest},
+    runtime::{
+        events::Events,
+        leader::{Leadership, Role},
+        metrics::Metrics,
+        written::{Recent, StatusKey, Statuses, WrittenStatus},
+    },
+};
 use k8s_openapi::{
     NamespaceResourceScope,
     api::{autoscaling::v1::Scale, core::v1::ObjectReference},
@@ -17,20 +28,6 @@ use kube::{
     runtime::events::Event,
 };
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
-use tracing::{debug, warn};
-
-use crate::{
-    api::{FailoverGroupStatus, FailoverPolicyStatus},
-    last_status::LastGroupStatus,
-    route::{FIELD_MANAGER, RouteKey, RulesDigest},
-    runtime::{
-        api_client::describe,
-        events::Events,
-        leader::{Leadership, Role},
-        metrics::Metrics,
-        written::{Queue, Recent, StatusKey, Statuses, WrittenStatus},
-    },
-};
 
 /// A write refused because this replica does not lead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -83,38 +80,33 @@ pub struct Writer {
     pub group_statuses: Statuses<FailoverGroupStatus>,
 }
 
-/// The status writers' work: the policies, and the groups, whose status waits.
-pub struct StatusQueues {
-    /// Policies.
-    pub policies: Queue,
-    /// Failover groups.
-    pub groups: Queue,
-}
-
 impl Writer {
-    /// A writer through this client; `instance` names this replica in Events. The queues are the
-    /// status writers' work ([`crate::pipeline::write::statuses::run`]).
+    /// A writer through this client; `instance` names this replica in Events. The statuses it
+    /// holds are written by the status writer ([`crate::pipeline::write::statuses::run`]).
     pub fn new(
         client: Client,
         leadership: Leadership,
         metrics: Arc<Metrics>,
         instance: Option<String>,
-    ) -> (Self, StatusQueues) {
-        let events = Events::new(client.clone(), FIELD_MANAGER, instance);
-        let (statuses, policies) = Statuses::new();
-        let (group_statuses, groups) = Statuses::new();
-        let writer = Self {
+    ) -> Self {
+        let events = Events::new(
+            client.clone(),
+            FIELD_MANAGER,
+            instance,
+            leadership.clone(),
+            metrics.clone(),
+        );
+        Self {
             client,
             leadership,
             metrics,
             events,
             recent_routes: Recent::default(),
             recent_status: Recent::default(),
-            statuses,
+            statuses: Statuses::new(),
             recent_group_status: Recent::default(),
-            group_statuses,
-        };
-        (writer, StatusQueues { policies, groups })
+            group_statuses: Statuses::new(),
+        }
     }
 
     /// Whether this replica may write now.
@@ -162,24 +154,10 @@ impl Writer {
     }
 
     /// Sends an Event about `reference` in the background, as the leader only: Events are best
-    /// effort, never hold up the next reconcile, and a lost Event never blocks routing.
+    /// effort, bounded per namespace ([`crate::runtime::events`]), never hold up the next
+    /// reconcile, and a lost Event never blocks routing.
     pub fn publish(&self, event: Event, reference: ObjectReference) {
-        let (events, leadership, metrics) = (
-            self.events.clone(),
-            self.leadership.clone(),
-            self.metrics.clone(),
-        );
-        tokio::spawn(async move {
-            let reason = &event.reason;
-            if !leadership.is_leader() {
-                debug!(reason, "Event not recorded: not the leader");
-                return;
-            }
-            match events.publish(&event, &reference).await {
-                Ok(()) => metrics.write("event"),
-                Err(e) => warn!(error = %describe(&e), reason, "could not record Event"),
-            }
-        });
+        self.events.send(event, reference);
     }
 }
 

@@ -8,19 +8,26 @@
 //!   version that is not a number simply disables the shortcut.
 //! - [`Statuses`]: the statuses built (a policy's by its status step, a group's by its members'
 //!   group step) that the background writer has not written yet, newest per object. They are
-//!   read as the object's previous status; the writer (`pipeline::write::statuses`) takes its
-//!   work from the [`Queue`].
+//!   read as the object's previous status; the writer (`pipeline::write::statuses`) takes them
+//!   in turns by namespace ([`Statuses::next`]), and a failed write waits for its retry without
+//!   holding a writer.
 
-use std::{collections::HashMap, future::Future, hash::Hash, sync::Arc};
+use std::{
+    collections::{BTreeMap, HashMap},
+    future::Future,
+    hash::Hash,
+    sync::Arc,
+    time::Duration,
+};
 
-use futures::channel::mpsc;
 use parking_lot::Mutex;
-use tokio::sync::Notify;
+use tokio::{sync::Notify, time::Instant};
 
 use crate::{
     api::{FailoverPolicyStatus, conditions},
     last_status::{Compact, LastStatus},
-    observation::PolicyKey,
+    observation::{Namespace, PolicyKey},
+    runtime::{fair::Turns, retry},
 };
 
 /// Recent writes of one kind of value, by object key.
@@ -137,37 +144,117 @@ pub struct Newest<S> {
     pub version: u64,
 }
 
-/// The statuses of one kind waiting to be written, by object.
+/// Why a status write failed, as the writer tells it apart: the API server refused this status
+/// for good (its size or content: only a change of the object or the status helps), or the
+/// write may succeed when tried again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// Refused for what it is: retried rarely, said once.
+    Refused(&'static str),
+    /// The API server did not take it now.
+    Transient(&'static str),
+}
+
+impl Failure {
+    /// The reason, as the failures metric labels it.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Failure::Refused(reason) | Failure::Transient(reason) => reason,
+        }
+    }
+
+    /// The delay before the `failures`-th retry in a row: a transient failure's backoff
+    /// ([`retry::FIRST`] doubling to [`retry::MAX`]), a refusal's from [`retry::MAX`] doubling
+    /// to [`REFUSED_MAX`].
+    fn delay(self, failures: u32) -> Duration {
+        let (first, max) = match self {
+            Failure::Transient(_) => (retry::FIRST, retry::MAX),
+            Failure::Refused(_) => (retry::MAX, REFUSED_MAX),
+        };
+        first
+            .saturating_mul(1 << failures.saturating_sub(1).min(16))
+            .min(max)
+    }
+}
+
+/// The longest pause between two tries of a status the API server refused.
+pub const REFUSED_MAX: Duration = Duration::from_secs(300);
+
+/// Where an object's status is: waiting for a writer, being written, or waiting to be tried
+/// again after a failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    Ready,
+    Writing,
+    Retry(Instant),
+}
+
+/// An object's status waiting to be written.
+#[derive(Debug)]
+struct Pending<S> {
+    newest: Newest<S>,
+    stage: Stage,
+    /// Failures in a row, and the last one.
+    failures: u32,
+    failure: Option<Failure>,
+}
+
+/// What waits, and in which order it is taken.
+struct Waiting<S> {
+    pending: HashMap<StatusKey, Pending<S>>,
+    /// The objects whose status is ready to be written, in turns by namespace.
+    ready: Turns<Namespace, StatusKey>,
+    /// The objects to try again, by when.
+    retries: BTreeMap<(Instant, u64), StatusKey>,
+    sequence: u64,
+}
+
+/// What a failed write came to for its object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Failed {
+    /// When it is tried again.
+    pub retry_in: Duration,
+    /// This failure is news: the first of a run, or another reason than the last one.
+    pub news: bool,
+}
+
+/// The statuses of one kind waiting to be written, by object, and the order the writers take
+/// them in: in turns by namespace, so one namespace's many statuses delay another's by one turn
+/// each; a status whose write failed is tried again after its backoff, and meanwhile holds no
+/// writer.
 pub struct Statuses<S> {
-    pending: Mutex<HashMap<StatusKey, Newest<S>>>,
-    queue: mpsc::UnboundedSender<StatusKey>,
-    /// Notified whenever a pending status leaves.
+    waiting: Mutex<Waiting<S>>,
+    /// Notified when a status becomes ready, or a retry is set.
+    arrived: Notify,
+    /// Notified whenever a pending status leaves, or fails.
     left: Arc<Notify>,
 }
 
-/// The objects whose status waits, in the order they were queued.
-pub type Queue = mpsc::UnboundedReceiver<StatusKey>;
-
 impl<S: Clone> Statuses<S> {
-    /// The statuses that may wait at once before reconciles are held back: 16 rounds of the
-    /// writer at its default concurrency of 16, which keeps it busy, and no more, as every status
-    /// waiting adds to the peak of a cold start.
+    /// The statuses that may wait at once before a pass over every policy is held back: 16
+    /// rounds of the writer at its default concurrency of 16, which keeps it busy, and no more,
+    /// as every status waiting adds to the peak of a cold start. Reconciles of a change are never
+    /// held back by it.
     pub const LIMIT: usize = 256;
 
-    /// Nothing pending; the writer takes its work from the returned queue.
-    pub fn new() -> (Self, Queue) {
-        let (queue, receiver) = mpsc::unbounded();
-        let statuses = Self {
-            pending: Mutex::default(),
-            queue,
+    /// Nothing pending.
+    pub fn new() -> Self {
+        Self {
+            waiting: Mutex::new(Waiting {
+                pending: HashMap::new(),
+                ready: Turns::default(),
+                retries: BTreeMap::new(),
+                sequence: 0,
+            }),
+            arrived: Notify::new(),
             left: Arc::default(),
-        };
-        (statuses, receiver)
+        }
     }
 
     /// The status queued or being written for an object, newer than any cache.
     pub fn pending(&self, key: &StatusKey) -> Option<S> {
-        self.pending.lock().get(key).map(|p| p.status.clone())
+        let waiting = self.waiting.lock();
+        waiting.pending.get(key).map(|p| p.newest.status.clone())
     }
 
     /// Queues `status` unless it is what the object has (`current`); returns whether it did.
@@ -180,64 +267,192 @@ impl<S: Clone> Statuses<S> {
         if current.is_some_and(|c| c.is(&status)) {
             return false;
         }
-        let mut pending = self.pending.lock();
-        match pending.get_mut(&key) {
-            // Its writer is at work and writes this one next.
+        let mut waiting = self.waiting.lock();
+        match waiting.pending.get_mut(&key) {
+            // Its writer is at work and writes this one next, or it waits its turn or its retry.
             Some(p) => {
-                p.status = status;
-                p.version += 1;
+                p.newest.status = status;
+                p.newest.version += 1;
             }
             None => {
-                pending.insert(key.clone(), Newest { status, version: 0 });
-                // The receiver lives as long as the controller; after it, nothing is written.
-                let _ = self.queue.unbounded_send(key);
+                let pending = Pending {
+                    newest: Newest { status, version: 0 },
+                    stage: Stage::Ready,
+                    failures: 0,
+                    failure: None,
+                };
+                waiting.ready.push(&key.object.namespace, key.clone());
+                waiting.pending.insert(key, pending);
+                drop(waiting);
+                self.arrived.notify_one();
             }
         }
         true
     }
 
-    /// Whether [`Statuses::LIMIT`] statuses wait: no reconcile should add more until some are
-    /// written.
+    /// Whether [`Statuses::LIMIT`] statuses wait: a pass over every policy should add no more
+    /// until some are written.
     pub fn full(&self) -> bool {
-        self.pending.lock().len() >= Self::LIMIT
+        self.waiting.lock().pending.len() >= Self::LIMIT
     }
 
-    /// Waits until every queued status is written (or dropped).
+    /// Waits until every queued status is written, dropped, or failed since it was queued (a
+    /// status the API server refuses does not hold a shutdown up).
     pub async fn flushed(&self) {
         loop {
             let left = self.left.notified();
-            if self.pending.lock().is_empty() {
+            let busy = {
+                let waiting = self.waiting.lock();
+                waiting
+                    .pending
+                    .values()
+                    .any(|p| !matches!(p.stage, Stage::Retry(_)))
+            };
+            if !busy {
                 return;
             }
             left.await;
         }
     }
 
-    /// Resolves when a pending status leaves (written or dropped), from the moment it is called.
+    /// Resolves when a pending status leaves (written or dropped) or fails, from the moment it
+    /// is called.
     pub fn left(&self) -> impl Future<Output = ()> + Send + 'static {
         self.left.clone().notified_owned()
     }
 
-    /// The newest status queued for an object.
-    pub fn newest(&self, key: &StatusKey) -> Option<Newest<S>> {
-        self.pending.lock().get(key).cloned()
+    /// The next object to write, in turn by namespace (a retry that fell due joins the turns),
+    /// and its newest status; it is being written until [`Self::done`] or [`Self::failed`].
+    pub async fn next(&self) -> (StatusKey, Newest<S>) {
+        loop {
+            let arrived = self.arrived.notified();
+            let due = {
+                let mut waiting = self.waiting.lock();
+                let now = Instant::now();
+                waiting.fire(now);
+                if let Some(next) = waiting.take() {
+                    return next;
+                }
+                waiting.retries.keys().next().map(|(at, _)| *at)
+            };
+            match due {
+                Some(at) => {
+                    tokio::select! {
+                        () = arrived => {}
+                        () = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => arrived.await,
+            }
+        }
     }
 
-    /// Drops an object's entry once `version` is written (or not worth writing); returns false
-    /// when a newer status came meanwhile.
+    /// The newest status queued for an object.
+    pub fn newest(&self, key: &StatusKey) -> Option<Newest<S>> {
+        let waiting = self.waiting.lock();
+        waiting.pending.get(key).map(|p| p.newest.clone())
+    }
+
+    /// `version` of an object's status is written (`None`: not worth writing, the object is
+    /// gone): its entry goes, unless a newer status came meanwhile, which then waits its turn
+    /// (returns false).
     pub fn done(&self, key: &StatusKey, version: Option<u64>) -> bool {
-        let mut pending = self.pending.lock();
-        if version.is_some_and(|v| pending.get(key).is_some_and(|p| p.version != v)) {
+        let mut waiting = self.waiting.lock();
+        let newer = version.is_some_and(|v| {
+            waiting
+                .pending
+                .get(key)
+                .is_some_and(|p| p.newest.version != v)
+        });
+        if newer {
+            if let Some(p) = waiting.pending.get_mut(key) {
+                p.stage = Stage::Ready;
+                p.failures = 0;
+                p.failure = None;
+            }
+            waiting.ready.push(&key.object.namespace, key.clone());
+            drop(waiting);
+            self.arrived.notify_one();
             return false;
         }
-        pending.remove(key);
+        waiting.pending.remove(key);
         // The start-up pass queues a status per policy; the room is given back once written.
-        if pending.is_empty() {
-            pending.shrink_to(64);
+        if waiting.pending.is_empty() {
+            waiting.pending.shrink_to(64);
         }
-        drop(pending);
+        drop(waiting);
         self.left.notify_waiters();
         true
+    }
+
+    /// Writing an object's status failed: it is tried again after its backoff (its newest status
+    /// then), and holds no writer meanwhile.
+    pub fn failed(&self, key: &StatusKey, failure: Failure) -> Failed {
+        let mut waiting = self.waiting.lock();
+        let at = Instant::now();
+        let Some(p) = waiting.pending.get_mut(key) else {
+            return Failed {
+                retry_in: Duration::ZERO,
+                news: false,
+            };
+        };
+        p.failures = p.failures.saturating_add(1);
+        let news = p.failure.is_none_or(|f| f.reason() != failure.reason());
+        p.failure = Some(failure);
+        let retry_in = failure.delay(p.failures);
+        p.stage = Stage::Retry(at + retry_in);
+        waiting.sequence += 1;
+        let slot = (at + retry_in, waiting.sequence);
+        waiting.retries.insert(slot, key.clone());
+        drop(waiting);
+        self.arrived.notify_one();
+        self.left.notify_waiters();
+        Failed { retry_in, news }
+    }
+
+    /// How many objects' statuses wait, and how many of them wait for a retry.
+    pub fn counts(&self) -> (usize, usize) {
+        let waiting = self.waiting.lock();
+        (waiting.pending.len(), waiting.retries.len())
+    }
+}
+
+impl<S: Clone> Default for Statuses<S> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S: Clone> Waiting<S> {
+    /// Moves the retries due by `now` to the turns.
+    fn fire(&mut self, now: Instant) {
+        while let Some(entry) = self.retries.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let key = entry.remove();
+            if let Some(p) = self.pending.get_mut(&key)
+                && matches!(p.stage, Stage::Retry(_))
+            {
+                p.stage = Stage::Ready;
+                let namespace = key.object.namespace.clone();
+                self.ready.push(&namespace, key);
+            }
+        }
+        if self.retries.is_empty() && self.pending.is_empty() {
+            self.retries = BTreeMap::new();
+        }
+    }
+
+    /// The next ready object in turn, now being written.
+    fn take(&mut self) -> Option<(StatusKey, Newest<S>)> {
+        let pending = &self.pending;
+        let key = self
+            .ready
+            .pop_alive(|key| pending.get(key).is_some_and(|p| p.stage == Stage::Ready))?;
+        let p = self.pending.get_mut(&key)?;
+        p.stage = Stage::Writing;
+        Some((key, p.newest.clone()))
     }
 }
 
@@ -313,20 +528,98 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_newest_status_waits_once_per_policy_and_is_read_as_the_previous_one() {
-        let (statuses, mut queue) = Statuses::new();
+    #[tokio::test]
+    async fn the_newest_status_waits_once_per_policy_and_is_read_as_the_previous_one() {
+        let statuses = Statuses::new();
         let key = StatusKey::new(&PolicyKey::new("ns", "web"), "u1");
         let primary = LastStatus::of(&phase(Phase::Primary));
         assert!(!statuses.queue(key.clone(), phase(Phase::Primary), Some(&primary)));
         assert!(statuses.queue(key.clone(), phase(Phase::FailedOver), None::<&LastStatus>));
         assert!(statuses.queue(key.clone(), phase(Phase::Primary), None::<&LastStatus>));
         assert_eq!(statuses.pending(&key), Some(phase(Phase::Primary)));
-        assert_eq!(queue.try_recv().ok(), Some(key.clone()));
-        assert!(queue.try_recv().is_err(), "one writer per policy");
-        let version = statuses.newest(&key).expect("pending").version;
-        assert!(!statuses.done(&key, Some(version - 1)), "a newer one came");
-        assert!(statuses.done(&key, Some(version)));
+        let (taken, newest) = statuses.next().await;
+        assert_eq!((taken, newest.version), (key.clone(), 1));
+        assert!(
+            statuses.waiting.lock().take().is_none(),
+            "one writer per policy"
+        );
+        assert!(statuses.queue(key.clone(), phase(Phase::FailedOver), None::<&LastStatus>));
+        assert!(!statuses.done(&key, Some(1)), "a newer one came");
+        let (_, newest) = statuses.next().await;
+        assert!(statuses.done(&key, Some(newest.version)));
         assert_eq!(statuses.pending(&key), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_write_holds_no_writer_and_is_tried_again_after_its_backoff() {
+        let statuses = Statuses::new();
+        let (stuck, other) = (
+            StatusKey::new(&PolicyKey::new("hostile", "huge"), "u1"),
+            StatusKey::new(&PolicyKey::new("team", "web"), "u2"),
+        );
+        statuses.queue(stuck.clone(), phase(Phase::Primary), None::<&LastStatus>);
+        let (taken, _) = statuses.next().await;
+        assert_eq!(taken, stuck);
+        let refused = Failure::Refused("too_large");
+        let failed = statuses.failed(&stuck, refused);
+        assert_eq!(
+            failed,
+            Failed {
+                retry_in: retry::MAX,
+                news: true
+            }
+        );
+        // Another object's status is written meanwhile.
+        statuses.queue(other.clone(), phase(Phase::Primary), None::<&LastStatus>);
+        let (taken, newest) = statuses.next().await;
+        assert_eq!(taken, other);
+        assert!(statuses.done(&other, Some(newest.version)));
+        assert_eq!(
+            statuses.counts(),
+            (1, 1),
+            "the refused one waits for its retry"
+        );
+        // A shutdown does not wait for it.
+        tokio::time::timeout(Duration::from_millis(1), statuses.flushed())
+            .await
+            .expect("flushed without the refused status");
+        let started = Instant::now();
+        let (taken, _) = statuses.next().await;
+        assert_eq!(
+            (taken.clone(), started.elapsed()),
+            (stuck.clone(), retry::MAX)
+        );
+        let again = statuses.failed(&stuck, refused);
+        assert_eq!(
+            again,
+            Failed {
+                retry_in: retry::MAX * 2,
+                news: false
+            }
+        );
+        assert_eq!(
+            Failure::Transient("unavailable").delay(1),
+            retry::FIRST,
+            "a transient failure backs off as any write"
+        );
+        assert_eq!(refused.delay(30), REFUSED_MAX);
+    }
+
+    #[tokio::test]
+    async fn statuses_are_taken_in_turns_by_namespace() {
+        let statuses = Statuses::new();
+        for n in 0..5 {
+            let key = StatusKey::new(&PolicyKey::new("noisy", &format!("p{n}")), "u");
+            statuses.queue(key, phase(Phase::Primary), None::<&LastStatus>);
+        }
+        let quiet = StatusKey::new(&PolicyKey::new("quiet", "web"), "u");
+        statuses.queue(quiet.clone(), phase(Phase::Primary), None::<&LastStatus>);
+        let (first, _) = statuses.next().await;
+        let (second, _) = statuses.next().await;
+        assert_eq!(&*first.object.namespace, "noisy");
+        assert_eq!(
+            second, quiet,
+            "the quiet namespace's one status goes second"
+        );
     }
 }

@@ -5,9 +5,12 @@
 
 use std::time::Duration;
 
-use failover::api::{
-    FailoverPolicy,
-    conditions::{ATTACHED, READY, attached, ready},
+use failover::{
+    api::{
+        FailoverPolicy,
+        conditions::{ATTACHED, READY, attached, ready},
+    },
+    route::claim::ClaimId,
 };
 use kube::{Api, api::DynamicObject};
 
@@ -73,17 +76,19 @@ async fn an_older_policy_of_another_namespace_cannot_take_a_route_by_naming_its_
     // 2. The shop routes shop.example.com on its own Gateway; the claim is recorded.
     shop_author.apply(&shop_on_gateway_of(&shop.ns).yaml());
     let listener = format!("hostname shop.example.com path / on Gateway {}/gw", shop.ns);
+    let digest = ClaimId::of_text(&listener).hex();
     let recorded = shop
         .wait_policy("web", WAIT, "the listener claim recorded", |p| {
             p.status
                 .as_ref()
-                .is_some_and(|s| s.claims.iter().any(|c| c.claim == listener))
+                .and_then(|s| s.claimed.as_ref())
+                .is_some_and(|c| c.made.iter().any(|m| m.claims.contains(&digest)))
         })
         .await;
     assert!(routes_its_own_gateway(&shop).await);
     support::figure(format!(
-        "the shop's status.claims: {:?}",
-        recorded.status.map(|s| s.claims)
+        "the shop's status.claimed: {:?}",
+        recorded.status.and_then(|s| s.claimed)
     ));
 
     // 3. The older policy names the shop's Gateway and hostname: refused that Gateway, it

@@ -208,8 +208,8 @@ async fn a_matrix_answer_is_a_failed_query_named_in_the_condition_and_backs_off(
         .with_controller(&["--prometheus-address", &prometheus.url])
         .await;
     let tenant = env.tenant();
-    // Eleven hours at one sample a second: most of a MiB of answer, once read as "no data".
-    tenant.apply(&PolicyBuilder::web_with_health(None, "vector(1)[11h:1s]").yaml());
+    // The longest range at the most evaluations allowed: 720 samples, once read as "no data".
+    tenant.apply(&PolicyBuilder::web_with_health(None, "vector(1)[1h:5s]").yaml());
     env.wait_weights("web", &ON_WEB, WAIT).await;
     let p = env
         .wait_policy(

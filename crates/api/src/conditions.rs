@@ -247,6 +247,9 @@ pub mod events {
     pub const RECOVERED: &str = "Recovered";
     /// A failback ramp moved to its next step.
     pub const FAILBACK_STEP: &str = "FailbackStep";
+    /// A Warning: the API server refused the object's status for what it is (too large with the
+    /// object's metadata, or invalid); it is tried again after up to 5 minutes.
+    pub const STATUS_NOT_WRITTEN: &str = "StatusNotWritten";
 }
 
 /// The reasons of a `FailoverGroup`'s conditions and Events.

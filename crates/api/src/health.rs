@@ -43,8 +43,11 @@ pub struct PrometheusHealth {
     /// refused (reason `QueryNotAllowed`). Its cost is bounded: at most 4096 characters, 8
     /// regex matchers (`=~`, `!~`), no counted repetition of three digits (`{100}`), each
     /// regex at most 256 characters that compiles as written (a literal `{` is `\{`) to at most
-    /// 256 KiB, and a depth of at most 64 (the deepest parenthesis, plus each operator and each
-    /// range or subquery); names starting `__failover_` are the controller's.
+    /// 256 KiB, a depth of at most 64 (the deepest parenthesis, plus each operator and each
+    /// range or subquery), every range (`[5m]`, a subquery's `[10m:30s]`) at most 1h, each
+    /// subquery with its step written and at most 1000 evaluations by all subqueries (their
+    /// steps multiplied where one is inside another); names starting `__failover_` are the
+    /// controller's. Prometheus stops each query after 3s (its `timeout` parameter).
     #[schemars(length(min = 1, max = MAX_QUERY_LENGTH))]
     #[x_kube(validation = rules::regex_matchers_rule())]
     #[x_kube(validation = rules::repetition_rule())]

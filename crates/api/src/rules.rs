@@ -385,6 +385,12 @@ pub const MAX_QUERY_DEPTH: usize = 64;
 pub const MAX_REGEX_LENGTH: usize = 256;
 /// Most bytes one regex may compile to (the regex crate's default is 10 MiB).
 pub const REGEX_SIZE_LIMIT: usize = 256 * 1024;
+/// Longest range a query may read (`[1h]`, a subquery's `[1h:1m]`): what one evaluation reads
+/// grows with it.
+pub const MAX_QUERY_RANGE: std::time::Duration = std::time::Duration::from_secs(3600);
+/// Most evaluations a query's subqueries may make: each subquery states its step, and the steps
+/// of subqueries inside each other multiply (`max_over_time(x[10m:30s])` makes 20).
+pub const MAX_SUBQUERY_STEPS: u64 = 1000;
 /// A counted repetition of three digits or more (`{100}`, `{1,100}`): refused anywhere in the
 /// query, by the CRD's CEL rule and by the controller's check (`health_query`) alike.
 pub const LONG_REPETITION: &str = r"[{]([0-9]+,)?[0-9]{3}";

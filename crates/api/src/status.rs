@@ -158,13 +158,20 @@ pub struct FailoverPolicyStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub route_parents: Vec<RouteParentState>,
 
-    /// What this policy routes (its apex Service; for an HTTPRoute on Gateways, each hostname
-    /// and path on each listener it may attach to), each with when this policy first claimed
-    /// it. Of two policies claiming one thing, the one that claimed it first routes it. Only the
-    /// controller writes status (the chart's roles grant no one else `failoverpolicies/status`,
-    /// and the API server drops a status sent with the object), so an author cannot backdate a
-    /// claim.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// What this policy routes (its apex Service; for a Gateway API route on Gateways, each
+    /// hostname and path on each listener it may attach to), summarized: how many of these
+    /// claims it holds, how many another policy holds, and when each was made. Of two policies
+    /// claiming one thing, the one that claimed it first routes it. Only the controller writes
+    /// status (the chart's roles grant no one else `failoverpolicies/status`, and the API server
+    /// drops a status sent with the object), so an author cannot backdate a claim. Its size is
+    /// bounded whatever the spec: at most 8 times, each listing the claims made then by a
+    /// 16-hex-digit digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed: Option<ClaimsStatus>,
+
+    /// Deprecated: each claim and when it was made, as releases before the bounded `claimed`
+    /// wrote it. Read once when a policy is first seen, never written.
+    #[serde(default, skip_serializing)]
     pub claims: Vec<ClaimRecord>,
 
     /// Standard conditions, one of each type: `Ready` (traffic is routed to a ready backend
@@ -260,6 +267,37 @@ pub struct BackendStatus {
     /// With `spec.capacity`: the requests per second its ready endpoints serve.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<i64>,
+}
+
+/// What a policy routes, summarized: its claims held and lost, and when each was made.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimsStatus {
+    /// How many of its claims the policy holds.
+    pub held: u32,
+    /// How many of its claims another policy holds (the first is named in the `Ready`
+    /// condition): its route routes none of these.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lost: u32,
+    /// When its claims were made, oldest first, at most 8 times: claims made at more times count
+    /// from the later of the two oldest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub made: Vec<ClaimsMade>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Claims a policy made at one time.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimsMade {
+    /// When the policy made them, as the controller saw it.
+    pub since: Timestamp,
+    /// Each claim by its digest: the first 8 bytes of the SHA-256 of the claim as conditions
+    /// name it (`apex Service api`), in hex; space-separated.
+    pub claims: String,
 }
 
 /// Something a policy routes, and since when.

@@ -23,17 +23,24 @@
 //! changed, so deleting the holder hands the claim over at once. Claims compare exactly: a
 //! route naming a Gateway's listener and one naming the whole Gateway are different claims.
 
+use std::{cmp::Ordering, collections::BTreeMap};
+
 use indexmap::IndexMap;
 
 use chrono::DateTime;
 use smallvec::SmallVec;
 
 use crate::{
-    api::{ClaimRecord, Timestamp},
+    api::{ClaimsMade, ClaimsStatus, FailoverPolicyStatus, Timestamp},
     digest::digest,
     observation::PolicyKey,
-    route::Claim,
+    route::{Claim, claim::ClaimId},
 };
+
+/// The most times a status lists claims under ([`ClaimsStatus::made`]): claims made at more
+/// times count from the later of the two oldest, which can only make a claim younger (never
+/// take one from another policy).
+pub const MAX_CLAIM_TIMES: usize = 8;
 
 /// A policy as the claims read it.
 #[derive(Clone, Debug)]
@@ -45,54 +52,76 @@ pub struct Claimant<'a> {
     /// Its creationTimestamp, in seconds (none: `i64::MAX`): breaks ties.
     pub created: i64,
     /// What it claims now: what its route may attach to
-    /// ([`crate::tenancy::Gateways::claims`]).
-    pub claims: Vec<Claim>,
-    /// The claims its status records, with when each was made.
-    pub recorded: &'a [ClaimRecord],
+    /// ([`crate::tenancy::Gateways::claims`]), by digest.
+    pub claims: Vec<ClaimId>,
+    /// The claims its status records, each with when it was made (milliseconds).
+    pub recorded: Vec<(ClaimId, i64)>,
 }
 
-impl Claimant<'_> {
-    /// When its status says it made `claim`, in milliseconds.
-    fn recorded(&self, claim: &Claim) -> Option<i64> {
-        let text = claim.to_string();
-        self.recorded
-            .iter()
-            .find(|r| r.claim == text)
-            .map(|r| r.since.0.timestamp_millis())
-    }
+/// The digests of `claims`.
+pub fn ids(claims: &[Claim]) -> Vec<ClaimId> {
+    claims.iter().map(Claim::id).collect()
 }
 
-/// A policy claiming something, in the order that decides who holds it.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// The claims a policy's status records, each with when it was made (milliseconds): the bounded
+/// form, and the list of a release before it.
+pub fn recorded(status: Option<&FailoverPolicyStatus>) -> Vec<(ClaimId, i64)> {
+    let Some(status) = status else {
+        return Vec::new();
+    };
+    let made = status.claimed.iter().flat_map(|c| &c.made);
+    let bounded = made.flat_map(|m| {
+        let since = m.since.0.timestamp_millis();
+        m.claims
+            .split_whitespace()
+            .filter_map(ClaimId::parse_hex)
+            .map(move |id| (id, since))
+    });
+    let listed = status
+        .claims
+        .iter()
+        .map(|r| (ClaimId::of_text(&r.claim), r.since.0.timestamp_millis()));
+    bounded.chain(listed).collect()
+}
+
+/// The dense id of a policy in the table: what each claim's claimants hold, instead of its key.
+type PolicyId = u32;
+
+/// A policy claiming something, in the order that decides who holds it: when it made the claim
+/// (milliseconds), then its creationTimestamp (seconds; none sorts last), then its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Rank {
-    /// When it made the claim, in milliseconds.
     since: i64,
-    /// Its creationTimestamp, in seconds (none sorts last).
     created: i64,
-    key: PolicyKey,
+    policy: PolicyId,
 }
 
 /// What one policy claims, each with when it made it (in milliseconds). Held for every policy:
-/// the uid as a digest (it is only compared), the claims in a slice of their exact length.
+/// the uid as a digest (it is only compared), the claims as digests in a slice of their exact
+/// length.
 #[derive(Clone, Debug, PartialEq)]
 struct Made {
+    id: PolicyId,
     uid: u64,
     created: i64,
-    claims: Box<[(Claim, i64)]>,
+    claims: Box<[(ClaimId, i64)]>,
 }
 
 impl Made {
-    fn since(&self, claim: &Claim) -> Option<i64> {
-        self.claims.iter().find(|(c, _)| c == claim).map(|c| c.1)
+    fn since(&self, claim: ClaimId) -> Option<i64> {
+        self.claims.iter().find(|(c, _)| *c == claim).map(|c| c.1)
     }
 }
 
-/// Every claim, with its claimants first made first (nearly always one), and what each policy
-/// claims.
+/// Every claim by its digest, with its claimants first made first (nearly always one), and what
+/// each policy claims. A claim costs two words and a rank here, whatever its text.
 #[derive(Debug, Default)]
 pub struct Claims {
-    by_claim: IndexMap<Claim, SmallVec<[Rank; 1]>>,
+    by_claim: IndexMap<ClaimId, SmallVec<[Rank; 1]>>,
     by_policy: IndexMap<PolicyKey, Made>,
+    /// Each policy's key by its id; ids of policies gone are reused.
+    keys: Vec<Option<PolicyKey>>,
+    free: Vec<PolicyId>,
     /// When the first list began, until it is complete: what its new claims count from.
     first_list: Option<i64>,
     listed: bool,
@@ -108,30 +137,34 @@ impl Claims {
         at: i64,
     ) -> Vec<PolicyKey> {
         let at = self.seen_at(at);
-        let made = policy.map(|c| self.made(c, at));
         let old = self.by_policy.swap_remove(key);
+        let id = old.as_ref().map_or_else(|| self.new_id(key), |m| m.id);
+        let made = policy.map(|c| self.made(c, old.as_ref(), id, at));
         let mut woken = Vec::new();
         if old != made {
             for (claim, _) in old.iter().flat_map(|m| &m.claims) {
-                self.change(claim, &mut woken, |c| c.retain(|r| &r.key != key));
+                self.change(*claim, &mut woken, |c, _| c.retain(|r| r.policy != id));
             }
             if let Some(made) = &made {
                 for (claim, since) in &made.claims {
                     let rank = Rank {
                         since: *since,
                         created: made.created,
-                        key: key.clone(),
+                        policy: id,
                     };
-                    self.change(claim, &mut woken, |c| {
-                        if let Err(at) = c.binary_search(&rank) {
+                    self.change(*claim, &mut woken, |c, keys| {
+                        if let Err(at) = c.binary_search_by(|r| order(r, &rank, keys)) {
                             c.insert(at, rank);
                         }
                     });
                 }
             }
         }
-        if let Some(made) = made {
-            self.by_policy.insert(key.clone(), made);
+        match made {
+            Some(made) => {
+                self.by_policy.insert(key.clone(), made);
+            }
+            None => self.free_id(id),
         }
         woken.sort();
         woken.dedup();
@@ -154,29 +187,59 @@ impl Claims {
         }
     }
 
-    /// What a policy claims now, each with when it made it: as this table had it, else (the
-    /// first time this process sees the policy) as its status records it, else `at`.
-    fn made(&self, claimant: &Claimant, at: i64) -> Made {
-        let before = self
-            .by_policy
-            .get(claimant.key)
-            .filter(|m| m.uid == digest(claimant.uid));
-        let mut claims: Vec<(Claim, i64)> = Vec::new();
-        for claim in claimant.claims.iter().cloned() {
+    fn new_id(&mut self, key: &PolicyKey) -> PolicyId {
+        match self.free.pop() {
+            Some(id) => {
+                self.keys[id as usize] = Some(key.clone());
+                id
+            }
+            None => {
+                self.keys.push(Some(key.clone()));
+                PolicyId::try_from(self.keys.len() - 1).unwrap_or(PolicyId::MAX)
+            }
+        }
+    }
+
+    fn free_id(&mut self, id: PolicyId) {
+        if let Some(slot) = self.keys.get_mut(id as usize) {
+            *slot = None;
+            self.free.push(id);
+        }
+    }
+
+    /// What a policy claims now, each with when it made it: as this table had it (`before`, of
+    /// the same uid), else (the first time this process sees the policy) as its status records
+    /// it, else `at`.
+    fn made(&self, claimant: &Claimant, before: Option<&Made>, id: PolicyId, at: i64) -> Made {
+        let uid = digest(claimant.uid);
+        let before = before.filter(|m| m.uid == uid);
+        let mut claims: Vec<(ClaimId, i64)> = Vec::with_capacity(claimant.claims.len());
+        for claim in claimant.claims.iter().copied() {
             if claims.iter().any(|(c, _)| *c == claim) {
                 continue;
             }
             let since = match before {
-                Some(before) => before.since(&claim),
-                None => claimant.recorded(&claim),
+                Some(before) => before.since(claim),
+                None => claimant
+                    .recorded
+                    .iter()
+                    .find(|(c, _)| *c == claim)
+                    .map(|r| r.1),
             };
             claims.push((claim, since.map_or(at, |s| s.min(at))));
         }
         Made {
-            uid: digest(claimant.uid),
+            id,
+            uid,
             created: claimant.created,
             claims: claims.into_boxed_slice(),
         }
+    }
+
+    /// The holder of a claim.
+    fn holder(&self, claim: ClaimId) -> Option<&PolicyKey> {
+        let rank = self.by_claim.get(&claim)?.first()?;
+        self.keys.get(rank.policy as usize)?.as_ref()
     }
 
     /// The first of `claims` that a policy other than `policy` holds, and that holder.
@@ -186,44 +249,92 @@ impl Claims {
         claims: &[Claim],
     ) -> Option<(Claim, PolicyKey)> {
         claims.iter().find_map(|claim| {
-            let holder = &self.by_claim.get(claim)?.first()?.key;
+            let holder = self.holder(claim.id())?;
             (holder != policy).then(|| (claim.clone(), holder.clone()))
         })
     }
 
-    /// What a policy claims, with when it first did, as its status records it.
-    pub fn records(&self, policy: &PolicyKey) -> Vec<ClaimRecord> {
-        let Some(made) = self.by_policy.get(policy) else {
-            return Vec::new();
-        };
-        made.claims
+    /// The holder of the first of `claims` (digests) that a policy other than `policy` holds.
+    pub fn held_by_other_id(&self, policy: &PolicyKey, claims: &[ClaimId]) -> Option<&PolicyKey> {
+        claims
             .iter()
-            .filter_map(|(claim, since)| {
-                Some(ClaimRecord {
-                    claim: claim.to_string(),
-                    since: Timestamp(DateTime::from_timestamp_millis(*since)?),
+            .find_map(|claim| self.holder(*claim).filter(|h| *h != policy))
+    }
+
+    /// What a policy claims, as its status records it: how many it holds and has lost, and
+    /// when each was made (at most [`MAX_CLAIM_TIMES`] times).
+    pub fn summary(&self, policy: &PolicyKey) -> Option<ClaimsStatus> {
+        let made = self.by_policy.get(policy)?;
+        let count = made.claims.len();
+        if count == 0 {
+            return None;
+        }
+        let lost = made
+            .claims
+            .iter()
+            .filter(|(claim, _)| self.holder(*claim) != Some(policy))
+            .count();
+        let mut times: BTreeMap<i64, Vec<ClaimId>> = BTreeMap::new();
+        for (claim, since) in &made.claims {
+            times.entry(*since).or_default().push(*claim);
+        }
+        while times.len() > MAX_CLAIM_TIMES {
+            let Some((_, oldest)) = times.pop_first() else {
+                break;
+            };
+            if let Some(mut next) = times.first_entry() {
+                next.get_mut().extend(oldest);
+            }
+        }
+        let made = times
+            .into_iter()
+            .filter_map(|(since, mut claims)| {
+                claims.sort();
+                let claims: Vec<String> = claims.into_iter().map(ClaimId::hex).collect();
+                Some(ClaimsMade {
+                    since: Timestamp(DateTime::from_timestamp_millis(since)?),
+                    claims: claims.join(" "),
                 })
             })
-            .collect()
+            .collect();
+        Some(ClaimsStatus {
+            held: u32::try_from(count - lost).unwrap_or(u32::MAX),
+            lost: u32::try_from(lost).unwrap_or(u32::MAX),
+            made,
+        })
     }
 
     /// Changes a claim's claimants; when its holder changed, every claimant is woken.
     fn change(
         &mut self,
-        claim: &Claim,
+        claim: ClaimId,
         woken: &mut Vec<PolicyKey>,
-        edit: impl FnOnce(&mut SmallVec<[Rank; 1]>),
+        edit: impl FnOnce(&mut SmallVec<[Rank; 1]>, &[Option<PolicyKey>]),
     ) {
-        let claimants = self.by_claim.entry(claim.clone()).or_default();
-        let before = claimants.first().map(|c| c.key.clone());
-        edit(claimants);
-        if claimants.first().map(|c| &c.key) != before.as_ref() {
-            woken.extend(claimants.iter().map(|c| c.key.clone()));
+        let claimants = self.by_claim.entry(claim).or_default();
+        let before = claimants.first().map(|c| c.policy);
+        edit(claimants, &self.keys);
+        if claimants.first().map(|c| c.policy) != before {
+            let keys = &self.keys;
+            woken.extend(
+                claimants
+                    .iter()
+                    .filter_map(|c| keys.get(c.policy as usize)?.clone()),
+            );
         }
         if claimants.is_empty() {
-            self.by_claim.swap_remove(claim);
+            self.by_claim.swap_remove(&claim);
         }
     }
+}
+
+/// The order of two claimants of one claim: first made first, then the older policy, then by
+/// namespace and name.
+fn order(a: &Rank, b: &Rank, keys: &[Option<PolicyKey>]) -> Ordering {
+    let key = |r: &Rank| keys.get(r.policy as usize).and_then(Option::as_ref);
+    (a.since, a.created)
+        .cmp(&(b.since, b.created))
+        .then_with(|| key(a).cmp(&key(b)))
 }
 
 #[cfg(test)]
@@ -231,8 +342,8 @@ mod tests {
     use super::*;
     use crate::{
         api::{
-            FailoverPolicy, FailoverPolicySpec, GatewayParent, GatewayRouteSpec, Output,
-            SecondaryBackend,
+            ClaimRecord, FailoverPolicy, FailoverPolicySpec, GatewayParent, GatewayRouteSpec,
+            Output, SecondaryBackend,
         },
         policy::ValidPolicy,
         tenancy::Gateways,
@@ -333,8 +444,8 @@ mod tests {
             key,
             uid: &key.name,
             created,
-            claims: gateways.claims(policy),
-            recorded: &[],
+            claims: ids(&gateways.claims(policy)),
+            recorded: Vec::new(),
         }
     }
 
@@ -346,7 +457,7 @@ mod tests {
     }
 
     fn holder(claims: &Claims, of: &Claimant) -> Option<PolicyKey> {
-        claims.held_by_other(of.key, &of.claims).map(|h| h.1)
+        claims.held_by_other_id(of.key, &of.claims).cloned()
     }
 
     #[test]
@@ -422,20 +533,27 @@ mod tests {
         claims.update(&old_key, Some(&old), 2_300);
         assert_eq!(holder(&claims, &young), Some(old_key.clone()));
         // The status records when the youngest made its claim: before the list.
-        let record = ClaimRecord {
-            claim: "apex Service api".into(),
-            since: Timestamp(DateTime::from_timestamp_millis(500).expect("time")),
-        };
+        let apex = ClaimId::of_text("apex Service api");
         let recorded = Claimant {
-            recorded: std::slice::from_ref(&record),
+            recorded: vec![(apex, 500)],
             ..claimant(&recorded_key, 300, &api[2])
         };
         claims.update(&recorded_key, Some(&recorded), 2_400);
         claims.listed();
         assert_eq!(holder(&claims, &old), Some(recorded_key.clone()));
-        assert_eq!(claims.records(&recorded_key), [record]);
+        let summary = claims.summary(&recorded_key).expect("claims");
+        assert_eq!((summary.held, summary.lost), (1, 0));
         assert_eq!(
-            claims.records(&old_key)[0].since,
+            summary.made,
+            [ClaimsMade {
+                since: Timestamp(DateTime::from_timestamp_millis(500).expect("time")),
+                claims: apex.hex(),
+            }]
+        );
+        let old = claims.summary(&old_key).expect("claims");
+        assert_eq!((old.held, old.lost), (0, 1));
+        assert_eq!(
+            old.made[0].since,
             Timestamp(DateTime::from_timestamp_millis(1_000).expect("time"))
         );
     }
@@ -449,12 +567,9 @@ mod tests {
             valid(&policy("ns", "a", "other")),
         );
         let b_api = valid(&policy("ns", "b", "api"));
-        let stale = [ClaimRecord {
-            claim: "apex Service api".into(),
-            since: Timestamp(DateTime::from_timestamp_millis(100).expect("time")),
-        }];
+        let stale = vec![(ClaimId::of_text("apex Service api"), 100)];
         let a = |spec| Claimant {
-            recorded: &stale,
+            recorded: stale.clone(),
             ..claimant(&a_key, 100, spec)
         };
         claims.update(&a_key, Some(&a(&api)), 1_000);
@@ -486,5 +601,63 @@ mod tests {
         claims.update(&b_key, Some(&b), 3_000);
         assert_eq!(holder(&claims, &a), None);
         assert_eq!(holder(&claims, &b), Some(a_key));
+    }
+
+    #[test]
+    fn a_policy_at_every_limit_is_held_in_a_few_words_per_claim_and_its_status_stays_small() {
+        let mut claims = listed();
+        let key = PolicyKey::new("tenant", "huge");
+        let many: Vec<ClaimId> = (0..256)
+            .map(|i| ClaimId::of_text(&format!("hostname h{i}.example.com path / on Gateway a/b")))
+            .collect();
+        // Made at 20 times: the status lists 8.
+        let recorded = many
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (*id, 1_000 + (i as i64 % 20)))
+            .collect();
+        let huge = Claimant {
+            key: &key,
+            uid: "u",
+            created: 1,
+            claims: many.clone(),
+            recorded,
+        };
+        claims.update(&key, Some(&huge), 5_000);
+        let summary = claims.summary(&key).expect("claims");
+        assert_eq!((summary.held, summary.lost), (256, 0));
+        assert_eq!(summary.made.len(), MAX_CLAIM_TIMES);
+        let text = serde_json::to_string(&summary).expect("json");
+        assert!(text.len() < 5 * 1024, "{} bytes", text.len());
+        // Merged into the later time: never earlier than made.
+        let read = recorded_of(&summary);
+        for (id, since) in read {
+            let made = 1_000 + (many.iter().position(|m| *m == id).expect("one") as i64 % 20);
+            assert!(since >= made, "{since} < {made}");
+        }
+    }
+
+    fn recorded_of(summary: &ClaimsStatus) -> Vec<(ClaimId, i64)> {
+        recorded(Some(&FailoverPolicyStatus {
+            claimed: Some(summary.clone()),
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn claims_a_release_before_listed_whole_are_read_once_by_their_digest() {
+        let status = FailoverPolicyStatus {
+            claims: vec![ClaimRecord {
+                claim: "apex Service api".into(),
+                since: Timestamp(DateTime::from_timestamp_millis(700).expect("time")),
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            recorded(Some(&status)),
+            [(ClaimId::of_text("apex Service api"), 700)]
+        );
+        let written = serde_json::to_value(&status).expect("json");
+        assert!(written.get("claims").is_none(), "never written: {written}");
     }
 }

@@ -35,7 +35,7 @@ pub fn validate_spec(spec: &FailoverPolicySpec) -> Result<(), Vec<SpecProblem>> 
     let _ = ramp(spec, &mut problems);
     let _ = capacity(spec, &mut problems);
     // The namespace only sorts which matchers scoping refuses; validity does not depend on it.
-    let _ = health(spec, "namespace", &mut problems);
+    let _ = health(spec, "namespace", None, &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -54,11 +54,46 @@ fn holds(spec: &FailoverPolicySpec, problems: &mut Vec<SpecProblem>) -> Option<(
 
 /// A policy as validated, in the form the pipeline holds it.
 pub fn validated(policy: &FailoverPolicy) -> Validated {
-    validate(policy).map(Arc::new).map_err(Arc::from)
+    validated_after(policy, None)
+}
+
+/// A policy as validated, taking over the health query `previous` (the same policy's last valid
+/// generation) parsed, when its text is the same: a query already checked is not parsed again.
+pub fn validated_after(policy: &FailoverPolicy, previous: Option<&ValidPolicy>) -> Validated {
+    let parsed = previous.and_then(|v| v.health.as_ref()).map(|h| &h.query);
+    validate_with(policy, parsed)
+        .map(Arc::new)
+        .map_err(Arc::from)
+}
+
+/// Whether validating `policy` parses a health query (what `previous` parsed is taken over).
+pub fn parses_query(policy: &FailoverPolicy, previous: Option<&ValidPolicy>) -> bool {
+    let Some(query) = policy
+        .spec
+        .health
+        .as_ref()
+        .and_then(|h| h.prometheus.as_ref())
+        .map(|p| &p.query)
+    else {
+        return false;
+    };
+    let held = previous
+        .and_then(|v| v.health.as_ref())
+        .map(|h| h.query.written());
+    held != Some(query.as_str())
 }
 
 /// Validates a policy; every problem found is returned.
 pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>> {
+    validate_with(policy, None)
+}
+
+/// Validates a policy, taking over `parsed` (a query of the same policy) when its text is the
+/// query's.
+fn validate_with(
+    policy: &FailoverPolicy,
+    parsed: Option<&Arc<HealthQuery>>,
+) -> Result<ValidPolicy, Vec<SpecProblem>> {
     let spec = &policy.spec;
     let mut problems = Vec::new();
     let holds = holds(spec, &mut problems);
@@ -70,7 +105,7 @@ pub fn validate(policy: &FailoverPolicy) -> Result<ValidPolicy, Vec<SpecProblem>
         String::new()
     });
     let ramp = ramp(spec, &mut problems);
-    let health = health(spec, &namespace, &mut problems);
+    let health = health(spec, &namespace, parsed, &mut problems);
     let capacity = capacity(spec, &mut problems);
     let (Some((failover_after, failback_after)), true) = (holds, problems.is_empty()) else {
         return Err(problems);
@@ -279,6 +314,7 @@ fn capacity_checks(spec: &FailoverPolicySpec) -> [(bool, &'static CrossFieldRule
 fn health(
     spec: &FailoverPolicySpec,
     namespace: &str,
+    parsed: Option<&Arc<HealthQuery>>,
     problems: &mut Vec<SpecProblem>,
 ) -> Option<Health> {
     let p = spec.health.as_ref()?.prometheus.as_ref()?;
@@ -302,12 +338,16 @@ fn health(
         ));
     }
     // A query that cannot run within its cost limits, or cannot parse, could never run.
-    let query = HealthQuery::parse(&p.query, namespace)
-        .map_err(|why| {
-            let why = crate::message::line(&why);
-            problems.push(problem("spec.health.prometheus.query", &why));
-        })
-        .ok();
+    let query = match parsed.filter(|q| q.written() == p.query) {
+        Some(parsed) => Some(parsed.clone()),
+        None => HealthQuery::parse(&p.query, namespace)
+            .map(Arc::new)
+            .map_err(|why| {
+                let why = crate::message::line(&why);
+                problems.push(problem("spec.health.prometheus.query", &why));
+            })
+            .ok(),
+    };
     let interval = hold(&p.interval, "spec.health.prometheus.interval", problems)?;
     if interval.after < std::time::Duration::from_secs(1) {
         problems.push(problem(
@@ -317,7 +357,7 @@ fn health(
     }
     Some(Health {
         address: p.address.clone(),
-        query: Arc::new(query?),
+        query: query?,
         bound: bound?,
         interval,
         no_data: p.no_data,

@@ -9,7 +9,7 @@ use failover_core::{
         conditions::{READY, attached, group},
     },
     backend::{BackendKind, BackendRef},
-    claims::{Claimant, Claims},
+    claims::{Claimant, Claims, ids, recorded},
     decide::group::Order,
     endpoints::observe_service,
     observation::{Availability, BackendObservation, PolicyKey, Reading, Sample},
@@ -156,7 +156,7 @@ pub async fn claims(client: &Client, namespace: &str) -> anyhow::Result<Claims> 
         };
         let key = PolicyKey::new(&ns, name);
         let uid = policy.uid().unwrap_or_default();
-        let recorded = policy.status.as_ref().map_or(&[][..], |s| &s.claims);
+        let recorded = recorded(policy.status.as_ref());
         let claims = match validate(policy) {
             Ok(valid) => consent(&valid, policy.status.as_ref()).claims(&valid),
             // An invalid policy still claims what its route in place routes.
@@ -175,7 +175,7 @@ pub async fn claims(client: &Client, namespace: &str) -> anyhow::Result<Claims> 
             key: &key,
             uid: &uid,
             created,
-            claims,
+            claims: ids(&claims),
             recorded,
         };
         table.update(&key, Some(&claimant), now);

@@ -320,7 +320,8 @@ fn decided(imagined: &Imagined, observed: &Observed) -> (FailoverPolicyStatus, S
         ..Scaled::default()
     };
     let outcome = intent.outcome(applied, scaled, imagined.route.cloned());
-    let claims = recorded.map(|s| s.claims.as_slice()).unwrap_or_default();
+    // What the status says of the policy's claims, as the controller's table would hold them.
+    let claims = imagined.claims.summary(&key);
     let status = intent::report(
         &outcome,
         &Record {
@@ -328,7 +329,7 @@ fn decided(imagined: &Imagined, observed: &Observed) -> (FailoverPolicyStatus, S
             target: &valid.route,
             previous: observed.previous,
             whole: None,
-            claims,
+            claims: claims.as_ref(),
             now: at,
         },
     );

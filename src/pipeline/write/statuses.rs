@@ -11,28 +11,42 @@
 //! - While a status waits or is being written, the gather step reads it as the policy's previous
 //!   status ([`Statuses::pending`]): decisions never go back to an older one.
 //! - Only the newest status of a policy is written; one write per policy is in flight at a time.
-//! - A failed write is retried with backoff (200 ms doubling to 10 s); a policy that is gone or
-//!   a namespace being deleted drops it; a replica that lost leadership drops everything queued
-//!   (the new leader decides again).
-//! - On shutdown, what is queued is written within the shutdown grace period.
+//! - Objects are taken in turns by namespace, so one namespace's many statuses delay another's
+//!   by one turn each.
+//! - A write is tried once per turn. A failed one gives its writer back and waits for its retry
+//!   in the queue: 200 ms doubling to 10 s, or, when the API server refuses the status for what
+//!   it is (too large with the object's metadata, or invalid), 10 s doubling to 5 minutes, said
+//!   once in the log and in a Warning Event. So no object, whatever its metadata, holds a writer
+//!   or the queue. Every failure is counted by reason (`failover_status_write_failures_total`).
+//! - A policy that is gone or a namespace being deleted drops it; a replica that lost leadership
+//!   drops everything queued (the new leader decides again).
+//! - On shutdown, what is queued is written within the shutdown grace period (a status that
+//!   failed since it was queued is not waited for).
 
 use std::{fmt::Debug, sync::Arc};
 
-use futures::StreamExt;
-use kube::{Resource, core::NamespaceResourceScope};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::{
+    Resource,
+    core::NamespaceResourceScope,
+    runtime::events::{Event, EventType},
+};
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::json;
+use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
 use crate::{
-    api::{FailoverGroup, FailoverGroupStatus, FailoverPolicy, FailoverPolicyStatus},
+    api::{
+        FailoverGroup, FailoverGroupStatus, FailoverPolicy, FailoverPolicyStatus,
+        conditions::events::STATUS_NOT_WRITTEN,
+    },
     last_status::LastGroupStatus,
+    message,
     runtime::{
         api_client::{describe, namespace_terminating},
-        metrics::Metrics,
-        retry,
-        writer::{NotLeader, StatusQueues, Writer},
-        written::{Newest, StatusKey, Statuses, WrittenStatus},
+        writer::{NotLeader, Writer},
+        written::{Failure, Newest, StatusKey, Statuses, WrittenStatus},
     },
     sources::Context,
 };
@@ -96,56 +110,89 @@ impl StatusOf for FailoverGroup {
 
 /// Writes the queued statuses, policies' and groups' alike, `concurrency` objects at a time (the
 /// writes in flight are bounded together), for as long as the controller runs.
-pub async fn run(ctx: Arc<Context>, queues: StatusQueues, concurrency: usize) {
-    let policies = queues.policies.map(Queued::Policy);
-    let groups = queues.groups.map(Queued::Group);
-    futures::stream::select(policies, groups)
-        .for_each_concurrent(concurrency, |queued| {
-            let (writer, metrics) = (&ctx.writer, ctx.metrics());
-            async move {
-                match queued {
-                    Queued::Policy(key) => {
-                        write_newest::<FailoverPolicy>(writer, metrics, key).await
-                    }
-                    Queued::Group(key) => write_newest::<FailoverGroup>(writer, metrics, key).await,
-                }
-            }
-        })
-        .await;
+pub async fn run(ctx: Arc<Context>, concurrency: usize) {
+    let slots = Arc::new(Semaphore::new(concurrency.max(1)));
+    futures::join!(
+        write_kind::<FailoverPolicy>(ctx.clone(), slots.clone()),
+        write_kind::<FailoverGroup>(ctx, slots),
+    );
 }
 
-/// An object whose status waits, by kind.
-enum Queued {
-    Policy(StatusKey),
-    Group(StatusKey),
+/// Takes the objects of kind `K` whose status waits, in turn, each written once by a writer of
+/// its own when a slot is free.
+async fn write_kind<K: StatusOf>(ctx: Arc<Context>, slots: Arc<Semaphore>) {
+    loop {
+        let (key, newest) = K::statuses(&ctx.writer).next().await;
+        // The semaphore is never closed.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            write_once::<K>(&ctx, key, newest).await;
+            drop(slot);
+        });
+    }
 }
 
-/// Writes the newest status of one object until it is written, superseded by none, or dropped.
-async fn write_newest<K: StatusOf>(writer: &Writer, metrics: &Metrics, key: StatusKey) {
-    let mut delays = retry::delays();
+/// One try of an object's newest status: written (and remembered), dropped (the object is gone),
+/// or left to its retry.
+async fn write_once<K: StatusOf>(ctx: &Context, key: StatusKey, newest: Newest<K::Status>) {
+    let writer = &ctx.writer;
     let (namespace, name) = (&key.object.namespace, &key.object.name);
     let statuses = K::statuses(writer);
-    while let Some(Newest { status, version }) = statuses.newest(&key) {
-        match apply::<K>(writer, namespace, name, &status).await {
-            Ok(resource_version) => {
-                // Remembered before it leaves the queue: a reconcile never sees an older one.
-                K::written(writer, key.clone(), resource_version.as_deref(), status);
-                if statuses.done(&key, Some(version)) {
-                    return;
-                }
-            }
-            Err(e) if gone(&e) => {
-                debug!(%namespace, object = %name, kind = K::kind(&()).as_ref(), error = %e, "status not written: the object is gone");
-                statuses.done(&key, None);
-                return;
-            }
-            Err(e) => {
-                let delay = retry::next(&mut delays);
-                metrics.error("status_write");
-                warn!(%namespace, object = %name, kind = K::kind(&()).as_ref(), error = %e, retry_in_ms = delay.as_millis() as u64, "status write failed");
-                tokio::time::sleep(delay).await;
+    let Newest { status, version } = newest;
+    match apply::<K>(writer, namespace, name, &status).await {
+        Ok(resource_version) => {
+            // Remembered before it leaves the queue: a reconcile never sees an older one.
+            K::written(writer, key.clone(), resource_version.as_deref(), status);
+            statuses.done(&key, Some(version));
+        }
+        Err(e) if gone(&e) => {
+            debug!(%namespace, object = %name, kind = K::kind(&()).as_ref(), error = %e, "status not written: the object is gone");
+            statuses.done(&key, None);
+        }
+        Err(e) => {
+            let failure = failure(&e);
+            ctx.metrics().status_write_failure(failure.reason());
+            let failed = statuses.failed(&key, failure);
+            let retry_in_ms = failed.retry_in.as_millis() as u64;
+            let kind = K::kind(&()).to_string();
+            if !failed.news {
+                debug!(%namespace, object = %name, kind, error = %e, retry_in_ms, "status write failed again");
+            } else if let Failure::Refused(reason) = failure {
+                warn!(%namespace, object = %name, kind, reason, error = %e, retry_in_ms, "the API server refused this status; tried again later");
+                writer.publish(refused_event(&e), reference::<K>(&key));
+            } else {
+                warn!(%namespace, object = %name, kind, error = %e, retry_in_ms, "status write failed");
             }
         }
+    }
+}
+
+/// The Warning Event of a status the API server refused, on its object (an Event is an object
+/// of its own, so it can be stored whatever the object's size).
+fn refused_event(error: &StatusError) -> Event {
+    Event {
+        type_: EventType::Warning,
+        reason: STATUS_NOT_WRITTEN.into(),
+        note: Some(message::line(&format!(
+            "{error}; the controller tries again after up to 5 minutes"
+        ))),
+        action: "WriteStatus".into(),
+        secondary: None,
+    }
+}
+
+/// A reference to the object whose status waits, for its Events.
+fn reference<K: StatusOf>(key: &StatusKey) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(K::api_version(&()).into()),
+        kind: Some(K::kind(&()).into()),
+        namespace: Some(key.object.namespace.to_string()),
+        name: Some(key.object.name.to_string()),
+        uid: Some(key.uid.to_string()),
+        ..ObjectReference::default()
     }
 }
 
@@ -156,6 +203,25 @@ fn gone(error: &StatusError) -> bool {
         StatusError::Api(e) => {
             matches!(e, kube::Error::Api(e) if e.code == 404) || namespace_terminating(e)
         }
+    }
+}
+
+/// What a failed write tells: the status refused for what it is (too large: the object with it
+/// is over the API server's or etcd's limit; invalid), or a failure that may pass.
+fn failure(error: &StatusError) -> Failure {
+    let StatusError::Api(kube::Error::Api(e)) = error else {
+        return Failure::Transient("unavailable");
+    };
+    let too_large = e.code == 413
+        || e.message.contains("request is too large")
+        || e.message.contains("too long")
+        || e.reason == "RequestEntityTooLarge";
+    match e.code {
+        _ if too_large => Failure::Refused("too_large"),
+        400 | 422 => Failure::Refused("invalid"),
+        401 | 403 => Failure::Transient("forbidden"),
+        408 | 429 | 500..=599 => Failure::Transient("unavailable"),
+        _ => Failure::Transient("other"),
     }
 }
 

@@ -6,15 +6,22 @@
 //! backends at `interval: 1s` gets its share and no more, a lone namespace gets the whole budget,
 //! and a quiet namespace's query waits at most one turn of the namespaces waiting.
 //!
-//! The rate is governor's (GCRA, a token bucket kept as one timestamp). The fairness is a small
-//! part of our own, [`Turns`]: governor's keyed limiter gives each key a fixed quota of its own,
-//! which neither bounds the sum over many namespaces nor lets a lone namespace use the whole
-//! budget; here one limiter is shared, and each query it allows goes to the next namespace in
-//! turn. A poller asks for one turn at a time (its queries run one after another), so a
-//! namespace queues at most one waiter per poller of its.
+//! The rate is governor's (GCRA, a token bucket kept as one timestamp). The fairness is the
+//! controller's one fair queue ([`crate::runtime::fair::Turns`]): governor's keyed limiter gives
+//! each key a fixed quota of its own, which neither bounds the sum over many namespaces nor lets
+//! a lone namespace use the whole budget; here one limiter is shared, and each query it allows
+//! goes to the next namespace in turn. A poller asks for one turn at a time (its queries run one
+//! after another), so a namespace queues at most one waiter per poller of its.
+//!
+//! A rate bounds what is sent, not what it costs: one query can hold one of Prometheus' query
+//! slots (20 by default, `--query.max-concurrency`) for as long as it runs. So queries in flight
+//! are bounded too: at most [`InFlight::per_namespace`] of one namespace at once, whatever its
+//! number of policies, and at most [`InFlight::total`] of all (set it below Prometheus' own
+//! concurrency). A namespace's slow or timed-out queries hold its own slots while they run, so
+//! they delay its own next queries and no other namespace's.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::HashMap,
     num::NonZeroU32,
     sync::{
         Arc,
@@ -30,88 +37,15 @@ use governor::{
     state::{InMemoryState, NotKeyed},
 };
 use parking_lot::Mutex;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
+
+use crate::{observation::Namespace, runtime::fair::Turns};
 
 /// The budget when the admin sets none.
 pub const DEFAULT_QUERIES_PER_SECOND: NonZeroU32 = match NonZeroU32::new(50) {
     Some(n) => n,
     None => NonZeroU32::MIN,
 };
-
-/// Waiters by namespace, served in turn: each namespace with a waiter gets one turn per round,
-/// its waiters first come, first served.
-#[derive(Debug)]
-pub struct Turns<T> {
-    waiting: HashMap<String, VecDeque<T>>,
-    /// Every namespace with a waiter, once, the next to be served first.
-    order: VecDeque<String>,
-}
-
-impl<T> Default for Turns<T> {
-    fn default() -> Self {
-        Self {
-            waiting: HashMap::new(),
-            order: VecDeque::new(),
-        }
-    }
-}
-
-impl<T> Turns<T> {
-    /// Queues a waiter of `namespace`; a namespace not waiting yet is served after those that are.
-    pub fn push(&mut self, namespace: &str, waiter: T) {
-        match self.waiting.get_mut(namespace) {
-            Some(queue) => queue.push_back(waiter),
-            None => {
-                self.waiting
-                    .insert(namespace.to_string(), VecDeque::from([waiter]));
-                self.order.push_back(namespace.to_string());
-            }
-        }
-    }
-
-    /// Drops the waiters that gave up (not `alive`) from the head of the next namespace's queue,
-    /// and the namespaces left with none; whether a waiter is left to serve.
-    fn prune(&mut self, alive: impl Fn(&T) -> bool) -> bool {
-        while let Some(namespace) = self.order.front() {
-            let Some(queue) = self.waiting.get_mut(namespace) else {
-                self.order.pop_front();
-                continue;
-            };
-            while queue.front().is_some_and(|w| !alive(w)) {
-                queue.pop_front();
-            }
-            if !queue.is_empty() {
-                return true;
-            }
-            self.waiting.remove(namespace);
-            self.order.pop_front();
-        }
-        false
-    }
-
-    /// The next namespace's first waiter; that namespace goes to the back of the round.
-    pub fn pop(&mut self) -> Option<T> {
-        let namespace = self.order.pop_front()?;
-        let queue = self.waiting.get_mut(&namespace)?;
-        let waiter = queue.pop_front();
-        if queue.is_empty() {
-            self.waiting.remove(&namespace);
-        } else {
-            self.order.push_back(namespace);
-        }
-        waiter
-    }
-
-    /// How many wait, in every namespace.
-    pub fn len(&self) -> usize {
-        self.waiting.values().map(VecDeque::len).sum()
-    }
-
-    /// Whether nobody waits.
-    pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
-    }
-}
 
 /// What the budget allows now.
 #[derive(Debug, PartialEq)]
@@ -127,7 +61,7 @@ pub enum Next<T> {
 /// The rate, shared by the namespaces in turn; `C` is the clock (a fake one in tests).
 pub struct Fair<C: Clock, T> {
     limiter: RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<C::Instant>>,
-    turns: Turns<T>,
+    turns: Turns<Namespace, T>,
 }
 
 impl<C: Clock, T> Fair<C, T> {
@@ -140,7 +74,7 @@ impl<C: Clock, T> Fair<C, T> {
     }
 
     /// Queues a waiter of `namespace`.
-    pub fn push(&mut self, namespace: &str, waiter: T) {
+    pub fn push(&mut self, namespace: &Namespace, waiter: T) {
         self.turns.push(namespace, waiter);
     }
 
@@ -162,10 +96,35 @@ impl<C: Clock, T> Fair<C, T> {
     }
 }
 
+/// How many health queries may be in flight at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InFlight {
+    /// Of every namespace together (`--prometheus-queries-in-flight`).
+    pub total: usize,
+    /// Of one namespace (`--prometheus-queries-in-flight-per-namespace`).
+    pub per_namespace: usize,
+}
+
+impl Default for InFlight {
+    /// Well below Prometheus' default of 20 queries at once, so its rules and dashboards keep
+    /// room; two per namespace, so one namespace's slow queries hold two of them at most.
+    fn default() -> Self {
+        Self {
+            total: 8,
+            per_namespace: 2,
+        }
+    }
+}
+
 struct Shared {
     fair: Mutex<Fair<MonotonicClock, oneshot::Sender<()>>>,
     arrived: Notify,
     dispatching: AtomicBool,
+    in_flight: InFlight,
+    /// The slots of every namespace together.
+    total: Arc<Semaphore>,
+    /// Each namespace's slots, while some are taken or waited for.
+    namespaces: Mutex<HashMap<Namespace, Arc<Semaphore>>>,
 }
 
 /// The budget every poller takes its turns from.
@@ -174,20 +133,74 @@ pub struct Budget {
     shared: Arc<Shared>,
 }
 
+/// One query's slots while it is in flight: its namespace's and one of all; given back when
+/// dropped (the answer is in, or the query failed or timed out).
+pub struct Slot {
+    namespace: Option<(Namespace, OwnedSemaphorePermit)>,
+    total: Option<OwnedSemaphorePermit>,
+    shared: Arc<Shared>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.total.take();
+        if let Some((namespace, permit)) = self.namespace.take() {
+            drop(permit);
+            // A namespace's slots are kept only while someone holds or waits for one.
+            let mut namespaces = self.shared.namespaces.lock();
+            if namespaces
+                .get(&namespace)
+                .is_some_and(|s| Arc::strong_count(s) == 1)
+            {
+                namespaces.remove(&namespace);
+            }
+        }
+    }
+}
+
 impl Budget {
-    /// At most `per_second` queries a second, shared by namespace.
-    pub fn new(per_second: NonZeroU32) -> Self {
+    /// At most `per_second` queries a second, shared by namespace, and at most `in_flight` at
+    /// once.
+    pub fn new(per_second: NonZeroU32, in_flight: InFlight) -> Self {
         Self {
             shared: Arc::new(Shared {
-                fair: Mutex::new(Fair::new(per_second, MonotonicClock)),
+                fair: Mutex::new(Fair::<_, oneshot::Sender<()>>::new(
+                    per_second,
+                    MonotonicClock,
+                )),
                 arrived: Notify::new(),
                 dispatching: AtomicBool::new(false),
+                total: Arc::new(Semaphore::new(in_flight.total.max(1))),
+                namespaces: Mutex::default(),
+                in_flight,
             }),
         }
     }
 
-    /// Waits until `namespace` may send one query. Dropped while waiting, the turn is given up.
-    pub async fn turn(&self, namespace: &str) {
+    /// Waits until `namespace` may send one query: a slot of its own, then one of all (so a
+    /// namespace queues at most its own number of slots for the shared ones), then its turn of
+    /// the rate. Dropped while waiting, the turn is given up; the slot returned is held while
+    /// the query is in flight.
+    pub async fn turn(&self, namespace: &Namespace) -> Slot {
+        let own = self
+            .shared
+            .namespaces
+            .lock()
+            .entry(namespace.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.shared.in_flight.per_namespace.max(1))))
+            .clone();
+        let mut slot = Slot {
+            namespace: None,
+            total: None,
+            shared: self.shared.clone(),
+        };
+        // The semaphores are never closed: acquiring fails never.
+        slot.namespace = own
+            .acquire_owned()
+            .await
+            .ok()
+            .map(|p| (namespace.clone(), p));
+        slot.total = self.shared.total.clone().acquire_owned().await.ok();
         if !self.shared.dispatching.swap(true, Ordering::AcqRel) {
             tokio::spawn(dispatch(self.shared.clone()));
         }
@@ -196,6 +209,7 @@ impl Budget {
         self.shared.arrived.notify_one();
         // An error means the dispatcher is gone, which it never is while the process runs.
         let _ = gone.await;
+        slot
     }
 }
 
@@ -219,6 +233,10 @@ mod tests {
     use governor::clock::FakeRelativeClock;
 
     use super::*;
+
+    fn ns(name: &str) -> Namespace {
+        Namespace::new(name)
+    }
 
     fn per_second(n: u32) -> NonZeroU32 {
         NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN)
@@ -245,37 +263,11 @@ mod tests {
     }
 
     #[test]
-    fn namespaces_take_turns_whatever_their_number_of_waiters() {
-        let mut turns = Turns::default();
-        for n in 0..10 {
-            turns.push("noisy", ("noisy", n));
-        }
-        turns.push("quiet", ("quiet", 0));
-        for n in 0..3 {
-            turns.push("other", ("other", n));
-        }
-        let order: Vec<_> = std::iter::from_fn(|| turns.pop()).take(7).collect();
-        assert_eq!(
-            order,
-            [
-                ("noisy", 0),
-                ("quiet", 0),
-                ("other", 0),
-                ("noisy", 1),
-                ("other", 1),
-                ("noisy", 2),
-                ("other", 2),
-            ]
-        );
-        assert_eq!(turns.len(), 7, "noisy's last seven");
-    }
-
-    #[test]
     fn a_lone_namespace_uses_the_whole_budget_and_no_more() {
         let clock = FakeRelativeClock::default();
-        let mut fair = Fair::new(per_second(10), clock.clone());
+        let mut fair = Fair::<_, u32>::new(per_second(10), clock.clone());
         for n in 0..100 {
-            fair.push("alone", n);
+            fair.push(&ns("alone"), n);
         }
         // A second's worth at once, then one every tenth of a second.
         assert_eq!(run(&mut fair, &clock, Duration::ZERO).len(), 10);
@@ -293,17 +285,17 @@ mod tests {
         // The quiet namespace's one poller has one.
         let mut went: HashMap<&str, usize> = HashMap::new();
         for _ in 0..4 {
-            fair.push("noisy", "noisy");
+            fair.push(&ns("noisy"), "noisy");
         }
-        fair.push("quiet", "quiet");
+        fair.push(&ns("quiet"), "quiet");
         let span = Duration::from_secs(60);
         let mut elapsed = Duration::ZERO;
         while elapsed <= span {
             match fair.next(|_| true) {
                 // Each poller asks again at once: demand never ends.
-                Next::Go(ns) => {
-                    *went.entry(ns).or_default() += 1;
-                    fair.push(ns, ns);
+                Next::Go(name) => {
+                    *went.entry(name).or_default() += 1;
+                    fair.push(&ns(name), name);
                 }
                 Next::Wait(pause) => {
                     clock.advance(pause);
@@ -322,36 +314,70 @@ mod tests {
     #[test]
     fn a_waiter_that_gave_up_costs_nothing_of_the_budget() {
         let clock = FakeRelativeClock::default();
-        let mut fair = Fair::new(per_second(1), clock.clone());
-        fair.push("a", 1);
-        fair.push("a", 2);
+        let mut fair = Fair::<_, u32>::new(per_second(1), clock.clone());
+        fair.push(&ns("a"), 1);
+        fair.push(&ns("a"), 2);
         assert_eq!(
             fair.next(|w| *w != 1),
             Next::Go(2),
             "1 gave up: 2 has the query"
         );
-        fair.push("b", 3);
+        fair.push(&ns("b"), 3);
         assert_eq!(
             fair.next(|w| *w != 3),
             Next::Idle,
             "nobody left to wait for"
         );
         clock.advance(Duration::from_secs(1));
-        fair.push("c", 4);
+        fair.push(&ns("c"), 4);
         assert_eq!(fair.next(|_| true), Next::Go(4));
         assert!(matches!(fair.next(|_| true), Next::Idle));
     }
 
     #[tokio::test]
     async fn turns_are_handed_out_on_a_running_budget() {
-        let budget = Budget::new(per_second(1000));
+        let budget = Budget::new(per_second(1000), InFlight::default());
         let turns = (0..20).map(|n| {
             let budget = budget.clone();
-            async move { budget.turn(if n % 2 == 0 { "a" } else { "b" }).await }
+            async move {
+                drop(budget.turn(&ns(if n % 2 == 0 { "a" } else { "b" })).await);
+            }
         });
         let all = futures::future::join_all(turns);
         tokio::time::timeout(Duration::from_secs(10), all)
             .await
             .expect("every turn within 10 s");
+        assert!(
+            budget.shared.namespaces.lock().is_empty(),
+            "no namespace's slots are kept once all are given back"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_namespace_holding_its_slots_waits_alone_and_another_namespace_goes_at_once() {
+        let in_flight = InFlight {
+            total: 3,
+            per_namespace: 2,
+        };
+        let budget = Budget::new(per_second(1000), in_flight);
+        // The noisy namespace's queries hang: it holds both of its slots.
+        let held = [
+            budget.turn(&ns("noisy")).await,
+            budget.turn(&ns("noisy")).await,
+        ];
+        let (noisy, quiet) = (ns("noisy"), ns("quiet"));
+        let third = tokio::time::timeout(Duration::from_millis(200), budget.turn(&noisy));
+        assert!(
+            third.await.is_err(),
+            "a third noisy query waits for its own slots"
+        );
+        let went = tokio::time::timeout(Duration::from_millis(200), budget.turn(&quiet));
+        drop(went.await.expect("the quiet namespace goes at once"));
+        drop(held);
+        let again = tokio::time::timeout(Duration::from_secs(1), budget.turn(&noisy));
+        assert!(
+            again.await.is_ok(),
+            "its slots are given back with its answers"
+        );
     }
 }

@@ -12,7 +12,9 @@
 //!
 //! Every query waits for its namespace's turn in the cluster-wide [`budget::Budget`], so no
 //! number of policies or backends sends more than the admin's budget to Prometheus, and each
-//! namespace gets its share of it.
+//! namespace gets its share of it; a namespace has at most its own few queries in flight, each
+//! with a `timeout` Prometheus enforces, so its slow queries hold its own slots and nobody
+//! else's.
 
 pub mod budget;
 pub mod prometheus;
@@ -24,7 +26,10 @@ use parking_lot::{Mutex, RwLock};
 use tokio::task::AbortHandle;
 use tracing::warn;
 
-use self::{budget::Budget, prometheus::Prometheus};
+use self::{
+    budget::{Budget, InFlight},
+    prometheus::Prometheus,
+};
 use crate::{
     api::{
         FailoverPolicy, conditions::health::ADDRESS_NOT_ALLOWED,
@@ -88,6 +93,8 @@ pub struct Reach {
     pub namespace_label: Option<String>,
     /// The most queries sent a second, every policy's together (`--prometheus-queries-per-second`).
     pub queries_per_second: NonZeroU32,
+    /// The most queries in flight at once, in all and per namespace.
+    pub in_flight: InFlight,
 }
 
 impl Default for Reach {
@@ -97,6 +104,7 @@ impl Default for Reach {
             addresses: Addresses::default(),
             namespace_label: None,
             queries_per_second: budget::DEFAULT_QUERIES_PER_SECOND,
+            in_flight: InFlight::default(),
         }
     }
 }
@@ -125,7 +133,7 @@ impl Health {
         Self {
             readings: Arc::default(),
             pollers: Arc::default(),
-            budget: Budget::new(reach.queries_per_second),
+            budget: Budget::new(reach.queries_per_second, reach.in_flight),
             reach: Arc::new(reach),
             prometheus: Prometheus::default(),
             metrics,
@@ -300,9 +308,10 @@ async fn poll(health: Health, key: PolicyKey, plan: Plan) {
         let mut changed = false;
         let mut failures = 0;
         for (service, query) in &plan.queries {
-            health.budget.turn(&key.namespace).await;
+            let slot = health.budget.turn(&key.namespace).await;
             health.metrics.health_query();
             let outcome = health.prometheus.query(&plan.address, query).await;
+            drop(slot);
             if let Err(e) = &outcome {
                 failures += 1;
                 health.metrics.health_query_error();

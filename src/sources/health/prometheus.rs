@@ -16,7 +16,10 @@ use serde::{Deserialize, de::IgnoredAny};
 
 use crate::message;
 
-/// How long one query may take, connection included.
+/// How long Prometheus may evaluate one query (its `timeout` parameter): it stops the query
+/// then and gives its query slot back, whatever the query.
+pub const QUERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long one query may take, connection and answer included.
 const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// The largest answer read: an instant query for one number is a few hundred bytes; a larger
 /// answer (the wrong server, a query over many series) is refused unread.
@@ -47,8 +50,9 @@ impl Prometheus {
 
     async fn ask(&self, address: &str, query: &str) -> Result<Option<f64>, String> {
         let url = format!(
-            "{}/api/v1/query?query={}",
+            "{}/api/v1/query?timeout={}s&query={}",
             address.trim_end_matches('/'),
+            QUERY_TIMEOUT.as_secs(),
             utf8_percent_encode(query, NON_ALPHANUMERIC)
         );
         let uri: hyper::Uri = url

@@ -1,23 +1,23 @@
 //! The claims table ([`failover_core::claims`]) as the policy watch feeds it: a policy of the
 //! table, valid or not, claims what its route in place may attach to.
 
-pub use crate::claims::{Claimant, Claims};
-use crate::{api::ClaimRecord, sources::local::policies::PolicyEntry, tenancy::Gateways};
+pub use crate::claims::{Claimant, Claims, ids, recorded};
+use crate::{api::FailoverPolicyStatus, sources::local::policies::PolicyEntry, tenancy::Gateways};
 
-/// A policy of the table as the claims read it, with the claims its status records (`recorded`,
-/// from the watch event's object: read only when the table first sees the policy, so the table
+/// A policy of the table as the claims read it, with the claims its status records (`status`,
+/// the watch event's object's: read only when the table first sees the policy, so the table
 /// keeps none of them).
 pub fn claimant<'a>(
     held: &'a PolicyEntry,
-    recorded: &'a [ClaimRecord],
+    status: Option<&FailoverPolicyStatus>,
     gateways: &Gateways,
 ) -> Claimant<'a> {
     Claimant {
         key: &held.key,
         uid: &held.identity.uid,
         created: held.identity.created,
-        claims: held.spec.claims(&held.key.namespace, gateways),
-        recorded,
+        claims: ids(&held.spec.claims(&held.key.namespace, gateways)),
+        recorded: recorded(status),
     }
 }
 
@@ -63,8 +63,8 @@ mod tests {
             key,
             uid: &key.name,
             created,
-            claims: spec.claims(&key.namespace, &Gateways::default()),
-            recorded: &[],
+            claims: ids(&spec.claims(&key.namespace, &Gateways::default())),
+            recorded: Vec::new(),
         }
     }
 
@@ -75,7 +75,7 @@ mod tests {
     }
 
     fn holder(claims: &Claims, of: &Claimant) -> Option<PolicyKey> {
-        claims.held_by_other(of.key, &of.claims).map(|h| h.1)
+        claims.held_by_other_id(of.key, &of.claims).cloned()
     }
 
     #[test]

@@ -194,10 +194,24 @@ pub struct PolicyTable {
     store: Store<PolicyKey, Box<Entry>>,
 }
 
+/// How the table takes the spec of a policy a watch event applies.
+#[derive(Debug)]
+pub enum Validation {
+    /// As the table holds it for this uid and generation: none was needed.
+    Held,
+    /// Validated afresh for this generation.
+    Fresh(Validated),
+    /// This generation waits for its validation: the spec and generation the table holds stay
+    /// (the policy routes by them until then); the rest (metadata, status) is this version's.
+    Pending,
+}
+
 /// How the table keeps a policy: its spec as validated (fresh, or carried over from the version
-/// before); the applied object itself is kept aside for the change it makes.
+/// before), the generation it was validated for when that is not the object's; the applied
+/// object itself is kept aside for the change it makes.
 struct Holding {
     spec: Option<Spec>,
+    generation: Option<Option<i64>>,
     revalidated: bool,
     applied: Option<Arc<FailoverPolicy>>,
 }
@@ -215,7 +229,10 @@ impl Keep<FailoverPolicy> for Holding {
     }
 
     fn unchanged(&self, held: &Box<Entry>, policy: &FailoverPolicy) -> bool {
-        held.identity.version.is_some() && held.identity.version == version_of(policy)
+        // A version held while its generation waited for validation is not this validated one.
+        held.identity.version.is_some()
+            && held.identity.version == version_of(policy)
+            && held.identity.generation == policy.metadata.generation
     }
 
     fn entry(&mut self, policy: FailoverPolicy) -> Box<Entry> {
@@ -227,8 +244,12 @@ impl Keep<FailoverPolicy> for Holding {
                 spec_of(&policy, crate::validate::validated(&policy))
             }
         };
+        let mut identity = Identity::of(&policy);
+        if let Some(generation) = self.generation {
+            identity.generation = generation;
+        }
         let entry = Box::new(Entry {
-            identity: Identity::of(&policy),
+            identity,
             last: policy.status.as_ref().map(LastStatus::of),
             spec,
         });
@@ -275,6 +296,14 @@ impl PolicyTable {
             .then_some(&entry.spec)
     }
 
+    /// The valid spec the table holds of this policy's uid, of any generation: what a new
+    /// generation may take over unparsed (its health query, when the text is the same).
+    pub fn held_valid(&self, policy: &FailoverPolicy) -> Option<Arc<ValidPolicy>> {
+        let entry = self.store.get(&key_of(policy)?)?;
+        let same_uid = policy.metadata.uid.as_deref() == Some(&*entry.identity.uid);
+        same_uid.then(|| entry.spec.valid().cloned()).flatten()
+    }
+
     /// Every policy's key.
     pub fn keys(&self) -> Vec<PolicyKey> {
         self.store.keys().cloned().collect()
@@ -286,24 +315,40 @@ impl PolicyTable {
     }
 
     /// Applies one watch event; returns what changed, and the version through which the table
-    /// has every event of the policy watch, when this event moved it. `fresh` is the applied
-    /// policy as validated, when [`Self::needs_validation`] said so.
+    /// has every event of the policy watch, when this event moved it. `validation` says how the
+    /// applied policy's spec is taken: as held, validated afresh (when
+    /// [`Self::needs_validation`] said so), or pending its validation.
     pub fn apply(
         &mut self,
         event: watcher::Event<FailoverPolicy>,
-        fresh: Option<Validated>,
+        validation: Validation,
     ) -> (Vec<TableChange>, Option<u64>) {
-        let revalidated = fresh.is_some();
-        let spec = match &event {
-            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => match fresh {
-                Some(valid) => Some(spec_of(p, valid)),
-                None => self.held_spec(p).cloned().map(|spec| refreshed(spec, p)),
-            },
+        let revalidated = matches!(validation, Validation::Fresh(_));
+        let mut generation = None;
+        let spec = match (&event, validation) {
+            (watcher::Event::Apply(p) | watcher::Event::InitApply(p), Validation::Fresh(valid)) => {
+                Some(spec_of(p, valid))
+            }
+            (watcher::Event::Apply(p) | watcher::Event::InitApply(p), Validation::Pending) => {
+                let entry = key_of(p).and_then(|key| self.store.get(&key));
+                let same_uid =
+                    entry.filter(|e| p.metadata.uid.as_deref() == Some(&*e.identity.uid));
+                // A policy the table does not hold yet appears once validated.
+                let Some(entry) = same_uid else {
+                    return (Vec::new(), None);
+                };
+                generation = Some(entry.identity.generation);
+                Some(refreshed(entry.spec.clone(), p))
+            }
+            (watcher::Event::Apply(p) | watcher::Event::InitApply(p), Validation::Held) => {
+                self.held_spec(p).cloned().map(|spec| refreshed(spec, p))
+            }
             _ => None,
         };
         let mut holding = Holding {
             revalidated,
             spec,
+            generation,
             applied: None,
         };
         let applied = self.store.apply(event, &mut holding);
@@ -388,13 +433,15 @@ mod tests {
 
     /// Applies an event, validating what the table asks to have validated.
     fn apply(table: &mut PolicyTable, event: watcher::Event<FailoverPolicy>) -> Vec<TableChange> {
-        let fresh = match &event {
-            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => table
-                .needs_validation(p)
-                .then(|| crate::validate::validated(p)),
-            _ => None,
+        let validation = match &event {
+            watcher::Event::Apply(p) | watcher::Event::InitApply(p)
+                if table.needs_validation(p) =>
+            {
+                Validation::Fresh(crate::validate::validated(p))
+            }
+            _ => Validation::Held,
         };
-        table.apply(event, fresh).0
+        table.apply(event, validation).0
     }
 
     fn names(changes: &[TableChange]) -> Vec<String> {

@@ -70,6 +70,9 @@ enum Entry {
     },
     Broken {
         error: String,
+        /// The namespaces it grants, when its Secret says so readably: only those are told why
+        /// it cannot be used.
+        grants: Option<NamespaceGrants>,
     },
 }
 
@@ -135,10 +138,11 @@ impl Clusters {
                 "cluster {} is not declared: no Secret labelled {CLUSTER_LABEL}={} in namespace {}",
                 remote.cluster, remote.cluster, self.secret_namespace
             )),
-            Some(Entry::Broken { error }) => {
-                unavailable(format!("cluster {}: {error}", remote.cluster))
-            }
-            Some(Entry::Running { grants, .. })
+            Some(Entry::Broken {
+                grants: Some(grants),
+                ..
+            })
+            | Some(Entry::Running { grants, .. })
                 if !grants.allows(policy_namespace, &remote.namespace) =>
             {
                 not_counted(Availability::Refused(format!(
@@ -147,6 +151,15 @@ impl Clusters {
                     remote.namespace,
                     grants.rule()
                 )))
+            }
+            // What is wrong with the cluster's Secret is said only to namespaces it grants: with
+            // no grant that can be read, to none.
+            Some(Entry::Broken { grants: None, .. }) => unavailable(format!(
+                "cluster {} cannot be used: its Secret is the cluster admin's to mend (the controller's log says why)",
+                remote.cluster
+            )),
+            Some(Entry::Broken { error, .. }) => {
+                unavailable(format!("cluster {}: {error}", remote.cluster))
             }
             Some(Entry::Running { cluster, .. }) => {
                 let shared = &cluster.shared;
@@ -236,11 +249,12 @@ impl Clusters {
     }
 
     /// A cluster's Secret cannot be used: the cluster stays declared (its reachability metric at
-    /// 0, so an alert fires) and its backends say why.
-    pub fn broken(&self, name: &str, error: String) {
+    /// 0, so an alert fires) and its backends say why, to the namespaces it `grants` (when its
+    /// Secret says so readably).
+    pub fn broken(&self, name: &str, error: String, grants: Option<NamespaceGrants>) {
         self.entries
             .write()
-            .insert(name.to_string(), Entry::Broken { error });
+            .insert(name.to_string(), Entry::Broken { error, grants });
         self.metrics.cluster_unusable(name);
         (self.wake)(cluster::RemoteChange::Cluster(name.to_string()));
     }

@@ -103,10 +103,20 @@ async fn declare(clusters: &Clusters, secret: &Secret) -> Option<String> {
         Err(why) => {
             let error = format!("its Secret {} cannot be used: {why}", secret.name_any());
             warn!(cluster = %name, "{error}");
-            clusters.broken(&name, error);
+            clusters.broken(&name, error, grants_of(secret).ok());
         }
     }
     Some(name)
+}
+
+/// The namespace grants a Secret declares.
+fn grants_of(secret: &Secret) -> Result<NamespaceGrants, String> {
+    NamespaceGrants::parse(
+        secret
+            .annotations()
+            .get(NAMESPACES_ANNOTATION)
+            .map(String::as_str),
+    )
 }
 
 /// The client, `staleAfter` and namespace grants a Secret declares.
@@ -115,12 +125,7 @@ async fn client_of(secret: &Secret) -> Result<(Client, Declared), String> {
         Some(text) => parse_duration(text).map_err(|e| format!("{STALE_AFTER_ANNOTATION}: {e}"))?,
         None => DEFAULT_STALE_AFTER,
     };
-    let grants = NamespaceGrants::parse(
-        secret
-            .annotations()
-            .get(NAMESPACES_ANNOTATION)
-            .map(String::as_str),
-    )?;
+    let grants = grants_of(secret)?;
     let bytes = secret
         .data
         .as_ref()

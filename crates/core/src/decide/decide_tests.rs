@@ -103,7 +103,7 @@ pub(crate) fn decide(
         whole: previous,
         outcome: &outcome,
         now,
-        claims: &[],
+        claims: None,
     });
     Decision {
         weights: plan.routing.weights,
@@ -943,7 +943,7 @@ fn an_invalid_spec_is_stalled_and_a_settled_policy_is_not() {
                 message: "names no backend".into(),
             }]),
             now,
-            claims: &[],
+            claims: None,
         })
     };
     let status = invalid(&settled.status, t(10));

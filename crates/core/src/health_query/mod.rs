@@ -19,6 +19,13 @@
 //!    `{` that starts no repetition escaped) is never reached, so nothing is compiled that was
 //!    not checked.
 //!
+//! 4. once parsed, what Prometheus would do with it: every range (`[5m]`, a subquery's
+//!    `[10m:30s]`) at most [`MAX_QUERY_RANGE`], each subquery with its step written, and the
+//!    subqueries' evaluations, multiplied where one is inside another, at most
+//!    [`MAX_SUBQUERY_STEPS`]: a query that looks cheap, such as a subquery `[7d:1s]`, would hold
+//!    one of Prometheus' query slots for seconds. Prometheus stops any query at the `timeout`
+//!    every request carries.
+//!
 //! The CRD's CEL rules count the regex operators in the whole text, so they refuse at least
 //! what step 2 refuses. What the checks cost, and what a query at every limit
 //! ([`at_every_limit`]) costs to check and parse, is printed by
@@ -49,8 +56,9 @@ pub use guard::PARSER_STACK_SIZE;
 use reading::Reading;
 
 use crate::api::rules::{
-    LONG_REPETITION, MAX_QUERY_DEPTH, MAX_QUERY_LENGTH, MAX_REGEX_LENGTH, MAX_REGEX_MATCHERS,
-    REGEX_MATCHERS_MESSAGE, REGEX_SIZE_LIMIT, REPETITION_MESSAGE,
+    LONG_REPETITION, MAX_QUERY_DEPTH, MAX_QUERY_LENGTH, MAX_QUERY_RANGE, MAX_REGEX_LENGTH,
+    MAX_REGEX_MATCHERS, MAX_SUBQUERY_STEPS, REGEX_MATCHERS_MESSAGE, REGEX_SIZE_LIMIT,
+    REPETITION_MESSAGE,
 };
 use promql_parser::{
     label::{MatchOp, Matcher, Matchers},
@@ -104,6 +112,7 @@ impl HealthQuery {
         check_reading(&Reading::of(&marked, &[SERVICE_MARKER, NAMESPACE_MARKER])?)?;
         let mut parsed = parser::parse(&marked)
             .map_err(|e| format!("is not PromQL: {}", crate::message::line(&e)))?;
+        check_cost(&parsed, 1)?;
         let mut query = Self {
             written: written.to_string(),
             namespace: namespace.to_string(),
@@ -233,6 +242,76 @@ fn check_reading(reading: &Reading) -> Result<(), String> {
         .try_for_each(|value| check_regex(value))
 }
 
+/// What Prometheus would do with the parsed query, within [`MAX_QUERY_RANGE`] and
+/// [`MAX_SUBQUERY_STEPS`]; `evaluations` is how many times the subqueries around `expr` evaluate
+/// it.
+fn check_cost(expr: &Expr, evaluations: u64) -> Result<(), String> {
+    let range = |range: std::time::Duration| {
+        if range > MAX_QUERY_RANGE {
+            Err(format!(
+                "reads a range of {}; at most {} is allowed",
+                go_duration(range),
+                go_duration(MAX_QUERY_RANGE)
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    match expr {
+        Expr::Aggregate(e) => {
+            check_cost(&e.expr, evaluations)?;
+            e.param
+                .as_deref()
+                .map_or(Ok(()), |p| check_cost(p, evaluations))
+        }
+        Expr::Unary(e) => check_cost(&e.expr, evaluations),
+        Expr::Binary(e) => {
+            check_cost(&e.lhs, evaluations)?;
+            check_cost(&e.rhs, evaluations)
+        }
+        Expr::Paren(e) => check_cost(&e.expr, evaluations),
+        Expr::Subquery(e) => {
+            range(e.range)?;
+            let step = e.step.filter(|s| !s.is_zero()).ok_or_else(|| {
+                format!(
+                    "has a subquery [{}:] without its step; write it, as in [{}:1m]",
+                    go_duration(e.range),
+                    go_duration(e.range)
+                )
+            })?;
+            let steps = e.range.as_nanos().div_ceil(step.as_nanos());
+            let total = u128::from(evaluations).saturating_mul(steps);
+            if total > u128::from(MAX_SUBQUERY_STEPS) {
+                return Err(format!(
+                    "evaluates its subqueries {total} times; at most {MAX_SUBQUERY_STEPS} are allowed (a longer step, a shorter range, or fewer subqueries inside each other)"
+                ));
+            }
+            check_cost(&e.expr, u64::try_from(total).unwrap_or(u64::MAX))
+        }
+        Expr::MatrixSelector(ms) => range(ms.range),
+        Expr::Call(call) => call
+            .args
+            .args
+            .iter()
+            .try_for_each(|arg| check_cost(arg, evaluations)),
+        Expr::NumberLiteral(_)
+        | Expr::StringLiteral(_)
+        | Expr::VectorSelector(_)
+        | Expr::Extension(_) => Ok(()),
+    }
+}
+
+/// A duration as PromQL writes it (`1h`, `90s`, `250ms`).
+fn go_duration(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    match ms {
+        _ if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        _ if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        _ if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        _ => format!("{ms}ms"),
+    }
+}
+
 /// Whether `name` is written bare in a selector (else it is quoted, as Prometheus 3 allows).
 fn is_label_name(name: &str) -> bool {
     let mut chars = name.chars();
@@ -356,7 +435,7 @@ pub fn deepest_at_limit() -> [String; 4] {
         format!(
             "-{}up{}",
             "max_over_time(abs(".repeat(calls),
-            ")[5m:1m])".repeat(calls)
+            ")[1m:1m])".repeat(calls)
         ),
     ]
 }

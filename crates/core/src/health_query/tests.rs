@@ -101,6 +101,46 @@ fn each_limit_refuses_naming_itself() {
         let refused = HealthQuery::parse(&query, "shop").expect_err(&query);
         assert!(refused.contains(says), "{query}: {refused}");
     }
+}
+
+#[test]
+fn what_a_query_makes_prometheus_do_is_bounded_before_it_is_sent() {
+    for (query, says) in [
+        ("rate(x[2h])", "reads a range of 2h; at most 1h is allowed"),
+        ("max_over_time(x[7d:1s])", "reads a range of 168h"),
+        (
+            "max_over_time(rate(x[30d])[1h:1m])",
+            "reads a range of 720h",
+        ),
+        (
+            "max_over_time(x[1h:1s])",
+            "evaluates its subqueries 3600 times; at most 1000",
+        ),
+        ("max_over_time(x[10m:])", "subquery [10m:] without its step"),
+        (
+            "max_over_time(max_over_time(x[10m:10s])[10m:10s])",
+            "evaluates its subqueries 3600 times",
+        ),
+        (
+            "sum(rate(x[5m])) / max_over_time(max_over_time(x[1h:1m])[1h:1m])",
+            "3600 times",
+        ),
+    ] {
+        let refused = HealthQuery::parse(&query, "shop").expect_err(&query);
+        assert!(refused.contains(says), "{query}: {refused}");
+    }
+    for within in [
+        "rate(x[1h])",
+        "max_over_time(rate(x[1m])[1h:5s])",
+        "max_over_time(max_over_time(x[10m:20s])[10m:20s])",
+    ] {
+        let parsed = HealthQuery::parse(within, "shop");
+        assert!(parsed.is_ok(), "{within}: {parsed:?}");
+    }
+}
+
+#[test]
+fn what_the_parsers_lexer_skips_the_checks_skip() {
     // What the parser's lexer skips, the checks skip: strings and comments.
     let fine = HealthQuery::parse(
         "x{a=\"=~ !~ =~\"} # =~ =~ =~ =~ =~ =~ =~ =~ =~ \"\n",

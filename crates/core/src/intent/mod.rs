@@ -22,7 +22,7 @@ use chrono::{DateTime, Utc};
 
 pub use self::desired::DesiredRoute;
 use crate::{
-    api::{ClaimRecord, FailoverPolicyStatus},
+    api::{ClaimsStatus, FailoverPolicyStatus},
     apis::NeededApi,
     applied::{Applied, Scaled},
     decide::{Plan, decide, group::Order},
@@ -194,8 +194,8 @@ pub struct Record<'a> {
     pub previous: Option<&'a LastStatus>,
     /// The status as last written, whole (what an invalid policy's status keeps).
     pub whole: Option<&'a FailoverPolicyStatus>,
-    /// What the policy claims, with when it first did.
-    pub claims: &'a [ClaimRecord],
+    /// What the policy claims, summarized.
+    pub claims: Option<&'a ClaimsStatus>,
     /// Now.
     pub now: DateTime<Utc>,
 }

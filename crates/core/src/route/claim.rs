@@ -4,7 +4,9 @@
 //! the table of who holds each claim. What a policy claims is decided where what it may attach
 //! to is ([`crate::tenancy::Gateways::claims`]).
 
-use std::fmt;
+use std::fmt::{self, Write};
+
+use sha2::{Digest, Sha256};
 
 use super::kind::RouteKind;
 use crate::observation::{Namespace, PolicyKey};
@@ -87,6 +89,60 @@ impl fmt::Display for Claim {
     }
 }
 
+/// A claim by its digest: the first 8 bytes of the SHA-256 of the claim as conditions name it
+/// (its `Display`). What the claims table holds and the status records, so it is the same in
+/// every process and release; a tenant cannot choose a claim whose digest is another's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClaimId(pub u64);
+
+impl ClaimId {
+    /// The digest of a claim named by `text`.
+    pub fn of_text(text: &str) -> Self {
+        let mut hasher = Sha256::new();
+        hasher.update(text.as_bytes());
+        Self::of(hasher)
+    }
+
+    fn of(hasher: Sha256) -> Self {
+        let digest = hasher.finalize();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        Self(u64::from_be_bytes(first))
+    }
+
+    /// The digest as the status writes it: 16 hex digits.
+    pub fn hex(self) -> String {
+        format!("{:016x}", self.0)
+    }
+
+    /// A digest the status wrote.
+    pub fn parse_hex(text: &str) -> Option<Self> {
+        (text.len() == 16)
+            .then(|| u64::from_str_radix(text, 16).ok().map(Self))
+            .flatten()
+    }
+}
+
+/// The claim's text written into the hash as it is formatted, without a `String` between.
+struct Hashing(Sha256);
+
+impl Write for Hashing {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.0.update(s.as_bytes());
+        Ok(())
+    }
+}
+
+impl Claim {
+    /// Its digest.
+    pub fn id(&self) -> ClaimId {
+        let mut hashing = Hashing(Sha256::new());
+        // Writing into a hash never fails.
+        let _ = write!(hashing, "{self}");
+        ClaimId::of(hashing.0)
+    }
+}
+
 /// The policy holding a claim, as a policy of namespace `reader` may read of it (its author
 /// reads its status and Events): named when it is of the same namespace, else only "a policy in
 /// another namespace", so nothing of another namespace is told.
@@ -101,6 +157,19 @@ pub fn holder_seen_from(holder: &PolicyKey, reader: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claims_digest_is_that_of_its_text_and_reads_back_from_hex() {
+        let claim = Claim::Apex {
+            namespace: Namespace::new("shop"),
+            service: "api".into(),
+        };
+        assert_eq!(claim.id(), ClaimId::of_text("apex Service api"));
+        // The first bytes of SHA-256("apex Service api"): the same in every release.
+        assert_eq!(ClaimId::parse_hex(&claim.id().hex()), Some(claim.id()));
+        assert_eq!(claim.id().hex().len(), 16);
+        assert_eq!(ClaimId::parse_hex("xyz"), None);
+    }
 
     #[test]
     fn a_holder_is_named_only_to_a_reader_of_its_namespace() {

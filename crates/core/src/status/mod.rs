@@ -26,7 +26,7 @@ use chrono::{DateTime, Utc};
 
 use crate::{
     api::{
-        BackendStatus, ClaimRecord, Condition, FailoverPolicyStatus, HealthReading,
+        BackendStatus, ClaimsStatus, Condition, FailoverPolicyStatus, HealthReading,
         ReadinessSource, Role, Timestamp,
         conditions::{READY, SCALED_UP, STALLED, ready, scaling},
     },
@@ -80,8 +80,8 @@ pub struct StatusInput<'a> {
     pub outcome: &'a Outcome,
     /// Now, for conditions that change.
     pub now: DateTime<Utc>,
-    /// What the policy claims, with when it first did (as the claims table holds it).
-    pub claims: &'a [ClaimRecord],
+    /// What the policy claims, summarized (as the claims table holds it).
+    pub claims: Option<&'a ClaimsStatus>,
 }
 
 /// The status of a policy after a reconcile.
@@ -208,7 +208,7 @@ fn finish(
 ) -> FailoverPolicyStatus {
     *(input.target.kind().spec().status_name)(&mut status) = Some(input.target.name.to_string());
     status.observed_generation = input.generation;
-    status.claims = input.claims.to_vec();
+    status.claimed = input.claims.cloned();
     for b in &mut status.backends {
         b.message = b.message.as_deref().map(message::line);
     }
@@ -264,6 +264,7 @@ fn decided(d: &Decided) -> FailoverPolicyStatus {
         tls_route: None,
         tcp_route: None,
         route_parents: Vec::new(),
+        claimed: None,
         claims: Vec::new(),
         conditions: Vec::new(),
     }
