@@ -154,7 +154,7 @@ cmd_start() {
   dir=$(mktemp -d "${TMPDIR:-/tmp}/failover-cp.XXXXXX")
   mkdir -p "$dir/logs" "$dir/etcd-data"
   read -r etcd_port peer_port api_port <<< "$(free_ports 3)"
-  local bind=127.0.0.1 advertise=127.0.0.1 extra_api=() admission=(--disable-admission-plugins=ServiceAccount) controllers=garbage-collector-controller,namespace-controller,endpointslice-controller,serviceaccount-controller,serviceaccount-token-controller,clusterrole-aggregation-controller
+  local bind=127.0.0.1 advertise=127.0.0.1 extra_api=() admission=(--disable-admission-plugins=ServiceAccount) controllers=garbage-collector-controller,namespace-controller,endpointslice-controller,serviceaccount-controller,serviceaccount-token-controller,clusterrole-aggregation-controller,resourcequota-controller
   if [[ -n "$node" ]]; then
     node_network "$dir" > "$dir/node.env" || die "no free /24 for the node's Pods"
     source "$dir/node.env"

@@ -13,8 +13,11 @@
 //! - cold start: controller start → every route and status in place, against the same writes
 //!   issued by a bare client at the same concurrency;
 //! - restart with everything in place: ready time and writes (none expected);
-//! - at `--noisy-neighbour-at` policies: the latency again, in turns with and without tenants
-//!   of other namespaces editing policies whose health queries are the costliest shapes;
+//! - at `--noisy-neighbour-at` policies, a section of its own under a controller of every
+//!   namespace: the latency again, in turns with and without tenants of other namespaces doing
+//!   at once all a tenant's policies can cost (policies at every limit, statuses that cannot be
+//!   stored, an edit flood, slow health queries, an Event storm), the heap a policy at every
+//!   limit adds, and the peak RSS;
 //! - at `--groups-at` policies: `--groups` failover groups of 10 of them, and the latency of a
 //!   group failover from one member's readiness change to the last member's route (`groups`);
 //! - CPU seconds, peak RSS, and KiB per policy above the idle process;
@@ -105,8 +108,8 @@ pub struct Options {
     /// first), the log every one.
     #[arg(long, default_value_t = 3)]
     restarts_in_place: usize,
-    /// The scale at which latency is measured again with noisy neighbours (tenants editing
-    /// policies whose health queries are the costliest shapes); 0: not measured.
+    /// The scale of the noisy neighbour's section (tenants of other namespaces at work beside
+    /// it, under one controller of every namespace); 0: not measured.
     #[arg(long, default_value_t = 1000)]
     noisy_neighbour_at: usize,
     /// The scale at which failover groups are measured (`--groups` groups of 10 of its
@@ -179,16 +182,6 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
             .end(&controller, n, &format!("churn {}/s", o.high_churn))
             .await;
     }
-    let neighbour = if n == o.noisy_neighbour_at {
-        let measured = neighbour::measure(&env, &splits, n, o).await;
-        // The neighbour's last edit and its deletion are the controller's to finish before the
-        // quiet minute, and its memory is a phase of its own.
-        latency::settle(&controller).await;
-        phases.end(&controller, n, memory::NOISY_NEIGHBOUR).await;
-        Some(measured)
-    } else {
-        None
-    };
     let groups = if n == o.groups_at {
         let measured =
             groups::measure(&env, &controller, &splits, n, o.groups, o.group_flips).await;
@@ -232,12 +225,7 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
         .await;
     let mut memory = phases.measured;
     memory.extend(restarted.measured);
-    // The neighbour's phase measures one costly policy, not the scale's cost per policy.
-    let peak_rss_mib = memory
-        .iter()
-        .filter(|m| m.phase != memory::NOISY_NEIGHBOUR)
-        .map(|m| m.peak_rss_mib)
-        .fold(0.0, f64::max);
+    let peak_rss_mib = memory.iter().map(|m| m.peak_rss_mib).fold(0.0, f64::max);
     let mut restarts = vec![restart];
     for _ in 1..o.restarts_in_place {
         let (next, restart) = startup::restart_in_place(&env, controller, n, o).await;
@@ -253,7 +241,6 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
     ScaleResult {
         policies: n,
         latency,
-        neighbour,
         groups,
         writes_in_quiet_period: quiet,
         quiet_seconds: o.quiet_seconds,
@@ -295,6 +282,7 @@ async fn main() {
         results.push(run_scale(n, &o, idle_rss).await);
         report::print_latency(&results[results.len() - 1..]);
     }
+    let neighbour = neighbour::run(&o).await;
     let recovery = if o.restarts > 0 {
         recovery::run(&o).await
     } else {
@@ -308,15 +296,16 @@ async fn main() {
     );
     report::print_latency(&results);
     report::print_groups(&results);
+    report::print_neighbour(neighbour.as_ref());
     report::print_process(&results, idle_rss);
     report::print_memory(&results, idle_rss);
     report::print_recovery(&recovery);
     report::print_traffic(&traffic);
-    let failed = report::print_targets(&results, &recovery, &traffic);
+    let failed = report::print_targets(&results, neighbour.as_ref(), &recovery, &traffic);
     if let Some(dir) = o.out.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    let json = json!({"machine": machine(), "flips": o.flips, "idle_rss_mib": idle_rss, "results": results, "recovery": recovery, "traffic": traffic});
+    let json = json!({"machine": machine(), "flips": o.flips, "idle_rss_mib": idle_rss, "results": results, "neighbour": neighbour, "recovery": recovery, "traffic": traffic});
     std::fs::write(
         &o.out,
         serde_json::to_string_pretty(&json).unwrap_or_default(),

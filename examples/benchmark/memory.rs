@@ -5,9 +5,6 @@
 
 use crate::support::{ControllerProcess, metric};
 
-/// The phase of the noisy neighbours' edits: a few costly policies' memory, which the cost per
-/// policy leaves out.
-pub const NOISY_NEIGHBOUR: &str = "noisy neighbour (tenants' costliest queries)";
 /// The phase of the failover groups.
 pub const GROUPS: &str = "failover groups";
 

@@ -30,7 +30,7 @@ pub fn slice(service: &str, ready: bool) -> EndpointSlice {
     .expect("slice")
 }
 
-fn service(name: &str) -> Service {
+pub fn service(name: &str) -> Service {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
         "spec": {"clusterIP": "None", "ports": [{"port": 80}]},

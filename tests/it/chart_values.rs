@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::support::{self, CHART, ScriptRun, find, helm, ok, render, test_env};
+use crate::support::{self, CHART, PolicyBuilder, ScriptRun, find, helm, ok, render, test_env};
 
 /// A value of the wrong type, or a misspelt key where the chart knows every key, fails
 /// `helm template` and `helm lint` with the schema's message naming the value, before anything
@@ -293,4 +293,57 @@ fn chart_readme_is_generated_from_values() {
         "charts/failover-controller/README.md is stale; regenerate it with hack/chart-readme.sh:\n{}",
         run.tail(60)
     );
+}
+
+/// `tenantQuota` renders a ResourceQuota per namespace listed; applied, it caps the namespace's
+/// FailoverPolicies: a tenant's policy past the cap is refused at `kubectl apply`.
+#[tokio::test]
+async fn the_tenant_quota_caps_a_namespaces_policies() {
+    let Some(env) = test_env!() else { return };
+    let namespace = format!("tenantQuota.namespaces[0]={}", env.ns);
+    let objects = render(&env, &[&namespace, "tenantQuota.policies=1"]);
+    let quota = find(&objects, "ResourceQuota", "fc-failover-controller-policies")
+        .expect("a ResourceQuota")
+        .clone();
+    assert_eq!(quota["metadata"]["namespace"], env.ns.as_str());
+    assert_eq!(
+        quota["spec"]["hard"]["count/failoverpolicies.failover.dev"],
+        "1"
+    );
+    assert!(
+        render(&env, &[])
+            .iter()
+            .all(|o| o["kind"] != "ResourceQuota"),
+        "no quota by default"
+    );
+    let out = crate::support::kubectl_stdin(
+        env.cp,
+        &["apply", "-f", "-"],
+        &serde_json::to_string(&quota).expect("quota"),
+    );
+    ok(&out, "applying the quota");
+    let tenant = env.tenant();
+    // The quota counts once its controller has read it.
+    let counted = crate::support::wait_until(crate::support::WAIT, || async {
+        let out = crate::support::kubectl(
+            env.cp,
+            &[
+                "get",
+                "resourcequota",
+                "-n",
+                &env.ns,
+                "-o",
+                "jsonpath={.items[0].status.hard}",
+            ],
+        );
+        !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+    })
+    .await;
+    assert!(counted, "the quota was never counted");
+    tenant.apply(&PolicyBuilder::web().yaml());
+    let said = tenant.apply_refused(&PolicyBuilder::named("api", "web", &["web-east"]).yaml());
+    support::figure(format!(
+        "a tenant's second policy under a quota of one: {said}"
+    ));
+    assert!(said.contains("exceeded quota"), "{said}");
 }

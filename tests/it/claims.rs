@@ -76,7 +76,7 @@ async fn an_older_policy_of_another_namespace_cannot_take_a_route_by_naming_its_
     // 2. The shop routes shop.example.com on its own Gateway; the claim is recorded.
     shop_author.apply(&shop_on_gateway_of(&shop.ns).yaml());
     let listener = format!("hostname shop.example.com path / on Gateway {}/gw", shop.ns);
-    let digest = ClaimId::of_text(&listener).hex();
+    let digest = ClaimId::of_text(&shop.ns, &listener).hex();
     let recorded = shop
         .wait_policy("web", WAIT, "the listener claim recorded", |p| {
             p.status

@@ -41,6 +41,7 @@ mod scaling_restores;
 mod strategies;
 mod suspend_and_pin;
 mod tenancy;
+mod tenant_costs;
 mod tenant_limits;
 mod tiers;
 mod traffic;

@@ -23,7 +23,10 @@
 //! changed, so deleting the holder hands the claim over at once. Claims compare exactly: a
 //! route naming a Gateway's listener and one naming the whole Gateway are different claims.
 
-use std::{cmp::Ordering, collections::BTreeMap};
+use std::{
+    cmp::Ordering,
+    collections::{BTreeMap, HashMap},
+};
 
 use indexmap::IndexMap;
 
@@ -63,9 +66,9 @@ pub fn ids(claims: &[Claim]) -> Vec<ClaimId> {
     claims.iter().map(Claim::id).collect()
 }
 
-/// The claims a policy's status records, each with when it was made (milliseconds): the bounded
-/// form, and the list of a release before it.
-pub fn recorded(status: Option<&FailoverPolicyStatus>) -> Vec<(ClaimId, i64)> {
+/// The claims the status of a policy of `namespace` records, each with when it was made
+/// (milliseconds): the bounded form, and the list of a release before it.
+pub fn recorded(namespace: &str, status: Option<&FailoverPolicyStatus>) -> Vec<(ClaimId, i64)> {
     let Some(status) = status else {
         return Vec::new();
     };
@@ -77,14 +80,15 @@ pub fn recorded(status: Option<&FailoverPolicyStatus>) -> Vec<(ClaimId, i64)> {
             .filter_map(ClaimId::parse_hex)
             .map(move |id| (id, since))
     });
-    let listed = status
-        .claims
-        .iter()
-        .map(|r| (ClaimId::of_text(&r.claim), r.since.0.timestamp_millis()));
+    let listed = status.claims.iter().map(|r| {
+        let id = ClaimId::of_text(namespace, &r.claim);
+        (id, r.since.0.timestamp_millis())
+    });
     bounded.chain(listed).collect()
 }
 
-/// The dense id of a policy in the table: what each claim's claimants hold, instead of its key.
+/// The dense id of a policy in the table: what each claim's holder is held as, instead of its
+/// key.
 type PolicyId = u32;
 
 /// A policy claiming something, in the order that decides who holds it: when it made the claim
@@ -113,11 +117,16 @@ impl Made {
     }
 }
 
-/// Every claim by its digest, with its claimants first made first (nearly always one), and what
-/// each policy claims. A claim costs two words and a rank here, whatever its text.
+/// Every claim by its digest with its holder, and what each policy claims. Nearly every claim
+/// has one claimant: it costs its digest and its holder's id here (and its digest and time in
+/// its policy's [`Made`]), whatever its text; only a claim that several policies make keeps its
+/// claimants in order (`rivals`).
 #[derive(Debug, Default)]
 pub struct Claims {
-    by_claim: IndexMap<ClaimId, SmallVec<[Rank; 1]>>,
+    /// Each claim's holder.
+    holders: HashMap<ClaimId, PolicyId>,
+    /// The claimants, first made first, of each claim several policies make.
+    rivals: HashMap<ClaimId, SmallVec<[Rank; 2]>>,
     by_policy: IndexMap<PolicyKey, Made>,
     /// Each policy's key by its id; ids of policies gone are reused.
     keys: Vec<Option<PolicyKey>>,
@@ -143,7 +152,7 @@ impl Claims {
         let mut woken = Vec::new();
         if old != made {
             for (claim, _) in old.iter().flat_map(|m| &m.claims) {
-                self.change(*claim, &mut woken, |c, _| c.retain(|r| r.policy != id));
+                self.withdraw(*claim, id, &mut woken);
             }
             if let Some(made) = &made {
                 for (claim, since) in &made.claims {
@@ -152,11 +161,7 @@ impl Claims {
                         created: made.created,
                         policy: id,
                     };
-                    self.change(*claim, &mut woken, |c, keys| {
-                        if let Err(at) = c.binary_search_by(|r| order(r, &rank, keys)) {
-                            c.insert(at, rank);
-                        }
-                    });
+                    self.claim(*claim, rank, &mut woken);
                 }
             }
         }
@@ -165,6 +170,9 @@ impl Claims {
                 self.by_policy.insert(key.clone(), made);
             }
             None => self.free_id(id),
+        }
+        if self.holders.is_empty() {
+            self.holders.shrink_to(64);
         }
         woken.sort();
         woken.dedup();
@@ -207,6 +215,85 @@ impl Claims {
         }
     }
 
+    fn key(&self, id: PolicyId) -> Option<&PolicyKey> {
+        self.keys.get(id as usize)?.as_ref()
+    }
+
+    /// A policy makes `claim`: it holds it alone, or joins its rivals in rank.
+    fn claim(&mut self, claim: ClaimId, rank: Rank, woken: &mut Vec<PolicyKey>) {
+        let Some(&holder) = self.holders.get(&claim) else {
+            self.holders.insert(claim, rank.policy);
+            return;
+        };
+        let mut rivals = match self.rivals.remove(&claim) {
+            Some(rivals) => rivals,
+            None => {
+                // The one claimant so far, in rank.
+                let made = self.key(holder).and_then(|k| self.by_policy.get(k));
+                let Some(made) = made else {
+                    self.holders.insert(claim, rank.policy);
+                    return;
+                };
+                let first = Rank {
+                    since: made.since(claim).unwrap_or(i64::MAX),
+                    created: made.created,
+                    policy: holder,
+                };
+                SmallVec::from_iter([first])
+            }
+        };
+        let keys = &self.keys;
+        if let Err(at) = rivals.binary_search_by(|r| order(r, &rank, keys)) {
+            rivals.insert(at, rank);
+        }
+        self.settle(claim, holder, rivals, woken);
+    }
+
+    /// A policy no longer makes `claim`.
+    fn withdraw(&mut self, claim: ClaimId, policy: PolicyId, woken: &mut Vec<PolicyKey>) {
+        let Some(&holder) = self.holders.get(&claim) else {
+            return;
+        };
+        match self.rivals.remove(&claim) {
+            Some(mut rivals) => {
+                rivals.retain(|r| r.policy != policy);
+                self.settle(claim, holder, rivals, woken);
+            }
+            None if holder == policy => {
+                self.holders.remove(&claim);
+            }
+            None => {}
+        }
+    }
+
+    /// Keeps a claim's ranked claimants: its holder the first (woken all when it changed from
+    /// `before`), the ranks kept only while several remain.
+    fn settle(
+        &mut self,
+        claim: ClaimId,
+        before: PolicyId,
+        rivals: SmallVec<[Rank; 2]>,
+        woken: &mut Vec<PolicyKey>,
+    ) {
+        let Some(first) = rivals.first() else {
+            self.holders.remove(&claim);
+            return;
+        };
+        if first.policy != before {
+            let keys = &self.keys;
+            woken.extend(
+                rivals
+                    .iter()
+                    .filter_map(|r| keys.get(r.policy as usize)?.clone()),
+            );
+            woken.extend(self.key(before).cloned());
+        }
+        self.holders.insert(claim, first.policy);
+        if rivals.len() > 1 {
+            self.rivals.insert(claim, rivals);
+        }
+    }
+
     /// What a policy claims now, each with when it made it: as this table had it (`before`, of
     /// the same uid), else (the first time this process sees the policy) as its status records
     /// it, else `at`.
@@ -238,8 +325,7 @@ impl Claims {
 
     /// The holder of a claim.
     fn holder(&self, claim: ClaimId) -> Option<&PolicyKey> {
-        let rank = self.by_claim.get(&claim)?.first()?;
-        self.keys.get(rank.policy as usize)?.as_ref()
+        self.key(*self.holders.get(&claim)?)
     }
 
     /// The first of `claims` that a policy other than `policy` holds, and that holder.
@@ -272,7 +358,7 @@ impl Claims {
         let lost = made
             .claims
             .iter()
-            .filter(|(claim, _)| self.holder(*claim) != Some(policy))
+            .filter(|(claim, _)| self.holders.get(claim) != Some(&made.id))
             .count();
         let mut times: BTreeMap<i64, Vec<ClaimId>> = BTreeMap::new();
         for (claim, since) in &made.claims {
@@ -302,29 +388,6 @@ impl Claims {
             lost: u32::try_from(lost).unwrap_or(u32::MAX),
             made,
         })
-    }
-
-    /// Changes a claim's claimants; when its holder changed, every claimant is woken.
-    fn change(
-        &mut self,
-        claim: ClaimId,
-        woken: &mut Vec<PolicyKey>,
-        edit: impl FnOnce(&mut SmallVec<[Rank; 1]>, &[Option<PolicyKey>]),
-    ) {
-        let claimants = self.by_claim.entry(claim).or_default();
-        let before = claimants.first().map(|c| c.policy);
-        edit(claimants, &self.keys);
-        if claimants.first().map(|c| c.policy) != before {
-            let keys = &self.keys;
-            woken.extend(
-                claimants
-                    .iter()
-                    .filter_map(|c| keys.get(c.policy as usize)?.clone()),
-            );
-        }
-        if claimants.is_empty() {
-            self.by_claim.swap_remove(&claim);
-        }
     }
 }
 
@@ -533,7 +596,7 @@ mod tests {
         claims.update(&old_key, Some(&old), 2_300);
         assert_eq!(holder(&claims, &young), Some(old_key.clone()));
         // The status records when the youngest made its claim: before the list.
-        let apex = ClaimId::of_text("apex Service api");
+        let apex = ClaimId::of_text("ns", "apex Service api");
         let recorded = Claimant {
             recorded: vec![(apex, 500)],
             ..claimant(&recorded_key, 300, &api[2])
@@ -567,7 +630,7 @@ mod tests {
             valid(&policy("ns", "a", "other")),
         );
         let b_api = valid(&policy("ns", "b", "api"));
-        let stale = vec![(ClaimId::of_text("apex Service api"), 100)];
+        let stale = vec![(ClaimId::of_text("ns", "apex Service api"), 100)];
         let a = |spec| Claimant {
             recorded: stale.clone(),
             ..claimant(&a_key, 100, spec)
@@ -608,7 +671,12 @@ mod tests {
         let mut claims = listed();
         let key = PolicyKey::new("tenant", "huge");
         let many: Vec<ClaimId> = (0..256)
-            .map(|i| ClaimId::of_text(&format!("hostname h{i}.example.com path / on Gateway a/b")))
+            .map(|i| {
+                ClaimId::of_text(
+                    "tenant",
+                    &format!("hostname h{i}.example.com path / on Gateway a/b"),
+                )
+            })
             .collect();
         // Made at 20 times: the status lists 8.
         let recorded = many
@@ -638,10 +706,13 @@ mod tests {
     }
 
     fn recorded_of(summary: &ClaimsStatus) -> Vec<(ClaimId, i64)> {
-        recorded(Some(&FailoverPolicyStatus {
-            claimed: Some(summary.clone()),
-            ..Default::default()
-        }))
+        recorded(
+            "tenant",
+            Some(&FailoverPolicyStatus {
+                claimed: Some(summary.clone()),
+                ..Default::default()
+            }),
+        )
     }
 
     #[test]
@@ -653,10 +724,11 @@ mod tests {
             }],
             ..Default::default()
         };
-        assert_eq!(
-            recorded(Some(&status)),
-            [(ClaimId::of_text("apex Service api"), 700)]
-        );
+        let apex = Claim::Apex {
+            namespace: crate::observation::Namespace::new("shop"),
+            service: "api".into(),
+        };
+        assert_eq!(recorded("shop", Some(&status)), [(apex.id(), 700)]);
         let written = serde_json::to_value(&status).expect("json");
         assert!(written.get("claims").is_none(), "never written: {written}");
     }

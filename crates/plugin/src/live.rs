@@ -156,7 +156,7 @@ pub async fn claims(client: &Client, namespace: &str) -> anyhow::Result<Claims> 
         };
         let key = PolicyKey::new(&ns, name);
         let uid = policy.uid().unwrap_or_default();
-        let recorded = recorded(policy.status.as_ref());
+        let recorded = recorded(&ns, policy.status.as_ref());
         let claims = match validate(policy) {
             Ok(valid) => consent(&valid, policy.status.as_ref()).claims(&valid),
             // An invalid policy still claims what its route in place routes.

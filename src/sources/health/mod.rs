@@ -65,13 +65,26 @@ fn recorded_reading(policy: &FailoverPolicy, service: &str) -> Option<Reading> {
 /// Why a health query cannot run at all.
 const NO_PROMETHEUS: &str = "no Prometheus to ask: set spec.health.prometheus.address or the controller's --prometheus-address";
 
-/// What one policy's poller runs: per backend, its query as sent (placeholders filled in,
-/// scoped to the policy's namespace).
+/// What one policy's poller runs: its query (scoped to the policy's namespace by the admin's
+/// label, and filled in for each backend, when its round starts: a policy holds its query's
+/// text once, whatever its number of backends), and the backends it is asked for.
 #[derive(Clone, Debug, PartialEq)]
 struct Plan {
     health: policy::Health,
     address: String,
-    queries: Vec<(String, String)>,
+    namespace: Box<str>,
+    label: Option<Box<str>>,
+    services: Box<[Box<str>]>,
+}
+
+impl Plan {
+    /// A backend's query as sent: made when its turn comes, so a poller waiting for its turn
+    /// holds no query text (`None` when the query cannot be scoped, which the plan's making
+    /// refused already).
+    fn query(&self, service: &str) -> Option<String> {
+        let scoped = self.health.query.scoped(self.label.as_deref()).ok()?;
+        Some(scoped.for_backend(&self.namespace, service))
+    }
 }
 
 /// Why a policy's queries are not sent: no Prometheus to ask, or a refusal (with the reason of
@@ -157,26 +170,25 @@ impl Health {
                 message: self.reach.addresses.refusal(&address),
             });
         }
-        // Scoped once; each backend's query is that text with its names filled in.
-        let scoped = health
+        // Checked here; scoped again, with each backend's names filled in, as each round starts.
+        health
             .query
             .scoped(self.reach.namespace_label.as_deref())
             .map_err(|message| Unasked {
                 refused: Some(QUERY_NOT_ALLOWED),
                 message: crate::message::line(&message),
             })?;
-        let queries = v
+        let services = v
             .backends
             .iter()
-            .map(|b| {
-                let query = scoped.for_backend(&v.namespace, &b.reference.name);
-                (b.reference.name.to_string(), query)
-            })
+            .map(|b| b.reference.name.as_str().into())
             .collect();
         Ok(Plan {
             health,
             address,
-            queries,
+            namespace: v.namespace.as_str().into(),
+            label: self.reach.namespace_label.as_deref().map(Into::into),
+            services,
         })
     }
 
@@ -205,8 +217,7 @@ impl Health {
             (Some(plan), Some((running, _))) if *running == plan => {}
             (Some(plan), _) => {
                 if let Some(policy) = policy {
-                    let services: Vec<&str> =
-                        plan.queries.iter().map(|(s, _)| s.as_str()).collect();
+                    let services: Vec<&str> = plan.services.iter().map(|s| &**s).collect();
                     self.seed(&key, policy, &services);
                 }
                 let task = tokio::spawn(poll(self.clone(), key.clone(), plan.clone()));
@@ -307,11 +318,14 @@ async fn poll(health: Health, key: PolicyKey, plan: Plan) {
     loop {
         let mut changed = false;
         let mut failures = 0;
-        for (service, query) in &plan.queries {
+        for service in plan.services.iter().map(|s| &**s) {
             let slot = health.budget.turn(&key.namespace).await;
+            let Some(query) = plan.query(service) else {
+                continue;
+            };
             health.metrics.health_query();
-            let outcome = health.prometheus.query(&plan.address, query).await;
-            drop(slot);
+            let outcome = health.prometheus.query(&plan.address, &query).await;
+            drop((slot, query));
             if let Err(e) = &outcome {
                 failures += 1;
                 health.metrics.health_query_error();
@@ -322,7 +336,7 @@ async fn poll(health: Health, key: PolicyKey, plan: Plan) {
         if changed {
             (health.wake)(key.clone());
         }
-        failed_rounds = if failures == plan.queries.len() {
+        failed_rounds = if failures == plan.services.len() {
             (failed_rounds + 1).min(3)
         } else {
             0
@@ -376,7 +390,10 @@ mod tests {
     fn each_backends_query_is_scoped_to_the_policys_namespace() {
         let plan = plan(&policy(serde_json::Value::Null));
         assert_eq!(
-            plan.queries,
+            plan.services
+                .iter()
+                .map(|s| (s.to_string(), plan.query(s).unwrap_or_default()))
+                .collect::<Vec<_>>(),
             [
                 (
                     "web-primary".to_string(),

@@ -17,7 +17,7 @@ pub fn claimant<'a>(
         uid: &held.identity.uid,
         created: held.identity.created,
         claims: ids(&held.spec.claims(&held.key.namespace, gateways)),
-        recorded: recorded(status),
+        recorded: recorded(&held.key.namespace, status),
     }
 }
 

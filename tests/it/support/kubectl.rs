@@ -196,6 +196,67 @@ impl Tenant {
         ok(&out, "kubectl apply as the tenant");
     }
 
+    /// `kubectl create -f -` as the tenant; whether it was created.
+    pub fn create(&self, json: &str) -> bool {
+        let out = run(
+            &self.kubectl,
+            &self.kubeconfig,
+            &["create", "-f", "-"],
+            Some(json),
+        );
+        out.status.success()
+    }
+
+    /// `kubectl delete KIND NAME` as the tenant, waiting for it to go.
+    pub fn delete(&self, kind: &str, name: &str) {
+        let out = self.kubectl(&["delete", kind, name, "--wait"]);
+        ok(&out, "kubectl delete as the tenant");
+    }
+
+    /// A client acting as the tenant.
+    pub async fn client(&self) -> kube::Client {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("the tenant's client config");
+        kube::Client::try_from(config).expect("the tenant's client")
+    }
+
+    /// Creates `count` policies (`padded-<n>`) padded with labels to just under the largest
+    /// object the API server stores (found by trying, as a tenant would): no status fits beside
+    /// them. Returns their names.
+    pub fn padded_to_the_limit(&self, count: usize) -> Vec<String> {
+        let padded = |labels: usize, name: &str| {
+            let labels: serde_json::Map<String, serde_json::Value> = (0..labels)
+                .map(|i| (format!("pad.example.com/l{i:05}"), "v".repeat(63).into()))
+                .collect();
+            serde_json::json!({
+                "apiVersion": "failover.dev/v1alpha1", "kind": "FailoverPolicy",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"service": name, "primary": "web", "secondaries": [{"service": "web-east"}]},
+            })
+            .to_string()
+        };
+        // The largest that is stored, to within one label.
+        let (mut fits, mut refused) = (1_000, 40_000);
+        while refused - fits > 1 {
+            let labels = (fits + refused) / 2;
+            if self.create(&padded(labels, "probe")) {
+                fits = labels;
+                self.delete("failoverpolicy", "probe");
+            } else {
+                refused = labels;
+            }
+        }
+        (0..count)
+            .map(|i| {
+                let name = format!("padded-{i}");
+                assert!(self.create(&padded(fits, &name)), "creating {name}");
+                name
+            })
+            .collect()
+    }
+
     /// `kubectl apply -f -` as the tenant, which must be refused; what kubectl said.
     pub fn apply_refused(&self, yaml: &str) -> String {
         let out = run(

@@ -98,10 +98,54 @@ impl PolicyBuilder {
         })
     }
 
+    /// A policy at every size limit, as a careless or hostile tenant may write it: the longest
+    /// apex, primary and secondaries' names, as many secondaries as a route rule holds, an
+    /// HTTPRoute on 16 Gateways of its own namespace (which need no one's consent, and need not
+    /// exist) named at the longest and each on a listener named at the longest, 16 of the
+    /// longest hostnames (its own: they start with its name), the longest path, and a health
+    /// query at every cost limit (`address`: its Prometheus, `None` for the controller's own).
+    /// 256 listener claims.
+    pub fn at_every_limit(name: &str, address: Option<String>) -> Self {
+        use failover::api::{GatewayParent, GatewayRouteSpec, Output, rules};
+        let label = |prefix: &str| format!("{prefix}{}", "x".repeat(63 - prefix.len()));
+        let secondaries: Vec<String> = (0..rules::MAX_ROUTE_BACKENDS - 1)
+            .map(|i| label(&format!("s{i:02}-")))
+            .collect();
+        let secondaries: Vec<&str> = secondaries.iter().map(String::as_str).collect();
+        let gateways = (0..rules::MAX_GATEWAYS)
+            .map(|i| GatewayParent {
+                name: long_name(&format!("g{i:02}"), rules::MAX_SUBDOMAIN),
+                namespace: None,
+                section_name: Some(long_name("listener", rules::MAX_SUBDOMAIN)),
+                port: None,
+            })
+            .collect();
+        let hostnames = (0..rules::MAX_HOSTNAMES)
+            .map(|i| long_name(&format!("{name}-h{i:02}"), rules::MAX_SUBDOMAIN))
+            .collect();
+        Self::named(name, &label("primary-"), &secondaries)
+            .spec(|s| {
+                s.service = label(&format!("{name}-"));
+                s.output = Output::HttpRoute;
+                s.http_route = Some(GatewayRouteSpec {
+                    gateways,
+                    hostnames,
+                    path_prefix: Some(format!("/{}", "p".repeat(rules::MAX_PATH - 1))),
+                    ..GatewayRouteSpec::on_port(8080)
+                });
+            })
+            .with_health(address, &failover::health_query::at_every_limit())
+    }
+
     /// With any other change to the spec.
     pub fn spec(mut self, change: impl FnOnce(&mut FailoverPolicySpec)) -> Self {
         change(&mut self.policy.spec);
         self
+    }
+
+    /// The policy as typed.
+    pub fn policy(&self) -> &FailoverPolicy {
+        &self.policy
     }
 
     /// The policy's name.
@@ -113,6 +157,17 @@ impl PolicyBuilder {
     pub fn yaml(&self) -> String {
         serde_yaml::to_string(&self.policy).expect("policy serializes")
     }
+}
+
+/// A DNS subdomain of `length` characters starting with `prefix`: labels of 63 characters
+/// joined by dots (253 ends with a label of 61: no trailing dot).
+pub fn long_name(prefix: &str, length: usize) -> String {
+    let mut name = prefix.to_string();
+    while name.len() < length {
+        let label = name.rsplit('.').next().map_or(0, str::len);
+        name.push(if label >= 63 { '.' } else { 'a' });
+    }
+    name.trim_end_matches('.').to_string()
 }
 
 /// The policy's phase.

@@ -124,6 +124,18 @@ impl ControllerProcess {
         }
     }
 
+    /// Whether the process is still the one started: it has not exited (crashed, or been
+    /// killed for its memory).
+    pub fn still_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The controller's own count of bytes on its heap (`failover_heap_bytes`).
+    pub async fn heap_bytes(&self) -> f64 {
+        let (_, text) = self.admin_get("/metrics").await;
+        super::metric(&text, "failover_heap_bytes").unwrap_or(0.0)
+    }
+
     /// The child's process id.
     #[allow(
         dead_code,

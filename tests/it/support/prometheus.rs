@@ -188,3 +188,149 @@ impl Drop for PrometheusServer {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A stand-in for a Prometheus that answers a few queries at once (`slots`), each on a thread of
+/// its own: a query that names `held` (a tenant's namespace, as its scoped queries do) holds its
+/// slot for `hold` before it is answered, as a costly query holds a real Prometheus' slot; any
+/// other is answered as soon as it has a slot, with the value set for its `service` label. It
+/// counts the queries it saw by whether they name `held`, and stops when dropped.
+pub struct SlotHolder {
+    values: Arc<Mutex<std::collections::HashMap<String, f64>>>,
+    seen: Arc<Mutex<Vec<String>>>,
+    stopped: Arc<AtomicBool>,
+    address: String,
+    /// Its `http://host:port`.
+    pub url: String,
+}
+
+impl SlotHolder {
+    /// Starts answering on loopback.
+    pub fn start(slots: usize, held: &str, hold: Duration) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("stand-in port");
+        let address = listener.local_addr().expect("address").to_string();
+        let values: Arc<Mutex<std::collections::HashMap<String, f64>>> = Arc::default();
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let stopped = Arc::new(AtomicBool::new(false));
+        let free = Arc::new((Mutex::new(slots), std::sync::Condvar::new()));
+        let (answers, queries, stop, held) = (
+            values.clone(),
+            seen.clone(),
+            stopped.clone(),
+            held.to_string(),
+        );
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let (answers, queries, free, held) =
+                    (answers.clone(), queries.clone(), free.clone(), held.clone());
+                std::thread::spawn(move || {
+                    let Some(query) = read_query(&stream) else {
+                        return;
+                    };
+                    if let Ok(mut seen) = queries.lock() {
+                        seen.push(query.clone());
+                    }
+                    // Wait for a slot, hold it while the query "runs".
+                    let (count, freed) = &*free;
+                    let mut left = count.lock().unwrap_or_else(|e| e.into_inner());
+                    while *left == 0 {
+                        left = freed.wait(left).unwrap_or_else(|e| e.into_inner());
+                    }
+                    *left -= 1;
+                    drop(left);
+                    if query.contains(&held) {
+                        std::thread::sleep(hold);
+                    }
+                    let value = service_of(&query)
+                        .and_then(|s| answers.lock().ok()?.get(&s).copied())
+                        .unwrap_or(0.0);
+                    *count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+                    freed.notify_one();
+                    let body = format!(
+                        r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{}},"value":[0,"{value}"]}}]}}}}"#
+                    );
+                    let mut stream = stream;
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                });
+            }
+        });
+        Self {
+            values,
+            seen,
+            stopped,
+            url: format!("http://{address}"),
+            address,
+        }
+    }
+
+    /// The value each backend's query returns from now on.
+    pub fn set(&self, values: &[(&str, f64)]) {
+        if let Ok(mut v) = self.values.lock() {
+            *v = values.iter().map(|(s, r)| (s.to_string(), *r)).collect();
+        }
+    }
+
+    /// The queries seen so far.
+    pub fn seen(&self) -> Vec<String> {
+        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for SlotHolder {
+    fn drop(&mut self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        let _ = std::net::TcpStream::connect(&self.address);
+    }
+}
+
+/// The `query` parameter of a `GET /api/v1/query` request, decoded.
+fn read_query(mut stream: &std::net::TcpStream) -> Option<String> {
+    let mut request = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => request.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let head = String::from_utf8_lossy(&request);
+    let target = head.lines().next()?.split_whitespace().nth(1)?.to_string();
+    let encoded = target.split("query=").nth(1)?.split('&').next()?;
+    Some(percent_decoded(encoded))
+}
+
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                out.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).to_string()
+}
+
+/// The value of the `service` label a query selects.
+fn service_of(query: &str) -> Option<String> {
+    let at = query.find("service=\"")? + "service=\"".len();
+    Some(query[at..].split('"').next()?.to_string())
+}

@@ -88,8 +88,9 @@ pub struct HealthQuery {
     namespace: String,
     /// Every selector with `LABEL_MARKER="<namespace>"` added, printed.
     template: String,
-    /// The matchers of the query, by label name, that do not select exactly the policy's
-    /// namespace: scoping by that label refuses them.
+    /// The first matcher of each label name that does not select exactly the policy's
+    /// namespace, as a refusal shows it (at most [`SHOWN`] characters): scoping by that label
+    /// refuses it.
     others: Vec<(String, String)>,
     /// The query calls `info()`.
     calls_info: bool,
@@ -178,16 +179,28 @@ impl HealthQuery {
         for branch in branches {
             for m in branch.iter() {
                 let own = m.value == namespace || m.value == NAMESPACE_MARKER;
-                if !(matches!(m.op, MatchOp::Equal) && own) {
+                let known = self.others.iter().any(|(name, _)| *name == m.name);
+                if !(matches!(m.op, MatchOp::Equal) && own) && !known {
                     let shown = m
                         .to_string()
                         .replace(SERVICE_MARKER, "{{service}}")
                         .replace(NAMESPACE_MARKER, "{{namespace}}");
-                    self.others.push((m.name.clone(), shown));
+                    self.others.push((m.name.clone(), shortened(shown)));
                 }
             }
             branch.push(Matcher::new(MatchOp::Equal, LABEL_MARKER, NAMESPACE_MARKER));
         }
+    }
+}
+
+/// The most characters of a matcher a refusal shows.
+const SHOWN: usize = 100;
+
+/// A matcher as a refusal shows it: its first [`SHOWN`] characters.
+fn shortened(shown: String) -> String {
+    match shown.char_indices().nth(SHOWN) {
+        Some((end, _)) => format!("{}…", &shown[..end]),
+        None => shown,
     }
 }
 

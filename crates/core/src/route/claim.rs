@@ -63,10 +63,10 @@ pub enum Traffic {
 impl fmt::Display for Claim {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Claim::Apex { service, .. } => write!(f, "apex Service {service}"),
+            Claim::Apex { service, .. } => write!(f, "{APEX}{service}"),
             Claim::Rule {
                 kind, route, rule, ..
-            } => write!(f, "rule {rule} of {} {route}", kind.as_str()),
+            } => write!(f, "{RULE}{rule} of {} {route}", kind.as_str()),
             Claim::Listener {
                 traffic,
                 gateway,
@@ -89,16 +89,29 @@ impl fmt::Display for Claim {
     }
 }
 
+/// How a claim of an apex Service is named.
+const APEX: &str = "apex Service ";
+/// How a claim of a rule of a route the user owns is named.
+const RULE: &str = "rule ";
+
 /// A claim by its digest: the first 8 bytes of the SHA-256 of the claim as conditions name it
-/// (its `Display`). What the claims table holds and the status records, so it is the same in
-/// every process and release; a tenant cannot choose a claim whose digest is another's.
+/// (its `Display`), after `<namespace>/` for a claim within the policy's namespace (an apex
+/// Service, a rule of a route: their names do not say the namespace; a listener claim names its
+/// Gateway, namespace and all). What the claims table holds and the status records, so it is
+/// the same in every process and release; a tenant cannot choose a claim whose digest is
+/// another's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ClaimId(pub u64);
 
 impl ClaimId {
-    /// The digest of a claim named by `text`.
-    pub fn of_text(text: &str) -> Self {
+    /// The digest of a claim a policy of `namespace` made, named by `text` (as conditions name
+    /// it, and as statuses before the digests listed it).
+    pub fn of_text(namespace: &str, text: &str) -> Self {
         let mut hasher = Sha256::new();
+        if text.starts_with(APEX) || text.starts_with(RULE) {
+            hasher.update(namespace.as_bytes());
+            hasher.update(b"/");
+        }
         hasher.update(text.as_bytes());
         Self::of(hasher)
     }
@@ -134,11 +147,16 @@ impl Write for Hashing {
 }
 
 impl Claim {
-    /// Its digest.
+    /// Its digest ([`ClaimId`]).
     pub fn id(&self) -> ClaimId {
         let mut hashing = Hashing(Sha256::new());
         // Writing into a hash never fails.
-        let _ = write!(hashing, "{self}");
+        let _ = match self {
+            Claim::Apex { namespace, .. } | Claim::Rule { namespace, .. } => {
+                write!(hashing, "{namespace}/{self}")
+            }
+            Claim::Listener { .. } => write!(hashing, "{self}"),
+        };
         ClaimId::of(hashing.0)
     }
 }
@@ -164,7 +182,32 @@ mod tests {
             namespace: Namespace::new("shop"),
             service: "api".into(),
         };
-        assert_eq!(claim.id(), ClaimId::of_text("apex Service api"));
+        assert_eq!(claim.id(), ClaimId::of_text("shop", "apex Service api"));
+        let elsewhere = Claim::Apex {
+            namespace: Namespace::new("other"),
+            service: "api".into(),
+        };
+        assert_ne!(
+            claim.id(),
+            elsewhere.id(),
+            "one apex name in two namespaces"
+        );
+        let listener = Claim::Listener {
+            traffic: Traffic::Http,
+            gateway: "infra/edge".into(),
+            listener: None,
+            hostname: "shop.example.com".into(),
+            path: "/".into(),
+        };
+        assert_eq!(
+            listener.id(),
+            ClaimId::of_text("shop", &listener.to_string()),
+            "a listener claim is the same whoever makes it"
+        );
+        assert_eq!(
+            listener.id(),
+            ClaimId::of_text("other", &listener.to_string())
+        );
         // The first bytes of SHA-256("apex Service api"): the same in every release.
         assert_eq!(ClaimId::parse_hex(&claim.id().hex()), Some(claim.id()));
         assert_eq!(claim.id().hex().len(), 16);
