@@ -181,7 +181,7 @@ cmd_start() {
     --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true \
     "${admission[@]}" --profiling="${APISERVER_PROFILING:-false}" --v=1 > "$dir/kube-apiserver.cmd"
   q "$bin/kube-controller-manager" --kubeconfig="$dir/admin.kubeconfig" \
-    --controllers="$controllers" --horizontal-pod-autoscaler-sync-period=1s \
+    --controllers="$controllers" --horizontal-pod-autoscaler-sync-period=1s --resource-quota-sync-period=5s \
     --service-account-private-key-file="$dir/pki/sa.key" --root-ca-file="$dir/pki/ca.crt" \
     --leader-elect=false --secure-port=0 --profiling=false --v=1 > "$dir/kube-controller-manager.cmd"
   {

@@ -11,7 +11,8 @@
 //! - slow health queries: policies whose queries a Prometheus holding only a few at once
 //!   (`SlotHolder`) keeps for seconds each, and one whose query would hold a real one for
 //!   seconds;
-//! - an Event storm: fifty policies on one primary that flaps.
+//! - an Event storm: fifty policies on one primary whose readiness changes every second (the
+//!   most a readiness probe changes a Pod's).
 //!
 //! The scale's own policies are flipped not ready and ready again in turns, a block with the
 //! tenants at work and a block without (the held policies stay, their work stops), ten blocks
@@ -364,17 +365,18 @@ async fn storm(env: &TestEnv, ns: &str) -> Api<EndpointSlice> {
     slices
 }
 
-/// Makes the storming tenant's primary not ready and ready again, as fast as the API server
-/// takes it, until aborted: each flap fails its fifty policies over and back.
+/// Makes the storming tenant's primary not ready and ready again until aborted, a change a
+/// second, the most a readiness probe changes a Pod's readiness (its `periodSeconds` is at least
+/// 1): each change fails its fifty policies over, or back.
 fn flap(slices: &Api<EndpointSlice>, flaps: &Arc<AtomicUsize>) -> tokio::task::JoinHandle<()> {
     let (slices, flaps) = (slices.clone(), flaps.clone());
     tokio::spawn(async move {
         loop {
             for ready in [false, true] {
                 objects::set_ready(&slices, "storm", ready).await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
             flaps.fetch_add(1, Ordering::Relaxed);
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     })
 }

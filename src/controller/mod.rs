@@ -116,7 +116,7 @@ fn context(
     );
     // The remote clusters and the health pollers wake policies through the context they are
     // part of.
-    let ctx = Arc::new_cyclic(|ctx: &Weak<Context>| {
+    Arc::new_cyclic(|ctx: &Weak<Context>| {
         let (remote_ctx, health_ctx) = (ctx.clone(), ctx.clone());
         let remote = Clusters::new(
             settings.secret_namespace.clone(),
@@ -144,8 +144,7 @@ fn context(
             Wake::new(queue),
             metrics.clone(),
         )
-    });
-    ctx
+    })
 }
 
 /// What the cluster admin set, of the settings.

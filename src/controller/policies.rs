@@ -6,17 +6,19 @@
 //! policies in turns by namespace, the newest version of each ([`Validations`]): a tenant that
 //! edits its policies many times a second gets one validation per turn of the namespaces
 //! waiting, and an edit of any other namespace (a pin, a suspend, a drill, a new policy) waits
-//! for at most one validation of each. Until its new generation is validated, a policy routes by
+//! for at most one validation of each. A namespace whose validations are costly (health queries
+//! at every limit, each compiled) has at most a quarter of the validator's time: the CPU of an
+//! edit flood is the flooder's. Until its new generation is validated, a policy routes by
 //! the generation the table holds (its metadata and status are the new version's). A health
 //! query whose text did not change is not parsed again. The first list, and a relist, are
 //! validated in order on the stream: a relist is complete only once every policy it listed is.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use futures::{Stream, StreamExt, channel::mpsc};
 use kube::{ResourceExt, runtime::watcher};
 use parking_lot::Mutex;
-use tokio::sync::Notify;
+use tokio::{sync::Notify, time::Instant};
 use tracing::warn;
 
 use super::runner::Request;
@@ -33,14 +35,14 @@ use crate::{
             policies::{TableChange, Validation, key_of},
         },
         remote::secrets,
-        watch::{events, scoped, slim},
+        watch::{WatchedPolicy, events, policy_event, scoped},
     },
     validate::{parses_query, validated_after},
 };
 
 /// What the policy stage takes in: a watch event, or a policy the validator validated.
 enum Input {
-    Event(watcher::Event<FailoverPolicy>),
+    Event(Box<watcher::Event<FailoverPolicy>>),
     Validated(Box<FailoverPolicy>, Validated),
 }
 
@@ -48,7 +50,7 @@ enum Input {
 /// one), and word that a complete list is in the table.
 pub fn policy_requests(ctx: Arc<Context>) -> impl Stream<Item = Request> + Send + 'static {
     let events = events(
-        scoped(&ctx.client, ctx.scope.namespace.as_deref()),
+        scoped::<WatchedPolicy>(&ctx.client, ctx.scope.namespace.as_deref()),
         WatchKind::FailoverPolicy,
         Default::default(),
         ctx.clone(),
@@ -61,7 +63,7 @@ pub fn policy_requests(ctx: Arc<Context>) -> impl Stream<Item = Request> + Send 
         validated,
     ));
     let inputs = futures::stream::select(
-        events.map(|event| Input::Event(event.modify(slim::<FailoverPolicy>))),
+        events.map(|event| Input::Event(Box::new(policy_event(event)))),
         results.map(|(policy, valid)| Input::Validated(policy, valid)),
     );
     let applying = ctx.clone();
@@ -95,7 +97,7 @@ async fn admitted(
                 .finish(&key, &policy)
                 .then(|| (watcher::Event::Apply(*policy), Validation::Fresh(valid)));
         }
-        Input::Event(event) => event,
+        Input::Event(event) => *event,
     };
     let validation = match &event {
         watcher::Event::Apply(p) if ctx.caches.table.read().needs_validation(p) => {
@@ -138,7 +140,14 @@ struct Waiting {
     newest: HashMap<PolicyKey, Box<FailoverPolicy>>,
     /// The version of each policy being validated.
     taken: HashMap<PolicyKey, Option<String>>,
+    /// When each namespace whose last validation was costly may have its next one.
+    not_before: HashMap<Namespace, Instant>,
 }
+
+/// How much longer than a namespace's validation took it waits before its next one: a namespace
+/// has at most a quarter of the validator's time (a health query at every limit compiles for
+/// tens of milliseconds; any other validation takes microseconds and waits as little).
+const VALIDATION_PAUSE: u32 = 3;
 
 impl Validations {
     /// A version of a policy to validate: it replaces any older one waiting.
@@ -169,25 +178,50 @@ impl Validations {
         }
     }
 
-    /// The next policy to validate, in turn by namespace.
+    /// The next policy to validate, in turn by namespace, of a namespace whose pause after its
+    /// last validation is over.
     async fn next(&self) -> Box<FailoverPolicy> {
         loop {
             let arrived = self.arrived.notified();
-            {
+            let pause = {
                 let mut waiting = self.waiting.lock();
+                let now = Instant::now();
                 let Waiting {
                     turns,
                     newest,
                     taken,
+                    not_before,
                 } = &mut *waiting;
-                if let Some(key) = turns.pop_alive(|key| newest.contains_key(key))
-                    && let Some(policy) = newest.remove(&key)
-                {
-                    taken.insert(key, policy.metadata.resource_version.clone());
-                    return policy;
+                not_before.retain(|_, at| *at > now);
+                while let Some(key) = turns.pop_where(|ns| !not_before.contains_key(ns)) {
+                    if let Some(policy) = newest.remove(&key) {
+                        taken.insert(key, policy.metadata.resource_version.clone());
+                        return policy;
+                    }
                 }
+                not_before.values().min().copied()
+            };
+            match pause {
+                Some(at) => {
+                    tokio::select! {
+                        () = arrived => {}
+                        () = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => arrived.await,
             }
-            arrived.await;
+        }
+    }
+
+    /// A policy of `namespace` was validated in `took`: the namespace's next validation waits
+    /// [`VALIDATION_PAUSE`] times as long.
+    fn validated(&self, namespace: &Namespace, took: Duration) {
+        let pause = took * VALIDATION_PAUSE;
+        if pause >= Duration::from_millis(1) {
+            let mut waiting = self.waiting.lock();
+            waiting
+                .not_before
+                .insert(namespace.clone(), Instant::now() + pause);
         }
     }
 
@@ -213,7 +247,11 @@ async fn validate_in_turn(
     loop {
         let policy = validations.next().await;
         let previous = ctx.caches.table.read().held_valid(&policy);
+        let started = Instant::now();
         let valid = validation((*policy).clone(), previous).await;
+        if let Some(key) = key_of(&policy) {
+            validations.validated(&key.namespace, started.elapsed());
+        }
         if validated.unbounded_send((policy, valid)).is_err() {
             return;
         }

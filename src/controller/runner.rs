@@ -22,7 +22,10 @@
 //!   woken policies delay another's one by a turn each); a pass over every policy (the start, a
 //!   gained leadership, the resync, a CRD that turned up) queues them in the *bulk* lane, which
 //!   runs only when no woken policy waits and uses at most three quarters of the concurrency. A
-//!   policy of the bulk lane that is woken moves to the event lane.
+//!   policy of the bulk lane that is woken moves to the event lane. One namespace's woken
+//!   policies run on an eighth of the slots, more only while a quarter of them stay free
+//!   ([`Share`]): a namespace's storm of readiness changes never holds every slot, and its mass
+//!   failover is not run one policy at a time.
 //! - A bulk pass is held back while the statuses waiting to be written are at their limit
 //!   (`HoldBack`): a pass over every policy otherwise builds a status per policy faster than
 //!   they are written, each held until written. A woken policy never waits for statuses: back
@@ -41,7 +44,7 @@ use tokio::time::Instant;
 use crate::{
     observation::{Namespace, PolicyKey},
     pipeline::reconcile::Next,
-    runtime::fair::Turns,
+    runtime::fair::{Share, Turns},
     sources::{Context, local::policies::PolicyEntry},
 };
 
@@ -88,7 +91,12 @@ struct Queue {
     bulk: VecDeque<(Key, Instant)>,
     /// Every policy waiting, and its lane (an entry of the other lane is stale).
     queued: HashMap<Key, Lane>,
-    running: HashSet<Key>,
+    /// Every policy running, and the lane it was taken from.
+    running: HashMap<Key, Lane>,
+    /// How many of those were taken from the bulk lane.
+    running_bulk: usize,
+    /// How many of those were woken, by namespace.
+    running_in: HashMap<Namespace, usize>,
     again: HashSet<Key>,
     timers: BTreeMap<(Instant, u64), Key>,
     timer_of: HashMap<Key, (Instant, u64)>,
@@ -99,7 +107,7 @@ impl Queue {
     /// A request to run `key` now, woken by a change.
     fn now(&mut self, key: Key) {
         self.cancel_timer(&key);
-        if self.running.contains(&key) {
+        if self.running.contains_key(&key) {
             self.again.insert(key);
             return;
         }
@@ -114,7 +122,7 @@ impl Queue {
 
     /// A request to run `key` in a pass over every policy.
     fn bulk(&mut self, key: Key) {
-        if self.running.contains(&key) {
+        if self.running.contains_key(&key) {
             self.again.insert(key);
         } else if !self.queued.contains_key(&key) {
             self.queued.insert(key.clone(), Lane::Bulk);
@@ -159,22 +167,42 @@ impl Queue {
         }
     }
 
-    /// The lane of the next policy to run, if one waits.
-    fn next_lane(&mut self) -> Option<Lane> {
-        let queued = &self.queued;
-        if self
-            .events
-            .prune(|(key, _)| queued.get(key) == Some(&Lane::Event))
-        {
-            return Some(Lane::Event);
+    /// The next woken policy of a namespace that may run one more (`share`), and how
+    /// long it waited.
+    fn take_event(&mut self, share: Share) -> Option<(Key, std::time::Duration)> {
+        loop {
+            let (running_in, running) = (&self.running_in, self.running.len());
+            let (key, queued) = self.events.pop_where(|ns| {
+                share.may_take(running_in.get(ns).copied().unwrap_or(0), running)
+            })?;
+            // An entry whose policy moved or left is stale.
+            if self.queued.get(&key) == Some(&Lane::Event) {
+                *self.running_in.entry(key.namespace.clone()).or_default() += 1;
+                return Some(self.started(key, Lane::Event, queued));
+            }
         }
+    }
+
+    /// The next policy of the bulk lane, and how long it waited.
+    fn take_bulk(&mut self) -> Option<(Key, std::time::Duration)> {
+        while let Some((key, queued)) = self.bulk.pop_front() {
+            if self.queued.get(&key) == Some(&Lane::Bulk) {
+                self.running_bulk += 1;
+                return Some(self.started(key, Lane::Bulk, queued));
+            }
+        }
+        None
+    }
+
+    /// Whether a policy waits in the bulk lane (its first entry not stale).
+    fn has_bulk(&mut self) -> bool {
         while let Some((key, _)) = self.bulk.front() {
-            if queued.get(key) == Some(&Lane::Bulk) {
-                return Some(Lane::Bulk);
+            if self.queued.get(key) == Some(&Lane::Bulk) {
+                return true;
             }
             self.bulk.pop_front();
         }
-        None
+        false
     }
 
     /// Policies waiting to run.
@@ -182,14 +210,10 @@ impl Queue {
         self.queued.len()
     }
 
-    /// The next policy of `lane` to run, and how long it waited.
-    fn take(&mut self, lane: Lane) -> Option<(Key, std::time::Duration)> {
-        let (key, queued) = match lane {
-            Lane::Event => self.events.pop()?,
-            Lane::Bulk => self.bulk.pop_front()?,
-        };
+    /// `key` leaves its lane and runs: how long it waited.
+    fn started(&mut self, key: Key, lane: Lane, queued: Instant) -> (Key, std::time::Duration) {
         self.queued.remove(&key);
-        self.running.insert(key.clone());
+        self.running.insert(key.clone(), lane);
         // A burst (the start-up pass queues every policy) leaves room for all of them; it is
         // given back once drained, so an idle queue keeps room for `SPARE` only.
         if self.bulk.is_empty() && self.bulk.capacity() > SPARE {
@@ -198,18 +222,77 @@ impl Queue {
         if self.queued.is_empty() && self.queued.capacity() > SPARE {
             self.queued.shrink_to(SPARE);
         }
-        Some((key, queued.elapsed()))
+        (key, queued.elapsed())
     }
 
     /// A reconcile of `key` ended at `now` and wants `next`.
     fn finished(&mut self, key: Key, next: Next, now: Instant) {
-        self.running.remove(&key);
+        match self.running.remove(&key) {
+            Some(Lane::Bulk) => self.running_bulk -= 1,
+            Some(Lane::Event) => {
+                if let Some(n) = self.running_in.get_mut(&key.namespace) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.running_in.remove(&key.namespace);
+                    }
+                }
+            }
+            None => {}
+        }
         if self.again.remove(&key) {
             self.now(key);
         } else if let Next::After(delay) = next {
             self.at(key, now + delay);
         }
     }
+}
+
+impl Queue {
+    /// What may start now, with `concurrency` slots: a woken policy first; one of the bulk lane
+    /// while fewer than three quarters of the slots run such reconciles; none while `held_back`
+    /// holds its lane (then the notice that it may have let go).
+    fn next_start(&mut self, concurrency: usize, held_back: &impl HoldBack) -> Start {
+        if self.running.len() >= concurrency {
+            return Start::Nothing;
+        }
+        let lane = if !self.events.is_empty() {
+            Lane::Event
+        } else if self.has_bulk() && self.running_bulk < bulk_concurrency(concurrency) {
+            Lane::Bulk
+        } else {
+            return Start::Nothing;
+        };
+        if held_back.holds(lane) {
+            let notice = held_back.released();
+            // Checked again once the notice hears: a release in between is not missed.
+            if held_back.holds(lane) {
+                return Start::Held(notice);
+            }
+        }
+        let taken = match lane {
+            Lane::Event => self.take_event(Share::of(concurrency)).or_else(|| {
+                let bulk = self.has_bulk()
+                    && self.running_bulk < bulk_concurrency(concurrency)
+                    && !held_back.holds(Lane::Bulk);
+                bulk.then(|| self.take_bulk()).flatten()
+            }),
+            Lane::Bulk => self.take_bulk(),
+        };
+        match taken {
+            Some((key, waited)) => Start::Run(key, waited),
+            None => Start::Nothing,
+        }
+    }
+}
+
+/// What the queue may start now.
+enum Start {
+    /// This policy, which waited this long.
+    Run(Key, std::time::Duration),
+    /// Nothing until what holds the lane back lets go.
+    Held(BoxFuture<'static, ()>),
+    /// Nothing: no slot free, or nobody waits.
+    Nothing,
 }
 
 /// The most reconciles of the bulk lane at once: three quarters of `concurrency` (at least one),
@@ -233,43 +316,31 @@ pub async fn run<F, Fut>(
 {
     let mut queue = Queue::default();
     let mut running = FuturesUnordered::new();
-    let mut bulk_running = HashSet::new();
     let mut requests = std::pin::pin!(requests.fuse());
     let mut shutdown = std::pin::pin!(shutdown);
     let (mut ready, mut stopping) = (ctx.caches.table.read().listed(), false);
     let concurrency = concurrency.max(1);
     loop {
         let mut released = None;
-        while ready && !stopping && running.len() < concurrency {
-            let Some(lane) = queue.next_lane() else {
-                break;
-            };
-            let full = lane == Lane::Bulk && bulk_running.len() >= bulk_concurrency(concurrency);
-            if full {
-                break;
-            }
-            if held_back.holds(lane) {
-                let notice = held_back.released();
-                // Checked again once the notice hears: a release in between is not missed.
-                if held_back.holds(lane) {
-                    released = Some(notice);
-                    break;
-                }
-            }
-            let Some((key, waited)) = queue.take(lane) else {
-                break;
-            };
-            ctx.metrics().queue_waited(waited);
-            let policy = ctx.caches.table.read().get(&key);
-            match policy {
-                Some(policy) => {
-                    if lane == Lane::Bulk {
-                        bulk_running.insert(key.clone());
+        if ready && !stopping {
+            loop {
+                let (key, waited) = match queue.next_start(concurrency, &held_back) {
+                    Start::Run(key, waited) => (key, waited),
+                    Start::Held(notice) => {
+                        released = Some(notice);
+                        break;
                     }
-                    let run = reconcile(policy);
-                    running.push(async move { (key, run.await) });
+                    Start::Nothing => break,
+                };
+                ctx.metrics().queue_waited(waited);
+                let policy = ctx.caches.table.read().get(&key);
+                match policy {
+                    Some(policy) => {
+                        let run = reconcile(policy);
+                        running.push(async move { (key, run.await) });
+                    }
+                    None => queue.finished(key, Next::Wait, Instant::now()),
                 }
-                None => queue.finished(key, Next::Wait, Instant::now()),
             }
         }
         ctx.metrics().queue_depth(queue.depth());
@@ -279,10 +350,7 @@ pub async fn run<F, Fut>(
         let due = queue.next_due();
         tokio::select! {
             biased;
-            Some((key, next)) = running.next(), if !running.is_empty() => {
-                bulk_running.remove(&key);
-                queue.finished(key, next, Instant::now());
-            }
+            Some((key, next)) = running.next(), if !running.is_empty() => queue.finished(key, next, Instant::now()),
             _ = &mut shutdown, if !stopping => stopping = true,
             request = requests.next(), if !stopping => match request {
                 Some(Request::One(key)) => queue.now(key),
@@ -351,10 +419,24 @@ mod tests {
         assert_eq!(next(&mut q), Some(key("a")));
     }
 
-    /// The next policy to run, of whichever lane goes first.
+    /// Holds nothing back.
+    struct Free;
+
+    impl HoldBack for Free {
+        fn holds(&self, _: Lane) -> bool {
+            false
+        }
+        fn released(&self) -> BoxFuture<'static, ()> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    /// The next policy to run, of whichever lane goes first, with room for all.
     fn next(q: &mut Queue) -> Option<Key> {
-        let lane = q.next_lane()?;
-        q.take(lane).map(|(k, _)| k)
+        match q.next_start(1000, &Free) {
+            Start::Run(key, _) => Some(key),
+            _ => None,
+        }
     }
 
     fn in_namespace(namespace: &str, name: &str) -> Key {
@@ -385,5 +467,33 @@ mod tests {
         );
         assert_eq!(bulk_concurrency(16), 12);
         assert_eq!(bulk_concurrency(1), 1);
+    }
+
+    #[test]
+    fn a_namespace_runs_woken_policies_on_three_quarters_of_the_slots_and_another_starts_at_once() {
+        let mut q = Queue::default();
+        for n in 0..20 {
+            q.now(in_namespace("storm", &format!("s{n}")));
+        }
+        let started: Vec<Key> = std::iter::from_fn(|| match q.next_start(16, &Free) {
+            Start::Run(key, _) => Some(key),
+            _ => None,
+        })
+        .collect();
+        assert_eq!(started.len(), 12, "three quarters of 16");
+        q.now(in_namespace("quiet", "q"));
+        assert!(
+            matches!(q.next_start(16, &Free), Start::Run(key, _) if key.to_string() == "quiet/q"),
+            "another namespace starts at once"
+        );
+        q.finished(started[0].clone(), Next::Wait, Instant::now());
+        assert!(
+            matches!(q.next_start(16, &Free), Start::Nothing),
+            "a quarter of the slots stays free for other namespaces"
+        );
+        q.finished(started[1].clone(), Next::Wait, Instant::now());
+        assert!(
+            matches!(q.next_start(16, &Free), Start::Run(key, _) if &*key.namespace == "storm")
+        );
     }
 }

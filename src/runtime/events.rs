@@ -11,8 +11,9 @@
 //!
 //! Events are best effort, and bounded: they wait in a queue taken in turns by namespace, at
 //! most [`PER_NAMESPACE`] of one namespace (more are dropped and counted,
-//! `failover_events_dropped_total`), and at most [`IN_FLIGHT`] are sent at once, so a storm of
-//! one namespace's Events neither grows the controller nor delays another namespace's.
+//! `failover_events_dropped_total`), and at most [`IN_FLIGHT`] are sent at once, one of a
+//! namespace at a time, so a storm of one namespace's Events neither grows the controller nor
+//! delays another namespace's.
 //! Every Event's name is valid whatever its object's name: `<object>.<time>`, the object's name
 //! shortened to fit the 253 characters of a name.
 
@@ -109,6 +110,8 @@ pub struct Events {
     instance: Arc<str>,
     published: Arc<Mutex<Series>>,
     waiting: Arc<Mutex<Turns<Namespace, (Event, ObjectReference)>>>,
+    /// The namespaces with an Event being sent.
+    sending_in: Arc<Mutex<std::collections::HashSet<Namespace>>>,
     arrived: Arc<Notify>,
     sending: Arc<AtomicBool>,
     leadership: Leadership,
@@ -131,6 +134,7 @@ impl Events {
             instance: instance.as_deref().unwrap_or(controller).into(),
             published: Arc::default(),
             waiting: Arc::default(),
+            sending_in: Arc::default(),
             arrived: Arc::default(),
             sending: Arc::default(),
             leadership,
@@ -160,16 +164,22 @@ impl Events {
         true
     }
 
-    /// Sends the Events waiting, in turn by namespace, [`IN_FLIGHT`] at a time, for ever.
+    /// Sends the Events waiting, in turn by namespace, [`IN_FLIGHT`] at a time and one of a
+    /// namespace at a time, for ever.
     async fn send_in_turn(self) {
         let slots = Arc::new(Semaphore::new(IN_FLIGHT));
         loop {
             let arrived = self.arrived.notified();
-            let next = self.waiting.lock().pop();
+            let next = {
+                let sending_in = self.sending_in.lock();
+                self.waiting.lock().pop_where(|ns| !sending_in.contains(ns))
+            };
             let Some((event, regarding)) = next else {
                 arrived.await;
                 continue;
             };
+            let namespace = Namespace::new(regarding.namespace.as_deref().unwrap_or("default"));
+            self.sending_in.lock().insert(namespace.clone());
             // The semaphore is never closed.
             let Ok(slot) = slots.clone().acquire_owned().await else {
                 return;
@@ -186,6 +196,9 @@ impl Events {
                     }
                 }
                 drop(slot);
+                events.sending_in.lock().remove(&namespace);
+                // The namespace may send its next one.
+                events.arrived.notify_one();
             });
         }
     }

@@ -3,7 +3,10 @@
 //! Event publisher, the health queries' budget): while several namespaces wait, each gets the
 //! next turn in order (round-robin), whatever the number of its waiters, so a namespace with a
 //! thousand waiters delays another namespace's one waiter by at most one turn of each namespace
-//! waiting. Within a namespace, first come, first served.
+//! waiting. Within a namespace, first come, first served. Where what a namespace has in flight
+//! is bounded too (its share), a namespace at its share is skipped ([`Turns::pop_where`]) and
+//! keeps its waiters. How much that share is, is [`Share`]'s one reading, for the work queue and
+//! the status writer alike.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -82,6 +85,20 @@ impl<N: Hash + Eq + Clone, T> Turns<N, T> {
         waiter
     }
 
+    /// The first waiter of the next namespace in turn that may go now (`may`: not at its share
+    /// of what is in flight); a namespace that may not keeps its waiters and goes to the back of
+    /// the round.
+    pub fn pop_where(&mut self, may: impl Fn(&N) -> bool) -> Option<T> {
+        for _ in 0..self.order.len() {
+            let namespace = self.order.front()?;
+            if may(namespace) {
+                return self.pop();
+            }
+            self.order.rotate_left(1);
+        }
+        None
+    }
+
     /// The next waiter that is still wanted (`alive`), skipping those that are not.
     pub fn pop_alive(&mut self, alive: impl Fn(&T) -> bool) -> Option<T> {
         self.prune(alive).then(|| self.pop()).flatten()
@@ -114,6 +131,31 @@ impl<N: Hash + Eq + Clone, T> Turns<N, T> {
 /// Room kept when the queue drains.
 const SPARE: usize = 64;
 
+/// How many of a resource's `total` places (reconcile slots, status writers) one namespace may
+/// hold at once: an eighth of them (at least one) always; more only while a quarter of them (at
+/// least one) stay free. So one namespace alone may use three quarters of the resource (a mass
+/// failover of one namespace is not run one policy at a time), and while it does another
+/// namespace finds a place free at its next turn.
+#[derive(Clone, Copy, Debug)]
+pub struct Share {
+    total: usize,
+}
+
+impl Share {
+    /// The share of a resource of `total` places.
+    pub fn of(total: usize) -> Self {
+        Self {
+            total: total.max(1),
+        }
+    }
+
+    /// Whether a namespace holding `of_namespace` places may take one more while `held` are
+    /// held in all.
+    pub fn may_take(self, of_namespace: usize, held: usize) -> bool {
+        of_namespace < (self.total / 8).max(1) || held + (self.total / 4).max(1) < self.total
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,6 +185,35 @@ mod tests {
         );
         assert_eq!(turns.len(), 7, "noisy's last seven");
         assert_eq!(turns.waiting_in(&"noisy"), 7);
+    }
+
+    #[test]
+    fn a_namespace_at_its_share_waits_and_keeps_its_waiters() {
+        let mut turns = Turns::default();
+        turns.push(&"busy", 1);
+        turns.push(&"busy", 2);
+        turns.push(&"quiet", 3);
+        assert_eq!(turns.pop_where(|ns| *ns != "busy"), Some(3));
+        assert_eq!(turns.pop_where(|ns| *ns != "busy"), None);
+        assert_eq!(turns.len(), 2);
+        assert_eq!(turns.pop_where(|_| true), Some(1));
+    }
+
+    #[test]
+    fn a_namespace_beyond_its_eighth_takes_a_place_only_while_a_quarter_stay_free() {
+        let share = Share::of(16);
+        assert!(
+            share.may_take(1, 15),
+            "an eighth of 16, whatever else is held"
+        );
+        assert!(!share.may_take(2, 12), "beyond it, a quarter stays free");
+        assert!(
+            share.may_take(11, 11),
+            "alone, a namespace uses three quarters"
+        );
+        assert!(!share.may_take(12, 12));
+        assert!(Share::of(1).may_take(0, 0));
+        assert!(!Share::of(1).may_take(1, 1));
     }
 
     #[test]

@@ -255,6 +255,12 @@ impl Metrics {
         for (name, help, family) in by_kind {
             r.register(name, help, family.clone());
         }
+        self.register_tenant_costs();
+    }
+
+    /// The counts of what tenants' objects cost the controller's writers.
+    fn register_tenant_costs(&mut self) {
+        let r = &mut self.registry;
         r.register(
             "status_write_failures",
             "Status writes that failed, by reason (too_large, invalid: refused for what the status or its object is; tried again after up to 5 minutes)",

@@ -27,7 +27,10 @@ use crate::{
     api::{FailoverPolicyStatus, conditions},
     last_status::{Compact, LastStatus},
     observation::{Namespace, PolicyKey},
-    runtime::{fair::Turns, retry},
+    runtime::{
+        fair::{Share, Turns},
+        retry,
+    },
 };
 
 /// Recent writes of one kind of value, by object key.
@@ -207,6 +210,10 @@ struct Waiting<S> {
     /// The objects to try again, by when.
     retries: BTreeMap<(Instant, u64), StatusKey>,
     sequence: u64,
+    /// The objects being written, by namespace.
+    writing_in: HashMap<Namespace, usize>,
+    /// The objects being written, in all.
+    writing: usize,
 }
 
 /// What a failed write came to for its object.
@@ -245,6 +252,8 @@ impl<S: Clone> Statuses<S> {
                 ready: Turns::default(),
                 retries: BTreeMap::new(),
                 sequence: 0,
+                writing_in: HashMap::new(),
+                writing: 0,
             }),
             arrived: Notify::new(),
             left: Arc::default(),
@@ -322,15 +331,16 @@ impl<S: Clone> Statuses<S> {
     }
 
     /// The next object to write, in turn by namespace (a retry that fell due joins the turns),
-    /// and its newest status; it is being written until [`Self::done`] or [`Self::failed`].
-    pub async fn next(&self) -> (StatusKey, Newest<S>) {
+    /// of a namespace that may write one more (`share`), and its newest status; it is being
+    /// written until [`Self::done`] or [`Self::failed`].
+    pub async fn next(&self, share: Share) -> (StatusKey, Newest<S>) {
         loop {
             let arrived = self.arrived.notified();
             let due = {
                 let mut waiting = self.waiting.lock();
                 let now = Instant::now();
                 waiting.fire(now);
-                if let Some(next) = waiting.take() {
+                if let Some(next) = waiting.take(share) {
                     return next;
                 }
                 waiting.retries.keys().next().map(|(at, _)| *at)
@@ -358,6 +368,7 @@ impl<S: Clone> Statuses<S> {
     /// (returns false).
     pub fn done(&self, key: &StatusKey, version: Option<u64>) -> bool {
         let mut waiting = self.waiting.lock();
+        waiting.written(key);
         let newer = version.is_some_and(|v| {
             waiting
                 .pending
@@ -382,6 +393,8 @@ impl<S: Clone> Statuses<S> {
         }
         drop(waiting);
         self.left.notify_waiters();
+        // Its namespace may have another to write now.
+        self.arrived.notify_one();
         true
     }
 
@@ -389,6 +402,7 @@ impl<S: Clone> Statuses<S> {
     /// then), and holds no writer meanwhile.
     pub fn failed(&self, key: &StatusKey, failure: Failure) -> Failed {
         let mut waiting = self.waiting.lock();
+        waiting.written(key);
         let at = Instant::now();
         let Some(p) = waiting.pending.get_mut(key) else {
             return Failed {
@@ -444,15 +458,45 @@ impl<S: Clone> Waiting<S> {
         }
     }
 
-    /// The next ready object in turn, now being written.
-    fn take(&mut self) -> Option<(StatusKey, Newest<S>)> {
-        let pending = &self.pending;
-        let key = self
-            .ready
-            .pop_alive(|key| pending.get(key).is_some_and(|p| p.stage == Stage::Ready))?;
-        let p = self.pending.get_mut(&key)?;
-        p.stage = Stage::Writing;
-        Some((key, p.newest.clone()))
+    /// The next ready object in turn, of a namespace that may write one more (`share`), now
+    /// being written.
+    fn take(&mut self, share: Share) -> Option<(StatusKey, Newest<S>)> {
+        loop {
+            let (writing_in, writing) = (&self.writing_in, self.writing);
+            let key = self.ready.pop_where(|ns| {
+                share.may_take(writing_in.get(ns).copied().unwrap_or(0), writing)
+            })?;
+            let Some(p) = self.pending.get_mut(&key) else {
+                continue;
+            };
+            if p.stage != Stage::Ready {
+                continue;
+            }
+            p.stage = Stage::Writing;
+            let newest = p.newest.clone();
+            *self
+                .writing_in
+                .entry(key.object.namespace.clone())
+                .or_default() += 1;
+            self.writing += 1;
+            return Some((key, newest));
+        }
+    }
+
+    /// A write of `key` ended.
+    fn written(&mut self, key: &StatusKey) {
+        let writing = self
+            .pending
+            .get(key)
+            .is_some_and(|p| p.stage == Stage::Writing);
+        let namespace = &key.object.namespace;
+        if writing && let Some(n) = self.writing_in.get_mut(namespace) {
+            self.writing -= 1;
+            *n -= 1;
+            if *n == 0 {
+                self.writing_in.remove(namespace);
+            }
+        }
     }
 }
 
@@ -537,15 +581,15 @@ mod tests {
         assert!(statuses.queue(key.clone(), phase(Phase::FailedOver), None::<&LastStatus>));
         assert!(statuses.queue(key.clone(), phase(Phase::Primary), None::<&LastStatus>));
         assert_eq!(statuses.pending(&key), Some(phase(Phase::Primary)));
-        let (taken, newest) = statuses.next().await;
+        let (taken, newest) = statuses.next(Share::of(4)).await;
         assert_eq!((taken, newest.version), (key.clone(), 1));
         assert!(
-            statuses.waiting.lock().take().is_none(),
+            statuses.waiting.lock().take(Share::of(4)).is_none(),
             "one writer per policy"
         );
         assert!(statuses.queue(key.clone(), phase(Phase::FailedOver), None::<&LastStatus>));
         assert!(!statuses.done(&key, Some(1)), "a newer one came");
-        let (_, newest) = statuses.next().await;
+        let (_, newest) = statuses.next(Share::of(4)).await;
         assert!(statuses.done(&key, Some(newest.version)));
         assert_eq!(statuses.pending(&key), None);
     }
@@ -558,7 +602,7 @@ mod tests {
             StatusKey::new(&PolicyKey::new("team", "web"), "u2"),
         );
         statuses.queue(stuck.clone(), phase(Phase::Primary), None::<&LastStatus>);
-        let (taken, _) = statuses.next().await;
+        let (taken, _) = statuses.next(Share::of(4)).await;
         assert_eq!(taken, stuck);
         let refused = Failure::Refused("too_large");
         let failed = statuses.failed(&stuck, refused);
@@ -571,7 +615,7 @@ mod tests {
         );
         // Another object's status is written meanwhile.
         statuses.queue(other.clone(), phase(Phase::Primary), None::<&LastStatus>);
-        let (taken, newest) = statuses.next().await;
+        let (taken, newest) = statuses.next(Share::of(4)).await;
         assert_eq!(taken, other);
         assert!(statuses.done(&other, Some(newest.version)));
         assert_eq!(
@@ -584,7 +628,7 @@ mod tests {
             .await
             .expect("flushed without the refused status");
         let started = Instant::now();
-        let (taken, _) = statuses.next().await;
+        let (taken, _) = statuses.next(Share::of(4)).await;
         assert_eq!(
             (taken.clone(), started.elapsed()),
             (stuck.clone(), retry::MAX)
@@ -606,6 +650,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_namespace_at_its_share_writes_its_next_status_once_one_is_written() {
+        let statuses = Arc::new(Statuses::new());
+        let (a, b) = (
+            StatusKey::new(&PolicyKey::new("ns", "a"), "u1"),
+            StatusKey::new(&PolicyKey::new("ns", "b"), "u2"),
+        );
+        for key in [&a, &b] {
+            statuses.queue(key.clone(), phase(Phase::Primary), None::<&LastStatus>);
+        }
+        let (first, newest) = statuses.next(Share::of(1)).await;
+        let waiting = tokio::spawn({
+            let statuses = statuses.clone();
+            async move { statuses.next(Share::of(1)).await.0 }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "one of the namespace at a time");
+        statuses.done(&first, Some(newest.version));
+        let second = tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("the next one goes once the first is written")
+            .expect("task");
+        assert_ne!(first, second);
+    }
+
+    #[tokio::test]
     async fn statuses_are_taken_in_turns_by_namespace() {
         let statuses = Statuses::new();
         for n in 0..5 {
@@ -614,8 +683,8 @@ mod tests {
         }
         let quiet = StatusKey::new(&PolicyKey::new("quiet", "web"), "u");
         statuses.queue(quiet.clone(), phase(Phase::Primary), None::<&LastStatus>);
-        let (first, _) = statuses.next().await;
-        let (second, _) = statuses.next().await;
+        let (first, _) = statuses.next(Share::of(4)).await;
+        let (second, _) = statuses.next(Share::of(4)).await;
         assert_eq!(&*first.object.namespace, "noisy");
         assert_eq!(
             second, quiet,

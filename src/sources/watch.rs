@@ -8,6 +8,7 @@
 use std::{fmt::Debug, sync::Arc, time::Duration};
 
 use futures::{Stream, StreamExt, stream};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::{
     Api, Resource,
     api::{WatchEvent, WatchParams},
@@ -16,10 +17,13 @@ use kube::{
         watcher::{self, ExponentialBackoff},
     },
 };
-use serde::de::DeserializeOwned;
+use serde::{Deserialize, de::DeserializeOwned};
 use tracing::debug;
 
-use crate::apis::WatchKind;
+use crate::{
+    api::{FailoverPolicy, FailoverPolicySpec, FailoverPolicyStatus},
+    apis::WatchKind,
+};
 
 /// First retry delay of a failed watch.
 const RETRY_FIRST: Duration = Duration::from_millis(250);
@@ -184,12 +188,91 @@ pub fn map_event<K, T>(event: watcher::Event<K>, f: impl FnOnce(K) -> T) -> watc
     }
 }
 
-/// Drops what the controller never reads from a cached object (managed fields and the
-/// client-side-apply copy of the whole object), which is most of its size.
-pub fn slim<K: Resource>(obj: &mut K) {
-    obj.meta_mut().managed_fields = None;
-    if let Some(annotations) = obj.meta_mut().annotations.as_mut() {
-        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+/// A FailoverPolicy as the policy watch decodes it: its spec and status, and of its metadata
+/// only what the controller reads (its name, namespace, uid, generation, resource version,
+/// creation and deletion times, finalizers). Labels, annotations and managed fields are skipped
+/// unread, never allocated: a tenant may pad them to nearly the largest object the API server
+/// stores, and the controller never reads them.
+#[derive(Clone, Debug)]
+pub struct WatchedPolicy(pub FailoverPolicy);
+
+/// The metadata the controller reads of a policy.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct ReadMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    generation: Option<i64>,
+    resource_version: Option<String>,
+    creation_timestamp: Option<Time>,
+    deletion_timestamp: Option<Time>,
+    finalizers: Option<Vec<String>>,
+}
+
+impl<'de> Deserialize<'de> for WatchedPolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Read {
+            #[serde(default)]
+            metadata: ReadMeta,
+            spec: FailoverPolicySpec,
+            #[serde(default)]
+            status: Option<FailoverPolicyStatus>,
+        }
+        let read = Read::deserialize(deserializer)?;
+        let m = read.metadata;
+        let metadata = ObjectMeta {
+            name: m.name,
+            namespace: m.namespace,
+            uid: m.uid,
+            generation: m.generation,
+            resource_version: m.resource_version,
+            creation_timestamp: m.creation_timestamp,
+            deletion_timestamp: m.deletion_timestamp,
+            finalizers: m.finalizers,
+            ..ObjectMeta::default()
+        };
+        Ok(Self(FailoverPolicy {
+            metadata,
+            spec: read.spec,
+            status: read.status,
+        }))
+    }
+}
+
+impl Resource for WatchedPolicy {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        FailoverPolicy::kind(dt)
+    }
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        FailoverPolicy::group(dt)
+    }
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        FailoverPolicy::version(dt)
+    }
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        FailoverPolicy::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.0.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.0.metadata
+    }
+}
+
+/// A watch event of policies as decoded, as the table takes it.
+pub fn policy_event(event: watcher::Event<WatchedPolicy>) -> watcher::Event<FailoverPolicy> {
+    match event {
+        watcher::Event::Apply(p) => watcher::Event::Apply(p.0),
+        watcher::Event::Delete(p) => watcher::Event::Delete(p.0),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(p) => watcher::Event::InitApply(p.0),
+        watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
 
@@ -209,6 +292,46 @@ where
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_policy_is_read_without_its_labels_annotations_and_managed_fields() {
+        let labels: serde_json::Map<String, serde_json::Value> = (0..1000)
+            .map(|i| (format!("pad.example.com/l{i}"), "v".repeat(63).into()))
+            .collect();
+        let text = serde_json::json!({
+            "apiVersion": "failover.dev/v1alpha1", "kind": "FailoverPolicy",
+            "metadata": {
+                "name": "web", "namespace": "shop", "uid": "u1", "generation": 2,
+                "resourceVersion": "42", "creationTimestamp": "2026-11-29T10:00:00Z",
+                "finalizers": ["failover.dev/restore-scaled"],
+                "labels": labels, "annotations": {"a": "b"},
+                "managedFields": [{"manager": "kubectl"}],
+            },
+            "spec": {"service": "web", "primary": "web-a", "secondaries": [{"service": "web-b"}]},
+            "status": {"phase": "Primary"},
+        })
+        .to_string();
+        let read: WatchedPolicy = serde_json::from_str(&text).expect("a policy");
+        let meta = &read.0.metadata;
+        assert_eq!(
+            (
+                meta.name.as_deref(),
+                meta.namespace.as_deref(),
+                meta.uid.as_deref()
+            ),
+            (Some("web"), Some("shop"), Some("u1"))
+        );
+        assert_eq!(
+            (meta.generation, meta.resource_version.as_deref()),
+            (Some(2), Some("42"))
+        );
+        assert!(meta.creation_timestamp.is_some() && meta.finalizers.is_some());
+        assert!(
+            meta.labels.is_none() && meta.annotations.is_none() && meta.managed_fields.is_none()
+        );
+        assert_eq!(read.0.spec.primary, "web-a");
+        assert!(read.0.status.is_some());
+    }
+
     use http::{Request, Response};
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     use kube::{Client, client::Body};

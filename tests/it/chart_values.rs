@@ -323,20 +323,16 @@ async fn the_tenant_quota_caps_a_namespaces_policies() {
     );
     ok(&out, "applying the quota");
     let tenant = env.tenant();
-    // The quota counts once its controller has read it.
-    let counted = crate::support::wait_until(crate::support::WAIT, || async {
+    // The quota counts once its controller has counted what the namespace holds: it finds a
+    // custom resource in its next pass over discovery (every 30 s), then counts on its resync.
+    let counted = crate::support::wait_until(Duration::from_secs(90), || async {
         let out = crate::support::kubectl(
             env.cp,
-            &[
-                "get",
-                "resourcequota",
-                "-n",
-                &env.ns,
-                "-o",
-                "jsonpath={.items[0].status.hard}",
-            ],
+            &["get", "resourcequota", "-n", &env.ns, "-o", "json"],
         );
-        !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).is_ok_and(|list| {
+            list["items"][0]["status"]["used"]["count/failoverpolicies.failover.dev"].is_string()
+        })
     })
     .await;
     assert!(counted, "the quota was never counted");

@@ -174,10 +174,9 @@ async fn all_reconciled(env: &TestEnv, prefix: &str, count: usize, limit: Durati
                 .name
                 .as_deref()
                 .is_some_and(|n| n.starts_with(prefix))
-                && !p
-                    .status
+                && p.status
                     .as_ref()
-                    .is_some_and(|s| s.observed_generation.is_some())
+                    .is_none_or(|s| s.observed_generation.is_none())
         });
         panic!(
             "the controller never reconciled the tenant's {count} policies; one: {:?}",

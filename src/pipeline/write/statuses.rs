@@ -12,7 +12,8 @@
 //!   status ([`Statuses::pending`]): decisions never go back to an older one.
 //! - Only the newest status of a policy is written; one write per policy is in flight at a time.
 //! - Objects are taken in turns by namespace, so one namespace's many statuses delay another's
-//!   by one turn each.
+//!   by one turn each; one namespace writes an eighth of the writers' statuses at once, more only
+//!   while a quarter of them stay free ([`Share`]).
 //! - A write is tried once per turn. A failed one gives its writer back and waits for its retry
 //!   in the queue: 200 ms doubling to 10 s, or, when the API server refuses the status for what
 //!   it is (too large with the object's metadata, or invalid), 10 s doubling to 5 minutes, said
@@ -45,6 +46,7 @@ use crate::{
     message,
     runtime::{
         api_client::{describe, namespace_terminating},
+        fair::Share,
         writer::{NotLeader, Writer},
         written::{Failure, Newest, StatusKey, Statuses, WrittenStatus},
     },
@@ -109,20 +111,21 @@ impl StatusOf for FailoverGroup {
 }
 
 /// Writes the queued statuses, policies' and groups' alike, `concurrency` objects at a time (the
-/// writes in flight are bounded together), for as long as the controller runs.
+/// writes in flight are bounded together), a namespace's share of them at once ([`Share`]), for
+/// as long as the controller runs.
 pub async fn run(ctx: Arc<Context>, concurrency: usize) {
     let slots = Arc::new(Semaphore::new(concurrency.max(1)));
+    let share = Share::of(concurrency);
     futures::join!(
-        write_kind::<FailoverPolicy>(ctx.clone(), slots.clone()),
-        write_kind::<FailoverGroup>(ctx, slots),
+        write_kind::<FailoverPolicy>(ctx.clone(), slots.clone(), share),
+        write_kind::<FailoverGroup>(ctx, slots, share),
     );
 }
 
-/// Takes the objects of kind `K` whose status waits, in turn, each written once by a writer of
-/// its own when a slot is free.
-async fn write_kind<K: StatusOf>(ctx: Arc<Context>, slots: Arc<Semaphore>) {
+/// Takes the objects of kind `K` whose status waits, in turn, a namespace's `share` at once, each written once by a writer of its own when a slot is free.
+async fn write_kind<K: StatusOf>(ctx: Arc<Context>, slots: Arc<Semaphore>, share: Share) {
     loop {
-        let (key, newest) = K::statuses(&ctx.writer).next().await;
+        let (key, newest) = K::statuses(&ctx.writer).next(share).await;
         // The semaphore is never closed.
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
@@ -154,6 +157,7 @@ async fn write_once<K: StatusOf>(ctx: &Context, key: StatusKey, newest: Newest<K
         }
         Err(e) => {
             let failure = failure(&e);
+            ctx.metrics().error("status_write");
             ctx.metrics().status_write_failure(failure.reason());
             let failed = statuses.failed(&key, failure);
             let retry_in_ms = failed.retry_in.as_millis() as u64;

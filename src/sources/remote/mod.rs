@@ -38,6 +38,30 @@ use crate::{
     tenancy::NamespaceGrants,
 };
 
+/// What a running cluster's watches know of a remote Service: its counts, or why they cannot be
+/// trusted (the cluster silent, or not read yet).
+fn observe_running(cluster: &Cluster, remote: &RemoteService) -> BackendObservation {
+    let shared = &cluster.shared;
+    let health = shared.health.lock();
+    match health.unavailable(&remote.cluster) {
+        Some(why) => {
+            let as_of = health.as_of();
+            BackendObservation {
+                availability: if health.awaiting() {
+                    Availability::Awaiting { why, as_of }
+                } else {
+                    Availability::Unavailable { why, as_of }
+                },
+                ..Default::default()
+            }
+        }
+        None => shared
+            .readiness
+            .read()
+            .observe(&BackendKey::service(&remote.namespace, &remote.service)),
+    }
+}
+
 /// The label that declares a cluster Secret, and names the cluster.
 pub const CLUSTER_LABEL: &str = "failover.dev/cluster";
 /// The Secret annotation that sets how long a cluster may be silent before its backends count as
@@ -161,24 +185,7 @@ impl Clusters {
             Some(Entry::Broken { error, .. }) => {
                 unavailable(format!("cluster {}: {error}", remote.cluster))
             }
-            Some(Entry::Running { cluster, .. }) => {
-                let shared = &cluster.shared;
-                let health = shared.health.lock();
-                match health.unavailable(&remote.cluster) {
-                    Some(why) => {
-                        let as_of = health.as_of();
-                        not_counted(if health.awaiting() {
-                            Availability::Awaiting { why, as_of }
-                        } else {
-                            Availability::Unavailable { why, as_of }
-                        })
-                    }
-                    None => shared
-                        .readiness
-                        .read()
-                        .observe(&BackendKey::service(&remote.namespace, &remote.service)),
-                }
-            }
+            Some(Entry::Running { cluster, .. }) => observe_running(cluster, remote),
         }
     }
 

@@ -180,7 +180,7 @@ impl HealthQuery {
             for m in branch.iter() {
                 let own = m.value == namespace || m.value == NAMESPACE_MARKER;
                 let known = self.others.iter().any(|(name, _)| *name == m.name);
-                if !(matches!(m.op, MatchOp::Equal) && own) && !known {
+                if !(known || matches!(m.op, MatchOp::Equal) && own) {
                     let shown = m
                         .to_string()
                         .replace(SERVICE_MARKER, "{{service}}")
@@ -318,9 +318,9 @@ fn check_cost(expr: &Expr, evaluations: u64) -> Result<(), String> {
 fn go_duration(d: std::time::Duration) -> String {
     let ms = d.as_millis();
     match ms {
-        _ if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
-        _ if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
-        _ if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        _ if ms.is_multiple_of(3_600_000) => format!("{}h", ms / 3_600_000),
+        _ if ms.is_multiple_of(60_000) => format!("{}m", ms / 60_000),
+        _ if ms.is_multiple_of(1_000) => format!("{}s", ms / 1_000),
         _ => format!("{ms}ms"),
     }
 }

@@ -126,7 +126,7 @@ fn what_a_query_makes_prometheus_do_is_bounded_before_it_is_sent() {
             "3600 times",
         ),
     ] {
-        let refused = HealthQuery::parse(&query, "shop").expect_err(&query);
+        let refused = HealthQuery::parse(query, "shop").expect_err(query);
         assert!(refused.contains(says), "{query}: {refused}");
     }
     for within in [
