@@ -29,8 +29,8 @@
 //! ([`LAYERS`] states the order once; `tests/it/architecture.rs` holds the code to it).
 
 pub use failover_core::{
-    api, apis, applied, backend, claims, crd, decide, digest, endpoints, health_query, intent,
-    last_status, message, observation, policy, route, status, tenancy, validate,
+    api, apis, applied, backend, claims, consent, crd, decide, digest, endpoints, health_query,
+    intent, last_status, message, observation, policy, route, status, tenancy, validate,
 };
 
 pub use failover_core::VERSION;

@@ -182,7 +182,7 @@ async fn scene(env: &TestEnv, host: &str, policy: Policy) {
     env.wait_ready_replicas("web", 3, LIMIT).await;
     env.wait_ready_replicas("web-east", 1, LIMIT).await;
     let hpa = json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": "web-east"},
+        "metadata": {"name": "web-east", "annotations": {"failover.dev/policies": "web"}},
         "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web-east"},
             "minReplicas": 1, "maxReplicas": 5}});
     ok(

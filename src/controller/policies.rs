@@ -27,7 +27,10 @@ use crate::{
     apis::WatchKind,
     observation::{Namespace, PolicyKey},
     policy::{SpecProblem, ValidPolicy, Validated},
-    runtime::{fair::Turns, policy_metrics::PolicyLabels},
+    runtime::{
+        fair::{self, Turns},
+        policy_metrics::PolicyLabels,
+    },
     sources::{
         Context,
         local::{
@@ -35,7 +38,7 @@ use crate::{
             policies::{TableChange, Validation, key_of},
         },
         remote::secrets,
-        watch::{WatchedPolicy, events, policy_event, scoped},
+        watch::{WatchedPolicy, events, map_event, scoped},
     },
     validate::{parses_query, validated_after},
 };
@@ -63,7 +66,7 @@ pub fn policy_requests(ctx: Arc<Context>) -> impl Stream<Item = Request> + Send 
         validated,
     ));
     let inputs = futures::stream::select(
-        events.map(|event| Input::Event(Box::new(policy_event(event)))),
+        events.map(|event| Input::Event(Box::new(map_event(event, |p: WatchedPolicy| p.0)))),
         results.map(|(policy, valid)| Input::Validated(policy, valid)),
     );
     let applying = ctx.clone();
@@ -201,15 +204,7 @@ impl Validations {
                 }
                 not_before.values().min().copied()
             };
-            match pause {
-                Some(at) => {
-                    tokio::select! {
-                        () = arrived => {}
-                        () = tokio::time::sleep_until(at) => {}
-                    }
-                }
-                None => arrived.await,
-            }
+            fair::until_arrived_or_due(arrived, pause).await;
         }
     }
 

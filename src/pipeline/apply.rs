@@ -164,20 +164,14 @@ async fn write_rule(
     rule: &str,
     current: Option<RouteView>,
 ) -> Result<Applied, ApplyError> {
-    if let Some(view) = &current {
-        let says = writer
-            .recent_routes
-            .newer_than(&desired.key(), view.resource_version)
-            .or_else(|| view.rule(rule).cloned());
-        if says.is_some_and(|r| r.says(&desired.rules)) {
-            return Ok(Applied::Unchanged);
-        }
+    if let Some(known) = current.and_then(|view| cached_rule(writer, desired, rule, &view)) {
+        return Ok(known);
     }
-    let weights: BTreeMap<String, i64> = desired
+    let weights: BTreeMap<_, i64> = desired
         .rules
         .backends
         .iter()
-        .map(|b| (b.backend.name.to_string(), b.weight))
+        .map(|b| (b.backend.clone(), b.weight))
         .collect();
     let routes = routes(writer, desired);
     let name = desired.target.name.as_str();
@@ -189,8 +183,8 @@ async fn write_rule(
         else {
             return Ok(Applied::RouteRefUnfit(Mismatch::NoRoute));
         };
-        let version = route.metadata.resource_version.clone().unwrap_or_default();
-        let patch = match referenced::weights_patch(&route.data["spec"], &version, rule, &weights) {
+        let (meta, spec) = (&route.metadata, &route.data["spec"]);
+        let patch = match referenced::patch_for(meta, spec, &desired.policy, rule, &weights) {
             Err(mismatch) => return Ok(Applied::RouteRefUnfit(mismatch)),
             Ok(None) => return Ok(Applied::Unchanged),
             Ok(Some(patch)) => patch,
@@ -215,6 +209,25 @@ async fn write_rule(
         kind: desired.target.kind().as_str(),
         name: name.to_string(),
     })
+}
+
+/// What the cached view of a route the user owns settles without reading it: no consent, or the
+/// rule has `desired`'s weights already (as the view, or a newer write of this replica, says).
+fn cached_rule(
+    writer: &Writer,
+    desired: &DesiredRoute,
+    rule: &str,
+    view: &RouteView,
+) -> Option<Applied> {
+    if !view.consents_to(&desired.policy) {
+        return Some(Applied::RouteRefUnfit(Mismatch::NotConsented));
+    }
+    let says = writer
+        .recent_routes
+        .newer_than(&desired.key(), view.resource_version)
+        .or_else(|| view.rule(rule).cloned());
+    says.is_some_and(|r| r.says(&desired.rules))
+        .then_some(Applied::Unchanged)
 }
 
 /// The routes of `desired`'s kind in its namespace, each write counted under its kind.

@@ -262,8 +262,16 @@ async fn a_standby_writes_nothing() {
 
 const HTTP_ROUTES: &str = "/apis/gateway.networking.k8s.io/v1/namespaces/ns/httproutes";
 
-/// The route the user owns, as the API server returns it: rule `api` to `web` and `web-east`.
+/// The route the user owns, as the API server returns it: rule `api` to `web` and `web-east`,
+/// consenting to the policy `web`'s changes.
 fn users_route(version: &str, weights: &[i64]) -> Value {
+    let mut route = users_route_without_consent(version, weights);
+    route["metadata"]["annotations"] = json!({crate::consent::POLICIES_ANNOTATION: "web"});
+    route
+}
+
+/// The route the user owns, as [`users_route`], without consent.
+fn users_route_without_consent(version: &str, weights: &[i64]) -> Value {
     json!({
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
         "metadata": {"name": "shop", "namespace": "ns", "resourceVersion": version},
@@ -338,6 +346,23 @@ async fn a_users_route_changed_meanwhile_is_read_again_and_patched_at_its_new_ve
     let applied = write_rule(&writer, &want, "api", None).await;
     server.await.expect("server");
     assert!(matches!(applied, Ok(Applied::Written)), "{applied:?}");
+}
+
+#[tokio::test]
+async fn a_users_route_that_does_not_consent_is_read_and_left_as_it_is() {
+    let (writer, mut api) = writer();
+    let server = tokio::spawn(async move {
+        let get = format!("{HTTP_ROUTES}/shop");
+        let route = users_route_without_consent("7", &[1, 0]);
+        answer(&mut api, Method::GET, &get, StatusCode::OK, route).await;
+        assert_no_request(api).await;
+    });
+    let applied = write_rule(&writer, &desired_rule(&[0, 1]), "api", None).await;
+    server.await.expect("server");
+    assert_eq!(
+        applied.ok(),
+        Some(Applied::RouteRefUnfit(Mismatch::NotConsented))
+    );
 }
 
 #[tokio::test]

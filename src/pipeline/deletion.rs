@@ -15,7 +15,7 @@ use tracing::{info, warn};
 
 use crate::{
     api::FailoverPolicy,
-    applied::Scaled,
+    applied::{ScaleProblem, Scaled},
     pipeline::{finalize, gather, scale, write},
     sources::{Context, local::policies::PolicyEntry},
 };
@@ -44,8 +44,9 @@ pub async fn finalize(policy: &PolicyEntry, ctx: &Context) -> Finalized {
     } else {
         Scaled {
             problem: (!records.is_empty()).then(|| {
-                "the cluster admin does not let the controller scale workloads (--allow-scaling)"
-                    .to_string()
+                ScaleProblem::failed(
+                    "the cluster admin does not let the controller scale workloads (--allow-scaling)",
+                )
             }),
             workloads: records,
             changes: Vec::new(),
@@ -65,7 +66,10 @@ pub async fn finalize(policy: &PolicyEntry, ctx: &Context) -> Finalized {
             Finalized::Done
         }
         (_, removed) => {
-            let problem = removed.err().or(scaled.problem.clone()).unwrap_or_default();
+            let problem = removed
+                .err()
+                .or(scaled.problem.as_ref().map(ToString::to_string))
+                .unwrap_or_default();
             warn!(
                 problem,
                 "the deleted policy's workloads or finalizer: retrying"
@@ -108,13 +112,18 @@ async fn restore_all(
     records: Vec<crate::api::ScaledWorkload>,
 ) -> Scaled {
     let mut scaled = Scaled::default();
+    let workloads = scale::Workloads {
+        writer: &ctx.writer,
+        namespace: &policy.key.namespace,
+        policy: &policy.key.name,
+    };
     for record in records {
         let why = "as the policy is deleted";
-        match scale::restore_one(&ctx.writer, &policy.key.namespace, &record, why).await {
+        match workloads.restore_one(&record, why).await {
             Ok(change) => scaled.changes.extend(change),
             Err(problem) => {
                 scaled.workloads.push(record);
-                scaled.problem.get_or_insert(problem.to_string());
+                scaled.problem.get_or_insert(problem.problem());
             }
         }
     }

@@ -235,6 +235,12 @@ async fn act(
     Ok((intent.outcome(applied, scaled, inputs.route), failure))
 }
 
+/// When a policy looks again at a workload it wants raised and could not raise (its owner has
+/// not consented yet, the API server refused): workloads are not watched (a watch of every
+/// Deployment and HPA of the cluster, for a rare case), so the consent given, or the workload
+/// created, is seen within this.
+const SCALE_RECHECK: Duration = Duration::from_secs(10);
+
 /// What to do after a reconcile: retry a failed write, requeue when a hold falls due, or wait.
 fn next(outcome: Outcome, failure: Option<ApplyError>) -> Result<Next, Error> {
     if let Some(e) = failure {
@@ -252,7 +258,10 @@ fn next(outcome: Outcome, failure: Option<ApplyError>) -> Result<Next, Error> {
             | Applied::Yielded { .. }
             | Applied::RouteRefUnfit(_) => Ok(Next::Wait),
             Applied::Unchanged | Applied::Written | Applied::Suspended => {
-                Ok(d.plan.requeue_after.map_or(Next::Wait, Next::After))
+                let recheck = (d.scaled.problem.is_some() && !d.plan.scale.is_empty())
+                    .then_some(SCALE_RECHECK);
+                let after = d.plan.requeue_after.into_iter().chain(recheck).min();
+                Ok(after.map_or(Next::Wait, Next::After))
             }
         },
     }

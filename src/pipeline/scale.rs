@@ -22,7 +22,8 @@ use tracing::warn;
 
 use crate::{
     api::{ScaleKind, ScaleTarget, ScaledWorkload},
-    applied::{ScaleChange, Scaled},
+    applied::{ScaleChange, ScaleProblem, Scaled},
+    consent,
     decide::{
         capacity::ScaleWant,
         restore::{self, Replicas, WorkloadStep},
@@ -45,6 +46,9 @@ pub enum ScaleError {
     /// This replica lost leadership before writing.
     #[error(transparent)]
     NotLeader(#[from] NotLeader),
+    /// The workload does not consent to the policy's changes ([`crate::consent`]).
+    #[error("{0} does not consent")]
+    NotConsented(String),
     /// The API server refused or did not answer.
     #[error("{what}: {message}")]
     Api {
@@ -60,6 +64,14 @@ impl ScaleError {
         ScaleError::Api {
             what: describe_target(target),
             message: describe(error),
+        }
+    }
+
+    /// What the status says of it.
+    pub fn problem(&self) -> ScaleProblem {
+        match self {
+            ScaleError::NotConsented(workload) => ScaleProblem::not_consented(workload),
+            other => ScaleProblem::failed(other.to_string()),
         }
     }
 }
@@ -91,20 +103,17 @@ pub async fn scale(
         && !policy.identity.finalizer
         && let Err(problem) = finalize::set(writer, policy, true).await
     {
-        scaled.problem = Some(problem);
+        scaled.problem = Some(ScaleProblem::failed(problem));
         may_raise = false;
     }
-    restore_unnamed(
-        writer,
-        &valid.namespace,
-        targets.clone(),
-        raised,
-        &mut scaled,
-    )
-    .await;
-    let raise = Raise {
+    let workloads = Workloads {
         writer,
         namespace: &valid.namespace,
+        policy: &valid.name,
+    };
+    restore_unnamed(&workloads, targets.clone(), raised, &mut scaled).await;
+    let raise = Raise {
+        workloads: &workloads,
         wants,
         raised,
         may_raise,
@@ -129,17 +138,16 @@ fn unchanged(suspended: bool, wants: &[ScaleWant], raised: &[ScaledWorkload]) ->
     };
     let nothing_to_do = wants.is_empty() && raised.is_empty();
     if !suspended && !nothing_to_do {
-        scaled.problem = Some(
-            "the cluster admin has not let the controller scale workloads (--allow-scaling, the chart's scaling.enabled); traffic moves as the ready capacity allows".into(),
-        );
+        scaled.problem = Some(ScaleProblem::failed(
+            "the cluster admin has not let the controller scale workloads (--allow-scaling, the chart's scaling.enabled); traffic moves as the ready capacity allows",
+        ));
     }
     scaled
 }
 
 /// Raising and restoring the workloads the targets name.
 struct Raise<'a> {
-    writer: &'a Writer,
-    namespace: &'a str,
+    workloads: &'a Workloads<'a>,
     wants: &'a [ScaleWant],
     raised: &'a [ScaledWorkload],
     /// The finalizer is in place (nothing is raised without it).
@@ -148,20 +156,20 @@ struct Raise<'a> {
 
 impl Raise<'_> {
     /// Each target's workload (by backend index) raised as its want says, or restored without
-    /// one.
+    /// one. A workload that does not consent keeps no record: its value is its owner's.
     async fn named(
         &self,
         targets: impl Iterator<Item = (usize, &ScaleTarget)>,
         scaled: &mut Scaled,
     ) {
-        let (writer, namespace, wants, raised) =
-            (self.writer, self.namespace, self.wants, self.raised);
         for (backend, target) in targets {
-            let want = wants
+            let want = self
+                .wants
                 .iter()
                 .find(|w| w.backend == backend)
                 .map(|w| w.replicas);
-            let record = raised
+            let record = self
+                .raised
                 .iter()
                 .find(|r| r.kind == target.kind && r.name == target.name)
                 .cloned();
@@ -172,14 +180,16 @@ impl Raise<'_> {
                 scaled.workloads.extend(record);
                 continue;
             }
-            match one(writer, namespace, target, want, record.clone()).await {
+            match self.workloads.one(target, want, record.clone()).await {
                 Ok((kept, change)) => {
                     scaled.workloads.extend(kept);
                     scaled.changes.extend(change);
                 }
                 Err(problem) => {
-                    scaled.workloads.extend(record);
-                    scaled.problem.get_or_insert(problem.to_string());
+                    if !matches!(problem, ScaleError::NotConsented(_)) {
+                        scaled.workloads.extend(record);
+                    }
+                    scaled.problem.get_or_insert(problem.problem());
                 }
             }
         }
@@ -188,103 +198,183 @@ impl Raise<'_> {
 
 /// Restores the workloads of `raised` that no target names any more (the `scaleTarget` removed
 /// or changed); a record that could not be restored is kept, to be tried again.
-async fn restore_unnamed(
-    writer: &Writer,
-    namespace: &str,
-    targets: impl Iterator<Item = (usize, &ScaleTarget)> + Clone,
+async fn restore_unnamed<'a>(
+    workloads: &Workloads<'_>,
+    targets: impl Iterator<Item = (usize, &'a ScaleTarget)> + Clone,
     raised: &[ScaledWorkload],
     scaled: &mut Scaled,
 ) {
     for record in restore::unnamed(raised, targets.map(|(_, t)| t)) {
-        match restore_one(
-            writer,
-            namespace,
-            record,
-            "as no scaleTarget names it any more",
-        )
-        .await
-        {
+        let why = "as no scaleTarget names it any more";
+        match workloads.restore_one(record, why).await {
             Ok(change) => scaled.changes.extend(change),
             Err(problem) => {
                 scaled.workloads.push(record.clone());
-                scaled.problem.get_or_insert(problem.to_string());
+                scaled.problem.get_or_insert(problem.problem());
             }
         }
     }
 }
 
-/// Restores one raised workload to what it had before, `why` (for the Event), unless someone
-/// changed it since; a workload that no longer exists has nothing to restore. The change, if
-/// one was made.
-pub async fn restore_one(
-    writer: &Writer,
-    namespace: &str,
-    record: &ScaledWorkload,
-    why: &str,
-) -> Result<Option<ScaleChange>, ScaleError> {
-    let target = ScaleTarget {
-        kind: record.kind,
-        name: record.name.clone(),
-    };
-    let current = match read(writer, namespace, &target).await {
-        Ok(current) => current,
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
-        Err(e) => return Err(ScaleError::api(&target, &e)),
-    };
-    match restore::restored(record, current.now) {
-        Some(to) => Ok(Some(put_back(writer, namespace, record, to, why).await?)),
-        None => Ok(None),
+/// A workload as read before a write: its replicas, and whether its owner consents to the
+/// policy's changes.
+struct Workload {
+    replicas: Replicas,
+    consents: bool,
+}
+
+/// The workloads of one policy's namespace, read and written on the policy's behalf.
+pub struct Workloads<'a> {
+    /// The leader-checked writer.
+    pub writer: &'a Writer,
+    /// The policy's namespace.
+    pub namespace: &'a str,
+    /// The policy's name, which a workload's consent names.
+    pub policy: &'a str,
+}
+
+impl Workloads<'_> {
+    /// Restores one raised workload to what it had before, `why` (for the Event), unless
+    /// someone changed it since or its owner does not consent; a workload that no longer exists
+    /// has nothing to restore. The change, if one was made.
+    pub async fn restore_one(
+        &self,
+        record: &ScaledWorkload,
+        why: &str,
+    ) -> Result<Option<ScaleChange>, ScaleError> {
+        let target = ScaleTarget {
+            kind: record.kind,
+            name: record.name.clone(),
+        };
+        let current = match self.read(&target).await {
+            Ok(current) => current,
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
+            Err(e) => return Err(ScaleError::api(&target, &e)),
+        };
+        if !current.consents {
+            return Ok(None);
+        }
+        match restore::restored(record, current.replicas.now) {
+            Some(to) => Ok(Some(self.put_back(record, to, why).await?)),
+            None => Ok(None),
+        }
     }
-}
 
-/// Writes back `to`, what the recorded workload had before it was raised; the change, `why`.
-async fn put_back(
-    writer: &Writer,
-    namespace: &str,
-    record: &ScaledWorkload,
-    to: i32,
-    why: &str,
-) -> Result<ScaleChange, ScaleError> {
-    let target = ScaleTarget {
-        kind: record.kind,
-        name: record.name.clone(),
-    };
-    write(writer, namespace, &target, to).await?;
-    let what = describe_target(&target);
-    let note = format!("{what} restored from {} to {to} {why}", record.replicas);
-    Ok(ScaleChange {
-        raised: false,
-        note,
-    })
-}
+    /// Writes back `to`, what the recorded workload had before it was raised; the change, `why`.
+    async fn put_back(
+        &self,
+        record: &ScaledWorkload,
+        to: i32,
+        why: &str,
+    ) -> Result<ScaleChange, ScaleError> {
+        let target = ScaleTarget {
+            kind: record.kind,
+            name: record.name.clone(),
+        };
+        self.write(&target, to).await?;
+        let what = describe_target(&target);
+        let note = format!("{what} restored from {} to {to} {why}", record.replicas);
+        Ok(ScaleChange {
+            raised: false,
+            note,
+        })
+    }
 
-/// One workload: the record to keep, and what was changed.
-async fn one(
-    writer: &Writer,
-    namespace: &str,
-    target: &ScaleTarget,
-    want: Option<i32>,
-    record: Option<ScaledWorkload>,
-) -> Result<(Option<ScaledWorkload>, Option<ScaleChange>), ScaleError> {
-    let current = read(writer, namespace, target)
-        .await
-        .map_err(|e| ScaleError::api(target, &e))?;
-    match restore::step(target, want, record, current) {
-        WorkloadStep::Keep(kept) => Ok((kept, None)),
-        WorkloadStep::Raise(kept) => {
-            write(writer, namespace, target, kept.replicas).await?;
-            let note = format!(
-                "{} raised from {} to {} for the failover",
-                describe_target(target),
-                current.now,
-                kept.replicas
-            );
-            Ok((Some(kept), Some(ScaleChange { raised: true, note })))
+    /// One workload: the record to keep, and what was changed; nothing is written to a
+    /// workload that does not consent.
+    async fn one(
+        &self,
+        target: &ScaleTarget,
+        want: Option<i32>,
+        record: Option<ScaledWorkload>,
+    ) -> Result<(Option<ScaledWorkload>, Option<ScaleChange>), ScaleError> {
+        let current = self
+            .read(target)
+            .await
+            .map_err(|e| ScaleError::api(target, &e))?;
+        if !current.consents {
+            return Err(ScaleError::NotConsented(describe_workload(target)));
         }
-        WorkloadStep::Restore { to, record } => {
-            let change = put_back(writer, namespace, &record, to, "after the failback").await?;
-            Ok((None, Some(change)))
+        match restore::step(target, want, record, current.replicas) {
+            WorkloadStep::Keep(kept) => Ok((kept, None)),
+            WorkloadStep::Raise(kept) => {
+                self.write(target, kept.replicas).await?;
+                let note = format!(
+                    "{} raised from {} to {} for the failover",
+                    describe_target(target),
+                    current.replicas.now,
+                    kept.replicas
+                );
+                Ok((Some(kept), Some(ScaleChange { raised: true, note })))
+            }
+            WorkloadStep::Restore { to, record } => {
+                let change = self.put_back(&record, to, "after the failback").await?;
+                Ok((None, Some(change)))
+            }
         }
+    }
+
+    /// The workloads of kind `K`, written under [`FIELD_MANAGER`].
+    fn of<K>(&self) -> Objects<'_, K>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
+    {
+        self.writer
+            .namespaced(self.namespace, "scale")
+            .managed_by(FIELD_MANAGER)
+    }
+
+    /// What the workload has now, and whether it consents, from one reading.
+    async fn read(&self, target: &ScaleTarget) -> Result<Workload, kube::Error> {
+        let (replicas, meta) = match target.kind {
+            ScaleKind::HorizontalPodAutoscaler => {
+                let hpa = self
+                    .of::<HorizontalPodAutoscaler>()
+                    .get(&target.name)
+                    .await?;
+                let spec = hpa.spec.unwrap_or_default();
+                let replicas = Replicas {
+                    now: spec.min_replicas.unwrap_or(1),
+                    most: Some(spec.max_replicas),
+                };
+                (replicas, hpa.metadata)
+            }
+            ScaleKind::Deployment => {
+                let deployment = self.of::<Deployment>().get(&target.name).await?;
+                let replicas = Replicas {
+                    // The API server defaults an unset count to 1.
+                    now: deployment.spec.and_then(|s| s.replicas).unwrap_or(1),
+                    most: None,
+                };
+                (replicas, deployment.metadata)
+            }
+        };
+        Ok(Workload {
+            replicas,
+            consents: consent::granted(meta.annotations.as_ref(), self.policy),
+        })
+    }
+
+    /// Sets the workload's replicas, as the leader only.
+    async fn write(&self, target: &ScaleTarget, replicas: i32) -> Result<(), ScaleError> {
+        let failed = |e: kube::Error| ScaleError::api(target, &e);
+        match target.kind {
+            ScaleKind::HorizontalPodAutoscaler => {
+                let patch = json!({ "spec": { "minReplicas": replicas } });
+                self.of::<HorizontalPodAutoscaler>()
+                    .merge(&target.name, &patch)
+                    .await?
+                    .map_err(failed)?;
+            }
+            ScaleKind::Deployment => {
+                let patch = json!({ "spec": { "replicas": replicas } });
+                self.of::<Deployment>()
+                    .merge_scale(&target.name, &patch)
+                    .await?
+                    .map_err(failed)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -297,65 +387,10 @@ fn describe_target(target: &ScaleTarget) -> String {
     }
 }
 
-/// The workloads of kind `K` in `namespace`, written under [`FIELD_MANAGER`].
-fn workloads<'a, K>(writer: &'a Writer, namespace: &str) -> Objects<'a, K>
-where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
-{
-    writer
-        .namespaced(namespace, "scale")
-        .managed_by(FIELD_MANAGER)
-}
-
-/// What the workload has now.
-async fn read(
-    writer: &Writer,
-    namespace: &str,
-    target: &ScaleTarget,
-) -> Result<Replicas, kube::Error> {
+/// The workload a target names, in words.
+fn describe_workload(target: &ScaleTarget) -> String {
     match target.kind {
-        ScaleKind::HorizontalPodAutoscaler => {
-            let hpas = workloads::<HorizontalPodAutoscaler>(writer, namespace);
-            let spec = hpas.get(&target.name).await?.spec.unwrap_or_default();
-            Ok(Replicas {
-                now: spec.min_replicas.unwrap_or(1),
-                most: Some(spec.max_replicas),
-            })
-        }
-        ScaleKind::Deployment => {
-            let deployments = workloads::<Deployment>(writer, namespace);
-            let scale = deployments.get_scale(&target.name).await?;
-            Ok(Replicas {
-                now: scale.spec.and_then(|s| s.replicas).unwrap_or(0),
-                most: None,
-            })
-        }
+        ScaleKind::HorizontalPodAutoscaler => format!("HorizontalPodAutoscaler {}", target.name),
+        ScaleKind::Deployment => format!("Deployment {}", target.name),
     }
-}
-
-/// Sets the workload's replicas, as the leader only.
-async fn write(
-    writer: &Writer,
-    namespace: &str,
-    target: &ScaleTarget,
-    replicas: i32,
-) -> Result<(), ScaleError> {
-    let failed = |e: kube::Error| ScaleError::api(target, &e);
-    match target.kind {
-        ScaleKind::HorizontalPodAutoscaler => {
-            let patch = json!({ "spec": { "minReplicas": replicas } });
-            workloads::<HorizontalPodAutoscaler>(writer, namespace)
-                .merge(&target.name, &patch)
-                .await?
-                .map_err(failed)?;
-        }
-        ScaleKind::Deployment => {
-            let patch = json!({ "spec": { "replicas": replicas } });
-            workloads::<Deployment>(writer, namespace)
-                .merge_scale(&target.name, &patch)
-                .await?
-                .map_err(failed)?;
-        }
-    }
-    Ok(())
 }

@@ -13,6 +13,23 @@ use std::{
     hash::Hash,
 };
 
+use tokio::{sync::futures::Notified, time::Instant};
+
+/// The wait of a fair queue with nothing to give now: until a waiter arrives (`arrived`, taken
+/// before the queue was looked at, so no arrival is missed) or, when some waiter falls due at
+/// `due`, until then.
+pub async fn until_arrived_or_due(arrived: Notified<'_>, due: Option<Instant>) {
+    match due {
+        Some(at) => {
+            tokio::select! {
+                () = arrived => {}
+                () = tokio::time::sleep_until(at) => {}
+            }
+        }
+        None => arrived.await,
+    }
+}
+
 /// Waiters by namespace, served in turn.
 #[derive(Debug)]
 pub struct Turns<N, T> {

@@ -28,7 +28,7 @@ use crate::{
     last_status::{Compact, LastStatus},
     observation::{Namespace, PolicyKey},
     runtime::{
-        fair::{Share, Turns},
+        fair::{self, Share, Turns},
         retry,
     },
 };
@@ -345,15 +345,7 @@ impl<S: Clone> Statuses<S> {
                 }
                 waiting.retries.keys().next().map(|(at, _)| *at)
             };
-            match due {
-                Some(at) => {
-                    tokio::select! {
-                        () = arrived => {}
-                        () = tokio::time::sleep_until(at) => {}
-                    }
-                }
-                None => arrived.await,
-            }
+            fair::until_arrived_or_due(arrived, due).await;
         }
     }
 

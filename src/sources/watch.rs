@@ -265,17 +265,6 @@ impl Resource for WatchedPolicy {
     }
 }
 
-/// A watch event of policies as decoded, as the table takes it.
-pub fn policy_event(event: watcher::Event<WatchedPolicy>) -> watcher::Event<FailoverPolicy> {
-    match event {
-        watcher::Event::Apply(p) => watcher::Event::Apply(p.0),
-        watcher::Event::Delete(p) => watcher::Event::Delete(p.0),
-        watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(p) => watcher::Event::InitApply(p.0),
-        watcher::Event::InitDone => watcher::Event::InitDone,
-    }
-}
-
 /// An API for a namespaced kind: in one namespace, or in all when `None`.
 pub fn scoped<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
 where

@@ -45,12 +45,12 @@ async fn scene(env: &TestEnv, extra: &[&str], policy: &PolicyBuilder) -> Control
 }
 
 /// A Deployment `web-east` of one replica, and (for `ScaleKind::HorizontalPodAutoscaler`) an
-/// HPA of it with `minReplicas: 1`.
+/// HPA of it with `minReplicas: 1`, each consenting to the policy `web`'s changes.
 fn workload(env: &TestEnv, kind: ScaleKind) {
     let deployment = r#"
 apiVersion: apps/v1
 kind: Deployment
-metadata: {name: web-east}
+metadata: {name: web-east, annotations: {failover.dev/policies: web}}
 spec:
   replicas: 1
   selector: {matchLabels: {app: web-east}}

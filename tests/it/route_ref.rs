@@ -1,6 +1,8 @@
 //! A route the user owns (`spec.routeRef`): the controller writes the weights of the named rule
 //! and nothing else of the route, reverts an edit of those weights only, leaves the route as it
-//! last wrote it when the policy goes, and names what does not fit in a condition. The GitOps
+//! last wrote it when the policy goes, and names what does not fit in a condition. The route
+//! consents by naming the policy in its annotation `failover.dev/policies`: without it, an author
+//! who may write only FailoverPolicies moves nothing of it, and what-if says so too. The GitOps
 //! example's JSON pointers are those the controller writes.
 
 use std::time::Duration;
@@ -10,6 +12,7 @@ use failover::{
         FailoverPolicy, RouteRefKind, RouteRefSpec,
         conditions::{READY, ready},
     },
+    consent,
     route::{RouteKind, referenced},
 };
 use kube::{
@@ -20,14 +23,23 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::support::{
-    ControllerProcess, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, condition, repo_root, test_env,
-    wait_until, what_if::what_if,
+    self, ControllerProcess, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, condition, repo_root,
+    test_env, wait_until,
+    what_if::{Predicted, what_if},
 };
 
 /// The user's HTTPRoute `shop`: rule `static` to `web-west`, rule `api` (with a header filter
-/// and a timeout) to `api_backends`.
-fn user_route(api_backends: &[(&str, i64)]) -> DynamicObject {
+/// and a timeout) to `api_backends`; consenting to the policies `consents` names (`None`: no
+/// consent).
+fn user_route(api_backends: &[(&str, i64)], consents: Option<&str>) -> DynamicObject {
     let mut route = DynamicObject::new("shop", &RouteKind::HttpRoute.resource());
+    route.metadata.annotations = consents.map(|policies| {
+        [(
+            consent::POLICIES_ANNOTATION.to_string(),
+            policies.to_string(),
+        )]
+        .into()
+    });
     let backend_refs: Vec<Value> = api_backends
         .iter()
         .map(|(name, weight)| json!({"name": name, "port": 80, "weight": weight}))
@@ -47,18 +59,24 @@ fn user_route(api_backends: &[(&str, i64)]) -> DynamicObject {
     route
 }
 
-/// The HTTPRoutes of the test's namespace, and the user's route `shop` created there.
+/// The HTTPRoutes of the test's namespace, and the user's route `shop` created there,
+/// consenting to the policy `web`.
 async fn create_user_route(
     env: &TestEnv,
     api_backends: &[(&str, i64)],
 ) -> (Api<DynamicObject>, DynamicObject) {
+    create_route(env, user_route(api_backends, Some("web"))).await
+}
+
+/// The HTTPRoutes of the test's namespace, and `route` created there.
+async fn create_route(env: &TestEnv, route: DynamicObject) -> (Api<DynamicObject>, DynamicObject) {
     let routes: Api<DynamicObject> = Api::namespaced_with(
         env.client.clone(),
         &env.ns,
         &RouteKind::HttpRoute.resource(),
     );
     let created = routes
-        .create(&PostParams::default(), &user_route(api_backends))
+        .create(&PostParams::default(), &route)
         .await
         .expect("the user's route");
     (routes, created)
@@ -242,6 +260,58 @@ async fn a_route_ref_to_a_missing_route_or_other_backends_is_a_condition_naming_
         .expect("the user's fix");
     env.set_endpoints("web", 0, 1).await;
     wait_weights(&routes, 1, &[("web", 0), ("web-east", 1)]).await;
+}
+
+#[tokio::test]
+async fn an_author_who_may_edit_only_policies_cannot_move_a_route_that_does_not_consent() {
+    let Some(env) = test_env!() else { return };
+    env.cp.install_gateway_api();
+    env.ready_backends(&WEB_BACKENDS).await;
+    let platform_route = user_route(&[("web", 1), ("web-east", 0)], None);
+    let (routes, created) = create_route(&env, platform_route).await;
+    let _c = ControllerProcess::start(&env, &[]);
+    let tenant = env.tenant();
+    let annotate = ["annotate", "httproute", "shop", "failover.dev/policies=web"];
+    assert!(
+        !tenant.kubectl(&annotate).status.success(),
+        "the author gave itself the route's consent"
+    );
+    let pinned = policy().spec(|s| s.pin = Some("web-east".into()));
+    tenant.apply(&pinned.yaml());
+    let refused = env
+        .wait_policy("web", WAIT, ready::ROUTE_REF_NOT_CONSENTED, |p| {
+            condition(p, READY).is_some_and(|c| c.1 == ready::ROUTE_REF_NOT_CONSENTED)
+        })
+        .await;
+    let message = condition(&refused, READY).map(|c| c.2).unwrap_or_default();
+    assert!(
+        message.contains("HTTPRoute shop does not consent")
+            && message.contains(consent::POLICIES_ANNOTATION),
+        "{message}"
+    );
+    // what-if says what the controller wrote, and the route is as its owner left it.
+    let report = what_if(&env, "web", &[]);
+    Predicted::of(&report, 0, "web", RouteKind::HttpRoute)
+        .written_as_printed(&env, "a route that does not consent")
+        .await;
+    let untouched = routes.get("shop").await.expect("route");
+    assert_eq!(
+        untouched.metadata.resource_version, created.metadata.resource_version,
+        "the route was written"
+    );
+
+    // Its owner consents: the pin moves the rule's traffic.
+    let consents =
+        json!({"metadata": {"annotations": {consent::POLICIES_ANNOTATION: "other, web"}}});
+    routes
+        .patch("shop", &PatchParams::default(), &Patch::Merge(&consents))
+        .await
+        .expect("the owner's consent");
+    wait_weights(&routes, 1, &[("web", 0), ("web-east", 1)]).await;
+    support::figure(
+        "routeRef: a pin moved no weight of a route without consent, and both weights once it consented"
+            .to_string(),
+    );
 }
 
 #[test]

@@ -4,10 +4,12 @@
 //! only while something is raised; the controller runs under the chart's RBAC with
 //! `scaling.enabled`), and a deletion is not held when the workload is gone or scaling is off;
 //! removing a secondary's `scaleTarget` restores its workload; one workload named on two
-//! secondaries is refused at `kubectl apply`.
+//! secondaries is refused at `kubectl apply`; a workload whose annotation `failover.dev/policies`
+//! does not name the policy is not raised, whatever the policy's author writes.
 
 use failover::api::{
     CapacitySpec, FailoverPolicy, SCALE_FINALIZER, ScaleKind, ScaleSpec, ScaleTarget, Strategy,
+    conditions::{SCALED_UP, scaling},
 };
 
 use crate::support::{
@@ -39,10 +41,16 @@ fn scaled(east: Option<ScaleKind>, west: Option<ScaleKind>) -> PolicyBuilder {
         })
 }
 
-/// A Deployment `name` of one replica.
+/// A Deployment `name` of one replica, consenting to the policy `web`'s changes.
 fn deployment(env: &TestEnv, name: &str) {
+    deployment_consenting(env, name, "web");
+}
+
+/// A Deployment `name` of one replica, consenting to the changes of the policies `consents`
+/// names.
+fn deployment_consenting(env: &TestEnv, name: &str, consents: &str) {
     let yaml = format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec: {{containers: [{{name: web, image: localhost/backend:latest}}]}}\n"
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, annotations: {{failover.dev/policies: '{consents}'}}}}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec: {{containers: [{{name: web, image: localhost/backend:latest}}]}}\n"
     );
     ok(
         &env.kubectl_stdin(&["apply", "-f", "-"], &yaml),
@@ -183,6 +191,57 @@ async fn removing_the_scale_target_of_a_scaled_up_secondary_restores_its_workloa
     );
     support::figure(format!(
         "scaleTarget removed during a failover: web-east restored from {raised} to 1"
+    ));
+}
+
+#[tokio::test]
+async fn an_author_who_may_edit_only_policies_cannot_raise_a_workload_that_does_not_consent() {
+    let Some(env) = test_env!() else { return };
+    deployment_consenting(&env, "web-east", "");
+    let _c = env.with_controller(&["--allow-scaling"]).await;
+    env.set_endpoints("web", 3, 0).await;
+    let tenant = env.tenant();
+    let annotate = [
+        "annotate",
+        "deployment",
+        "web-east",
+        "--overwrite",
+        "failover.dev/policies=web",
+    ];
+    assert!(
+        !tenant.kubectl(&annotate).status.success(),
+        "the author gave itself the workload's consent"
+    );
+    tenant.apply(&scaled(Some(ScaleKind::Deployment), None).yaml());
+    env.wait_weights("web", &ON_WEB, WAIT).await;
+    env.set_endpoints("web", 0, 3).await;
+    let refused = env
+        .wait_policy("web", WAIT, "ScaledUp=False, not consented", |p| {
+            support::condition(p, SCALED_UP)
+                .is_some_and(|c| c.1 == scaling::SCALE_TARGET_NOT_CONSENTED)
+        })
+        .await;
+    let message = support::condition(&refused, SCALED_UP)
+        .map(|c| c.2)
+        .unwrap_or_default();
+    assert!(
+        message.contains("Deployment web-east does not consent"),
+        "{message}"
+    );
+    assert_eq!(replicas(&env, ScaleKind::Deployment, "web-east"), "1");
+    let records = refused.status.as_ref().map_or(0, |s| s.scaled.len());
+    assert_eq!(records, 0, "nothing is raised, so nothing is recorded");
+
+    // Its owner consents: it is raised for the failover.
+    ok(&env.kubectl(&annotate), "the owner's consent");
+    let raised = wait_until(WAIT, || async {
+        replicas(&env, ScaleKind::Deployment, "web-east") != "1"
+    })
+    .await;
+    assert!(raised, "web-east was not raised once it consented");
+    support::figure(format!(
+        "scaleTarget: a Deployment without consent kept 1 replica; once it consented it was raised to {}",
+        replicas(&env, ScaleKind::Deployment, "web-east")
     ));
 }
 

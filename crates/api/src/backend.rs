@@ -64,7 +64,8 @@ pub struct SecondaryBackend {
     pub per_endpoint: Option<i32>,
 
     /// With `spec.capacity.scale`: the workload behind this backend's Service, which the
-    /// controller scales up before traffic moves to it.
+    /// controller scales up before traffic moves to it, once the workload consents: its
+    /// annotation `failover.dev/policies` names this policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(dive)]
     pub scale_target: Option<ScaleTarget>,

@@ -102,16 +102,20 @@ pub mod ready {
     pub const ROUTE_REF_NOT_FOUND: &str = "RouteRefNotFound";
     /// The rule `spec.routeRef` names routes to other backends than the policy's.
     pub const ROUTE_REF_BACKENDS_DIFFER: &str = "RouteRefBackendsDiffer";
+    /// The route `spec.routeRef` names does not consent to the policy's changes (its annotation
+    /// `failover.dev/policies` does not name the policy); nothing of it is written.
+    pub const ROUTE_REF_NOT_CONSENTED: &str = "RouteRefNotConsented";
     /// Another policy, which claimed it first, routes the same apex Service (or hostname and
     /// path on a Gateway listener); this one writes no route.
     pub const APEX_CONFLICT: &str = "ApexConflict";
 
     /// The `Ready` reasons of a failure that no transition Event announces: each raises a
     /// Warning Event of the same reason when it starts.
-    pub const FAILURES: [&str; 13] = [
+    pub const FAILURES: [&str; 14] = [
         INVALID_SPEC,
         ROUTE_REF_NOT_FOUND,
         ROUTE_REF_BACKENDS_DIFFER,
+        ROUTE_REF_NOT_CONSENTED,
         TRAFFIC_SPLIT_WRITE_FAILED,
         HTTP_ROUTE_WRITE_FAILED,
         GRPC_ROUTE_WRITE_FAILED,
@@ -126,10 +130,11 @@ pub mod ready {
 
     /// The `Ready` reasons that mean the policy cannot make progress until someone changes it or
     /// the cluster: they set `Stalled`. A failed write is retried, so it does not.
-    pub const STALLING: [&str; 14] = [
+    pub const STALLING: [&str; 15] = [
         INVALID_SPEC,
         ROUTE_REF_NOT_FOUND,
         ROUTE_REF_BACKENDS_DIFFER,
+        ROUTE_REF_NOT_CONSENTED,
         TRAFFIC_SPLIT_CONFLICT,
         HTTP_ROUTE_CONFLICT,
         GRPC_ROUTE_CONFLICT,
@@ -193,6 +198,9 @@ pub mod scaling {
     pub const NOT_SCALED: &str = "NotScaled";
     /// A workload could not be scaled: not allowed, not found, or refused.
     pub const SCALING_FAILED: &str = "ScalingFailed";
+    /// A workload a `scaleTarget` names does not consent to the policy's changes (its annotation
+    /// `failover.dev/policies` does not name the policy): it is neither raised nor restored.
+    pub const SCALE_TARGET_NOT_CONSENTED: &str = "ScaleTargetNotConsented";
     /// Event: a raised workload was restored after the failback.
     pub const SCALE_RESTORED: &str = "ScaleRestored";
 }

@@ -283,8 +283,9 @@ pub struct FailoverPolicySpec {
 
     /// A route the user owns, instead of a generated one: one named rule of an existing
     /// HTTPRoute or GRPCRoute in the policy's namespace, whose backendRefs' weights the
-    /// controller sets (and nothing else of the route). Leave `output` and the generated route's
-    /// fields unset. Deleting the policy leaves the route in place, with the weights last
+    /// controller sets (and nothing else of the route), once the route consents: its
+    /// annotation `failover.dev/policies` names this policy. Leave `output` and the generated
+    /// route's fields unset. Deleting the policy leaves the route in place, with the weights last
     /// written. Cannot be added, removed or pointed elsewhere later.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(dive)]

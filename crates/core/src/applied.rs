@@ -41,10 +41,43 @@ pub enum Applied {
 pub struct Scaled {
     /// The workloads raised and not yet restored, with what each had.
     pub workloads: Vec<ScaledWorkload>,
-    /// Why some workload could not be scaled (not allowed, not found, refused), in one line.
-    pub problem: Option<String>,
+    /// Why some workload could not be scaled (not allowed, not consented, not found, refused).
+    pub problem: Option<ScaleProblem>,
     /// What was changed this time (an Event each).
     pub changes: Vec<ScaleChange>,
+}
+
+/// Why a workload could not be scaled: the `ScaledUp` reason, and the message in one line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScaleProblem {
+    /// The `ScaledUp` condition's reason ([`crate::api::conditions::scaling`]).
+    pub reason: &'static str,
+    /// What went wrong, in one line.
+    pub message: String,
+}
+
+impl ScaleProblem {
+    /// A workload that could not be read or written, or that the admin does not let scale.
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self {
+            reason: crate::api::conditions::scaling::SCALING_FAILED,
+            message: message.into(),
+        }
+    }
+
+    /// A workload whose owner does not consent to the policy's changes ([`crate::consent`]).
+    pub fn not_consented(workload: &str) -> Self {
+        Self {
+            reason: crate::api::conditions::scaling::SCALE_TARGET_NOT_CONSENTED,
+            message: crate::consent::refused(workload, "its value"),
+        }
+    }
+}
+
+impl std::fmt::Display for ScaleProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
 }
 
 /// One change the scale step made.

@@ -309,9 +309,10 @@ fn decided(imagined: &Imagined, observed: &Observed) -> (FailoverPolicyStatus, S
         .and_then(|n| chrono::Duration::from_std(n).ok().map(|n| at + n));
     let key = PolicyKey::new(&valid.namespace, &valid.name);
     let held = imagined.claims.held_by_other(&key, &intent.claims);
-    let applied = intent
-        .action(held, imagined.api_missing)
-        .imagined(imagined.route, &uid);
+    let applied =
+        intent
+            .action(held, imagined.api_missing)
+            .imagined(imagined.route, &uid, &valid.name);
     let route = matches!(applied, Applied::Written)
         .then(|| serde_json::to_value(&intent.route.object).unwrap_or_default());
     let backends = weights(&intent.policy, &intent.plan);

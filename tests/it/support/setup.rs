@@ -84,10 +84,10 @@ pub fn election_args(ns: &str) -> Vec<String> {
 }
 
 /// An `autoscaling/v2` HorizontalPodAutoscaler `name` of the Deployment of the same name, with
-/// `minReplicas` 1 and this `maxReplicas`.
+/// `minReplicas` 1 and this `maxReplicas`, consenting to the policy `web`'s changes.
 pub fn hpa(env: &TestEnv, name: &str, max_replicas: u32) {
     let yaml = format!(
-        "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {{name: {name}}}\nspec:\n  scaleTargetRef: {{apiVersion: apps/v1, kind: Deployment, name: {name}}}\n  minReplicas: 1\n  maxReplicas: {max_replicas}\n"
+        "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {{name: {name}, annotations: {{failover.dev/policies: web}}}}\nspec:\n  scaleTargetRef: {{apiVersion: apps/v1, kind: Deployment, name: {name}}}\n  minReplicas: 1\n  maxReplicas: {max_replicas}\n"
     );
     super::ok(&env.kubectl_stdin(&["apply", "-f", "-"], &yaml), "an HPA");
 }

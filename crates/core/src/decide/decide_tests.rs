@@ -83,6 +83,7 @@ pub(crate) fn decide(
             ))),
             answers: Vec::new(),
             named_rules: Box::default(),
+            consents: Box::default(),
         });
         (Applied::Suspended, route)
     } else {

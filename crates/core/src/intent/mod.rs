@@ -163,8 +163,9 @@ impl Intent {
 
 impl Action {
     /// What the apply step reports when every write it makes goes through (what `what-if`
-    /// shows): a route that exists and that this policy (`uid`) does not own is left alone.
-    pub fn imagined(&self, route: Option<&RouteView>, uid: &str) -> Applied {
+    /// shows): a route that exists and that this policy (`uid`, named `policy`) does not own is
+    /// left alone, and so is a route it names by reference that does not consent to it.
+    pub fn imagined(&self, route: Option<&RouteView>, uid: &str, policy: &str) -> Applied {
         match self {
             Action::Withdraw { claim, holder } => Applied::Yielded {
                 claim: claim.clone(),
@@ -176,6 +177,9 @@ impl Action {
             Action::Write => Applied::Written,
             Action::WriteRule(rule) => match route {
                 None => Applied::RouteRefUnfit(Mismatch::NoRoute),
+                Some(view) if !view.consents_to(policy) => {
+                    Applied::RouteRefUnfit(Mismatch::NotConsented)
+                }
                 Some(view) if view.rule(rule).is_none() => Applied::RouteRefUnfit(Mismatch::NoRule),
                 Some(_) => Applied::Written,
             },

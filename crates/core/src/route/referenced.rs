@@ -17,9 +17,13 @@ use super::{
     RouteBackend, RouteRules, Shape,
     kind::{Form, KindSpec, RouteKind},
 };
-use crate::api::{
-    FailoverPolicy, FailoverPolicySpec, Output, RouteRefKind, RouteRefSpec,
-    rules::{self, CrossFieldRule},
+use crate::{
+    api::{
+        FailoverPolicy, FailoverPolicySpec, Output, RouteRefKind, RouteRefSpec,
+        rules::{self, CrossFieldRule},
+    },
+    backend::{BackendKind, BackendRef as Backend},
+    consent,
 };
 
 /// A policy's route by reference: the kind and the rule (the name is the target's).
@@ -116,6 +120,8 @@ pub fn checks(spec: &FailoverPolicySpec) -> Vec<(bool, &'static CrossFieldRule)>
 pub enum Mismatch {
     /// There is no route of that kind and name.
     NoRoute,
+    /// The route does not consent to this policy's changes ([`crate::consent`]).
+    NotConsented,
     /// The route has no rule of that name.
     NoRule,
     /// The rule's backends are not the policy's: those of the policy it lacks, and those it has
@@ -138,6 +144,13 @@ impl Mismatch {
                 ready::ROUTE_REF_NOT_FOUND,
                 format!(
                     "routeRef: {kind} {route} does not exist in the policy's namespace; nothing is written until it does"
+                ),
+            ),
+            Mismatch::NotConsented => (
+                ready::ROUTE_REF_NOT_CONSENTED,
+                format!(
+                    "routeRef: {}",
+                    consent::refused(&format!("{kind} {route}"), "the route")
                 ),
             ),
             Mismatch::NoRule => (
@@ -174,36 +187,66 @@ fn rule_index(spec: &Value, rule: &str) -> Option<usize> {
         .position(|r| r["name"].as_str() == Some(rule))
 }
 
-/// The names of a rule's backendRefs, in order.
-fn backend_names(rule: &Value) -> Vec<&str> {
+/// A rule's backendRef as a policy names its backends: its kind (by its `group` and `kind`) and
+/// name, when it is a backend of the route's own `namespace`; else how it reads, to name it as
+/// not the policy's.
+fn backend_of(reference: &Value, namespace: &str) -> Result<Backend, String> {
+    let name = reference["name"].as_str().unwrap_or_default();
+    let (group, kind) = (reference["group"].as_str(), reference["kind"].as_str());
+    if let Some(other) = reference["namespace"].as_str()
+        && other != namespace
+    {
+        return Err(format!("{name} of namespace {other}"));
+    }
+    match BackendKind::of_reference(group, kind) {
+        Some(kind) => Ok(Backend {
+            kind,
+            name: name.into(),
+        }),
+        None => Err(format!(
+            "{name} of kind {}{}",
+            kind.unwrap_or("Service"),
+            group
+                .filter(|g| !g.is_empty())
+                .map(|g| format!(".{g}"))
+                .unwrap_or_default()
+        )),
+    }
+}
+
+/// A rule's backendRefs, in order, each as [`backend_of`] reads it.
+fn backends(rule: &Value, namespace: &str) -> Vec<Result<Backend, String>> {
     rule["backendRefs"]
         .as_array()
-        .map(|refs| refs.iter().filter_map(|b| b["name"].as_str()).collect())
+        .map(|refs| refs.iter().map(|b| backend_of(b, namespace)).collect())
         .unwrap_or_default()
 }
 
-/// Whether the rule named `rule` of a route's `spec` routes to exactly the backends `weights`
-/// names (in any order, each once).
-pub fn check(spec: &Value, rule: &str, weights: &BTreeMap<String, i64>) -> Result<(), Mismatch> {
+/// Whether the rule named `rule` of a route of `namespace` (its `spec`) routes to exactly the
+/// backends `weights` names (in any order, each once): each backendRef compared by its group,
+/// kind, namespace and name.
+pub fn check(
+    spec: &Value,
+    namespace: &str,
+    rule: &str,
+    weights: &BTreeMap<Backend, i64>,
+) -> Result<(), Mismatch> {
     let index = rule_index(spec, rule).ok_or(Mismatch::NoRule)?;
-    let names = backend_names(&spec["rules"][index]);
+    let refs = backends(&spec["rules"][index], namespace);
     let missing: Vec<String> = weights
         .keys()
-        .filter(|w| !names.contains(&w.as_str()))
-        .cloned()
-        .collect();
-    let mut extra: Vec<String> = names
-        .iter()
-        .filter(|n| !weights.contains_key(**n))
-        .map(|n| n.to_string())
+        .filter(|w| !refs.iter().any(|r| r.as_ref() == Ok(*w)))
+        .map(|w| w.name.to_string())
         .collect();
     let mut seen = std::collections::BTreeSet::new();
-    extra.extend(
-        names
-            .iter()
-            .filter(|n| !seen.insert(**n))
-            .map(|n| n.to_string()),
-    );
+    let extra: Vec<String> = refs
+        .iter()
+        .filter_map(|r| match r {
+            Err(foreign) => Some(foreign.clone()),
+            Ok(b) if !weights.contains_key(b) || !seen.insert(b) => Some(b.name.to_string()),
+            Ok(_) => None,
+        })
+        .collect();
     if missing.is_empty() && extra.is_empty() {
         Ok(())
     } else {
@@ -223,25 +266,44 @@ pub fn weight_pointers(spec: &Value, rule: &str) -> Option<Vec<String>> {
     )
 }
 
-/// The merge patch that gives the rule named `rule` of a route (its `spec`, read at
-/// `resource_version`) these weights, by backend name; `None` when it has them already. The
+/// The merge patch that has the policy `policy` give the rule named `rule` of a route, as read
+/// (`meta`, `spec`), these weights; `None` when it has them already. Refused when the route does
+/// not consent to the policy ([`crate::consent`]) or its rule does not fit ([`check`]).
+pub fn patch_for(
+    meta: &ObjectMeta,
+    spec: &Value,
+    policy: &str,
+    rule: &str,
+    weights: &BTreeMap<Backend, i64>,
+) -> Result<Option<Value>, Mismatch> {
+    if !consent::granted(meta.annotations.as_ref(), policy) {
+        return Err(Mismatch::NotConsented);
+    }
+    let namespace = meta.namespace.as_deref().unwrap_or_default();
+    let version = meta.resource_version.as_deref().unwrap_or_default();
+    weights_patch(spec, namespace, version, rule, weights)
+}
+
+/// The merge patch that gives the rule named `rule` of a route of `namespace` (its `spec`, read
+/// at `resource_version`) these weights, by backend; `None` when it has them already. The
 /// patch carries the route's `rules` as read, with only those weights changed, and the
 /// resourceVersion, so the API server refuses it if the route changed since.
 pub fn weights_patch(
     spec: &Value,
+    namespace: &str,
     resource_version: &str,
     rule: &str,
-    weights: &BTreeMap<String, i64>,
+    weights: &BTreeMap<Backend, i64>,
 ) -> Result<Option<Value>, Mismatch> {
-    check(spec, rule, weights)?;
+    check(spec, namespace, rule, weights)?;
     let index = rule_index(spec, rule).ok_or(Mismatch::NoRule)?;
     let mut rules = spec["rules"].clone();
     let mut changed = false;
     if let Some(refs) = rules[index]["backendRefs"].as_array_mut() {
         for backend in refs {
-            let weight = backend["name"]
-                .as_str()
-                .and_then(|n| weights.get(n))
+            let weight = backend_of(backend, namespace)
+                .ok()
+                .and_then(|b| weights.get(&b))
                 .copied();
             // The API server defaults an unset weight to 1.
             let current = backend["weight"].as_i64().unwrap_or(1);
@@ -277,8 +339,17 @@ mod tests {
         })
     }
 
-    fn weights(pairs: &[(&str, i64)]) -> BTreeMap<String, i64> {
-        pairs.iter().map(|(n, w)| (n.to_string(), *w)).collect()
+    fn weights(pairs: &[(&str, i64)]) -> BTreeMap<Backend, i64> {
+        pairs
+            .iter()
+            .map(|(n, w)| {
+                let backend = Backend {
+                    kind: BackendKind::Service,
+                    name: (*n).into(),
+                };
+                (backend, *w)
+            })
+            .collect()
     }
 
     /// Every JSON pointer (below `/spec`) where two values differ.
@@ -309,6 +380,7 @@ mod tests {
         let before = route();
         let patch = weights_patch(
             &before,
+            "shop",
             "42",
             "api",
             &weights(&[("api-a", 0), ("api-b", 1)]),
@@ -333,19 +405,58 @@ mod tests {
     #[test]
     fn a_rule_already_weighted_so_needs_no_patch() {
         let same = weights(&[("api-a", 1), ("api-b", 0)]);
-        assert_eq!(weights_patch(&route(), "1", "api", &same), Ok(None));
+        assert_eq!(weights_patch(&route(), "shop", "1", "api", &same), Ok(None));
     }
 
     #[test]
     fn a_missing_rule_or_other_backends_are_named() {
         let ours = weights(&[("api-a", 1), ("api-c", 0)]);
-        assert_eq!(check(&route(), "admin", &ours), Err(Mismatch::NoRule));
         assert_eq!(
-            check(&route(), "api", &ours),
+            check(&route(), "shop", "admin", &ours),
+            Err(Mismatch::NoRule)
+        );
+        assert_eq!(
+            check(&route(), "shop", "api", &ours),
             Err(Mismatch::Backends {
                 missing: vec!["api-c".into()],
                 extra: vec!["api-b".into()]
             })
+        );
+    }
+
+    #[test]
+    fn a_backend_of_another_namespace_kind_or_group_is_not_the_policys_namesake() {
+        let ours = weights(&[("api-a", 1), ("api-b", 0)]);
+        assert_eq!(check(&route(), "shop", "api", &ours), Ok(()));
+        let foreign = |field: &str, value: &str| {
+            let mut spec = route();
+            spec["rules"][1]["backendRefs"][1][field] = json!(value);
+            check(&spec, "shop", "api", &ours)
+        };
+        let not_ours = |extra: &str| {
+            Err(Mismatch::Backends {
+                missing: vec!["api-b".into()],
+                extra: vec![extra.into()],
+            })
+        };
+        assert_eq!(
+            foreign("namespace", "payments"),
+            not_ours("api-b of namespace payments")
+        );
+        assert_eq!(foreign("namespace", "shop"), Ok(()));
+        assert_eq!(
+            foreign("kind", "Backend"),
+            not_ours("api-b of kind Backend")
+        );
+        assert_eq!(
+            foreign("group", "multicluster.x-k8s.io"),
+            not_ours("api-b of kind Service.multicluster.x-k8s.io")
+        );
+        let mut spec = route();
+        spec["rules"][1]["backendRefs"][1]["namespace"] = json!("payments");
+        assert_eq!(
+            weights_patch(&spec, "shop", "1", "api", &ours).map(|_| ()),
+            not_ours("api-b of namespace payments")
         );
     }
 }

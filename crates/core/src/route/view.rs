@@ -3,7 +3,7 @@
 use kube::core::ObjectMeta;
 
 use super::{POLICY_LABEL, RouteRules, RulesDigest, gateway};
-use crate::digest::digest;
+use crate::{consent, digest::digest};
 
 /// What the controller keeps of a route in the cluster: digests where a comparison is all it
 /// is used for (a fixed-size value where a string would be one allocation each).
@@ -23,6 +23,8 @@ pub struct RouteView {
     /// backends and weights as a policy's `spec.routeRef` compares them; empty for the routes
     /// this controller writes, whose rules have no name.
     pub named_rules: Box<[(u64, RulesDigest)]>,
+    /// The digests of the policies its owner consents to ([`crate::consent`]); empty for most.
+    pub consents: Box<[u64]>,
 }
 
 impl RouteView {
@@ -48,6 +50,7 @@ impl RouteView {
             rules: rules.map(RulesDigest::of),
             answers: Vec::new(),
             named_rules: Box::default(),
+            consents: consent::digests(meta.annotations.as_ref()),
         }
     }
 
@@ -72,6 +75,11 @@ impl RouteView {
     /// Whether the object is controlled by the owner with this uid.
     pub fn owned_by(&self, uid: &str) -> bool {
         self.controller == Some(digest(uid))
+    }
+
+    /// Whether its owner consents to changes by the policy `policy` ([`crate::consent`]).
+    pub fn consents_to(&self, policy: &str) -> bool {
+        consent::granted_by_digests(&self.consents, policy)
     }
 
     /// Whether its [`POLICY_LABEL`] names this policy.

@@ -182,8 +182,8 @@ fn scaled_up(policy: &ValidPolicy, scaled: &Scaled) -> Option<Verdict> {
         (Some(problem), _) => Verdict::new(
             SCALED_UP,
             !raised.is_empty(),
-            scaling::SCALING_FAILED,
-            problem.clone(),
+            problem.reason,
+            problem.message.clone(),
         ),
         (None, false) => Verdict::new(
             SCALED_UP,

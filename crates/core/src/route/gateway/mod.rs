@@ -302,7 +302,15 @@ fn view(object: &RouteObject) -> RouteView {
             .status::<RouteStatus>()
             .map(|status| answers(&status))
             .unwrap_or_default(),
-        named_rules: spec.as_ref().map(named_rules).unwrap_or_default(),
+        named_rules: spec
+            .as_ref()
+            .map(|spec| {
+                named_rules(
+                    spec,
+                    object.metadata.namespace.as_deref().unwrap_or_default(),
+                )
+            })
+            .unwrap_or_default(),
         ..RouteView::new(&object.metadata, rules.as_ref())
     }
 }

@@ -316,10 +316,11 @@ pub fn rules(spec: &RouteSpec) -> Option<RouteRules> {
     })
 }
 
-/// Each named rule of a route, with what it says as a policy's `spec.routeRef` compares it
-/// ([`super::super::referenced::ReferencedRule`]: its backends by name, sorted, and weights); a
-/// rule with a backend of a kind this controller does not know is left out.
-pub fn named_rules(spec: &RouteSpec) -> Box<[(u64, RulesDigest)]> {
+/// Each named rule of a route of `namespace`, with what it says as a policy's `spec.routeRef`
+/// compares it ([`super::super::referenced::ReferencedRule`]: its backends by name, sorted, and
+/// weights); a rule with a backend of a kind this controller does not know is left out, and a
+/// backend of another namespace is named so that no policy's backend is its namesake.
+pub fn named_rules(spec: &RouteSpec, namespace: &str) -> Box<[(u64, RulesDigest)]> {
     spec.rules
         .iter()
         .filter_map(|rule| {
@@ -328,10 +329,15 @@ pub fn named_rules(spec: &RouteSpec) -> Box<[(u64, RulesDigest)]> {
                 .backend_refs
                 .iter()
                 .map(|b| {
+                    let foreign = b.other.get("namespace").and_then(Value::as_str);
+                    let name = match foreign {
+                        Some(other) if other != namespace => format!("{other}/{}", b.name).into(),
+                        _ => b.name.as_str().into(),
+                    };
                     Some(RouteBackend {
                         backend: Backend {
                             kind: BackendKind::of_reference(b.group.as_deref(), b.kind.as_deref())?,
-                            name: b.name.as_str().into(),
+                            name,
                         },
                         port: None,
                         weight: i64::from(b.weight.unwrap_or(1)),
