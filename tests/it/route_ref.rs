@@ -118,6 +118,16 @@ fn all_but_the_weights(route: &DynamicObject) -> Value {
     spec
 }
 
+/// The message of the policy `web`'s `Ready` condition, once it has the reason `reason`.
+async fn ready_message(env: &TestEnv, reason: &str) -> String {
+    let policy = env
+        .wait_policy("web", WAIT, reason, |p| {
+            condition(p, READY).is_some_and(|c| c.1 == reason)
+        })
+        .await;
+    condition(&policy, READY).map(|c| c.2).unwrap_or_default()
+}
+
 async fn wait_weights(routes: &Api<DynamicObject>, index: usize, expected: &[(&str, i64)]) {
     let expected: Vec<(String, i64)> = expected.iter().map(|(n, w)| (n.to_string(), *w)).collect();
     let reached = wait_until(WAIT, || async {
@@ -221,24 +231,14 @@ async fn a_route_ref_to_a_missing_route_or_other_backends_is_a_condition_naming_
     env.ready_backends(&WEB_BACKENDS).await;
     let _c = ControllerProcess::start(&env, &[]);
     env.apply(&policy());
-    let missing = env
-        .wait_policy("web", WAIT, ready::ROUTE_REF_NOT_FOUND, |p| {
-            condition(p, READY).is_some_and(|c| c.1 == ready::ROUTE_REF_NOT_FOUND)
-        })
-        .await;
-    let message = condition(&missing, READY).map(|c| c.2).unwrap_or_default();
+    let message = ready_message(&env, ready::ROUTE_REF_NOT_FOUND).await;
     assert!(
         message.contains("HTTPRoute shop does not exist"),
         "{message}"
     );
 
     let (routes, created) = create_user_route(&env, &[("web", 1), ("web-west", 0)]).await;
-    let differ = env
-        .wait_policy("web", WAIT, ready::ROUTE_REF_BACKENDS_DIFFER, |p| {
-            condition(p, READY).is_some_and(|c| c.1 == ready::ROUTE_REF_BACKENDS_DIFFER)
-        })
-        .await;
-    let message = condition(&differ, READY).map(|c| c.2).unwrap_or_default();
+    let message = ready_message(&env, ready::ROUTE_REF_BACKENDS_DIFFER).await;
     assert!(
         message.contains("missing: web-east; not the policy's: web-west"),
         "{message}"
@@ -278,12 +278,7 @@ async fn an_author_who_may_edit_only_policies_cannot_move_a_route_that_does_not_
     );
     let pinned = policy().spec(|s| s.pin = Some("web-east".into()));
     tenant.apply(&pinned.yaml());
-    let refused = env
-        .wait_policy("web", WAIT, ready::ROUTE_REF_NOT_CONSENTED, |p| {
-            condition(p, READY).is_some_and(|c| c.1 == ready::ROUTE_REF_NOT_CONSENTED)
-        })
-        .await;
-    let message = condition(&refused, READY).map(|c| c.2).unwrap_or_default();
+    let message = ready_message(&env, ready::ROUTE_REF_NOT_CONSENTED).await;
     assert!(
         message.contains("HTTPRoute shop does not consent")
             && message.contains(consent::POLICIES_ANNOTATION),
