@@ -241,8 +241,8 @@ async fn a_suspended_policy_writes_nothing() {
         order: None,
         now: chrono::Utc::now(),
     };
-    let intent = intend(valid, UID, &Gateways::default(), &observed);
-    let action = intent.action(None, false);
+    let mut intent = intend(valid, UID, &Gateways::default(), &observed);
+    let action = intent.action(Vec::new(), false);
     assert_eq!(action, Action::Suspended);
     let applied = carry_out(&writer, &intent, action, Some(view(UID, "7", &[1, 0]))).await;
     assert!(matches!(applied, Ok(Applied::Suspended)), "{applied:?}");

@@ -201,12 +201,12 @@ async fn act(
         order: following.order.as_ref(),
         now,
     };
-    let intent = intent::intend(valid, &policy.identity.uid, &ctx.scope.gateways, &observed);
+    let mut intent = intent::intend(valid, &policy.identity.uid, &ctx.scope.gateways, &observed);
     let held = ctx
         .caches
         .claims
         .read()
-        .held_by_other(&policy.key, &intent.claims);
+        .held_by_others(&policy.key, &intent.claims);
     let action = intent.action(held, ctx.caches.apis.is_missing(intent.api));
     let (applied, failure) =
         match apply::carry_out(&ctx.writer, &intent, action, inputs.route.clone()).await {

@@ -10,7 +10,10 @@
 //! restores it too. What to write is the core's decision ([`restore::step`]); this step reads
 //! each workload and writes what it says, each write a merge patch under the field manager
 //! [`FIELD_MANAGER`], so `managedFields` shows who set the value, and only while the cluster
-//! admin let the controller scale (`--allow-scaling`, the chart's `scaling.enabled`).
+//! admin let the controller scale (`--allow-scaling`, the chart's `scaling.enabled`) and the
+//! workload's owner consents: its annotation `failover.dev/policies` names the policy
+//! ([`crate::consent`]), read on the same GET that reads the replicas the write starts from.
+//! Without consent nothing is raised, and a record raised before is released, not restored.
 
 use k8s_openapi::{
     NamespaceResourceScope,
@@ -378,19 +381,20 @@ impl Workloads<'_> {
     }
 }
 
+/// The value a target names, in words.
 fn describe_target(target: &ScaleTarget) -> String {
-    match target.kind {
-        ScaleKind::HorizontalPodAutoscaler => {
-            format!("HorizontalPodAutoscaler {} minReplicas", target.name)
-        }
-        ScaleKind::Deployment => format!("Deployment {} replicas", target.name),
-    }
+    let field = match target.kind {
+        ScaleKind::HorizontalPodAutoscaler => "minReplicas",
+        ScaleKind::Deployment => "replicas",
+    };
+    format!("{} {field}", describe_workload(target))
 }
 
 /// The workload a target names, in words.
 fn describe_workload(target: &ScaleTarget) -> String {
-    match target.kind {
-        ScaleKind::HorizontalPodAutoscaler => format!("HorizontalPodAutoscaler {}", target.name),
-        ScaleKind::Deployment => format!("Deployment {}", target.name),
-    }
+    let kind = match target.kind {
+        ScaleKind::HorizontalPodAutoscaler => "HorizontalPodAutoscaler",
+        ScaleKind::Deployment => "Deployment",
+    };
+    format!("{kind} {}", target.name)
 }

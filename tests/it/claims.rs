@@ -1,7 +1,8 @@
 //! Who routes what when namespaces share a Gateway, end to end: a policy claims only what it may
 //! attach to, a claim goes to the policy that made it first (however old the other policy is),
-//! that order survives a restart of the controller, and a conflict names no policy of another
-//! namespace. Each namespace's author is a tenant bound to the chart's edit role there.
+//! that order survives a restart of the controller, a hostname held elsewhere is left out of a
+//! route that goes on serving the others, and a conflict names no policy of another namespace.
+//! Each namespace's author is a tenant bound to the chart's edit role there.
 
 use std::time::Duration;
 
@@ -16,15 +17,40 @@ use kube::{Api, api::DynamicObject};
 
 use crate::support::{
     self, ControllerProcess, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, condition, wait_until,
+    what_if::{Predicted, what_if},
 };
 
 /// The usual policy, its HTTPRoute on the Gateway `gw` of `namespace` for `shop.example.com`.
 fn shop_on_gateway_of(namespace: &str) -> PolicyBuilder {
+    serving_on_gateway_of(namespace, &["shop.example.com"])
+}
+
+/// The usual policy, its HTTPRoute on the Gateway `gw` of `namespace` for these hostnames.
+fn serving_on_gateway_of(namespace: &str, hostnames: &[&str]) -> PolicyBuilder {
+    let hostnames: Vec<String> = hostnames.iter().map(|h| h.to_string()).collect();
     PolicyBuilder::web().on_gateway(namespace, "gw").spec(|s| {
         if let Some(route) = s.http_route.as_mut() {
-            route.hostnames = vec!["shop.example.com".into()];
+            route.hostnames = hostnames;
         }
     })
+}
+
+/// The hostnames of the namespace's route `web` (`None`: no route).
+async fn route_hostnames(env: &TestEnv) -> Option<Vec<String>> {
+    let routes: Api<DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        &env.ns,
+        &failover::route::RouteKind::HttpRoute.resource(),
+    );
+    let route = routes.get_opt("web").await.ok().flatten()?;
+    let hostnames = route.data["spec"]["hostnames"].as_array().cloned();
+    Some(
+        hostnames
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|h| h.as_str().map(String::from))
+            .collect(),
+    )
 }
 
 fn ready_reason(p: &FailoverPolicy) -> Option<String> {
@@ -138,5 +164,74 @@ async fn an_older_policy_of_another_namespace_cannot_take_a_route_by_naming_its_
     support::figure(format!(
         "the other namespace's author sees: ApexConflict: {}",
         support::ok(&seen, "kubectl get as the tenant")
+    ));
+}
+
+#[tokio::test]
+async fn a_hostname_held_elsewhere_leaves_the_policys_other_hostnames_served() {
+    let Some(shop) = TestEnv::dedicated("shop").await else {
+        return;
+    };
+    let other = TestEnv::on(shop.cp, "other")
+        .await
+        .expect("a second namespace");
+    shop.cp.install_gateway_api();
+    for env in [&shop, &other] {
+        env.ready_backends(&WEB_BACKENDS).await;
+    }
+    let (shop_author, other_author) = (shop.tenant(), other.tenant());
+    let gateway = format!("{}/gw", shop.ns);
+    let _controller =
+        ControllerProcess::start_cluster_wide(&shop, &["--allowed-gateways", &gateway]);
+
+    // 1. The other namespace, allowed on the shop's Gateway, claims b.example.com there first.
+    other_author.apply(&serving_on_gateway_of(&shop.ns, &["b.example.com"]).yaml());
+    let served = |want: Vec<&'static str>, env| async move {
+        route_hostnames(env).await == Some(want.iter().map(|h| h.to_string()).collect())
+    };
+    assert!(
+        wait_until(WAIT, || served(vec!["b.example.com"], &other)).await,
+        "the other namespace's route"
+    );
+
+    // 2. The shop adds b.example.com beside its own a.example.com: its route serves
+    // a.example.com, and its Attached condition names the hostname it does not hold.
+    shop_author.apply(&serving_on_gateway_of(&shop.ns, &["a.example.com", "b.example.com"]).yaml());
+    let p = shop
+        .wait_policy("web", WAIT, attached::HOSTNAME_HELD_ELSEWHERE, |p| {
+            condition(p, ATTACHED).is_some_and(|c| c.1 == attached::HOSTNAME_HELD_ELSEWHERE)
+        })
+        .await;
+    assert_eq!(
+        route_hostnames(&shop).await,
+        Some(vec!["a.example.com".to_string()])
+    );
+    let (_, _, message) = condition(&p, ATTACHED).expect("Attached");
+    assert!(
+        message.starts_with(&format!(
+            "hostname b.example.com path / on Gateway {gateway} is routed by a policy in another namespace, which claimed it first"
+        )) && !message.contains(&other.ns),
+        "{message}"
+    );
+    assert_ne!(ready_reason(&p).as_deref(), Some(ready::APEX_CONFLICT));
+    // what-if says the same, by the controller's functions.
+    let report = what_if(&shop, "web", &[]);
+    Predicted::of(&report, 0, "web", failover::route::RouteKind::HttpRoute)
+        .written_as_printed(&shop, "a hostname held elsewhere")
+        .await;
+
+    // 3. The other policy goes: the shop's route serves both.
+    other_author.delete("failoverpolicy", "web");
+    assert!(
+        wait_until(WAIT, || served(
+            vec!["a.example.com", "b.example.com"],
+            &shop
+        ))
+        .await,
+        "the hostname handed over: {:?}",
+        route_hostnames(&shop).await
+    );
+    support::figure(format!(
+        "a hostname held elsewhere: the shop's route served a.example.com only, then both once the holder went; Attached said: {message}"
     ));
 }

@@ -244,6 +244,9 @@ pub mod attached {
     /// A Gateway of another namespace that the cluster admin does not allow policies of this
     /// namespace to attach to (`--allowed-gateways`): the route is not attached to it.
     pub const GATEWAY_NOT_ALLOWED: &str = "GatewayNotAllowed";
+    /// A hostname of the route that another policy, which claimed it first, routes on a Gateway
+    /// listener: the route is written without it and serves the policy's other hostnames.
+    pub const HOSTNAME_HELD_ELSEWHERE: &str = "HostnameHeldElsewhere";
 }
 
 /// Reasons of the Events that announce a transition (besides `FailedOver` and

@@ -5,8 +5,10 @@
 //! [`crate::tenancy::Gateways::attachable`] keeps, the function that decides the route's
 //! parents, so a Gateway the admin does not allow the policy is no claim of it. Two policies
 //! claiming one thing would write two routes for it, and what a mesh or a Gateway does then is
-//! undefined: the policy that claimed it first holds it, and the other writes no route and says
-//! why (`Ready=False`, reason `ApexConflict`). A claim ranks by when it was made, not by the
+//! undefined: the policy that claimed it first holds it. The other leaves a hostname it does not
+//! hold out of its route and serves the rest (`Attached=False`, reason `HostnameHeldElsewhere`);
+//! an apex or a rule it does not hold, or no hostname left, and it writes no route and says why
+//! (`Ready=False`, reason `ApexConflict`) ([`crate::intent::Intent::action`]). A claim ranks by when it was made, not by the
 //! policy's age: an old policy that names something later does not take it from the policy
 //! routing it.
 //!
@@ -328,16 +330,15 @@ impl Claims {
         self.key(*self.holders.get(&claim)?)
     }
 
-    /// The first of `claims` that a policy other than `policy` holds, and that holder.
-    pub fn held_by_other(
-        &self,
-        policy: &PolicyKey,
-        claims: &[Claim],
-    ) -> Option<(Claim, PolicyKey)> {
-        claims.iter().find_map(|claim| {
-            let holder = self.holder(claim.id())?;
-            (holder != policy).then(|| (claim.clone(), holder.clone()))
-        })
+    /// Each of `claims` that a policy other than `policy` holds, with that holder.
+    pub fn held_by_others(&self, policy: &PolicyKey, claims: &[Claim]) -> Vec<(Claim, PolicyKey)> {
+        claims
+            .iter()
+            .filter_map(|claim| {
+                let holder = self.holder(claim.id())?;
+                (holder != policy).then(|| (claim.clone(), holder.clone()))
+            })
+            .collect()
     }
 
     /// The holder of the first of `claims` (digests) that a policy other than `policy` holds.

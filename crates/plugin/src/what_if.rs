@@ -301,14 +301,14 @@ fn decided(imagined: &Imagined, observed: &Observed) -> (FailoverPolicyStatus, S
     let (policy, valid) = (imagined.policy, &imagined.valid);
     let uid = policy.uid().unwrap_or_default();
     let recorded = policy.status.as_ref();
-    let intent = intent::intend(valid.clone(), &uid, &imagined.gateways, observed);
+    let mut intent = intent::intend(valid.clone(), &uid, &imagined.gateways, observed);
     let at = intent.plan.now;
     let next_at = intent
         .plan
         .requeue_after
         .and_then(|n| chrono::Duration::from_std(n).ok().map(|n| at + n));
     let key = PolicyKey::new(&valid.namespace, &valid.name);
-    let held = imagined.claims.held_by_other(&key, &intent.claims);
+    let held = imagined.claims.held_by_others(&key, &intent.claims);
     let applied =
         intent
             .action(held, imagined.api_missing)

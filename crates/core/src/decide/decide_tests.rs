@@ -95,6 +95,7 @@ pub(crate) fn decide(
         applied,
         route,
         refused_parents: Vec::new(),
+        held_hostnames: Vec::new(),
         scaled: Default::default(),
     }));
     let status = build(&StatusInput {

@@ -43,6 +43,21 @@ impl DesiredRoute {
         }
     }
 
+    /// This route without the hostnames `lost` (held by other policies): the rules and the
+    /// object written say only the others.
+    pub fn without_hostnames(&self, lost: &[&str]) -> Self {
+        let mut narrowed = self.clone();
+        narrowed
+            .rules
+            .hostnames
+            .retain(|h| !lost.contains(&h.as_str()));
+        narrowed.target = self.target.without_hostnames(lost);
+        narrowed.object = narrowed
+            .target
+            .object(self.object.metadata.clone(), &narrowed.rules);
+        narrowed
+    }
+
     /// The route's key in the route cache.
     pub fn key(&self) -> RouteKey {
         self.target.key(&self.namespace)

@@ -6,8 +6,9 @@
 //!
 //! - [`intend`]: the policy as it may attach (the parents the admin allows), what it claims, the
 //!   decision, the route to write and the API it needs;
-//! - [`Intent::action`]: what the apply step does with it: write the route, withdraw it (another
-//!   policy holds a claim), nothing (suspended), or report the missing API;
+//! - [`Intent::action`]: what the apply step does with it: write the route (without the
+//!   hostnames other policies hold), withdraw it (another policy holds its apex, its rule or
+//!   every hostname), nothing (suspended), or report the missing API;
 //! - [`Intent::outcome`] and [`report`]: what carrying it out did, and the status that says so.
 //!
 //! The controller's reconcile and `kubectl failover what-if` call these same functions: the
@@ -62,6 +63,8 @@ pub struct Intent {
     pub route: DesiredRoute,
     /// The API the route is written through.
     pub api: NeededApi,
+    /// The hostnames other policies hold (each claim, with its holder): left out of the route.
+    pub held_hostnames: Vec<(Claim, PolicyKey)>,
 }
 
 /// What the controller intends for `policy` (whose object has `uid`), given the Gateways the
@@ -91,6 +94,7 @@ pub fn intend(
         plan,
         route,
         api,
+        held_hostnames: Vec::new(),
     }
 }
 
@@ -112,8 +116,8 @@ fn attachable(
 /// What the apply step does with an intent.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    /// Another policy, which claimed it first, holds `claim`: write no route, and delete the one
-    /// this policy owns.
+    /// Another policy, which claimed it first, holds `claim` (an apex, a rule, or the last
+    /// hostname the route would serve): write no route, and delete the one this policy owns.
     Withdraw {
         /// What the other policy holds.
         claim: Claim,
@@ -131,10 +135,13 @@ pub enum Action {
 }
 
 impl Intent {
-    /// What the apply step does, given the first of the intent's claims another policy holds
-    /// (`held`, with that policy) and whether the route's API is known to be missing.
-    pub fn action(&self, held: Option<(Claim, PolicyKey)>, api_missing: bool) -> Action {
-        if let Some((claim, holder)) = held {
+    /// What the apply step does, given the intent's claims other policies hold (`held`, each
+    /// with that policy) and whether the route's API is known to be missing. Conflicts are
+    /// settled per hostname, as the Gateway API settles them: a hostname held elsewhere is left
+    /// out of the route ([`Intent::held_hostnames`]) and the others are served; the route is
+    /// withdrawn only when it would route nothing of its own.
+    pub fn action(&mut self, held: Vec<(Claim, PolicyKey)>, api_missing: bool) -> Action {
+        if let Some((claim, holder)) = self.yield_held(held) {
             Action::Withdraw { claim, holder }
         } else if api_missing {
             Action::ApiMissing(self.api)
@@ -147,6 +154,30 @@ impl Intent {
         }
     }
 
+    /// Leaves the hostnames other policies hold out of the route; returns what makes it
+    /// withdraw whole instead: a held apex or rule, a held claim of every hostname of a listener
+    /// (a route naming none, a TCPRoute), or every hostname held.
+    fn yield_held(&mut self, held: Vec<(Claim, PolicyKey)>) -> Option<(Claim, PolicyKey)> {
+        let hostname = |claim: &Claim| match claim {
+            Claim::Listener { hostname, .. } if &**hostname != "*" => Some(hostname.clone()),
+            _ => None,
+        };
+        if let Some(whole) = held.iter().find(|(claim, _)| hostname(claim).is_none()) {
+            return Some(whole.clone());
+        }
+        let lost: Vec<Box<str>> = held.iter().filter_map(|(c, _)| hostname(c)).collect();
+        let lost: Vec<&str> = lost.iter().map(|h| &**h).collect();
+        let route = self.route.without_hostnames(&lost);
+        if route.rules.hostnames.is_empty() {
+            return held.into_iter().next();
+        }
+        if !held.is_empty() {
+            self.route = route;
+            self.held_hostnames = held;
+        }
+        None
+    }
+
     /// The outcome of carrying out the intent: what the apply and scale steps did, and the route
     /// as the cluster had it when the decision was made.
     pub fn outcome(self, applied: Applied, scaled: Scaled, route: Option<RouteView>) -> Outcome {
@@ -156,6 +187,7 @@ impl Intent {
             applied,
             route,
             refused_parents: self.refused_parents,
+            held_hostnames: self.held_hostnames,
             scaled,
         }))
     }
@@ -215,4 +247,131 @@ pub fn report(outcome: &Outcome, record: &Record) -> FailoverPolicyStatus {
         now: record.now,
         claims: record.claims,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        api::{
+            FailoverPolicy, FailoverPolicySpec, GatewayParent, GatewayRouteSpec, Output,
+            SecondaryBackend,
+            conditions::{ATTACHED, attached},
+        },
+        observation::BackendObservation,
+    };
+
+    /// A policy of `shop` whose HTTPRoute on its Gateway `gw` serves `hostnames`.
+    fn on_gateway(hostnames: &[&str]) -> Arc<ValidPolicy> {
+        let mut p = FailoverPolicy::new(
+            "web",
+            FailoverPolicySpec {
+                service: "web".into(),
+                primary: "web-a".into(),
+                secondaries: vec![SecondaryBackend::new("web-b")],
+                output: Output::HttpRoute,
+                http_route: Some(GatewayRouteSpec {
+                    gateways: vec![GatewayParent {
+                        name: "gw".into(),
+                        namespace: None,
+                        section_name: None,
+                        port: None,
+                    }],
+                    hostnames: hostnames.iter().map(|h| h.to_string()).collect(),
+                    ..GatewayRouteSpec::on_port(8080)
+                }),
+                ..Default::default()
+            },
+        );
+        p.metadata.namespace = Some("shop".into());
+        Arc::new(crate::validate::validate(&p).expect("valid"))
+    }
+
+    fn intent_of(policy: Arc<ValidPolicy>) -> Intent {
+        let observations = [
+            BackendObservation::counted(1, 1),
+            BackendObservation::counted(1, 1),
+        ];
+        let observed = Observed {
+            observations: &observations,
+            previous: None,
+            order: None,
+            now: Utc::now(),
+        };
+        intend(policy, "uid", &Gateways::default(), &observed)
+    }
+
+    /// The claims of `intent` on these hostnames, held by a policy of another namespace.
+    fn held(intent: &Intent, hostnames: &[&str]) -> Vec<(Claim, PolicyKey)> {
+        let other = PolicyKey::new("other", "old");
+        intent
+            .claims
+            .iter()
+            .filter(|c| matches!(c, Claim::Listener { hostname, .. } if hostnames.contains(&&**hostname)))
+            .map(|c| (c.clone(), other.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn a_hostname_held_elsewhere_is_left_out_and_the_others_are_served() {
+        let mut intent = intent_of(on_gateway(&["a.example.com", "b.example.com"]));
+        let taken = held(&intent, &["b.example.com"]);
+        assert_eq!(taken.len(), 1);
+        assert_eq!(intent.action(taken, false), Action::Write);
+        assert_eq!(intent.route.rules.hostnames, ["a.example.com"]);
+        assert_eq!(
+            intent.route.object.data["spec"]["hostnames"],
+            serde_json::json!(["a.example.com"])
+        );
+        let written = intent.route.target.clone();
+        let outcome = intent.outcome(Applied::Written, Scaled::default(), None);
+        let status = report(
+            &outcome,
+            &Record {
+                generation: Some(1),
+                target: &written,
+                previous: None,
+                whole: None,
+                claims: None,
+                now: Utc::now(),
+            },
+        );
+        let attached_condition = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ATTACHED)
+            .expect("Attached");
+        assert_eq!(
+            (
+                attached_condition.status.as_str(),
+                attached_condition.reason.as_str()
+            ),
+            ("False", attached::HOSTNAME_HELD_ELSEWHERE)
+        );
+        assert_eq!(
+            attached_condition.message,
+            "hostname b.example.com path / on Gateway shop/gw is routed by a policy in another namespace, which claimed it first: the route is written without that hostname and serves the policy's others"
+        );
+    }
+
+    #[test]
+    fn a_route_is_withdrawn_only_when_it_would_route_nothing_of_its_own() {
+        let mut every = intent_of(on_gateway(&["a.example.com", "b.example.com"]));
+        let taken = held(&every, &["a.example.com", "b.example.com"]);
+        assert!(matches!(
+            every.action(taken, false),
+            Action::Withdraw { .. }
+        ));
+        let mut any_hostname = intent_of(on_gateway(&[]));
+        let taken = held(&any_hostname, &["*"]);
+        assert_eq!(taken.len(), 1, "a route naming no hostname claims them all");
+        assert!(matches!(
+            any_hostname.action(taken, false),
+            Action::Withdraw { .. }
+        ));
+        let mut free = intent_of(on_gateway(&["a.example.com"]));
+        assert_eq!(free.action(Vec::new(), false), Action::Write);
+        assert!(free.held_hostnames.is_empty());
+        assert_eq!(free.route.rules.hostnames, ["a.example.com"]);
+    }
 }

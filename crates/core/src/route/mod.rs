@@ -115,6 +115,15 @@ impl RouteTarget {
         (route, refused)
     }
 
+    /// This route without the hostnames `lost` (only a Gateway API route names hostnames).
+    pub fn without_hostnames(&self, lost: &[&str]) -> RouteTarget {
+        let mut route = self.clone();
+        if let Shape::Gateway(shape) = &mut route.shape {
+            shape.hostnames.retain(|h| !lost.contains(&h.as_str()));
+        }
+        route
+    }
+
     /// The kind of route.
     pub fn kind(&self) -> RouteKind {
         self.shape.form().spec().kind

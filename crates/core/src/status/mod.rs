@@ -34,8 +34,9 @@ use crate::{
     decide::{Plan, Rule, conditions, verdict::Verdict},
     last_status::LastStatus,
     message,
+    observation::PolicyKey,
     policy::{SpecProblem, ValidPolicy},
-    route::{RouteKind, RouteParent, RouteTarget, RouteView, claim::holder_seen_from},
+    route::{Claim, RouteKind, RouteParent, RouteTarget, RouteView, claim::holder_seen_from},
 };
 
 /// What a reconcile came to.
@@ -61,6 +62,8 @@ pub struct Decided {
     /// The parents the policy asks for that the cluster admin does not allow (Gateways of
     /// other namespaces not in `--allowed-gateways`): left out of the route.
     pub refused_parents: Vec<RouteParent>,
+    /// The hostnames other policies hold, each claim with its holder: left out of the route.
+    pub held_hostnames: Vec<(Claim, PolicyKey)>,
     /// What the scale step did.
     pub scaled: Scaled,
 }
@@ -115,10 +118,7 @@ fn decided_or_in_place(d: &Decided, input: &StatusInput) -> (FailoverPolicyStatu
         Applied::Conflict | Applied::ApiMissing(_) | Applied::Yielded { .. } => None,
         _ => d.route.as_ref(),
     };
-    status.route_parents = parents::states(&d.policy.route, &d.policy.namespace, own);
-    status
-        .route_parents
-        .extend(parents::refused(&d.refused_parents, &d.policy.namespace));
+    status.route_parents = parents::states(&d.policy, own, &d.refused_parents);
     let ready = match &d.applied {
         Applied::Unchanged | Applied::Written | Applied::Suspended => None,
         Applied::Failed(error) => Some(failed(kind, error, &decided_active)),
@@ -159,7 +159,11 @@ fn decided_or_in_place(d: &Decided, input: &StatusInput) -> (FailoverPolicyStatu
     if let Some(ready) = ready {
         verdicts[0] = ready;
     }
-    verdicts.extend(parents::verdict(&status.route_parents));
+    verdicts.extend(parents::verdict(
+        &status.route_parents,
+        &d.held_hostnames,
+        &d.policy.namespace,
+    ));
     verdicts.extend(scaled_up(&d.policy, &d.scaled));
     (status, verdicts)
 }

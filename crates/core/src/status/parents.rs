@@ -9,12 +9,27 @@ use crate::{
     },
     decide::verdict::Verdict,
     message,
-    route::{RouteParent, RouteTarget, RouteView},
+    observation::PolicyKey,
+    policy::ValidPolicy,
+    route::{Claim, RouteParent, RouteTarget, RouteView, claim::holder_seen_from},
 };
 
 /// Each parent the policy asks for, with its controller's answer from the route in the cluster
-/// (`route`); empty for a kind without parents (a TrafficSplit).
+/// (`route`), then those the cluster admin does not allow (`refused`); empty for a kind without
+/// parents (a TrafficSplit).
 pub fn states(
+    policy: &ValidPolicy,
+    route: Option<&RouteView>,
+    refused_parents: &[RouteParent],
+) -> Vec<RouteParentState> {
+    let (target, namespace) = (&policy.route, &*policy.namespace);
+    let mut states = answered(target, namespace, route);
+    states.extend(refused(refused_parents, namespace));
+    states
+}
+
+/// Each parent the route asks for, with its controller's answer from the route in the cluster.
+fn answered(
     target: &RouteTarget,
     namespace: &str,
     route: Option<&RouteView>,
@@ -53,7 +68,7 @@ pub fn states(
 }
 
 /// The parents the cluster admin does not allow, as states: not attached, and why.
-pub fn refused(parents: &[RouteParent], namespace: &str) -> Vec<RouteParentState> {
+fn refused(parents: &[RouteParent], namespace: &str) -> Vec<RouteParentState> {
     parents
         .iter()
         .map(|p| RouteParentState {
@@ -71,8 +86,14 @@ pub fn refused(parents: &[RouteParent], namespace: &str) -> Vec<RouteParentState
         .collect()
 }
 
-/// The `Attached` condition of an HTTPRoute's parents; `None` for a TrafficSplit.
-pub fn verdict(states: &[RouteParentState]) -> Option<Verdict> {
+/// The `Attached` condition of a route's parents, and of the hostnames other policies hold
+/// (`held`, left out of the route) for a policy of `namespace`; `None` for a TrafficSplit. A
+/// parent refused says so first, then a hostname held elsewhere.
+pub fn verdict(
+    states: &[RouteParentState],
+    held: &[(Claim, PolicyKey)],
+    namespace: &str,
+) -> Option<Verdict> {
     if states.is_empty() {
         return None;
     }
@@ -85,6 +106,21 @@ pub fn verdict(states: &[RouteParentState]) -> Option<Verdict> {
     });
     if let Some(refused) = refused {
         return Some(refusal(refused));
+    }
+    if let Some((claim, holder)) = held.first() {
+        let more = match held.len() {
+            1 => String::new(),
+            n => format!(" (and {} more held elsewhere)", n - 1),
+        };
+        return Some(Verdict::new(
+            ATTACHED,
+            false,
+            attached::HOSTNAME_HELD_ELSEWHERE,
+            format!(
+                "{claim} is routed by {}, which claimed it first{more}: the route is written without that hostname and serves the policy's others",
+                holder_seen_from(holder, namespace)
+            ),
+        ));
     }
     let waiting: Vec<String> = states
         .iter()
