@@ -43,6 +43,10 @@ use crate::{
     validate::{parses_query, validated_after},
 };
 
+/// How long the policy watch waits for the Gateways and namespaces to list (or to be found not
+/// served) before it makes claims without them; they are re-ranked when they list.
+const ADMISSION_WAIT: Duration = Duration::from_secs(10);
+
 /// What the policy stage takes in: a watch event, or a policy the validator validated.
 enum Input {
     Event(Box<watcher::Event<FailoverPolicy>>),
@@ -58,6 +62,15 @@ pub fn policy_requests(ctx: Arc<Context>) -> impl Stream<Item = Request> + Send 
         Default::default(),
         ctx.clone(),
     );
+    // Claims are made once what the Gateways' listeners admit is known, so the first list's
+    // claims are those the status recorded, not claims made anew when the Gateways arrive.
+    let waiting = ctx.clone();
+    let events = futures::stream::once(async move {
+        let synced = &waiting.caches.synced;
+        synced.wait_for(&WatchKind::ADMISSION, ADMISSION_WAIT).await;
+        events
+    })
+    .flatten();
     let validations = Arc::new(Validations::default());
     let (validated, results) = mpsc::unbounded();
     tokio::spawn(validate_in_turn(
@@ -321,11 +334,11 @@ fn follow(ctx: &Context, change: &TableChange) -> Vec<Request> {
                 .as_ref()
                 .is_some_and(|p| p.identity.uid == held.identity.uid);
             if *revalidated || !same {
-                let now = claims::claimant(held, object.status.as_ref(), &ctx.scope.gateways);
-                let handed = caches
-                    .claims
-                    .write()
-                    .update(&held.key, Some(&now), seen_at());
+                // Made under the table's lock, as a re-rank makes them.
+                let mut table = caches.claims.write();
+                let now = claims::claimant(held, object.status.as_ref(), &ctx.gateways());
+                let handed = table.update(&held.key, Some(&now), seen_at());
+                drop(table);
                 std::iter::once(held.key.clone()).chain(handed).collect()
             } else {
                 vec![held.key.clone()]

@@ -201,7 +201,7 @@ async fn act(
         order: following.order.as_ref(),
         now,
     };
-    let mut intent = intent::intend(valid, &policy.identity.uid, &ctx.scope.gateways, &observed);
+    let mut intent = intent::intend(valid, &policy.identity.uid, &ctx.gateways(), &observed);
     let held = ctx
         .caches
         .claims

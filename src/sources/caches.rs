@@ -8,6 +8,8 @@ use std::{sync::Arc, time::Duration};
 
 use parking_lot::RwLock;
 
+use failover_core::listeners::Listeners;
+
 use crate::{
     apis::WatchKind,
     runtime::metrics::Metrics,
@@ -38,6 +40,9 @@ pub struct Caches {
     pub routes: RwLock<RouteStore>,
     /// Which policy routes each apex Service and Gateway listener.
     pub claims: RwLock<Claims>,
+    /// What each Gateway's listeners admit, and the namespaces' labels they read: replaced
+    /// whole by the Gateway and Namespace watches, shared with the reconciles reading it.
+    pub listeners: RwLock<Arc<Listeners>>,
     /// Which watches have listed.
     pub synced: Synced,
     /// The APIs found missing.
@@ -59,6 +64,7 @@ impl Caches {
             readiness: RwLock::default(),
             routes: RwLock::default(),
             claims: RwLock::default(),
+            listeners: RwLock::default(),
             synced: Synced::default(),
             apis: Apis::new(metrics),
             remote,

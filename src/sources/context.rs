@@ -16,8 +16,9 @@ use crate::{
         caches::Caches,
         scope::Scope,
         wake::Wake,
-        watch::{WatchReport, describe, not_found},
+        watch::{WatchReport, describe, forbidden, not_found},
     },
+    tenancy::Gateways,
 };
 
 /// What every step runs against.
@@ -60,6 +61,14 @@ impl Context {
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
+
+    /// Where policies' routes may attach now: the Gateways the admin allows, with what their
+    /// listeners admit as last seen.
+    pub fn gateways(&self) -> Gateways {
+        self.scope
+            .gateways
+            .with_listeners(self.caches.listeners.read().clone())
+    }
 }
 
 /// The local cluster's watches report here: first lists in the caches' `synced`, missing CRDs in
@@ -80,6 +89,14 @@ impl WatchReport for Context {
 
     fn failed(&self, kind: WatchKind, error: &kube::runtime::watcher::Error) {
         self.metrics().watch_restart(kind);
+        if WatchKind::ADMISSION.contains(&kind) && (not_found(error) || forbidden(error)) {
+            // No Gateway API, or no right to read it: nothing to list, and the listeners of a
+            // Gateway not seen are not judged (the Gateway answers in the route's status).
+            if self.caches.synced.done(kind) {
+                info!(%kind, error = %describe(error), "not watched; Gateways' listeners are not judged");
+            }
+            return;
+        }
         match kind.api().filter(|_| not_found(error)) {
             Some(api) => self.caches.apis.missing(api),
             None => warn!(%kind, error = %describe(error), "watch failed; retrying"),

@@ -166,6 +166,12 @@ pub fn not_found(error: &watcher::Error) -> bool {
         | watcher::Error::WatchStartFailed(kube::Error::Api(s)) if s.code == 404)
 }
 
+/// Whether a watch failed because the API server refused its list or watch (403): not granted.
+pub fn forbidden(error: &watcher::Error) -> bool {
+    matches!(error, watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s)) if s.code == 403)
+}
+
 /// A watch error as a short sentence.
 pub fn describe(error: &watcher::Error) -> String {
     match error {

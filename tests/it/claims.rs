@@ -235,3 +235,190 @@ async fn a_hostname_held_elsewhere_leaves_the_policys_other_hostnames_served() {
         "a hostname held elsewhere: the shop's route served a.example.com only, then both once the holder went; Attached said: {message}"
     ));
 }
+
+/// The Gateway `gw` of `env`'s namespace (its owner is the admin), with an HTTP listener `web`
+/// on port 80 and a TCP listener `db` on port 5432, each admitting routes `from` these
+/// namespaces (`All` or `Same`).
+fn gateway(env: &TestEnv, web_from: &str) {
+    let yaml = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw}}
+spec:
+  gatewayClassName: none
+  listeners:
+  - {{name: web, port: 80, protocol: HTTP, allowedRoutes: {{namespaces: {{from: {web_from}}}}}}}
+  - {{name: db, port: 5432, protocol: TCP, allowedRoutes: {{namespaces: {{from: All}}}}}}
+"
+    );
+    support::ok(
+        &env.kubectl_stdin(&["apply", "-f", "-"], &yaml),
+        "the Gateway owner's Gateway",
+    );
+}
+
+fn attached_reason(p: &FailoverPolicy) -> Option<String> {
+    condition(p, ATTACHED).map(|c| c.1)
+}
+
+/// What-if, run now for `env`'s policy `web`, prints what the controller then has.
+async fn what_if_agrees(env: &TestEnv, kind: failover::route::RouteKind, scenario: &str) {
+    let report = what_if(env, "web", &[]);
+    Predicted::of(&report, 0, "web", kind)
+        .written_as_printed(env, scenario)
+        .await;
+}
+
+#[tokio::test]
+async fn a_namespace_the_gateways_listener_does_not_admit_cannot_take_or_hold_a_hostname_on_it() {
+    let Some(shop) = TestEnv::dedicated("shop").await else {
+        return;
+    };
+    let other = TestEnv::on(shop.cp, "other")
+        .await
+        .expect("a second namespace");
+    shop.cp.install_gateway_api();
+    for env in [&shop, &other] {
+        env.ready_backends(&WEB_BACKENDS).await;
+    }
+    let (shop_author, other_author) = (shop.tenant(), other.tenant());
+    // The admin allows the shop's Gateway to every namespace: only its owner's listeners decide.
+    gateway(&shop, "All");
+    let allowed = format!("{}/gw", shop.ns);
+    let controller =
+        ControllerProcess::start_cluster_wide(&shop, &["--allowed-gateways", &allowed]);
+
+    // 1. The listener admits every namespace: the other namespace claims the hostname first.
+    other_author.apply(&shop_on_gateway_of(&shop.ns).yaml());
+    assert!(
+        wait_until(WAIT, || async { route_hostnames(&other).await.is_some() }).await,
+        "the other namespace's route"
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    shop_author.apply(&shop_on_gateway_of(&shop.ns).yaml());
+    shop.wait_policy("web", WAIT, ready::APEX_CONFLICT, |p| {
+        ready_reason(p).as_deref() == Some(ready::APEX_CONFLICT)
+    })
+    .await;
+
+    // 2. The Gateway's owner admits only its own namespace: the other namespace holds nothing
+    // there any more, and the shop routes the hostname.
+    gateway(&shop, "Same");
+    let p = other
+        .wait_policy("web", WAIT, attached::NOT_ALLOWED_BY_LISTENERS, |p| {
+            attached_reason(p).as_deref() == Some(attached::NOT_ALLOWED_BY_LISTENERS)
+        })
+        .await;
+    let (_, _, message) = condition(&p, ATTACHED).expect("Attached");
+    assert_eq!(
+        message,
+        format!(
+            "Gateway {}/gw is not attached: its listener web admits routes of the Gateway's own namespace only (allowedRoutes.namespaces.from: Same)",
+            shop.ns
+        )
+    );
+    assert!(
+        wait_until(WAIT, || routes_its_own_gateway(&shop)).await,
+        "the shop's route: {:?}",
+        shop.policy("web").await.and_then(|p| condition(&p, READY))
+    );
+    for env in [&shop, &other] {
+        what_if_agrees(
+            env,
+            failover::route::RouteKind::HttpRoute,
+            "a listener admitting only its own namespace",
+        )
+        .await;
+    }
+
+    // 3. After a restart, the other namespace's claim, recorded first, still takes nothing.
+    drop(controller);
+    let _c = ControllerProcess::start_cluster_wide(&shop, &["--allowed-gateways", &allowed]);
+    let taken = wait_until(Duration::from_secs(5), || async {
+        !routes_its_own_gateway(&shop).await
+    })
+    .await;
+    assert!(!taken, "the shop lost its route after a restart");
+    support::figure(format!(
+        "a listener admitting only its own namespace: the other namespace's claim, made first, was dropped and the shop routed the hostname; Attached said: {message}"
+    ));
+}
+
+/// The usual policy with a TCPRoute on the Gateway `gw` of `namespace`, naming its listener by
+/// `section_name` or by `port`.
+fn tcp_on_gateway_of(
+    namespace: &str,
+    section_name: Option<&str>,
+    port: Option<i32>,
+) -> PolicyBuilder {
+    let parent = failover::api::GatewayParent {
+        name: "gw".into(),
+        namespace: Some(namespace.into()),
+        section_name: section_name.map(String::from),
+        port,
+    };
+    PolicyBuilder::web().spec(move |s| {
+        s.output = failover::api::Output::TcpRoute;
+        s.tcp_route = Some(failover::api::GatewayRouteSpec {
+            gateways: vec![parent],
+            ..failover::api::GatewayRouteSpec::on_port(80)
+        });
+    })
+}
+
+#[tokio::test]
+async fn the_same_tcp_listener_named_by_port_and_by_section_name_gives_one_route() {
+    let Some(db) = TestEnv::dedicated("db").await else {
+        return;
+    };
+    let other = TestEnv::on(db.cp, "other")
+        .await
+        .expect("a second namespace");
+    db.cp.install_gateway_api();
+    for env in [&db, &other] {
+        env.ready_backends(&WEB_BACKENDS).await;
+    }
+    gateway(&db, "Same");
+    let allowed = format!("{}/gw", db.ns);
+    let _controller = ControllerProcess::start_cluster_wide(&db, &["--allowed-gateways", &allowed]);
+    let tcp = failover::route::RouteKind::TcpRoute;
+    let routes = |env: &TestEnv| -> Api<DynamicObject> {
+        Api::namespaced_with(env.client.clone(), &env.ns, &tcp.resource())
+    };
+
+    // The Gateway's namespace names the listener db; the other names port 5432, the same one.
+    db.tenant()
+        .apply(&tcp_on_gateway_of(&db.ns, Some("db"), None).yaml());
+    let own = routes(&db);
+    assert!(
+        wait_until(WAIT, || async {
+            own.get_opt("web").await.ok().flatten().is_some()
+        })
+        .await,
+        "the db namespace's TCPRoute"
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    other
+        .tenant()
+        .apply(&tcp_on_gateway_of(&db.ns, None, Some(5432)).yaml());
+    let p = other
+        .wait_policy("web", WAIT, ready::APEX_CONFLICT, |p| {
+            ready_reason(p).as_deref() == Some(ready::APEX_CONFLICT)
+        })
+        .await;
+    let (_, _, message) = condition(&p, READY).expect("Ready");
+    assert!(
+        message.starts_with(&format!(
+            "TCP connections on Gateway {}/gw listener db is routed by a policy in another namespace, which claimed it first"
+        , db.ns)),
+        "{message}"
+    );
+    assert!(
+        routes(&other).get_opt("web").await.expect("read").is_none(),
+        "a second TCPRoute on the listener"
+    );
+    what_if_agrees(&other, tcp, "one TCP listener named by port").await;
+    support::figure(format!(
+        "one TCP listener named by sectionName and by port: one TCPRoute; the second policy said: {message}"
+    ));
+}

@@ -244,6 +244,13 @@ pub mod attached {
     /// A Gateway of another namespace that the cluster admin does not allow policies of this
     /// namespace to attach to (`--allowed-gateways`): the route is not attached to it.
     pub const GATEWAY_NOT_ALLOWED: &str = "GatewayNotAllowed";
+    /// No listener of the Gateway that the route names (by `sectionName`, by `port`, or all of
+    /// them) admits the route's namespace or kind (`allowedRoutes`): the route is not attached to
+    /// it, and the policy claims nothing there. The Gateway API's reason of the same name.
+    pub const NOT_ALLOWED_BY_LISTENERS: &str = "NotAllowedByListeners";
+    /// The Gateway has no listener of the `sectionName` or `port` the route names. The Gateway
+    /// API's reason of the same name.
+    pub const NO_MATCHING_PARENT: &str = "NoMatchingParent";
     /// A hostname of the route that another policy, which claimed it first, routes on a Gateway
     /// listener: the route is written without it and serves the policy's other hostnames.
     pub const HOSTNAME_HELD_ELSEWHERE: &str = "HostnameHeldElsewhere";

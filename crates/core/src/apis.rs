@@ -72,23 +72,33 @@ pub enum WatchKind {
     Route(RouteKind),
     /// The Secrets declaring remote clusters.
     Secret,
+    /// Gateways: what their listeners admit.
+    Gateway,
+    /// Namespaces (metadata only): the labels a listener's selector reads.
+    Namespace,
 }
 
 impl WatchKind {
     /// The kinds watched in the local cluster, as the `watch_restarts` metric labels them: the
     /// decision inputs, the policies, and each route kind.
-    pub const LOCAL: [WatchKind; 4 + RouteKind::ALL.len()] = {
-        let mut local = [WatchKind::EndpointSlice; 4 + RouteKind::ALL.len()];
+    pub const LOCAL: [WatchKind; 6 + RouteKind::ALL.len()] = {
+        let mut local = [WatchKind::EndpointSlice; 6 + RouteKind::ALL.len()];
         local[1] = WatchKind::Service;
         local[2] = WatchKind::FailoverPolicy;
         local[3] = WatchKind::FailoverGroup;
+        local[4] = WatchKind::Gateway;
+        local[5] = WatchKind::Namespace;
         let mut i = 0;
         while i < RouteKind::ALL.len() {
-            local[4 + i] = WatchKind::Route(RouteKind::ALL[i]);
+            local[6 + i] = WatchKind::Route(RouteKind::ALL[i]);
             i += 1;
         }
         local
     };
+
+    /// The kinds the claims need listed before they are made: what the Gateways' listeners
+    /// admit.
+    pub const ADMISSION: [WatchKind; 2] = [WatchKind::Gateway, WatchKind::Namespace];
 
     /// The kinds a decision needs listed before it can trust the caches.
     pub const DECISION_INPUTS: [WatchKind; 2] = [WatchKind::EndpointSlice, WatchKind::Service];
@@ -102,6 +112,8 @@ impl WatchKind {
             WatchKind::FailoverGroup => "failovergroup",
             WatchKind::Route(kind) => kind.metric_label(),
             WatchKind::Secret => "secret",
+            WatchKind::Gateway => "gateway",
+            WatchKind::Namespace => "namespace",
         }
     }
 
@@ -159,6 +171,8 @@ mod tests {
                 "service",
                 "failoverpolicy",
                 "failovergroup",
+                "gateway",
+                "namespace",
                 "trafficsplit",
                 "httproute",
                 "grpcroute",

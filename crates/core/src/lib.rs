@@ -58,7 +58,7 @@ pub const LAYERS: &[Layer] = &[
     },
     Layer {
         name: "policy",
-        modules: &["policy", "tenancy", "apis", "applied", "crd"],
+        modules: &["policy", "listeners", "tenancy", "apis", "applied", "crd"],
     },
     Layer {
         name: "validate",
@@ -90,6 +90,7 @@ pub mod endpoints;
 pub mod health_query;
 pub mod intent;
 pub mod last_status;
+pub mod listeners;
 pub mod message;
 pub mod observation;
 pub mod policy;

@@ -22,18 +22,24 @@
 //!   [`NAMESPACES_ANNOTATION`]; without it, each namespace reads its namesake only). A refused
 //!   namespace is not watched.
 //!
-//! - **Gateways** ([`Gateways`]): a policy's HTTPRoute attaches to a Gateway of its own
+//! - **Gateways** ([`Gateways`]): a policy's route attaches to a Gateway of its own
 //!   namespace, or of another namespace only where the admin allowed it (`--allowed-gateways`):
 //!   a Gateway's `allowedRoutes` admits routes, not the tenants who would have the controller
 //!   write them, and a tenant without any right on HTTPRoutes must not get one on a shared
-//!   Gateway. A Gateway not allowed is left out of the route (`Attached=False`, reason
-//!   `GatewayNotAllowed`), and the policy claims nothing on it: what a policy may not attach to
+//!   Gateway. The Gateway's owner consents too: a listener admits the route's namespace and kind
+//!   or not ([`crate::listeners`]). A Gateway either refuses is left out of the route
+//!   (`Attached=False`, reason `GatewayNotAllowed`, `NotAllowedByListeners` or
+//!   `NoMatchingParent`), and the policy claims nothing on it: what a policy may not attach to
 //!   it cannot take from the namespace that may.
 //!
 //! Each refusal names the field and the rule, in the policy's status, and never what the admin
 //! allowed or granted to others.
 
+use std::sync::Arc;
+
 use crate::{
+    api::conditions::attached,
+    listeners::{Admission, Listeners},
     observation::Namespace,
     policy::ValidPolicy,
     route::{Claim, ParentKind, RouteParent, RouteTarget, Shape, Traffic},
@@ -86,11 +92,26 @@ impl Addresses {
     }
 }
 
-/// The Gateways of other namespaces that policies may attach their HTTPRoutes to.
+/// Where policies' routes may attach: the Gateways of other namespaces the admin allows, and
+/// what each Gateway's listeners admit.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Gateways {
     /// `(namespace, name)` pairs; `*` as the name allows every Gateway of the namespace.
-    allowed: Vec<(String, String)>,
+    allowed: Arc<[(String, String)]>,
+    /// What the Gateways' listeners admit, as last seen.
+    listeners: Arc<Listeners>,
+}
+
+/// A parent left out of a policy's route, and why: the `Attached` reason and its message in
+/// one line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefusedParent {
+    /// The parent.
+    pub parent: RouteParent,
+    /// `GatewayNotAllowed`, `NotAllowedByListeners` or `NoMatchingParent`.
+    pub reason: &'static str,
+    /// Why, naming no other namespace than those the policy names.
+    pub message: String,
 }
 
 impl Gateways {
@@ -108,8 +129,76 @@ impl Gateways {
                         format!("--allowed-gateways: {g:?} is not namespace/name or namespace/*")
                     })
             })
-            .collect::<Result<_, _>>()?;
-        Ok(Self { allowed })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            allowed: allowed.into(),
+            listeners: Arc::default(),
+        })
+    }
+
+    /// The same admin's allowance with what the Gateways' listeners admit now.
+    pub fn with_listeners(&self, listeners: Arc<Listeners>) -> Self {
+        Self {
+            allowed: self.allowed.clone(),
+            listeners,
+        }
+    }
+
+    /// Why a Gateway parent of a route of `route` kind from `policy_namespace` is refused, if it
+    /// is; a parent that is no Gateway is never refused here.
+    fn refusal(
+        &self,
+        policy_namespace: &str,
+        route: &RouteTarget,
+        p: &RouteParent,
+    ) -> Option<RefusedParent> {
+        if p.kind != ParentKind::Gateway {
+            return None;
+        }
+        let namespace = p.namespace.as_deref().unwrap_or(policy_namespace);
+        let (reason, message) = if !self.allows(policy_namespace, namespace, &p.name) {
+            (
+                attached::GATEWAY_NOT_ALLOWED,
+                format!(
+                    "the cluster admin does not allow routes of namespace {policy_namespace} on it (--allowed-gateways)"
+                ),
+            )
+        } else {
+            match self
+                .listeners
+                .admit(namespace, p, policy_namespace, route.kind())
+            {
+                Admission::Refused { reason, message } => (reason, message),
+                Admission::Unknown | Admission::Listeners(_) => return None,
+            }
+        };
+        Some(RefusedParent {
+            parent: p.clone(),
+            reason,
+            message,
+        })
+    }
+
+    /// The listeners a Gateway parent resolves to, as claims name them: each admitting
+    /// listener by name; a Gateway not seen, as the reference names it (its `sectionName`, its
+    /// port, or none: the whole Gateway).
+    fn listeners_of(
+        &self,
+        policy_namespace: &str,
+        kind: crate::route::RouteKind,
+        p: &RouteParent,
+    ) -> Vec<Option<Box<str>>> {
+        let namespace = p.namespace.as_deref().unwrap_or(policy_namespace);
+        match self.listeners.admit(namespace, p, policy_namespace, kind) {
+            Admission::Listeners(names) => names.into_iter().map(Some).collect(),
+            Admission::Unknown | Admission::Refused { .. } => {
+                let named = p
+                    .section_name
+                    .clone()
+                    .or(p.port.map(|port| format!("port {port}")));
+                vec![named.map(Box::from)]
+            }
+        }
     }
 
     /// Whether a policy of `policy_namespace` may attach to the Gateway `namespace/name`.
@@ -122,22 +211,25 @@ impl Gateways {
     }
 
     /// A policy's route as it may attach: without the Gateways of other namespaces the admin
-    /// does not allow, and those Gateways. The one place a route's parents are decided: the
-    /// route written and what its policy claims ([`Gateways::claims`]) both come from it, so a
-    /// policy never claims what it may not attach to.
+    /// does not allow and those whose listeners do not admit it, and those Gateways with why.
+    /// The one place a route's parents are decided: the route written and what its policy
+    /// claims ([`Gateways::claims`]) both come from it, so a policy never claims what it may not
+    /// attach to.
     pub fn attachable(
         &self,
         policy_namespace: &str,
         route: &RouteTarget,
-    ) -> (RouteTarget, Vec<RouteParent>) {
-        route.without_parents(|p| {
-            p.kind == ParentKind::Gateway
-                && !self.allows(
-                    policy_namespace,
-                    p.namespace.as_deref().unwrap_or(policy_namespace),
-                    &p.name,
-                )
-        })
+    ) -> (RouteTarget, Vec<RefusedParent>) {
+        let refused: Vec<RefusedParent> = route
+            .parents()
+            .iter()
+            .filter_map(|p| self.refusal(policy_namespace, route, p))
+            .collect();
+        if refused.is_empty() {
+            return (route.clone(), refused);
+        }
+        let (kept, _) = route.without_parents(|p| refused.iter().any(|r| r.parent == *p));
+        (kept, refused)
     }
 
     /// Everything a policy claims: what its route may attach to.
@@ -166,7 +258,7 @@ impl Gateways {
             }
             Shape::Gateway(route) => route,
         };
-        let traffic = route.gateway_kind().traffic;
+        let (kind, traffic) = (route.kind, route.gateway_kind().traffic);
         let hostnames: Vec<&str> = if route.hostnames.is_empty() || traffic == Traffic::Tcp {
             vec!["*"]
         } else {
@@ -187,18 +279,17 @@ impl Gateways {
                         parent.namespace.as_deref().unwrap_or(namespace),
                         parent.name
                     );
-                    let listener = parent
-                        .section_name
-                        .clone()
-                        .or(parent.port.map(|p| format!("port {p}")));
-                    hostnames
+                    let listeners = self.listeners_of(namespace, kind, parent);
+                    listeners
                         .iter()
-                        .map(|hostname| Claim::Listener {
-                            traffic,
-                            gateway: gateway.as_str().into(),
-                            listener: listener.as_deref().map(Box::from),
-                            hostname: (*hostname).into(),
-                            path: path.into(),
+                        .flat_map(|listener| {
+                            hostnames.iter().map(|hostname| Claim::Listener {
+                                traffic,
+                                gateway: gateway.as_str().into(),
+                                listener: listener.clone(),
+                                hostname: (*hostname).into(),
+                                path: path.into(),
+                            })
                         })
                         .collect()
                 }

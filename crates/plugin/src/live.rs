@@ -1,6 +1,7 @@
 //! What `what-if` starts from, read from the cluster as the controller reads it: each backend's
-//! observation, the route the policy owns, the Gateways the admin lets it attach to, who
-//! holds what it claims, and the site its failover group routes it to.
+//! observation, the route the policy owns, the Gateways the admin lets it attach to and what
+//! their listeners admit, who holds what it claims, and the site its failover group routes it
+//! to.
 
 use chrono::Utc;
 use failover_core::{
@@ -12,14 +13,20 @@ use failover_core::{
     claims::{Claimant, Claims, ids, recorded},
     decide::group::Order,
     endpoints::observe_service,
+    listeners::{self, GatewayListeners, Listeners},
     observation::{Availability, BackendObservation, PolicyKey, Reading, Sample},
     policy::ValidPolicy,
     route::{ParentKind, RouteObject, RouteParent, RouteTarget, RouteView},
     tenancy::Gateways,
     validate::validate,
 };
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
-use kube::{Api, Client, Resource, ResourceExt, api::ListParams};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{DynamicObject, ListParams},
+};
+use std::sync::Arc;
 
 /// What the controller's watches would observe of each backend now, primary first.
 pub async fn observe(
@@ -107,10 +114,55 @@ impl Route {
     }
 }
 
+/// What the Gateways' listeners admit, read with the controller's own function from every
+/// Gateway and namespace this client may list (else those of `namespace`; none where it may read
+/// none, or the Gateway API is not installed: then, as for the controller, not judged).
+pub async fn listeners(client: &Client, namespace: &str) -> anyhow::Result<Arc<Listeners>> {
+    let mut listeners = Listeners::default();
+    let resource = listeners::resource();
+    let all: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let own: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let gateways = match all.list(&ListParams::default()).await {
+        Err(kube::Error::Api(e)) if e.code == 403 => own.list(&ListParams::default()).await,
+        listed => listed,
+    };
+    let gateways = match gateways {
+        Ok(list) => list.items,
+        Err(kube::Error::Api(e)) if e.code == 403 || e.code == 404 => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    for gateway in &gateways {
+        let (Some(ns), Some(name)) = (gateway.namespace(), gateway.meta().name.as_deref()) else {
+            continue;
+        };
+        let admits = GatewayListeners::of_spec(&gateway.data["spec"]);
+        listeners.set_gateway(&ns, name, Some(admits));
+    }
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let labelled = match namespaces.list_metadata(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(_) => namespaces
+            .get_metadata(namespace)
+            .await
+            .into_iter()
+            .collect(),
+    };
+    for ns in &labelled {
+        if let Some(name) = ns.metadata.name.as_deref() {
+            listeners.set_namespace(name, ns.metadata.labels.as_ref());
+        }
+    }
+    Ok(Arc::new(listeners))
+}
+
 /// The Gateways of other namespaces the cluster admin lets this policy's route attach to, as
-/// the controller last recorded them: every one its route names, but those its status records
-/// as not allowed.
-pub fn consent(valid: &ValidPolicy, recorded: Option<&FailoverPolicyStatus>) -> Gateways {
+/// the controller last recorded them (every one its route names, but those its status records
+/// as not allowed), with what their listeners admit.
+pub fn consent(
+    valid: &ValidPolicy,
+    recorded: Option<&FailoverPolicyStatus>,
+    listeners: &Arc<Listeners>,
+) -> Gateways {
     let (_, elsewhere) = valid.route.without_parents(|p| {
         p.kind == ParentKind::Gateway
             && p.namespace
@@ -132,13 +184,19 @@ pub fn consent(valid: &ValidPolicy, recorded: Option<&FailoverPolicyStatus>) -> 
         .filter(|p| !refused(p))
         .filter_map(|p| Some(format!("{}/{}", p.namespace.as_deref()?, p.name)))
         .collect();
-    Gateways::parse(&allowed).unwrap_or_default()
+    Gateways::parse(&allowed)
+        .unwrap_or_default()
+        .with_listeners(listeners.clone())
 }
 
 /// Who holds what, in the controller's own claims table built from every policy this client may
 /// list (all namespaces, else the policy's own), each claim ranked by when its status records it
 /// was made.
-pub async fn claims(client: &Client, namespace: &str) -> anyhow::Result<Claims> {
+pub async fn claims(
+    client: &Client,
+    namespace: &str,
+    listeners: &Arc<Listeners>,
+) -> anyhow::Result<Claims> {
     let all: Api<FailoverPolicy> = Api::all(client.clone());
     let listed = match all.list(&ListParams::default()).await {
         Ok(list) => list.items,
@@ -158,13 +216,11 @@ pub async fn claims(client: &Client, namespace: &str) -> anyhow::Result<Claims> 
         let uid = policy.uid().unwrap_or_default();
         let recorded = recorded(&ns, policy.status.as_ref());
         let claims = match validate(policy) {
-            Ok(valid) => consent(&valid, policy.status.as_ref()).claims(&valid),
+            Ok(valid) => consent(&valid, policy.status.as_ref(), listeners).claims(&valid),
             // An invalid policy still claims what its route in place routes.
-            Err(_) => Gateways::default().route_claims(
-                &ns,
-                &policy.spec.service,
-                &RouteTarget::of(policy),
-            ),
+            Err(_) => Gateways::default()
+                .with_listeners(listeners.clone())
+                .route_claims(&ns, &policy.spec.service, &RouteTarget::of(policy)),
         };
         let created = policy
             .meta()

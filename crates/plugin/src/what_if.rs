@@ -128,8 +128,9 @@ pub async fn run(
     let route = live::route(&client, &valid).await?;
     let from = Utc::now() + scenario.at;
     let changed = imagine(&valid, &live, scenario, from)?;
-    let gateways = live::consent(&valid, policy.status.as_ref());
-    let claims = live::claims(&client, namespace).await?;
+    let listeners = live::listeners(&client, namespace).await?;
+    let gateways = live::consent(&valid, policy.status.as_ref(), &listeners);
+    let claims = live::claims(&client, namespace, &listeners).await?;
     let order = live::group_order(&client, &valid).await?;
     let report = simulate(&Imagined {
         policy: &policy,

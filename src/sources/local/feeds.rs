@@ -1,5 +1,6 @@
 //! This cluster's watches that feed the local caches: EndpointSlices and Services (metadata
-//! only) into the readiness counts, the routes of each kind into the route views. Each event
+//! only) into the readiness counts, the routes of each kind into the route views, the Gateways
+//! and namespaces into what listeners admit ([`super::listeners`]). Each event
 //! updates one cache and wakes only the policies that reference what changed.
 
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{Api, core::PartialObjectMeta, runtime::watcher};
 
-use super::readiness::ReadinessStore;
+use super::{listeners::admission_feeds, readiness::ReadinessStore};
 use crate::{
     api::FailoverGroup,
     apis::WatchKind,
@@ -22,7 +23,12 @@ use crate::{
 
 /// Every watch that feeds a cache, run together.
 pub async fn feeds(ctx: Arc<Context>) {
-    futures::join!(readiness_feeds(&ctx), route_feeds(&ctx), group_feed(&ctx));
+    futures::join!(
+        readiness_feeds(&ctx),
+        route_feeds(&ctx),
+        group_feed(&ctx),
+        admission_feeds(&ctx)
+    );
 }
 
 /// FailoverGroups → the group table; a change wakes the members of the group, before and

@@ -304,6 +304,26 @@ impl PolicyTable {
         same_uid.then(|| entry.spec.valid().cloned()).flatten()
     }
 
+    /// The policies whose route names a Gateway that `names` picks (by the Gateway's
+    /// namespace and name, and the policy's namespace).
+    pub fn on_gateways(&self, names: impl Fn(&str, &str, &str) -> bool) -> Vec<PolicyEntry> {
+        self.store
+            .keys()
+            .filter_map(|key| {
+                let entry = self.store.get(key)?;
+                let on = entry.spec.target().parents().iter().any(|p| {
+                    p.kind == crate::route::ParentKind::Gateway
+                        && names(
+                            p.namespace.as_deref().unwrap_or(&key.namespace),
+                            &p.name,
+                            &key.namespace,
+                        )
+                });
+                on.then(|| held(key, entry))
+            })
+            .collect()
+    }
+
     /// Every policy's key.
     pub fn keys(&self) -> Vec<PolicyKey> {
         self.store.keys().cloned().collect()

@@ -30,9 +30,9 @@ use crate::{
     last_status::LastStatus,
     observation::{BackendObservation, PolicyKey},
     policy::ValidPolicy,
-    route::{Claim, RouteParent, RouteTarget, RouteView, owner, referenced::Mismatch},
+    route::{Claim, RouteTarget, RouteView, owner, referenced::Mismatch},
     status::{self, Decided, Outcome, StatusInput},
-    tenancy::Gateways,
+    tenancy::{Gateways, RefusedParent},
 };
 
 /// What a reconcile of a valid policy reads, as the sources hold it.
@@ -53,8 +53,9 @@ pub struct Observed<'a> {
 pub struct Intent {
     /// The policy as its route may attach: without the parents the admin does not allow.
     pub policy: Arc<ValidPolicy>,
-    /// The parents left out (Gateways of other namespaces not in `--allowed-gateways`).
-    pub refused_parents: Vec<RouteParent>,
+    /// The parents left out (Gateways of other namespaces not in `--allowed-gateways`, or
+    /// whose listeners do not admit the route), with why.
+    pub refused_parents: Vec<RefusedParent>,
     /// What the policy routes, as its route may attach.
     pub claims: Vec<Claim>,
     /// The decision.
@@ -98,12 +99,12 @@ pub fn intend(
     }
 }
 
-/// The policy with its route's Gateways of other namespaces that the cluster admin does not
-/// allow left out, and those Gateways.
+/// The policy with its route's Gateways that the cluster admin or the Gateway's listeners do
+/// not allow left out, and those Gateways with why.
 fn attachable(
     policy: Arc<ValidPolicy>,
     gateways: &Gateways,
-) -> (Arc<ValidPolicy>, Vec<RouteParent>) {
+) -> (Arc<ValidPolicy>, Vec<RefusedParent>) {
     let (route, refused) = gateways.attachable(&policy.namespace, &policy.route);
     if refused.is_empty() {
         return (policy, refused);

@@ -67,6 +67,11 @@ impl RouteKind {
         self.spec().name
     }
 
+    /// The kind the API names `name`, if it is one of [`Self::ALL`].
+    pub fn named(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
     /// The API resource its watch lists and watches.
     pub fn resource(self) -> ApiResource {
         (self.spec().resource)()

@@ -36,7 +36,8 @@ use crate::{
     message,
     observation::PolicyKey,
     policy::{SpecProblem, ValidPolicy},
-    route::{Claim, RouteKind, RouteParent, RouteTarget, RouteView, claim::holder_seen_from},
+    route::{Claim, RouteKind, RouteTarget, RouteView, claim::holder_seen_from},
+    tenancy::RefusedParent,
 };
 
 /// What a reconcile came to.
@@ -59,9 +60,10 @@ pub struct Decided {
     pub applied: Applied,
     /// The route as the cluster had it when the decision was made (what gather read).
     pub route: Option<RouteView>,
-    /// The parents the policy asks for that the cluster admin does not allow (Gateways of
-    /// other namespaces not in `--allowed-gateways`): left out of the route.
-    pub refused_parents: Vec<RouteParent>,
+    /// The parents the policy asks for that the cluster admin (Gateways of other namespaces
+    /// not in `--allowed-gateways`) or the Gateway's listeners do not allow, with why: left out
+    /// of the route.
+    pub refused_parents: Vec<RefusedParent>,
     /// The hostnames other policies hold, each claim with its holder: left out of the route.
     pub held_hostnames: Vec<(Claim, PolicyKey)>,
     /// What the scale step did.

@@ -12,6 +12,7 @@ use crate::{
     observation::PolicyKey,
     policy::ValidPolicy,
     route::{Claim, RouteParent, RouteTarget, RouteView, claim::holder_seen_from},
+    tenancy::RefusedParent,
 };
 
 /// Each parent the policy asks for, with its controller's answer from the route in the cluster
@@ -20,7 +21,7 @@ use crate::{
 pub fn states(
     policy: &ValidPolicy,
     route: Option<&RouteView>,
-    refused_parents: &[RouteParent],
+    refused_parents: &[RefusedParent],
 ) -> Vec<RouteParentState> {
     let (target, namespace) = (&policy.route, &*policy.namespace);
     let mut states = answered(target, namespace, route);
@@ -67,23 +68,44 @@ fn answered(
         .collect()
 }
 
-/// The parents the cluster admin does not allow, as states: not attached, and why.
-fn refused(parents: &[RouteParent], namespace: &str) -> Vec<RouteParentState> {
+/// The parents the cluster admin or the Gateway's listeners do not allow, as states: not
+/// attached, and why.
+fn refused(parents: &[RefusedParent], namespace: &str) -> Vec<RouteParentState> {
     parents
         .iter()
-        .map(|p| RouteParentState {
-            kind: p.kind.as_str().to_string(),
-            namespace: p.namespace.clone().unwrap_or_else(|| namespace.to_string()),
-            name: p.name.clone(),
-            section_name: p.section_name.clone(),
-            port: p.port,
-            accepted: Some("False".to_string()),
-            reason: Some(attached::GATEWAY_NOT_ALLOWED.to_string()),
-            message: Some(format!(
-                "the cluster admin does not allow routes of namespace {namespace} on it (--allowed-gateways)"
-            )),
-        })
+        .map(
+            |RefusedParent {
+                 parent: p,
+                 reason,
+                 message,
+             }| RouteParentState {
+                kind: p.kind.as_str().to_string(),
+                namespace: p.namespace.clone().unwrap_or_else(|| namespace.to_string()),
+                name: p.name.clone(),
+                section_name: p.section_name.clone(),
+                port: p.port,
+                accepted: Some("False".to_string()),
+                reason: Some(reason.to_string()),
+                message: Some(message.clone()),
+            },
+        )
         .collect()
+}
+
+/// The reasons of a parent the controller itself leaves out of the route (not a parent's
+/// controller's answer).
+const LEFT_OUT: [&str; 3] = [
+    attached::GATEWAY_NOT_ALLOWED,
+    attached::NOT_ALLOWED_BY_LISTENERS,
+    attached::NO_MATCHING_PARENT,
+];
+
+/// Whether a parent's state is one the controller left out of the route.
+fn left_out(state: &RouteParentState) -> bool {
+    state
+        .reason
+        .as_deref()
+        .is_some_and(|r| LEFT_OUT.contains(&r))
 }
 
 /// The `Attached` condition of a route's parents, and of the hostnames other policies hold
@@ -97,9 +119,7 @@ pub fn verdict(
     if states.is_empty() {
         return None;
     }
-    let not_allowed =
-        |s: &&RouteParentState| s.reason.as_deref() == Some(attached::GATEWAY_NOT_ALLOWED);
-    let refused = states.iter().find(not_allowed).or_else(|| {
+    let refused = states.iter().find(|s| left_out(s)).or_else(|| {
         states
             .iter()
             .find(|s| s.accepted.as_deref() == Some("False"))
@@ -156,11 +176,14 @@ fn described(s: &RouteParentState) -> String {
 
 /// Why a parent is not attached: the cluster admin does not allow it, or its controller refused.
 fn refusal(refused: &RouteParentState) -> Verdict {
-    if refused.reason.as_deref() == Some(attached::GATEWAY_NOT_ALLOWED) {
+    if let Some(reason) = LEFT_OUT
+        .into_iter()
+        .find(|r| refused.reason.as_deref() == Some(r))
+    {
         return Verdict::new(
             ATTACHED,
             false,
-            attached::GATEWAY_NOT_ALLOWED,
+            reason,
             format!(
                 "{} is not attached: {}",
                 described(refused),

@@ -255,7 +255,8 @@ impl Form for GatewayShape {
     }
 
     fn object(&self, meta: ObjectMeta, rules: &RouteRules) -> DynamicObject {
-        object(&self.resource(), meta, rules)
+        let has_hostnames = self.gateway_kind().traffic != Traffic::Tcp;
+        object(&self.resource(), meta, rules, has_hostnames)
     }
 
     fn parents(&self) -> &[RouteParent] {

@@ -218,7 +218,12 @@ fn parent(reference: &ParentReference) -> Option<RouteParent> {
 }
 
 /// The route of this resource that routes as `rules` say.
-pub fn object(resource: &ApiResource, meta: ObjectMeta, rules: &RouteRules) -> DynamicObject {
+pub fn object(
+    resource: &ApiResource,
+    meta: ObjectMeta,
+    rules: &RouteRules,
+    has_hostnames: bool,
+) -> DynamicObject {
     let matches = rules
         .path_prefix
         .as_ref()
@@ -256,6 +261,17 @@ pub fn object(resource: &ApiResource, meta: ObjectMeta, rules: &RouteRules) -> D
     let mut object = DynamicObject::new("", resource);
     object.metadata = meta;
     object.data = serde_json::json!({ "spec": spec });
+    // A list the route does not have is written empty, not left out: the create that made the
+    // route owns its fields as an update, which a server-side apply leaving a field out does not
+    // take away; an atomic list applied empty is emptied.
+    if let Some(spec) = object.data["spec"].as_object_mut() {
+        spec.entry("parentRefs")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if has_hostnames {
+            spec.entry("hostnames")
+                .or_insert_with(|| Value::Array(Vec::new()));
+        }
+    }
     object
 }
 
@@ -423,7 +439,7 @@ mod tests {
 
     #[test]
     fn a_written_route_reads_back_as_its_rules() {
-        let object = object(&http(), ObjectMeta::default(), &written());
+        let object = object(&http(), ObjectMeta::default(), &written(), true);
         assert_eq!(rules(&read(object.data["spec"].clone())), Some(written()));
     }
 
@@ -431,7 +447,8 @@ mod tests {
     fn the_api_servers_defaults_read_as_what_was_written() {
         let mut unmatched = written();
         unmatched.path_prefix = None;
-        let mut spec = object(&http(), ObjectMeta::default(), &unmatched).data["spec"].clone();
+        let mut spec =
+            object(&http(), ObjectMeta::default(), &unmatched, true).data["spec"].clone();
         // The API server fills in the default match and a Gateway reference's group and kind.
         spec["rules"][0]["matches"] =
             serde_json::json!([{"path": {"type": "PathPrefix", "value": "/"}}]);
@@ -444,7 +461,7 @@ mod tests {
 
     #[test]
     fn another_form_reads_as_none() {
-        let object = object(&http(), ObjectMeta::default(), &written());
+        let object = object(&http(), ObjectMeta::default(), &written(), true);
         let mut headers = object.data["spec"].clone();
         headers["rules"][0]["matches"][0]["headers"] =
             serde_json::json!([{"name": "x", "value": "y"}]);

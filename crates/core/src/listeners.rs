@@ -1,0 +1,537 @@
+//! What each Gateway's listeners admit: the Gateway owner's consent to the routes the
+//! controller writes there. A Gateway accepts a route on a listener only when the listener's
+//! `allowedRoutes` admits the route's namespace (`from: Same`, `All`, or `Selector` over the
+//! namespace's labels) and its kind (`kinds`, else the kinds of the listener's protocol). A
+//! policy claims a hostname on a listener only where its route can be accepted there
+//! ([`crate::tenancy::Gateways`]), so a namespace the Gateway was not built for takes nothing from
+//! the one it was.
+//!
+//! Held compactly: per Gateway, each listener's name, port and what it admits (kinds as a bit
+//! set); per namespace, its labels, read only by a listener's selector. What the controller has
+//! not seen (a Gateway not created yet, not watchable, or a namespace's labels unknown) it does
+//! not judge: the route attaches as asked and the Gateway answers in the route's status.
+
+use std::collections::{BTreeMap, HashMap};
+
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::Value;
+
+use crate::route::{RouteKind, RouteParent};
+
+/// The Gateway API's group, the only group whose route kinds a listener's `kinds` names here.
+const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+
+/// The Gateway API's Gateway resource, as the controller watches it and what-if lists it.
+pub fn resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(GATEWAY_GROUP, "v1", "Gateway"))
+}
+
+/// Route kinds as a bit set (bit [`RouteKind::index`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Kinds(u8);
+
+impl Kinds {
+    const ALL: Kinds = Kinds(u8::MAX);
+
+    fn of(kinds: &[RouteKind]) -> Self {
+        Kinds(kinds.iter().fold(0, |set, k| set | (1 << k.index())))
+    }
+
+    fn has(self, kind: RouteKind) -> bool {
+        self.0 & (1 << kind.index()) != 0
+    }
+
+    /// The kinds a listener of `protocol` admits when its `allowedRoutes.kinds` names none, as
+    /// the Gateway API defines them; every kind for a protocol it does not define.
+    fn of_protocol(protocol: &str) -> Self {
+        match protocol {
+            "HTTP" | "HTTPS" => Kinds::of(&[RouteKind::HttpRoute, RouteKind::GrpcRoute]),
+            "TLS" => Kinds::of(&[RouteKind::TlsRoute, RouteKind::TcpRoute]),
+            "TCP" => Kinds::of(&[RouteKind::TcpRoute]),
+            "UDP" => Kinds::default(),
+            _ => Kinds::ALL,
+        }
+    }
+}
+
+/// One requirement of a label selector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Requirement {
+    /// The label has one of these values (`matchLabels` gives one value).
+    In(Box<str>, Box<[Box<str>]>),
+    /// The label is absent or has none of these values.
+    NotIn(Box<str>, Box<[Box<str>]>),
+    /// The label is present.
+    Exists(Box<str>),
+    /// The label is absent.
+    DoesNotExist(Box<str>),
+}
+
+impl Requirement {
+    fn matches(&self, labels: &[(Box<str>, Box<str>)]) -> bool {
+        let value = |key: &str| labels.iter().find(|(k, _)| &**k == key).map(|(_, v)| v);
+        match self {
+            Requirement::In(key, values) => value(key).is_some_and(|v| values.contains(v)),
+            Requirement::NotIn(key, values) => !value(key).is_some_and(|v| values.contains(v)),
+            Requirement::Exists(key) => value(key).is_some(),
+            Requirement::DoesNotExist(key) => value(key).is_none(),
+        }
+    }
+}
+
+/// Which namespaces' routes a listener admits (`allowedRoutes.namespaces.from`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum From {
+    /// The Gateway's own namespace (the default).
+    Same,
+    /// Every namespace.
+    All,
+    /// The namespaces whose labels meet every requirement; `None`: a selector this controller
+    /// cannot read, which it does not judge.
+    Selector(Option<Box<[Requirement]>>),
+}
+
+/// One listener of a Gateway, as far as admission goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listener {
+    /// Its name (`sectionName` names it).
+    pub name: Box<str>,
+    /// Its port.
+    pub port: i32,
+    from: From,
+    kinds: Kinds,
+}
+
+/// A Gateway's listeners, as far as admission goes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GatewayListeners(Box<[Listener]>);
+
+impl GatewayListeners {
+    /// The listeners of a Gateway object's `spec` (a listener it cannot read is left out).
+    pub fn of_spec(spec: &Value) -> Self {
+        let listeners = spec["listeners"].as_array().into_iter().flatten();
+        Self(listeners.filter_map(listener).collect())
+    }
+
+    /// Whether any listener admits by a selector (and so reads namespaces' labels).
+    fn selects(&self) -> bool {
+        self.0.iter().any(|l| matches!(l.from, From::Selector(_)))
+    }
+}
+
+fn listener(value: &Value) -> Option<Listener> {
+    let allowed = &value["allowedRoutes"];
+    let from = match allowed["namespaces"]["from"].as_str() {
+        Some("All") => From::All,
+        Some("Selector") => From::Selector(selector(&allowed["namespaces"]["selector"])),
+        _ => From::Same,
+    };
+    let named = allowed["kinds"].as_array().filter(|k| !k.is_empty());
+    let kinds = match named {
+        Some(named) => Kinds::of(
+            &named
+                .iter()
+                .filter(|k| k["group"].as_str().unwrap_or(GATEWAY_GROUP) == GATEWAY_GROUP)
+                .filter_map(|k| RouteKind::named(k["kind"].as_str()?))
+                .collect::<Vec<_>>(),
+        ),
+        None => Kinds::of_protocol(value["protocol"].as_str().unwrap_or_default()),
+    };
+    Some(Listener {
+        name: value["name"].as_str()?.into(),
+        port: i32::try_from(value["port"].as_i64()?).ok()?,
+        from,
+        kinds,
+    })
+}
+
+/// A `metav1.LabelSelector`'s requirements; `None` when it holds an operator it does not define.
+fn selector(value: &Value) -> Option<Box<[Requirement]>> {
+    let strings = |v: &Value| -> Box<[Box<str>]> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| Some(s.as_str()?.into()))
+            .collect()
+    };
+    let labels = value["matchLabels"].as_object().into_iter().flatten();
+    let mut requirements: Vec<Requirement> = labels
+        .filter_map(|(k, v)| {
+            Some(Requirement::In(
+                k.as_str().into(),
+                [v.as_str()?.into()].into(),
+            ))
+        })
+        .collect();
+    for expression in value["matchExpressions"].as_array().into_iter().flatten() {
+        let key: Box<str> = expression["key"].as_str()?.into();
+        requirements.push(match expression["operator"].as_str()? {
+            "In" => Requirement::In(key, strings(&expression["values"])),
+            "NotIn" => Requirement::NotIn(key, strings(&expression["values"])),
+            "Exists" => Requirement::Exists(key),
+            "DoesNotExist" => Requirement::DoesNotExist(key),
+            _ => return None,
+        });
+    }
+    Some(requirements.into())
+}
+
+/// Whether a Gateway takes a policy's route on a parent reference.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// The controller has not seen the Gateway: the route attaches as asked and the Gateway
+    /// answers; the parent's listener is as the reference names it.
+    Unknown,
+    /// These listeners (by name) admit the route.
+    Listeners(Vec<Box<str>>),
+    /// No listener the reference names admits the route: the `Attached` reason, and why in one
+    /// line (naming the listener, never another namespace).
+    Refused {
+        /// `NoMatchingParent` or `NotAllowedByListeners`, as the Gateway API names them.
+        reason: &'static str,
+        /// Why.
+        message: String,
+    },
+}
+
+/// A namespace's labels, as selectors read them.
+type Labels = Box<[(Box<str>, Box<str>)]>;
+
+/// Every Gateway's listeners and the labels of the namespaces a selector reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listeners {
+    gateways: HashMap<(Box<str>, Box<str>), GatewayListeners>,
+    labels: HashMap<Box<str>, Labels>,
+}
+
+impl Listeners {
+    /// Records a Gateway's listeners (`None`: the Gateway is gone); whether what it admits
+    /// changed.
+    pub fn set_gateway(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        listeners: Option<GatewayListeners>,
+    ) -> bool {
+        let key = (Box::from(namespace), Box::from(name));
+        match listeners {
+            Some(l) if self.gateways.get(&key) == Some(&l) => false,
+            Some(l) => {
+                self.gateways.insert(key, l);
+                true
+            }
+            None => self.gateways.remove(&key).is_some(),
+        }
+    }
+
+    /// The Gateways held that `keep` does not keep.
+    pub fn gateways_but(&self, keep: impl Fn(&str, &str) -> bool) -> Vec<(String, String)> {
+        self.gateways
+            .keys()
+            .filter(|(ns, name)| !keep(ns, name))
+            .map(|(ns, name)| (ns.to_string(), name.to_string()))
+            .collect()
+    }
+
+    /// Records a namespace's labels (`None`: the namespace is gone); whether a listener's
+    /// selector may read differently now.
+    pub fn set_namespace(
+        &mut self,
+        namespace: &str,
+        labels: Option<&BTreeMap<String, String>>,
+    ) -> bool {
+        let labels: Option<Labels> = labels.map(|l| {
+            l.iter()
+                .map(|(k, v)| (k.as_str().into(), v.as_str().into()))
+                .collect()
+        });
+        let changed = self.labels.get(namespace) != labels.as_ref();
+        match labels {
+            Some(labels) => {
+                self.labels.insert(namespace.into(), labels);
+            }
+            None => {
+                self.labels.remove(namespace);
+            }
+        }
+        changed && self.gateways.values().any(GatewayListeners::selects)
+    }
+
+    /// Whether the Gateway `namespace/name` takes a route of `kind` from `route_namespace` on
+    /// `parent` (its `sectionName`, else its `port`, else every listener).
+    pub fn admit(
+        &self,
+        namespace: &str,
+        parent: &RouteParent,
+        route_namespace: &str,
+        kind: RouteKind,
+    ) -> Admission {
+        let key = (Box::from(namespace), Box::from(parent.name.as_str()));
+        let Some(gateway) = self.gateways.get(&key) else {
+            return Admission::Unknown;
+        };
+        let named: Vec<&Listener> = gateway
+            .0
+            .iter()
+            .filter(|l| parent.section_name.as_deref().is_none_or(|s| *s == *l.name))
+            .filter(|l| parent.port.is_none_or(|p| p == l.port))
+            .collect();
+        let Some(first) = named.first() else {
+            return Admission::Refused {
+                reason: crate::api::conditions::attached::NO_MATCHING_PARENT,
+                message: format!("it has no listener{}", listener_named(parent)),
+            };
+        };
+        let admitting: Vec<Box<str>> = named
+            .iter()
+            .filter(|l| l.kinds.has(kind) && self.admits_namespace(l, namespace, route_namespace))
+            .map(|l| l.name.clone())
+            .collect();
+        if !admitting.is_empty() {
+            return Admission::Listeners(admitting);
+        }
+        Admission::Refused {
+            reason: crate::api::conditions::attached::NOT_ALLOWED_BY_LISTENERS,
+            message: format!(
+                "its listener {} {}",
+                first.name,
+                self.why_not(first, namespace, route_namespace, kind)
+            ),
+        }
+    }
+
+    /// Whether a listener admits routes of `route_namespace` (the Gateway's: `namespace`).
+    fn admits_namespace(
+        &self,
+        listener: &Listener,
+        namespace: &str,
+        route_namespace: &str,
+    ) -> bool {
+        match &listener.from {
+            From::Same => namespace == route_namespace,
+            From::All | From::Selector(None) => true,
+            From::Selector(Some(requirements)) => match self.labels.get(route_namespace) {
+                Some(labels) => requirements.iter().all(|r| r.matches(labels)),
+                None => true,
+            },
+        }
+    }
+
+    /// Why a listener does not admit a route, in words that name no other namespace.
+    fn why_not(
+        &self,
+        listener: &Listener,
+        namespace: &str,
+        route_namespace: &str,
+        kind: RouteKind,
+    ) -> String {
+        if !self.admits_namespace(listener, namespace, route_namespace) {
+            return match listener.from {
+                From::Same => "admits routes of the Gateway's own namespace only (allowedRoutes.namespaces.from: Same)".to_string(),
+                _ => format!("admits routes of the namespaces its selector picks, and namespace {route_namespace} is not one (allowedRoutes.namespaces.selector)"),
+            };
+        }
+        format!(
+            "does not admit {} (allowedRoutes.kinds, or its protocol's kinds)",
+            kind.as_str()
+        )
+    }
+}
+
+/// ` named X`, ` on port N`, or nothing, for a parent reference.
+fn listener_named(parent: &RouteParent) -> String {
+    match (&parent.section_name, parent.port) {
+        (Some(name), Some(port)) => format!(" named {name} on port {port}"),
+        (Some(name), None) => format!(" named {name}"),
+        (None, Some(port)) => format!(" on port {port}"),
+        (None, None) => "s".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::route::ParentKind;
+
+    fn parent(section: Option<&str>, port: Option<i32>) -> RouteParent {
+        RouteParent {
+            kind: ParentKind::Gateway,
+            namespace: Some("infra".into()),
+            name: "edge".into(),
+            section_name: section.map(String::from),
+            port,
+        }
+    }
+
+    /// The Gateway `infra/edge`: `web` (HTTP 80, every namespace), `tcp` (TCP 5432, its own
+    /// namespace), `shops` (HTTPS 443, namespaces labelled `tier: shop`, GRPCRoutes only).
+    fn edge() -> Listeners {
+        let spec = json!({"listeners": [
+            {"name": "web", "port": 80, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}},
+            {"name": "tcp", "port": 5432, "protocol": "TCP"},
+            {"name": "shops", "port": 443, "protocol": "HTTPS", "allowedRoutes": {
+                "namespaces": {"from": "Selector", "selector": {"matchLabels": {"tier": "shop"}}},
+                "kinds": [{"kind": "GRPCRoute"}]}},
+        ]});
+        let mut listeners = Listeners::default();
+        assert!(listeners.set_gateway("infra", "edge", Some(GatewayListeners::of_spec(&spec))));
+        assert!(
+            !listeners.set_gateway("infra", "edge", Some(GatewayListeners::of_spec(&spec))),
+            "the same listeners again are no change"
+        );
+        listeners.set_namespace(
+            "shop",
+            Some(&BTreeMap::from([("tier".into(), "shop".into())])),
+        );
+        listeners.set_namespace("other", Some(&BTreeMap::new()));
+        listeners
+    }
+
+    fn names(admission: Admission) -> Vec<String> {
+        match admission {
+            Admission::Listeners(names) => names.iter().map(|n| n.to_string()).collect(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_listener_admits_a_route_only_of_the_namespaces_and_kinds_it_allows() {
+        let edge = edge();
+        let http = RouteKind::HttpRoute;
+        assert_eq!(
+            names(edge.admit("infra", &parent(None, None), "other", http)),
+            ["web"]
+        );
+        assert_eq!(
+            names(edge.admit("infra", &parent(None, None), "shop", RouteKind::GrpcRoute)),
+            ["web", "shops"]
+        );
+        assert_eq!(
+            names(edge.admit(
+                "infra",
+                &parent(None, Some(5432)),
+                "infra",
+                RouteKind::TcpRoute
+            )),
+            ["tcp"]
+        );
+        assert_eq!(
+            names(edge.admit(
+                "infra",
+                &parent(Some("tcp"), None),
+                "infra",
+                RouteKind::TcpRoute
+            )),
+            ["tcp"],
+            "by name or by port, the same listener"
+        );
+        let refused = edge.admit(
+            "infra",
+            &parent(Some("tcp"), None),
+            "other",
+            RouteKind::TcpRoute,
+        );
+        assert_eq!(
+            refused,
+            Admission::Refused {
+                reason: crate::api::conditions::attached::NOT_ALLOWED_BY_LISTENERS,
+                message: "its listener tcp admits routes of the Gateway's own namespace only (allowedRoutes.namespaces.from: Same)".into(),
+            }
+        );
+        let Admission::Refused { message, .. } = edge.admit(
+            "infra",
+            &parent(Some("shops"), None),
+            "other",
+            RouteKind::GrpcRoute,
+        ) else {
+            panic!("refused")
+        };
+        assert!(message.contains("namespace other is not one"), "{message}");
+        let Admission::Refused { message, .. } =
+            edge.admit("infra", &parent(Some("shops"), None), "shop", http)
+        else {
+            panic!("refused")
+        };
+        assert!(
+            message.ends_with(
+                "does not admit HTTPRoute (allowedRoutes.kinds, or its protocol's kinds)"
+            ),
+            "{message}"
+        );
+        let Admission::Refused { reason, message } =
+            edge.admit("infra", &parent(None, Some(8443)), "infra", http)
+        else {
+            panic!("refused")
+        };
+        assert_eq!(
+            (reason, message.as_str()),
+            (
+                crate::api::conditions::attached::NO_MATCHING_PARENT,
+                "it has no listener on port 8443"
+            )
+        );
+        assert_eq!(
+            edge.admit(
+                "infra",
+                &RouteParent {
+                    name: "unseen".into(),
+                    ..parent(None, None)
+                },
+                "other",
+                http
+            ),
+            Admission::Unknown
+        );
+    }
+
+    #[test]
+    fn a_namespace_label_change_matters_only_to_a_selector() {
+        let mut edge = edge();
+        let grpc = RouteKind::GrpcRoute;
+        assert!(edge.set_namespace(
+            "other",
+            Some(&BTreeMap::from([("tier".into(), "shop".into())]))
+        ));
+        assert_eq!(
+            names(edge.admit("infra", &parent(Some("shops"), None), "other", grpc)),
+            ["shops"]
+        );
+        let mut plain = Listeners::default();
+        plain.set_gateway(
+            "infra",
+            "edge",
+            Some(GatewayListeners::of_spec(
+                &json!({"listeners": [{"name": "web", "port": 80, "protocol": "HTTP"}]}),
+            )),
+        );
+        assert!(
+            !plain.set_namespace("other", Some(&BTreeMap::new())),
+            "no selector reads labels"
+        );
+    }
+
+    #[test]
+    fn a_selector_of_expressions_reads_as_kubernetes_reads_it() {
+        let labels: Vec<(Box<str>, Box<str>)> = vec![("env".into(), "prod".into())];
+        let read = |s: Value| selector(&s).expect("readable");
+        let all = |s: Value| read(s).iter().all(|r| r.matches(&labels));
+        assert!(all(
+            json!({"matchExpressions": [{"key": "env", "operator": "In", "values": ["prod", "dev"]}]})
+        ));
+        assert!(!all(
+            json!({"matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["prod"]}]})
+        ));
+        assert!(all(
+            json!({"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]})
+        ));
+        assert!(!all(
+            json!({"matchExpressions": [{"key": "team", "operator": "Exists"}]})
+        ));
+        assert!(all(json!({})), "an empty selector selects every namespace");
+        assert!(
+            selector(&json!({"matchExpressions": [{"key": "env", "operator": "Gt"}]})).is_none()
+        );
+    }
+}
