@@ -200,7 +200,9 @@ type Labels = Box<[(Box<str>, Box<str>)]>;
 /// Every Gateway's listeners and the labels of the namespaces a selector reads.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Listeners {
-    gateways: HashMap<(Box<str>, Box<str>), GatewayListeners>,
+    /// By namespace, then name: a reconcile looks a Gateway up by reference, without a key
+    /// to build.
+    gateways: HashMap<Box<str>, HashMap<Box<str>, GatewayListeners>>,
     labels: HashMap<Box<str>, Labels>,
 }
 
@@ -213,22 +215,37 @@ impl Listeners {
         name: &str,
         listeners: Option<GatewayListeners>,
     ) -> bool {
-        let key = (Box::from(namespace), Box::from(name));
         match listeners {
-            Some(l) if self.gateways.get(&key) == Some(&l) => false,
+            Some(l) if self.gateway(namespace, name) == Some(&l) => false,
             Some(l) => {
-                self.gateways.insert(key, l);
+                let of_namespace = self.gateways.entry(namespace.into()).or_default();
+                of_namespace.insert(name.into(), l);
                 true
             }
-            None => self.gateways.remove(&key).is_some(),
+            None => {
+                let Some(of_namespace) = self.gateways.get_mut(namespace) else {
+                    return false;
+                };
+                let removed = of_namespace.remove(name).is_some();
+                if of_namespace.is_empty() {
+                    self.gateways.remove(namespace);
+                }
+                removed
+            }
         }
+    }
+
+    fn gateway(&self, namespace: &str, name: &str) -> Option<&GatewayListeners> {
+        self.gateways.get(namespace)?.get(name)
     }
 
     /// The Gateways held that `keep` does not keep.
     pub fn gateways_but(&self, keep: impl Fn(&str, &str) -> bool) -> Vec<(String, String)> {
-        self.gateways
-            .keys()
-            .filter(|(ns, name)| !keep(ns, name))
+        let all = self
+            .gateways
+            .iter()
+            .flat_map(|(ns, of_namespace)| of_namespace.keys().map(move |name| (&**ns, &**name)));
+        all.filter(|(ns, name)| !keep(ns, name))
             .map(|(ns, name)| (ns.to_string(), name.to_string()))
             .collect()
     }
@@ -254,7 +271,10 @@ impl Listeners {
                 self.labels.remove(namespace);
             }
         }
-        changed && self.gateways.values().any(GatewayListeners::selects)
+        changed
+            && (self.gateways.values())
+                .flat_map(HashMap::values)
+                .any(GatewayListeners::selects)
     }
 
     /// Whether the Gateway `namespace/name` takes a route of `kind` from `route_namespace` on
@@ -266,8 +286,7 @@ impl Listeners {
         route_namespace: &str,
         kind: RouteKind,
     ) -> Admission {
-        let key = (Box::from(namespace), Box::from(parent.name.as_str()));
-        let Some(gateway) = self.gateways.get(&key) else {
+        let Some(gateway) = self.gateway(namespace, &parent.name) else {
             return Admission::Unknown;
         };
         let named: Vec<&Listener> = gateway
@@ -482,6 +501,24 @@ mod tests {
                 "other",
                 http
             ),
+            Admission::Unknown
+        );
+    }
+
+    #[test]
+    fn a_gateway_a_relist_does_not_list_is_found_and_a_gone_gateway_is_unknown() {
+        let mut edge = edge();
+        let empty = GatewayListeners::default();
+        assert!(edge.set_gateway("infra", "spare", Some(empty)));
+        assert_eq!(
+            edge.gateways_but(|_, name| name == "edge"),
+            [("infra".to_string(), "spare".to_string())]
+        );
+        assert!(edge.set_gateway("infra", "edge", None));
+        assert!(!edge.set_gateway("infra", "edge", None), "already gone");
+        let http = RouteKind::HttpRoute;
+        assert_eq!(
+            edge.admit("infra", &parent(None, None), "other", http),
             Admission::Unknown
         );
     }
