@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | vocabulary | [`message`], [`digest`], [`consent`], [`backend`], [`observation`], [`endpoints`], [`health_query`], [`last_status`] | one-line messages, digests of values only compared, the consent of an object the controller changes without owning it, what is known of a backend and how EndpointSlices are counted, a health query parsed once within its cost limits, the status a policy has in the form the next reconcile reads |
 //! | routes | [`route`], [`claims`] | the route kinds (one module each, one table) and what a policy routes; who holds each claim |
-//! | policy | [`policy`], [`tenancy`], [`apis`], [`applied`], [`crd`] | a policy in validated form, what a policy's author may reach, the APIs the controller needs, what writing a route did, the CRD's YAML |
+//! | policy | [`policy`], [`listeners`], [`tenancy`], [`apis`], [`applied`], [`crd`] | a policy in validated form, what Gateways' listeners admit, what a policy's author may reach, the APIs the controller needs, what writing a route did, the CRD's YAML |
 //! | validate | [`validate`] | a [`policy::ValidPolicy`], every value parsed, or the problems |
 //! | decide | [`decide`] | weights, holds, transition, conditions |
 //! | status | [`status`] | the one place a status is built |
