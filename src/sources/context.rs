@@ -93,7 +93,11 @@ impl WatchReport for Context {
             // No Gateway API, or no right to read it: nothing to list, and the listeners of a
             // Gateway not seen are not judged (the Gateway answers in the route's status).
             if self.caches.synced.done(kind) {
-                info!(%kind, error = %describe(error), "not watched; Gateways' listeners are not judged");
+                let why = match not_found(error) {
+                    true => "not served by the API server",
+                    false => "not granted to the controller",
+                };
+                info!(%kind, "{why}; Gateways' listeners are not judged");
             }
             return;
         }

@@ -429,11 +429,12 @@ async fn a_route_a_gateway_refuses_is_written_but_shows_as_not_attached() {
     let Some(env) = TestEnv::on_node_alone("traffic-refused").await else {
         return;
     };
-    // A Gateway whose only listener takes routes from its own namespace (default), not the
-    // test's.
+    // A Gateway whose only listener admits the test's namespace but serves another hostname:
+    // the Gateway refuses the route (what a listener admits, the controller reads itself; this
+    // it leaves to the Gateway).
     let port = env.cp.env("PROXY_PORT").expect("the proxy's port");
     let gateway = format!(
-        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: private-{ns}, namespace: default}}\nspec:\n  gatewayClassName: traefik\n  listeners: [{{name: http, protocol: HTTP, port: {port}, allowedRoutes: {{namespaces: {{from: Same}}}}}}]\n",
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: private-{ns}, namespace: default}}\nspec:\n  gatewayClassName: traefik\n  listeners: [{{name: http, protocol: HTTP, port: {port}, hostname: elsewhere.example.com, allowedRoutes: {{namespaces: {{from: All}}}}}}]\n",
         ns = env.ns
     );
     ok(
