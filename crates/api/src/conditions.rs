@@ -105,8 +105,9 @@ pub mod ready {
     /// The route `spec.routeRef` names does not consent to the policy's changes (its annotation
     /// `failover.dev/policies` does not name the policy); nothing of it is written.
     pub const ROUTE_REF_NOT_CONSENTED: &str = "RouteRefNotConsented";
-    /// Another policy, which claimed it first, routes the same apex Service (or hostname and
-    /// path on a Gateway listener); this one writes no route.
+    /// Another policy, which claimed it first, routes the same apex Service (the same rule of a
+    /// route the user owns, or every hostname and path of the route on a Gateway listener); this
+    /// one writes no route.
     pub const APEX_CONFLICT: &str = "ApexConflict";
 
     /// The `Ready` reasons of a failure that no transition Event announces: each raises a

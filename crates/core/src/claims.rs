@@ -3,7 +3,7 @@
 //! Service its HTTPRoute attaches to) and, for an HTTPRoute on Gateways, each hostname and path
 //! on each Gateway listener it may attach to: its parents are those
 //! [`crate::tenancy::Gateways::attachable`] keeps, the function that decides the route's
-//! parents, so a Gateway the admin does not allow the policy is no claim of it. Two policies
+//! parents, so a Gateway the admin or its listeners do not allow the policy is no claim of it. Two policies
 //! claiming one thing would write two routes for it, and what a mesh or a Gateway does then is
 //! undefined: the policy that claimed it first holds it. The other leaves a hostname it does not
 //! hold out of its route and serves the rest (`Attached=False`, reason `HostnameHeldElsewhere`);
@@ -22,8 +22,11 @@
 //! namespace and name), so claims a release without `status.claims` left keep their holders.
 //!
 //! The controller's policy watch keeps this table current and wakes every claimant of a claim whose holder
-//! changed, so deleting the holder hands the claim over at once. Claims compare exactly: a
-//! route naming a Gateway's listener and one naming the whole Gateway are different claims.
+//! changed, so deleting the holder hands the claim over at once; a change of a Gateway's
+//! listeners or of a namespace's labels re-makes the claims of the policies on it. A listener
+//! claim names the listener it resolves to (by `sectionName`, by port, or every listener that
+//! admits the route), so one listener named two ways is one claim; on a Gateway not seen, the
+//! listener as the reference names it.
 
 use std::{
     cmp::Ordering,
