@@ -53,6 +53,20 @@ async fn route_hostnames(env: &TestEnv) -> Option<Vec<String>> {
     )
 }
 
+/// A dedicated control plane with the Gateway API, and two namespaces on it (`name` and
+/// `other`), each with the usual ready backends.
+async fn two_namespaces(name: &str) -> Option<(TestEnv, TestEnv)> {
+    let first = TestEnv::dedicated(name).await?;
+    let other = TestEnv::on(first.cp, "other")
+        .await
+        .expect("a second namespace");
+    first.cp.install_gateway_api();
+    for env in [&first, &other] {
+        env.ready_backends(&WEB_BACKENDS).await;
+    }
+    Some((first, other))
+}
+
 fn ready_reason(p: &FailoverPolicy) -> Option<String> {
     condition(p, READY).map(|c| c.1)
 }
@@ -78,16 +92,9 @@ async fn routes_its_own_gateway(env: &TestEnv) -> bool {
 #[tokio::test]
 async fn an_older_policy_of_another_namespace_cannot_take_a_route_by_naming_its_gateway() {
     // Named short: the conflict message names the Gateway, namespace and all, within its bound.
-    let Some(shop) = TestEnv::dedicated("shop").await else {
+    let Some((shop, other)) = two_namespaces("shop").await else {
         return;
     };
-    let other = TestEnv::on(shop.cp, "other")
-        .await
-        .expect("a second namespace");
-    shop.cp.install_gateway_api();
-    for env in [&shop, &other] {
-        env.ready_backends(&WEB_BACKENDS).await;
-    }
     let (shop_author, other_author) = (shop.tenant(), other.tenant());
     let controller = ControllerProcess::start_cluster_wide(&shop, &[]);
 
@@ -169,16 +176,9 @@ async fn an_older_policy_of_another_namespace_cannot_take_a_route_by_naming_its_
 
 #[tokio::test]
 async fn a_hostname_held_elsewhere_leaves_the_policys_other_hostnames_served() {
-    let Some(shop) = TestEnv::dedicated("shop").await else {
+    let Some((shop, other)) = two_namespaces("shop").await else {
         return;
     };
-    let other = TestEnv::on(shop.cp, "other")
-        .await
-        .expect("a second namespace");
-    shop.cp.install_gateway_api();
-    for env in [&shop, &other] {
-        env.ready_backends(&WEB_BACKENDS).await;
-    }
     let (shop_author, other_author) = (shop.tenant(), other.tenant());
     let gateway = format!("{}/gw", shop.ns);
     let _controller =
@@ -271,16 +271,9 @@ async fn what_if_agrees(env: &TestEnv, kind: failover::route::RouteKind, scenari
 
 #[tokio::test]
 async fn a_namespace_the_gateways_listener_does_not_admit_cannot_take_or_hold_a_hostname_on_it() {
-    let Some(shop) = TestEnv::dedicated("shop").await else {
+    let Some((shop, other)) = two_namespaces("shop").await else {
         return;
     };
-    let other = TestEnv::on(shop.cp, "other")
-        .await
-        .expect("a second namespace");
-    shop.cp.install_gateway_api();
-    for env in [&shop, &other] {
-        env.ready_backends(&WEB_BACKENDS).await;
-    }
     let (shop_author, other_author) = (shop.tenant(), other.tenant());
     // The admin allows the shop's Gateway to every namespace: only its owner's listeners decide.
     gateway(&shop, "All");
@@ -368,16 +361,9 @@ fn tcp_on_gateway_of(
 
 #[tokio::test]
 async fn the_same_tcp_listener_named_by_port_and_by_section_name_gives_one_route() {
-    let Some(db) = TestEnv::dedicated("db").await else {
+    let Some((db, other)) = two_namespaces("db").await else {
         return;
     };
-    let other = TestEnv::on(db.cp, "other")
-        .await
-        .expect("a second namespace");
-    db.cp.install_gateway_api();
-    for env in [&db, &other] {
-        env.ready_backends(&WEB_BACKENDS).await;
-    }
     gateway(&db, "Same");
     let allowed = format!("{}/gw", db.ns);
     let _controller = ControllerProcess::start_cluster_wide(&db, &["--allowed-gateways", &allowed]);
