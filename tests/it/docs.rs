@@ -109,28 +109,45 @@ fn headline_run(page: &str) -> Option<(String, String, Vec<String>)> {
     Some((run, commit, differed))
 }
 
+/// What builds or drives the measured binary: a change to any of it makes the headline stale.
+const MEASURED: [&str; 6] = [
+    "Cargo.toml",
+    "Cargo.lock",
+    "hack/bench.sh",
+    "examples/benchmark",
+    "src",
+    "crates",
+];
+
+/// Whether a kept run's log says it was a full run: `hack/bench.sh` with no argument (every
+/// scale, every phase), to its end.
+fn is_full_run(log: &str) -> bool {
+    log.lines().next().map(str::trim_end) == Some("# hack/bench.sh")
+        && log.lines().any(|l| l.starts_with("All scales ("))
+}
+
 #[test]
 fn the_benchmarks_headline_is_a_full_run_of_the_code_as_it_is() {
     let page = fs::read_to_string(repo_root().join("docs/benchmarks.md")).expect("benchmarks.md");
     let (run, commit, differed) = headline_run(&page).expect(
         "docs/benchmarks.md's Results cite no full run (bench-runs/<stamp>-<commit>-full.log), or one labelled dirty without saying what differed",
     );
-    let code = |p: &&String| p.starts_with("src/") || p.starts_with("crates/");
+    let log = fs::read_to_string(repo_root().join(format!("docs/bench-runs/{run}.log")))
+        .unwrap_or_default();
     assert!(
-        !differed.iter().any(|p| code(&p)),
+        is_full_run(&log),
+        "the headline's run {run} is not a full run: its log's header is {:?}, and a full run is hack/bench.sh with no argument, to its \"All scales\" table",
+        log.lines().next()
+    );
+    let measured = |p: &&String| MEASURED.iter().any(|m| p.starts_with(m));
+    assert!(
+        !differed.iter().any(|p| measured(&p)),
         "the headline's run {run} ran code that differed from its commit: {differed:?}"
     );
     let diff = std::process::Command::new("git")
         .current_dir(repo_root())
-        .args([
-            "diff",
-            "--name-only",
-            &commit,
-            "HEAD",
-            "--",
-            "src",
-            "crates",
-        ])
+        .args(["diff", "--name-only", &commit, "HEAD", "--"])
+        .args(MEASURED)
         .output()
         .expect("git");
     assert!(
@@ -144,8 +161,20 @@ fn the_benchmarks_headline_is_a_full_run_of_the_code_as_it_is() {
         .collect();
     assert!(
         changed.is_empty(),
-        "the headline of docs/benchmarks.md is the run {run}, of commit {commit}; {} files of src/ and crates/ changed since (first: {:?}): run hack/bench.sh on the code as it is and make that run the headline",
+        "the headline of docs/benchmarks.md is the run {run}, of commit {commit}; {} files of what builds or drives the measured binary ({MEASURED:?}) changed since (first: {:?}): run hack/bench.sh on the code as it is and make that run the headline",
         changed.len(),
         &changed[..changed.len().min(5)]
     );
+}
+
+#[test]
+fn a_run_with_arguments_or_cut_short_is_not_a_full_run() {
+    let full = "# hack/bench.sh \n# commit abc1234\n...\nAll scales (58.1 min, 2 cores):\n";
+    assert!(is_full_run(full));
+    assert!(!is_full_run(
+        "# hack/bench.sh --scales 100\n# commit abc1234\nAll scales (3.0 min, 2 cores):\n"
+    ));
+    assert!(!is_full_run(
+        "# hack/bench.sh \n# commit abc1234\n[100] ...\n"
+    ));
 }
