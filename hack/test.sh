@@ -5,9 +5,29 @@
 # and the tests on a real node, which install containerd, runc and the CNI plugins from Debian's
 # packages and build the controller's image from the Dockerfile; FAILOVER_SKIP_NODE_TESTS=1 skips
 # those, loudly). Every test binary runs even when one fails; the end lists every failed test,
-# and the figures the tests measured are in target/test-figures.log.
+# and the figures the tests measured are in target/test-figures.log. The last lines are a table
+# of each phase's wall time.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# Each phase's wall time, kept for the table the run ends with (also when it fails).
+timings=()
+current=""
+begun=$SECONDS
+phase() {
+  [[ -z $current ]] || timings+=("$current"$'\t'"$((SECONDS - begun))")
+  current=$1
+  begun=$SECONDS
+  echo "== $1"
+}
+print_timings() {
+  [[ -z $current ]] || timings+=("$current"$'\t'"$((SECONDS - begun))")
+  current=""
+  echo "== time per phase"
+  ((${#timings[@]})) || return 0
+  printf '%s\n' "${timings[@]}" | awk -F'\t' '{printf "%6d s  %s\n", $2, $1; t += $2} END {printf "%6d s  in all\n", t}'
+}
+trap print_timings EXIT
 
 need() { command -v "$1" >/dev/null || { echo "test: '$1' is required: $2" >&2; exit 1; }; }
 need cargo "install Rust (rustup)"
@@ -20,20 +40,22 @@ for tool in openssl curl python3; do
 done
 rustup component add clippy rustfmt >/dev/null 2>&1 || true
 
-echo "== control-plane, node and Prometheus binaries"
+phase "control-plane, node, Prometheus and proxy binaries"
 if [[ "${FAILOVER_SKIP_NODE_TESTS:-}" == 1 ]]; then hack/build-control-plane.sh --prometheus; else hack/build-control-plane.sh --node --prometheus --proxy; fi
-echo "== cargo fmt --check"
+phase "cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy"
+phase "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== the API and core crates on their own (no API client reaches them)"
+phase "the API and core crates on their own (no API client reaches them)"
 # A workspace build unifies kube's features: only a build of these crates alone shows that they
 # use nothing of kube's client.
 cargo check -p failover-api -p failover-core --all-targets --locked
-echo "== the kubectl-failover plugin"
+phase "the kubectl-failover plugin"
 # A crate of its own: the integration tests run its binary, which their build does not make.
 cargo build -p kubectl-failover --locked
-echo "== cargo test"
+phase "the test binaries (cargo test --no-run)"
+cargo test --workspace --all-targets --locked --no-run "$@"
+phase "cargo test"
 # Every test skipped on purpose is recorded here (tests/it/support/skips.rs) and counted below.
 skips=$(mktemp "${TMPDIR:-/tmp}/failover-skips.XXXXXX")
 export FAILOVER_SKIPS_FILE=$skips
@@ -43,7 +65,7 @@ mkdir -p target
 export FAILOVER_FIGURES_FILE=$PWD/target/test-figures.log
 : > "$FAILOVER_FIGURES_FILE"
 output=$(mktemp "${TMPDIR:-/tmp}/failover-test-output.XXXXXX")
-trap 'rm -f "$skips" "$output"' EXIT
+trap 'rm -f "$skips" "$output"; print_timings' EXIT
 # --no-fail-fast: a failing test binary does not hide the others; the failures are listed below.
 set +e
 cargo test --workspace --all-targets --locked --no-fail-fast "$@" 2>&1 | tee "$output"
