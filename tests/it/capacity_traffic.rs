@@ -206,7 +206,7 @@ async fn with_capacity_and_scaling_clients_see_a_fifth_of_the_failures_they_see_
         without.failed,
     ));
     assert!(
-        percent(without.overloaded, without.sent) >= 40.0,
+        without.percent_overloaded() >= 40.0,
         "a Pod serving {POD_RATE} of {RATE} requests/s answered only {} of {} overloaded",
         without.overloaded,
         without.sent
