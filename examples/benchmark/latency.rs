@@ -1,10 +1,10 @@
 //! Failover latency: readiness flips through the controller, through a relay that makes one
-//! write per change (the floor), and through a relay that makes the controller's three writes
-//! per change, each timed from the acknowledgement of the EndpointSlice write to the moment the
-//! independent watch sees the TrafficSplit change. The three run in turns, a block of changes
-//! each, ten blocks, so they share the same load window (the API server's garbage collections,
-//! the churn) instead of following each other. A change not seen within 30 s is counted as lost
-//! and the run goes on.
+//! write per change (the floor), through a relay that makes the controller's three writes per
+//! change, and, where it runs, through linkerd-failover (`peer`), each timed from the
+//! acknowledgement of the readiness write to the moment an independent watch sees the
+//! TrafficSplit change. They run in turns, a block of changes each, ten blocks, so they share
+//! the same load window (the API server's garbage collections, the churn) instead of following
+//! each other. A change not seen within 30 s is counted as lost and the run goes on.
 
 use std::{collections::HashMap, time::Duration};
 
@@ -17,6 +17,7 @@ use crate::{
     Options,
     apiserver::ControlPlaneLoad,
     objects::{Picks, set_ready},
+    peer::{FAILED_OVER, ON_PRIMARY, Peer},
     profile::{Profile, Recording},
     report::{Percentiles, percentiles},
     support::{ControllerProcess, TestEnv, api_writes},
@@ -45,6 +46,21 @@ pub struct Latency {
     /// The controller's CPU time over its changes (and the churn meanwhile), per change.
     pub cpu_ms_per_change: f64,
     pub writes_per_change: HashMap<String, f64>,
+    /// linkerd-failover's changes, in turns with ours, when it runs at this scale.
+    pub peer: Option<PeerLatency>,
+}
+
+/// linkerd-failover's changes in its turns: timed as ours, on the same policies.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PeerLatency {
+    pub latency: Percentiles,
+    /// Changes not seen within 30 s.
+    pub lost: usize,
+    /// Its CPU time over its turns (and the churn meanwhile), per change.
+    pub cpu_ms_per_change: f64,
+    /// Its writes (TrafficSplit patches and Events) per change.
+    pub writes_per_change: f64,
+    pub control_plane: ControlPlaneLoad,
 }
 
 /// The controller's write counters that matter here.
@@ -119,6 +135,7 @@ pub async fn measure(
     n: usize,
     o: &Options,
     churn_per_second: u64,
+    peer: Option<&Peer>,
 ) -> Latency {
     let relays = Relays::start(env, watch).await;
     let slices: Api<EndpointSlice> = env.api();
@@ -127,6 +144,7 @@ pub async fn measure(
     let mut counters = Counters::default();
     let mut slowest = Slowest::default();
     let mut picks = Picks::new();
+    let mut theirs = PeerTurns::default();
     for block in 0..BLOCKS {
         let flips = o.flips / BLOCKS + usize::from(block < o.flips % BLOCKS);
         let (writes_before, cpu_before) = (writes(controller).await, cpu(controller));
@@ -150,6 +168,9 @@ pub async fn measure(
         for (phase, name) in [(&mut relay, Relays::ONE), (&mut same, Relays::SAME)] {
             relay_turn(env, watch, phase, name, flips, gap).await;
         }
+        if let Some(peer) = peer {
+            theirs.turn(env, peer, n, flips, gap).await;
+        }
     }
     relays.stop().await;
     slowest.print(n);
@@ -163,13 +184,60 @@ pub async fn measure(
             ("relay-same", &same.profile),
         ],
     );
-    report(
+    let mut latency = report(
         n,
         churn_per_second,
         (2 * o.flips) as f64,
         [ours, relay, same],
         counters,
-    )
+    );
+    latency.peer = peer.map(|_| theirs.report(n));
+    latency
+}
+
+/// linkerd-failover's turns: its changes, writes and CPU time over them.
+#[derive(Default)]
+struct PeerTurns {
+    phase: Phase,
+    picks: Option<Picks>,
+    writes: usize,
+    cpu_s: f64,
+}
+
+impl PeerTurns {
+    /// One turn: `flips` of the policies the controller's turns flip (the same sequence), down
+    /// and up again, through the peer's Endpoints.
+    async fn turn(&mut self, env: &TestEnv, peer: &Peer, n: usize, flips: usize, gap: Duration) {
+        let endpoints = peer.endpoints();
+        let picks = self.picks.get_or_insert_with(Picks::new);
+        let (writes_before, cpu_before) = (peer.writes(), peer.cpu_s());
+        let turn = Turn::begin(env).await;
+        for _ in 0..flips {
+            let name = format!("p{}", picks.next(n));
+            for (ready, expected) in [(false, FAILED_OVER), (true, ON_PRIMARY)] {
+                let change = timed(&endpoints, &peer.watch, &name, ready, &expected).await;
+                record(&mut self.phase, change, &name, &mut Slowest::default());
+                pause(gap).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        turn.end(env, &mut self.phase).await;
+        self.writes += peer.writes() - writes_before;
+        self.cpu_s += peer.cpu_s() - cpu_before;
+    }
+
+    fn report(self, n: usize) -> PeerLatency {
+        let changes = (self.phase.samples.len() + self.phase.lost).max(1) as f64;
+        let load = self.phase.load.unwrap_or_default();
+        eprintln!("[{n}] over linkerd-failover's changes, {}", load.describe());
+        PeerLatency {
+            latency: percentiles(self.phase.samples),
+            lost: self.phase.lost,
+            cpu_ms_per_change: self.cpu_s * 1000.0 / changes,
+            writes_per_change: self.writes as f64 / changes,
+            control_plane: load,
+        }
+    }
 }
 
 /// One turn of relay `name`: `flips` changes down and up again.
@@ -228,6 +296,7 @@ fn report(
             .into_iter()
             .map(|(k, v)| (k, v / changes))
             .collect(),
+        peer: None,
     }
 }
 
@@ -245,8 +314,8 @@ fn cpu(controller: &ControllerProcess) -> f64 {
 }
 
 /// One change: written, then waited for; `None` when it was not seen within [`LOST_AFTER`].
-pub async fn timed(
-    slices: &Api<EndpointSlice>,
+pub async fn timed<K: crate::objects::Readiness>(
+    slices: &Api<K>,
     watch: &SplitWatch,
     name: &str,
     ready: bool,

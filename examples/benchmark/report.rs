@@ -58,6 +58,8 @@ pub struct ScaleResult {
     pub kib_per_policy: f64,
     /// The memory of each phase, the restarted process's last.
     pub memory: Vec<PhaseMemory>,
+    /// linkerd-failover at this scale, when it is measured here (or why it is not).
+    pub peer: Option<crate::peer::PeerScale>,
 }
 
 fn ratio(ours: f64, floor: f64) -> f64 {
@@ -455,7 +457,7 @@ pub struct Verdict {
     pub met: Option<bool>,
 }
 
-fn verdict(target: impl Into<String>, measured: impl Into<String>, met: bool) -> Verdict {
+pub fn verdict(target: impl Into<String>, measured: impl Into<String>, met: bool) -> Verdict {
     Verdict {
         target: target.into(),
         measured: measured.into(),
@@ -464,7 +466,7 @@ fn verdict(target: impl Into<String>, measured: impl Into<String>, met: bool) ->
 }
 
 /// A target that needs samples: judged only when every set it compares has some.
-fn measured_verdict(
+pub fn measured_verdict(
     target: impl Into<String>,
     sets: &[&Percentiles],
     measured: impl FnOnce() -> String,
@@ -813,6 +815,7 @@ pub fn print_targets(
     traffic: &Traffic,
 ) -> usize {
     let mut all = latency_verdicts(results);
+    all.extend(crate::peer::verdicts(results));
     all.extend(neighbour_verdicts(neighbour));
     all.extend(results.iter().flat_map(group_verdicts));
     all.extend(process_verdicts(results));

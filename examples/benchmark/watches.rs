@@ -158,6 +158,44 @@ impl SplitWatch {
     }
 }
 
+/// Counts the changes (creations and updates) a watch delivers after its first list: another
+/// client's writes to the objects it watches.
+pub struct Changes {
+    count: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Changes {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Changes {
+    pub fn start<K>(api: Api<K>) -> Self
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        let count = Arc::new(AtomicUsize::new(0));
+        let seen = count.clone();
+        let task = tokio::spawn(async move {
+            let mut s = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed();
+            while let Some(event) = s.next().await {
+                if let Ok(watcher::Event::Apply(_)) = event {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        Self { count, task }
+    }
+
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+}
+
 /// Watches the policies and records which ones have a status with a phase.
 pub struct StatusWatch {
     with_status: Arc<Mutex<HashSet<String>>>,
@@ -201,10 +239,10 @@ impl StatusWatch {
 /// server is skipped, so a slow API server cannot pile up connections.
 const CHURN_IN_FLIGHT: usize = 64;
 
-/// Background churn: EndpointSlice updates on Services no policy references, `per_second` of them
-/// (fewer while [`CHURN_IN_FLIGHT`] are unanswered).
-pub fn start_churn(
-    api: Api<EndpointSlice>,
+/// Background churn: readiness updates (EndpointSlices, or the peer's Endpoints) of Services no
+/// policy references, `per_second` of them (fewer while [`CHURN_IN_FLIGHT`] are unanswered).
+pub fn start_churn<K: crate::objects::Readiness>(
+    api: Api<K>,
     services: Vec<String>,
     per_second: u64,
 ) -> JoinHandle<()> {
@@ -224,13 +262,7 @@ pub fn start_churn(
             let api = api.clone();
             let ready = (i / services.len()).is_multiple_of(2);
             tokio::spawn(async move {
-                let _ = api
-                    .patch(
-                        &format!("{svc}-bench"),
-                        &PatchParams::apply("bench").force(),
-                        &Patch::Apply(&slice(&svc, ready)),
-                    )
-                    .await;
+                let _ = crate::objects::try_set_ready(&api, &svc, ready).await;
                 drop(permit);
             });
             i += 1;
