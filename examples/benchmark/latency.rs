@@ -19,6 +19,7 @@ use crate::{
     objects::{Picks, set_ready},
     peer::{FAILED_OVER, ON_PRIMARY, Peer},
     profile::{Profile, Recording},
+    relay,
     report::{Percentiles, percentiles},
     support::{ControllerProcess, TestEnv, api_writes},
     watches::{SplitWatch, StatusTarget, hold_controller_watches, start_relay},
@@ -151,7 +152,7 @@ pub async fn measure(
         let turn = Turn::begin(env).await;
         for _ in 0..flips {
             let name = format!("p{}", picks.next(n));
-            for (ready, expected) in [(false, [0i64, 1, 0]), (true, [1i64, 0, 0])] {
+            for (ready, expected) in [(false, WEIGHTS_FAILED_OVER), (true, WEIGHTS_ON_PRIMARY)] {
                 let change = timed(&slices, watch, &name, ready, &expected).await;
                 record(&mut ours, change, &name, &mut slowest);
                 pause(gap).await;
@@ -165,8 +166,17 @@ pub async fn measure(
             &writes(controller).await,
             cpu(controller) - cpu_before,
         );
-        for (phase, name) in [(&mut relay, Relays::ONE), (&mut same, Relays::SAME)] {
-            relay_turn(env, watch, phase, name, flips, gap).await;
+        let turns: [(&mut Phase, &str, &SplitWatch, [&[i64]; 2]); 2] = [
+            (&mut relay, Relays::ONE, watch, [&[0, 1], &[1, 0]]),
+            (
+                &mut same,
+                Relays::SAME,
+                &relays.same,
+                [&WEIGHTS_FAILED_OVER, &WEIGHTS_ON_PRIMARY],
+            ),
+        ];
+        for (phase, name, seen_by, weights) in turns {
+            relay_turn(env, seen_by, phase, name, flips, gap, weights).await;
         }
         if let Some(peer) = peer {
             theirs.turn(env, peer, n, flips, gap).await;
@@ -240,7 +250,8 @@ impl PeerTurns {
     }
 }
 
-/// One turn of relay `name`: `flips` changes down and up again.
+/// One turn of relay `name`: `flips` changes down and up again, seen by `watch` as `weights`
+/// (failed over, on the primary).
 async fn relay_turn(
     env: &TestEnv,
     watch: &SplitWatch,
@@ -248,12 +259,13 @@ async fn relay_turn(
     name: &str,
     flips: usize,
     gap: Duration,
+    weights: [&[i64]; 2],
 ) {
     let slices: Api<EndpointSlice> = env.api();
     let turn = Turn::begin(env).await;
     for _ in 0..flips {
-        for (ready, expected) in [(false, [0i64, 1]), (true, [1i64, 0])] {
-            let change = timed(&slices, watch, name, ready, &expected).await;
+        for (ready, expected) in [(false, weights[0]), (true, weights[1])] {
+            let change = timed(&slices, watch, name, ready, expected).await;
             record(phase, change, name, &mut Slowest::default());
             pause(gap).await;
         }
@@ -345,12 +357,17 @@ pub fn record(
     }
 }
 
-/// The two relays: one makes one write per change, the other the controller's three and holds
-/// the controller's watches, from the start of the measurement to its end, in every phase's
-/// turns as the controller's own are.
+/// The two relays: one makes one write per change (the bare floor); the other (`relay`) the
+/// controller's writes, triggered by the controller's EndpointSlice watch, and holds its other
+/// watches, from the start of the measurement to its end, in every phase's turns as the
+/// controller's own are.
 struct Relays {
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    status_owner: TestEnv,
+    same_writes: relay::Running,
+    /// The namespace of the relay making the controller's writes: its policy and route.
+    own: TestEnv,
+    /// An independent watch of its route.
+    same: SplitWatch,
 }
 
 impl Relays {
@@ -360,24 +377,34 @@ impl Relays {
     async fn start(env: &TestEnv, watch: &SplitWatch) -> Self {
         let splits: Api<TrafficSplit> = env.api();
         let slices: Api<EndpointSlice> = env.api();
-        for name in [Self::ONE, Self::SAME] {
-            let split: TrafficSplit = serde_json::from_value(json!({"apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit",
-                "metadata": {"name": name}, "spec": {"service": name, "backends": [{"service": name, "weight": 1}, {"service": format!("{name}-b"), "weight": 0}]}})).expect("ts");
-            let _ = splits.create(&PostParams::default(), &split).await;
-            set_ready(&slices, name, true).await;
+        let split: TrafficSplit = serde_json::from_value(json!({"apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit",
+            "metadata": {"name": Self::ONE}, "spec": {"service": Self::ONE, "backends": [{"service": Self::ONE, "weight": 1}, {"service": format!("{}-b", Self::ONE), "weight": 0}]}})).expect("ts");
+        let _ = splits.create(&PostParams::default(), &split).await;
+        set_ready(&slices, Self::ONE, true).await;
+        for backend in ["", "-a", "-b"] {
+            set_ready(&slices, &format!("{}{backend}", Self::SAME), true).await;
         }
-        let (status_owner, target) = status_target(env).await;
-        let mut tasks = hold_controller_watches(&env.client, &env.ns, &status_owner.ns);
-        tasks.extend([
-            start_relay(env.client.clone(), &env.ns, Self::ONE, None),
-            start_relay(env.client.clone(), &env.ns, Self::SAME, Some(target)),
-        ]);
-        for name in [Self::ONE, Self::SAME] {
-            let _ = watch.wait_for(name, &[1, 0], Duration::from_secs(10)).await;
-        }
+        let own = TestEnv::on(env.cp, "bench-relay").await.expect("namespace");
+        let target = relay::Target {
+            members: vec![relay::Member::create(&own, Self::SAME).await],
+            group: None,
+            written: relay::controller_writes(env, watch, "p0", &["p0".into()], None).await,
+        };
+        let mut tasks = hold_controller_watches(&env.client, &env.ns, &own.ns);
+        tasks.push(start_relay(env.client.clone(), &env.ns, Self::ONE));
+        let same_writes = relay::start(env.client.clone(), &env.ns, Self::SAME, target);
+        let same = SplitWatch::start(own.api());
+        let _ = watch
+            .wait_for(Self::ONE, &[1, 0], Duration::from_secs(10))
+            .await;
+        let _ = same
+            .wait_for(Self::SAME, &WEIGHTS_ON_PRIMARY, Duration::from_secs(10))
+            .await;
         Self {
             tasks,
-            status_owner,
+            same_writes,
+            own,
+            same,
         }
     }
 
@@ -385,9 +412,14 @@ impl Relays {
         for task in self.tasks {
             task.abort();
         }
-        drop(self.status_owner);
+        drop((self.same, self.same_writes));
+        self.own.cleanup_and_wait(Duration::from_secs(60)).await;
     }
 }
+
+/// The controller's weights, as the watch reads them: on the primary, failed over.
+const WEIGHTS_ON_PRIMARY: [i64; 3] = [1, 0, 0];
+const WEIGHTS_FAILED_OVER: [i64; 3] = [0, 1, 0];
 
 /// A copy of policy `p0` (its spec, and the status the controller wrote) in a namespace of its
 /// own, for the relay to write the status of.

@@ -50,6 +50,7 @@ mod pprof;
 mod probe;
 mod profile;
 mod recovery;
+mod relay;
 mod report;
 mod startup;
 mod traffic;
@@ -122,8 +123,9 @@ pub struct Options {
     /// Failover groups of 10 policies at `--groups-at`.
     #[arg(long, default_value_t = 1000)]
     groups: usize,
-    /// Group failovers timed (each a member's primary down, then up again).
-    #[arg(long, default_value_t = 50)]
+    /// Group failovers timed (each a member's primary down, then up again), and as many
+    /// through the relay making the controller's writes, in turns.
+    #[arg(long, default_value_t = 200)]
     group_flips: usize,
     /// The controller's --log-level (e.g. `info,failover=debug` to follow one change through
     /// it; its log is written to the system's temporary directory).
@@ -313,9 +315,7 @@ async fn start_peer(
         return (None, None);
     }
     let started = match binary {
-        Ok(binary) => {
-            peer::Peer::start(env, binary, n, churn_services, o.churn_per_second).await
-        }
+        Ok(binary) => peer::Peer::start(env, binary, n, churn_services, o.churn_per_second).await,
         Err(why) => Err(why.clone()),
     };
     match started {

@@ -44,11 +44,16 @@ pub fn service(name: &str) -> Service {
 /// Policy `p<i>`: primary `p<i>` (in site `one`), secondaries `p<i>-a` and `p<i>-b` (in site
 /// `two`). The sites matter only to a failover group that lists the policy (`groups`).
 pub fn policy(i: usize) -> FailoverPolicy {
+    policy_named(&format!("p{i}"))
+}
+
+/// Policy `name`, as [`policy`] makes `p<i>`.
+pub fn policy_named(name: &str) -> FailoverPolicy {
     serde_json::from_value(json!({
-        "apiVersion": "failover.dev/v1alpha1", "kind": "FailoverPolicy", "metadata": {"name": format!("p{i}")},
-        "spec": {"service": format!("p{i}"), "primary": format!("p{i}"), "primarySite": "one",
-                 "secondaries": [{"service": format!("p{i}-a"), "site": "two"},
-                                 {"service": format!("p{i}-b"), "site": "two"}]},
+        "apiVersion": "failover.dev/v1alpha1", "kind": "FailoverPolicy", "metadata": {"name": name},
+        "spec": {"service": name, "primary": name, "primarySite": "one",
+                 "secondaries": [{"service": format!("{name}-a"), "site": "two"},
+                                 {"service": format!("{name}-b"), "site": "two"}]},
     }))
     .expect("policy")
 }

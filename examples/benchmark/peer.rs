@@ -27,8 +27,8 @@ use tokio::task::JoinHandle;
 
 use crate::{
     memory::status_kib,
-    report::{ScaleResult, Verdict, measured_verdict, verdict},
     objects::{Readiness, create_all, set_ready},
+    report::{ScaleResult, Verdict, measured_verdict, verdict},
     support::{TestEnv, cpu_seconds, repo_root},
     watches::{Changes, SplitWatch, start_churn},
 };
@@ -320,12 +320,7 @@ pub fn print(results: &[ScaleResult]) {
             for (who, lat, lost, writes, cpu, idle, rss) in rows {
                 println!(
                     "| {} | {} | {who} | {:.1} | {:.1} | {:.1} | {:.1} | {lost} | {writes:.2} | {cpu:.2} | {idle} | {rss:.1} |",
-                    r.policies,
-                    l.churn_per_second,
-                    lat.p50_ms,
-                    lat.p95_ms,
-                    lat.p99_ms,
-                    lat.max_ms,
+                    r.policies, l.churn_per_second, lat.p50_ms, lat.p95_ms, lat.p99_ms, lat.max_ms,
                 );
             }
         }
@@ -349,11 +344,14 @@ pub fn verdicts(results: &[ScaleResult]) -> Vec<Verdict> {
         let targets = targets(n, r);
         match (r, why) {
             (Some(r), None) => v.extend(judged(r)),
-            (_, why) => v.extend(targets.into_iter().map(|target| Verdict {
-                target,
-                measured: format!("not measured: {}", why.unwrap_or_default()),
-                met: None,
-            })),
+            (_, why) => {
+                let why = why.unwrap_or_default();
+                v.extend(targets.into_iter().map(|target| Verdict {
+                    target,
+                    measured: format!("not measured: {why}"),
+                    met: None,
+                }));
+            }
         }
     }
     v
@@ -370,7 +368,9 @@ fn targets(n: usize, r: Option<&ScaleResult>) -> Vec<String> {
         let at = at(n, rate);
         t.push(format!("p50 ≤ {LATENCY_SHARE}x linkerd-failover's ({at})"));
         t.push(format!("p99 ≤ {LATENCY_SHARE}x linkerd-failover's ({at})"));
-        t.push(format!("0 lost changes, ours and linkerd-failover's ({at})"));
+        t.push(format!(
+            "0 lost changes, ours and linkerd-failover's ({at})"
+        ));
     }
     t.push(format!(
         "peak RSS ≤ {RSS_SHARE}x linkerd-failover's ({n} policies)"
@@ -440,89 +440,94 @@ mod tests {
         }
     }
 
-    /// A scale of `n` where ours took `ours` (p50, p99) and lost `lost[0]`, the peer `theirs`
-    /// and `lost[1]`; peak RSS `rss` (ours, the peer's).
-    fn scale(
-        n: usize,
+    /// What one scale measured of both: p50 and p99, changes lost, peak RSS (ours first).
+    #[derive(Clone, Copy)]
+    struct Figures {
         ours: (f64, f64),
         theirs: (f64, f64),
         lost: [usize; 2],
         rss: (f64, f64),
-    ) -> ScaleResult {
+    }
+
+    /// Figures that meet every target.
+    const GOOD: Figures = Figures {
+        ours: (8.0, 20.0),
+        theirs: (12.0, 40.0),
+        lost: [0, 0],
+        rss: (30.0, 200.0),
+    };
+
+    fn scale(n: usize, f: Figures) -> ScaleResult {
         ScaleResult {
             policies: n,
             latency: vec![Latency {
                 churn_per_second: 50,
-                controller: ms(ours.0, ours.1),
-                lost: [lost[0], 0, 0],
+                controller: ms(f.ours.0, f.ours.1),
+                lost: [f.lost[0], 0, 0],
                 peer: Some(PeerLatency {
-                    latency: ms(theirs.0, theirs.1),
-                    lost: lost[1],
+                    latency: ms(f.theirs.0, f.theirs.1),
+                    lost: f.lost[1],
                     ..PeerLatency::default()
                 }),
                 ..Latency::default()
             }],
-            peak_rss_mib: rss.0,
+            peak_rss_mib: f.rss.0,
             peer: Some(PeerScale {
-                peak_rss_mib: rss.1,
+                peak_rss_mib: f.rss.1,
                 ..PeerScale::default()
             }),
             ..ScaleResult::default()
         }
     }
 
-    fn met(results: &[ScaleResult]) -> Vec<Option<bool>> {
-        verdicts(results).into_iter().map(|v| v.met).collect()
-    }
-
-    const GOOD: ((f64, f64), (f64, f64), [usize; 2], (f64, f64)) =
-        ((8.0, 20.0), (12.0, 40.0), [0, 0], (30.0, 200.0));
-
-    fn both(r: impl Fn(usize) -> ScaleResult) -> Vec<ScaleResult> {
-        JUDGED_AT.iter().map(|&n| r(n)).collect()
+    /// The verdicts at both judged scales, each measured with `f`.
+    fn met(f: Figures) -> Vec<Option<bool>> {
+        let results: Vec<ScaleResult> = JUDGED_AT.iter().map(|&n| scale(n, f)).collect();
+        verdicts(&results).into_iter().map(|v| v.met).collect()
     }
 
     #[test]
     fn faster_than_four_fifths_of_the_peer_with_a_fifth_of_its_memory_is_met() {
-        let (o, t, l, m) = GOOD;
-        assert_eq!(met(&both(|n| scale(n, o, t, l, m))), vec![Some(true); 8]);
+        assert_eq!(met(GOOD), vec![Some(true); 8]);
     }
 
     #[test]
     fn a_p50_or_p99_over_four_fifths_of_the_peers_is_missed() {
-        let (_, t, l, m) = GOOD;
-        let slow_p50 = met(&both(|n| scale(n, (10.0, 20.0), t, l, m)));
-        assert_eq!(slow_p50[0], Some(false));
-        assert_eq!(slow_p50[1], Some(true));
-        let slow_p99 = met(&both(|n| scale(n, (8.0, 33.0), t, l, m)));
-        assert_eq!(slow_p99[0], Some(true));
-        assert_eq!(slow_p99[1], Some(false));
+        let slow_p50 = met(Figures {
+            ours: (10.0, 20.0),
+            ..GOOD
+        });
+        assert_eq!(slow_p50[..2], [Some(false), Some(true)]);
+        let slow_p99 = met(Figures {
+            ours: (8.0, 33.0),
+            ..GOOD
+        });
+        assert_eq!(slow_p99[..2], [Some(true), Some(false)]);
     }
 
     #[test]
     fn a_change_lost_by_either_is_missed() {
-        let (o, t, _, m) = GOOD;
-        assert_eq!(met(&both(|n| scale(n, o, t, [1, 0], m)))[2], Some(false));
-        assert_eq!(met(&both(|n| scale(n, o, t, [0, 1], m)))[2], Some(false));
+        for lost in [[1, 0], [0, 1]] {
+            assert_eq!(met(Figures { lost, ..GOOD })[2], Some(false), "{lost:?}");
+        }
     }
 
     #[test]
     fn a_peak_rss_over_a_fifth_of_the_peers_is_missed() {
-        let (o, t, l, _) = GOOD;
-        assert_eq!(
-            met(&both(|n| scale(n, o, t, l, (41.0, 200.0))))[3],
-            Some(false)
-        );
+        let heavy = Figures {
+            rss: (41.0, 200.0),
+            ..GOOD
+        };
+        assert_eq!(met(heavy)[3], Some(false));
     }
 
     #[test]
     fn without_the_peer_every_target_says_not_measured_and_why() {
-        let (o, t, l, m) = GOOD;
-        let mut results = both(|n| scale(n, o, t, l, m));
+        let mut results: Vec<ScaleResult> = JUDGED_AT.iter().map(|&n| scale(n, GOOD)).collect();
         results[0].peer = Some(PeerScale::not_measured("no archive"));
         results[1].peer = None;
         let v = verdicts(&results);
-        assert!(v.iter().all(|v| v.met.is_none()), "{:?}", met(&results));
+        assert!(v.iter().all(|v| v.met.is_none()));
         assert!(v[0].measured.contains("no archive"));
         assert!(v[4].measured.contains("--peer-at"));
         assert!(

@@ -15,25 +15,19 @@ use std::{
 use failover::{
     api::FailoverPolicy,
     apis::WatchKind,
-    backend::BackendKind,
     route::{RouteKind, RouteObject, trafficsplit::TrafficSplit},
     sources::watch::{WatchReport, events, scoped},
 };
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::{
-    core::v1::{Event, Service},
-    discovery::v1::EndpointSlice,
-};
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{
-    Api, Client, Resource, ResourceExt,
+    Api, Client, ResourceExt,
     api::{Patch, PatchParams},
     core::PartialObjectMeta,
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::json;
 use tokio::{sync::Notify, task::JoinHandle};
-
-use crate::objects::slice;
 
 /// How many lists a watch has completed (its first list, then one per relist).
 pub type Lists = Arc<AtomicUsize>;
@@ -271,7 +265,7 @@ pub fn start_churn<K: crate::objects::Readiness>(
 }
 
 /// A FailoverPolicy in a namespace of its own (no controller watches it), whose status the
-/// relay applies after each route, as the controller applies a policy's status.
+/// status probe writes in each way it compares.
 #[derive(Clone)]
 pub struct StatusTarget {
     pub api: Api<FailoverPolicy>,
@@ -281,20 +275,13 @@ pub struct StatusTarget {
 
 /// The floor: one watch on one EndpointSlice (`<name>-bench`); each change is one server-side
 /// apply of one TrafficSplit (`<name>`). The least any controller can do, on the same control
-/// plane. With `extra`, each change also makes the controller's two other writes.
-pub fn start_relay(
-    client: Client,
-    ns: &str,
-    name: &'static str,
-    extra: Option<StatusTarget>,
-) -> JoinHandle<()> {
+/// plane.
+pub fn start_relay(client: Client, ns: &str, name: &'static str) -> JoinHandle<()> {
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
-    let splits: Api<TrafficSplit> = Api::namespaced(client.clone(), ns);
-    let events: Api<Event> = Api::namespaced(client, ns);
+    let splits: Api<TrafficSplit> = Api::namespaced(client, ns);
     tokio::spawn(async move {
         let cfg = watcher::Config::default().fields(&format!("metadata.name={name}-bench"));
         let mut s = watcher(slices, cfg).applied_objects().boxed();
-        let mut changes = 0u64;
         while let Ok(Some(es)) = s.try_next().await {
             let ready = es
                 .endpoints
@@ -309,41 +296,12 @@ pub fn start_relay(
                     &Patch::Apply(&patch),
                 )
                 .await;
-            changes += 1;
-            if let Some(target) = &extra {
-                tokio::spawn(two_more_writes(target.clone(), events.clone(), changes));
-            }
         }
     })
 }
 
-/// What the controller writes after a route besides it, in the background: a policy's status
-/// applied and one Event created.
-async fn two_more_writes(target: StatusTarget, events: Api<Event>, change: u64) {
-    let mut status = target.status;
-    status["observedGeneration"] = json!(change);
-    let body = json!({"apiVersion": FailoverPolicy::api_version(&()), "kind": FailoverPolicy::kind(&()), "status": status});
-    let params = PatchParams::apply("relay").force();
-    if let Err(e) = target
-        .api
-        .patch_status("relay", &params, &Patch::Apply(&body))
-        .await
-    {
-        eprintln!("the relay's status write failed: {e}");
-    }
-    let event: Event = serde_json::from_value(json!({
-        "metadata": {"generateName": "relay-"},
-        "involvedObject": {"apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit", "name": "relay", "namespace": events.namespace()},
-        "reason": "Relayed", "message": format!("change {change}"), "type": "Normal",
-        "source": {"component": "relay"}}))
-    .expect("Event");
-    if let Err(e) = events.create(&Default::default(), &event).await {
-        eprintln!("the relay's Event failed: {e}");
-    }
-}
-
 /// Watch reports nobody reads: the relay's watches are held for their cost only.
-struct Unreported;
+pub struct Unreported;
 
 impl WatchReport for Unreported {
     fn listed(&self, _kind: WatchKind) {}
@@ -357,25 +315,14 @@ fn drain<K: Send + 'static>(
     tokio::spawn(events.for_each(|_| async {}))
 }
 
-/// The controller's watches, held as it holds them (the same helper, kinds, selectors and
-/// initial list), their events read and dropped: EndpointSlices with a Service label, Services
-/// (metadata only) and the routes of each kind in `ns`, the controller's scope; and the
-/// policies of `policies_ns`, where the relay's own status writes land, as the controller's
-/// policy watch receives its own status writes.
-pub fn hold_controller_watches(
-    client: &Client,
-    ns: &str,
-    policies_ns: &str,
-) -> Vec<JoinHandle<()>> {
+/// The controller's watches besides its EndpointSlice watch (which triggers the relay making
+/// its writes), held as it holds them (the same helper, kinds, selectors and initial list),
+/// their events read and dropped: Services (metadata only) in `ns`, the controller's scope; and
+/// the policies and routes of each kind in `own_ns`, where the relay's own writes land, as the
+/// controller's watches receive its own writes.
+pub fn hold_controller_watches(client: &Client, ns: &str, own_ns: &str) -> Vec<JoinHandle<()>> {
     let report: Arc<dyn WatchReport> = Arc::new(Unreported);
-    let slice_label = BackendKind::Service.spec().slice_label;
     let mut held = vec![
-        drain(events(
-            scoped::<EndpointSlice>(client, Some(ns)),
-            WatchKind::EndpointSlice,
-            watcher::Config::default().labels(slice_label),
-            report.clone(),
-        )),
         drain(events(
             scoped::<PartialObjectMeta<Service>>(client, Some(ns)),
             WatchKind::Service,
@@ -383,7 +330,7 @@ pub fn hold_controller_watches(
             report.clone(),
         )),
         drain(events(
-            scoped::<FailoverPolicy>(client, Some(policies_ns)),
+            scoped::<FailoverPolicy>(client, Some(own_ns)),
             WatchKind::FailoverPolicy,
             watcher::Config::default(),
             report.clone(),
@@ -391,7 +338,7 @@ pub fn hold_controller_watches(
     ];
     for kind in RouteKind::ALL {
         let api: Api<RouteObject> =
-            Api::namespaced_with(client.clone(), ns, &(kind.spec().resource)());
+            Api::namespaced_with(client.clone(), own_ns, &(kind.spec().resource)());
         held.push(drain(events(
             api,
             kind.watch(),
