@@ -32,13 +32,13 @@ const POD_RATE: u32 = 10;
 /// What the policy declares one Pod serves: a margin below [`POD_RATE`].
 const DECLARED: i32 = 8;
 /// The most overload answers a move may cause, in percent of its requests.
-const OVERLOAD_BOUND: f64 = 1.0;
+pub const OVERLOAD_BOUND: f64 = 1.0;
 /// With capacity, a failover fails at most one in this many of the requests the same failover
 /// fails without capacity, over the same span: the failures left are those sent while the
 /// secondary's new Pods start, which the node's speed sets, not the controller.
-const FRACTION_OF_WITHOUT: usize = 5;
+pub const FRACTION_OF_WITHOUT: usize = 5;
 /// How long after a failure the requests are counted: the secondary's Pods start within it.
-const SPAN: Duration = Duration::from_secs(20);
+pub const SPAN: Duration = Duration::from_secs(20);
 
 fn host(test: &str) -> String {
     format!("{test}.failover.test")
@@ -225,9 +225,23 @@ async fn with_capacity_and_scaling_clients_see_a_fifth_of_the_failures_they_see_
     .await;
     let failed_at = Instant::now();
     env.set_backend_ready("web", false).await;
+    let raised = wait_until(WAIT, || async { min_replicas(&env) == "3" }).await;
+    assert!(
+        raised,
+        "the HPA was not raised: minReplicas {}",
+        min_replicas(&env)
+    );
+    env.wait_policy("web", WAIT, "web-east takes all", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.backends.get(1))
+            .and_then(|b| b.share.clone())
+            .as_deref()
+            == Some("100%")
+    })
+    .await;
     let served = all_served(&load).await - failed_at;
     let with = over_the_span(&load, failed_at).await;
-    assert_eq!(min_replicas(&env), "3", "the HPA raised for the failover");
     support::figure(format!(
         "with capacity and scaling, failover: all traffic served {served:.1?} after the primary failed; {} of {} requests ({:.2}%) in the {SPAN:?} after the failure failed as clients saw them, {:.2}x of those without capacity: {} answered overloaded (sent at {:?} after the failure), {} failed otherwise (sent to the failed primary while the secondary grew)",
         with.failures(),
@@ -251,16 +265,6 @@ async fn with_capacity_and_scaling_clients_see_a_fifth_of_the_failures_they_see_
         with.sent,
         with.overload_times
     );
-    env.wait_policy("web", WAIT, "web-east takes all", |p| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.backends.get(1))
-            .and_then(|b| b.share.clone())
-            .as_deref()
-            == Some("100%")
-    })
-    .await;
-
     // The primary's Pods come back one by one: its share follows them.
     let back_at = Instant::now();
     let pods = env.pods("web").await;

@@ -178,3 +178,56 @@ fn a_run_with_arguments_or_cut_short_is_not_a_full_run() {
         "# hack/bench.sh \n# commit abc1234\n[100] ...\n"
     ));
 }
+
+/// The bounds the benchmarks page quotes for the tests on the node, as the tests state them:
+/// each row (by its first cell) and its last cell, made from the tests' constants.
+fn quoted_bounds() -> Vec<(&'static str, String)> {
+    use crate::{capacity_traffic as capacity, groups, support::failovers::LOST_IN_A_FAILOVER};
+    vec![
+        (
+            "unplanned failover at 50 requests/s through the proxy",
+            format!("at most {LOST_IN_A_FAILOVER}, none after"),
+        ),
+        (
+            "group failover at 50 requests/s per hostname through the proxy",
+            format!(
+                "routes at most {} ms apart; the trigger's at most {LOST_IN_A_FAILOVER} failed, the other member's 0",
+                groups::ROUTES_APART.as_millis()
+            ),
+        ),
+        (
+            "failover with capacity and scaling (test)",
+            format!(
+                "at most 1/{} of the failures without capacity over the same {} s; {}% overloaded",
+                capacity::FRACTION_OF_WITHOUT,
+                capacity::SPAN.as_secs(),
+                capacity::OVERLOAD_BOUND
+            ),
+        ),
+        (
+            "failback by the primary's ready Pods (test)",
+            format!("{}% failed", capacity::OVERLOAD_BOUND),
+        ),
+    ]
+}
+
+#[test]
+fn the_bounds_the_benchmarks_page_quotes_are_the_tests_own() {
+    let page = fs::read_to_string(repo_root().join("docs/benchmarks.md")).expect("benchmarks.md");
+    for (row, bound) in quoted_bounds() {
+        let line = page
+            .lines()
+            .find(|l| l.starts_with(&format!("| {row} |")))
+            .unwrap_or_else(|| panic!("docs/benchmarks.md has no row {row:?}"));
+        let last = line
+            .trim_end_matches('|')
+            .rsplit('|')
+            .next()
+            .unwrap_or_default()
+            .trim();
+        assert_eq!(
+            last, bound,
+            "docs/benchmarks.md quotes the bound of {row:?} as {last:?}; the test's is {bound:?}"
+        );
+    }
+}

@@ -212,8 +212,8 @@ async fn a_pinned_member_is_named_by_the_group_and_moves_nothing() {
 
 /// How far apart the two members' routes may move in a group failover: the trigger's reconcile
 /// records the move and wakes the other member at once, so its route follows within one
-/// reconcile.
-const ROUTES_APART: Duration = Duration::from_secs(2);
+/// reconcile. The kept runs measured 8 to 50 ms; ten times the most.
+pub const ROUTES_APART: Duration = Duration::from_millis(500);
 
 /// `policy` in sites `one` (its primary) and `two` (its secondaries), on the Gateway
 /// `default/edge` for `host`.
@@ -329,13 +329,19 @@ async fn through_the_proxy_one_members_failure_moves_both_hostnames_to_the_next_
         failed(&api_answers, broken).len(),
     );
     support::figure(format!(
-        "group failover at {RATE} req/s per hostname: routes moved {apart:.0?} apart (bound {ROUTES_APART:?}); failed: web {web_lost} of {}, api {api_lost} of {} (bound {LOST_IN_A_FAILOVER} each), failover and failback",
+        "group failover at {RATE} req/s per hostname: routes moved {apart:.0?} apart (bound {ROUTES_APART:?}); failed: web {web_lost} of {}, api {api_lost} of {} (bounds {LOST_IN_A_FAILOVER} and 0), failover and failback",
         web_answers.len(),
         api_answers.len()
     ));
     assert!(apart <= ROUTES_APART, "the routes moved {apart:?} apart");
+    // The trigger's requests sent between its Pods failing and the proxy moving them fail; the
+    // member moved from one ready backend to another loses none, as a pin loses none.
     assert!(
-        web_lost <= LOST_IN_A_FAILOVER && api_lost <= LOST_IN_A_FAILOVER,
-        "web lost {web_lost}, api {api_lost}"
+        web_lost <= LOST_IN_A_FAILOVER,
+        "web lost {web_lost} of its requests"
+    );
+    assert_eq!(
+        api_lost, 0,
+        "api, moved between two ready backends, lost requests"
     );
 }
