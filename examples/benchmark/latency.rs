@@ -22,7 +22,7 @@ use crate::{
     relay,
     report::{Percentiles, percentiles},
     support::{ControllerProcess, TestEnv, api_writes},
-    watches::{SplitWatch, StatusTarget, hold_controller_watches, start_relay},
+    watches::{Churn, SplitWatch, StatusTarget, hold_controller_watches, start_relay},
 };
 
 /// How many turns the three sources of changes take.
@@ -136,7 +136,7 @@ pub async fn measure(
     n: usize,
     o: &Options,
     churn_per_second: u64,
-    peer: Option<&Peer>,
+    peer: Option<(&Peer, &Churn)>,
 ) -> Latency {
     let relays = Relays::start(env, watch).await;
     let slices: Api<EndpointSlice> = env.api();
@@ -178,8 +178,10 @@ pub async fn measure(
         for (phase, name, seen_by, weights) in turns {
             relay_turn(env, seen_by, phase, name, flips, gap, weights).await;
         }
-        if let Some(peer) = peer {
+        if let Some((peer, churn)) = peer {
+            churn.turn_to(Some(peer.endpoints()));
             theirs.turn(env, peer, n, flips, gap).await;
+            churn.turn_to(None);
         }
     }
     relays.stop().await;

@@ -65,7 +65,7 @@ use serde_json::json;
 use crate::{
     report::ScaleResult,
     support::{TestEnv, repo_root},
-    watches::{SplitWatch, StatusWatch, start_churn},
+    watches::{Churn, SplitWatch, StatusWatch},
 };
 
 /// Latency, writes, start, memory and recovery against their floors and targets.
@@ -174,7 +174,7 @@ async fn run_scale(
     let churn_services = objects::create_scale(&env, n).await;
     let (splits, statuses) = (SplitWatch::start(env.api()), StatusWatch::start(env.api()));
     let slices: Api<EndpointSlice> = env.api();
-    let mut churn = start_churn(slices.clone(), churn_services.clone(), o.churn_per_second);
+    let mut churn = Churn::start(slices.clone(), churn_services.clone(), o.churn_per_second);
     let (controller, cold) = startup::cold_start(&env, n, &splits, &statuses, o).await;
     latency::settle(&controller).await;
     let mut phases = memory::Phases::of(&controller);
@@ -190,7 +190,7 @@ async fn run_scale(
             n,
             o,
             o.churn_per_second,
-            peer.as_ref(),
+            peer.as_ref().map(|p| (p, &churn)),
         )
         .await,
     ];
@@ -198,11 +198,7 @@ async fn run_scale(
         .end(&controller, n, &format!("churn {}/s", o.churn_per_second))
         .await;
     if n >= o.high_churn_from {
-        churn.abort();
-        churn = start_churn(slices.clone(), churn_services.clone(), o.high_churn);
-        if let Some(peer) = peer.as_mut() {
-            peer.set_churn(&churn_services, o.high_churn);
-        }
+        churn = Churn::start(slices.clone(), churn_services.clone(), o.high_churn);
         latency.push(
             latency::measure(
                 &env,
@@ -211,15 +207,11 @@ async fn run_scale(
                 n,
                 o,
                 o.high_churn,
-                peer.as_ref(),
+                peer.as_ref().map(|p| (p, &churn)),
             )
             .await,
         );
-        churn.abort();
-        churn = start_churn(slices, churn_services.clone(), o.churn_per_second);
-        if let Some(peer) = peer.as_mut() {
-            peer.set_churn(&churn_services, o.churn_per_second);
-        }
+        churn = Churn::start(slices, churn_services.clone(), o.churn_per_second);
         phases
             .end(&controller, n, &format!("churn {}/s", o.high_churn))
             .await;
@@ -280,7 +272,7 @@ async fn run_scale(
         restarts.push(restart);
     }
     let restart = startup::Restart::median(&restarts);
-    churn.abort();
+    drop(churn);
     drop(controller);
     // The next scale (or the recovery scenario) starts once this one's objects are deleted.
     let deleted = env.cleanup_and_wait(Duration::from_secs(600)).await;
@@ -315,7 +307,7 @@ async fn start_peer(
         return (None, None);
     }
     let started = match binary {
-        Ok(binary) => peer::Peer::start(env, binary, n, churn_services, o.churn_per_second).await,
+        Ok(binary) => peer::Peer::start(env, binary, n, churn_services).await,
         Err(why) => Err(why.clone()),
     };
     match started {

@@ -6,7 +6,8 @@
 //! - one Endpoints per backend of each of the scale's `n` policies (`p<i>`, `p<i>-a`, `p<i>-b`)
 //!   and per churn Service;
 //! - one TrafficSplit per policy, labelled for its selector, its primary named by its annotation;
-//! - the same churn as the controller's, on those Endpoints, at the same rate, while it runs.
+//! - the same churn as the controller's, at the same rate, moved onto those Endpoints for its
+//!   turns (and back onto the EndpointSlices after them).
 //!
 //! Its changes are timed as the controller's are (the write acknowledged → an independent watch
 //! sees the TrafficSplit's weights change), on the same policies, in a turn of each block of the
@@ -23,14 +24,13 @@ use failover::route::trafficsplit::TrafficSplit;
 use k8s_openapi::api::core::v1::{Endpoints, Event};
 use kube::Api;
 use serde_json::json;
-use tokio::task::JoinHandle;
 
 use crate::{
     memory::status_kib,
     objects::{Readiness, create_all, set_ready},
     report::{ScaleResult, Verdict, measured_verdict, verdict},
     support::{TestEnv, cpu_seconds, repo_root},
-    watches::{Changes, SplitWatch, start_churn},
+    watches::{Changes, SplitWatch},
 };
 
 /// The label the peer selects its TrafficSplits by (its `--selector`), and its value.
@@ -74,7 +74,6 @@ pub struct Peer {
     /// An independent watch of its TrafficSplits.
     pub watch: SplitWatch,
     writes: [Changes; 2],
-    churn: Churn,
 }
 
 /// The peer's process, killed when dropped.
@@ -84,15 +83,6 @@ impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-/// The churn on the peer's Endpoints, ended when dropped.
-struct Churn(JoinHandle<()>);
-
-impl Drop for Churn {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -117,14 +107,13 @@ impl PeerScale {
 }
 
 impl Peer {
-    /// Creates the peer's objects for `n` policies beside `env`'s, starts the peer and its churn,
+    /// Creates the peer's objects for `n` policies beside `env`'s, starts the peer
     /// and waits until it answered a first change.
     pub async fn start(
         env: &TestEnv,
         binary: &Path,
         n: usize,
         churn_services: &[String],
-        churn_per_second: u64,
     ) -> Result<Self, String> {
         let own = TestEnv::on(env.cp, "bench-peer")
             .await
@@ -147,17 +136,11 @@ impl Peer {
             Changes::start(own.api::<Event>()),
         ];
         let process = Process(launch(binary, &own, n)?);
-        let churn = Churn(start_churn(
-            endpoints,
-            churn_services.to_vec(),
-            churn_per_second,
-        ));
         let peer = Self {
             env: own,
             process,
             watch,
             writes,
-            churn,
         };
         peer.first_change().await?;
         eprintln!(
@@ -189,15 +172,6 @@ impl Peer {
         self.env.api()
     }
 
-    /// Its churn at another rate.
-    pub fn set_churn(&mut self, churn_services: &[String], per_second: u64) {
-        self.churn = Churn(start_churn(
-            self.endpoints(),
-            churn_services.to_vec(),
-            per_second,
-        ));
-    }
-
     /// Its writes so far: TrafficSplit changes and Events.
     pub fn writes(&self) -> usize {
         self.writes.iter().map(Changes::count).sum()
@@ -216,7 +190,7 @@ impl Peer {
             cpu_s: cpu_seconds(pid),
             writes_in_quiet_period,
         };
-        drop((self.churn, self.process, self.watch, self.writes));
+        drop((self.process, self.watch, self.writes));
         self.env.cleanup_and_wait(Duration::from_secs(600)).await;
         measured
     }

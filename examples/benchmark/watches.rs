@@ -19,7 +19,10 @@ use failover::{
     sources::watch::{WatchReport, events, scoped},
 };
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use k8s_openapi::api::{
+    core::v1::{Endpoints, Service},
+    discovery::v1::EndpointSlice,
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{Patch, PatchParams},
@@ -233,35 +236,66 @@ impl StatusWatch {
 /// server is skipped, so a slow API server cannot pile up connections.
 const CHURN_IN_FLIGHT: usize = 64;
 
-/// Background churn: readiness updates (EndpointSlices, or the peer's Endpoints) of Services no
-/// policy references, `per_second` of them (fewer while [`CHURN_IN_FLIGHT`] are unanswered).
-pub fn start_churn<K: crate::objects::Readiness>(
-    api: Api<K>,
-    services: Vec<String>,
-    per_second: u64,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        if per_second == 0 || services.is_empty() {
-            return;
-        }
-        let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / per_second));
-        let in_flight = Arc::new(tokio::sync::Semaphore::new(CHURN_IN_FLIGHT));
-        let mut i = 0usize;
-        loop {
-            tick.tick().await;
-            let Ok(permit) = in_flight.clone().try_acquire_owned() else {
-                continue;
-            };
-            let svc = services[i % services.len()].clone();
-            let api = api.clone();
-            let ready = (i / services.len()).is_multiple_of(2);
-            tokio::spawn(async move {
-                let _ = crate::objects::try_set_ready(&api, &svc, ready).await;
-                drop(permit);
-            });
-            i += 1;
-        }
-    })
+/// Background churn: readiness updates of Services no policy references, `per_second` of them
+/// (fewer while [`CHURN_IN_FLIGHT`] are unanswered), on the controller's EndpointSlices or,
+/// during linkerd-failover's turns, on its Endpoints: each side is measured under the same churn,
+/// and the API server never carries both. Ended when dropped.
+pub struct Churn {
+    task: JoinHandle<()>,
+    /// Where the churn goes now: the peer's Endpoints, or (None) the EndpointSlices.
+    to_peer: Arc<Mutex<Option<Api<Endpoints>>>>,
+}
+
+impl Churn {
+    pub fn start(slices: Api<EndpointSlice>, services: Vec<String>, per_second: u64) -> Self {
+        let to_peer: Arc<Mutex<Option<Api<Endpoints>>>> = Arc::default();
+        let target = to_peer.clone();
+        let task = tokio::spawn(async move {
+            if per_second == 0 || services.is_empty() {
+                return;
+            }
+            let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / per_second));
+            let in_flight = Arc::new(tokio::sync::Semaphore::new(CHURN_IN_FLIGHT));
+            let mut i = 0usize;
+            loop {
+                tick.tick().await;
+                let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+                    continue;
+                };
+                let svc = services[i % services.len()].clone();
+                let ready = (i / services.len()).is_multiple_of(2);
+                let peer = target
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                let slices = slices.clone();
+                tokio::spawn(async move {
+                    let _ = match peer {
+                        Some(endpoints) => crate::objects::try_set_ready(&endpoints, &svc, ready)
+                            .await
+                            .map(drop),
+                        None => crate::objects::try_set_ready(&slices, &svc, ready)
+                            .await
+                            .map(drop),
+                    };
+                    drop(permit);
+                });
+                i += 1;
+            }
+        });
+        Self { task, to_peer }
+    }
+
+    /// From now on the churn goes to the peer's `endpoints` (None: to the EndpointSlices).
+    pub fn turn_to(&self, endpoints: Option<Api<Endpoints>>) {
+        *self.to_peer.lock().unwrap_or_else(PoisonError::into_inner) = endpoints;
+    }
+}
+
+impl Drop for Churn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// A FailoverPolicy in a namespace of its own (no controller watches it), whose status the
