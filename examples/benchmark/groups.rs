@@ -3,26 +3,20 @@
 //! `--group-flips` failovers, each the primary of one member of a group turning not ready, timed
 //! from the acknowledgement of that EndpointSlice write to the moment the independent watch sees
 //! the last member's TrafficSplit move to site `two`; then the primary ready again and every
-//! member back (not timed), and the controller at rest before the next. The route writes of each failover are counted: one per member.
+//! member back (not timed), and the controller at rest before the next. The route writes of
+//! each failover are counted: one per member. As many group moves through the relay making the
+//! controller's writes (`relay`) are timed the same way, in turns with the controller's.
 
 use std::time::{Duration, Instant};
 
-use failover::{
-    api::{FailoverGroup, FailoverGroupSpec},
-    route::trafficsplit::TrafficSplit,
-};
-use futures::{StreamExt, TryStreamExt};
+use failover::api::{FailoverGroup, FailoverGroupSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::{
-    Api,
-    api::{Patch, PatchParams},
-    runtime::{WatchStreamExt, watcher},
-};
-use serde_json::json;
+use kube::Api;
 
 use crate::{
     latency::{settle, writes},
     objects::{Picks, create_all, set_ready},
+    relay,
     report::{Percentiles, percentiles},
     support::{ControllerProcess, TestEnv},
     watches::SplitWatch,
@@ -49,9 +43,11 @@ pub struct Groups {
     pub lost: usize,
     /// TrafficSplit writes per group failover (one per member expected).
     pub route_writes_per_failover: f64,
-    /// The floor: a relay that applies the routes of as many members at once (one apply each,
-    /// concurrently) on each change of its EndpointSlice, timed the same way.
+    /// The floor: a relay making the controller's writes of a group move (every member's route
+    /// at once, then the statuses and Events), in turns with the controller, timed the same way.
     pub floor: Percentiles,
+    /// The relay's moves not all seen within 30 s.
+    pub floor_lost: usize,
     /// How long the groups took to be created and every member to settle, in seconds.
     pub settled_s: f64,
 }
@@ -71,7 +67,9 @@ fn members(k: usize) -> impl Iterator<Item = usize> {
     k * MEMBERS..(k + 1) * MEMBERS
 }
 
-/// Creates `groups` groups, waits until the controller settles, then times `flips` failovers.
+/// Creates `groups` groups, waits until the controller settles, then times `flips` group
+/// failovers through the controller and as many through the relay making its writes, in turns
+/// ([`BLOCKS`] blocks each).
 pub async fn measure(
     env: &TestEnv,
     controller: &ControllerProcess,
@@ -86,55 +84,117 @@ pub async fn measure(
     settle(controller).await;
     let settled_s = started.elapsed().as_secs_f64();
     eprintln!("[{n}] {groups} groups of {MEMBERS} created and settled in {settled_s:.1}s");
-    let slices: Api<EndpointSlice> = env.api();
-    let (mut latency, mut spread, mut lost) = (Vec::new(), Vec::new(), 0);
+    let relay = GroupRelay::start(env, watch).await;
+    let mut ours = Moves::default();
+    let mut floor = Moves::default();
     let before = writes(controller).await;
     let mut picks = Picks::new();
-    for _ in 0..flips {
-        let k = picks.next(groups.max(1));
-        let trigger = k * MEMBERS + picks.next(MEMBERS);
-        let acked = set_ready(&slices, &format!("p{trigger}"), false).await;
-        let acked_at = chrono::Utc::now();
-        match seen(watch, k, &ON_SITE_TWO).await {
-            Some((first, last)) => {
-                eprintln!(
-                    "[{n}] group g{k}: p{trigger}'s slice written at {}, first member's route seen after {:.1?}, the last after {:.1?}",
-                    acked_at.format("%H:%M:%S%.3f"),
-                    first.saturating_duration_since(acked),
-                    last.saturating_duration_since(acked)
-                );
-                latency.push(last.saturating_duration_since(acked));
-                spread.push(last.saturating_duration_since(first));
-            }
-            None => {
-                lost += 1;
-                eprintln!("lost group failover: g{k} not all seen moved within {LOST_AFTER:?}");
-            }
+    for block in 0..BLOCKS {
+        let count = flips / BLOCKS + usize::from(block < flips % BLOCKS);
+        for _ in 0..count {
+            let k = picks.next(groups.max(1));
+            let trigger = k * MEMBERS + picks.next(MEMBERS);
+            ours.add(group_move(env, controller, watch, n, k, trigger).await);
         }
-        set_ready(&slices, &format!("p{trigger}"), true).await;
-        if seen(watch, k, &ON_PRIMARY).await.is_none() {
-            eprintln!("g{k} not all seen back within {LOST_AFTER:?}");
+        for _ in 0..count {
+            floor.add(relay.flip(env).await);
         }
-        // Each failover starts from a controller at rest, as each of the floor's does: the
-        // failback's member statuses and Events written first.
-        settle(controller).await;
     }
     let after = writes(controller).await;
-    let floor = relay_floor(env, watch, flips).await;
+    relay.stop().await;
     let routes = after.get("trafficsplit").copied().unwrap_or(0.0)
         - before.get("trafficsplit").copied().unwrap_or(0.0);
     Groups {
         groups,
         members: MEMBERS,
-        latency: percentiles(latency),
-        spread: percentiles(spread),
-        lost,
+        latency: percentiles(ours.latency),
+        spread: percentiles(ours.spread),
+        lost: ours.lost,
         // Each flip is a failover and a failback: two moves of every member.
         route_writes_per_failover: routes / (2 * flips.max(1)) as f64,
-        floor,
+        floor: percentiles(floor.latency),
+        floor_lost: floor.lost,
         settled_s,
     }
 }
+
+/// How many turns the controller and the relay take.
+const BLOCKS: usize = 10;
+
+/// The moves of one side: when the last member's route was seen moved after the trigger's
+/// write, the spread from the first's, and the moves not all seen within [`LOST_AFTER`].
+#[derive(Default)]
+struct Moves {
+    latency: Vec<Duration>,
+    spread: Vec<Duration>,
+    lost: usize,
+}
+
+impl Moves {
+    fn add(&mut self, seen: Option<(Duration, Duration)>) {
+        match seen {
+            Some((last, spread)) => {
+                self.latency.push(last);
+                self.spread.push(spread);
+            }
+            None => self.lost += 1,
+        }
+    }
+}
+
+/// One group failover through the controller: member `trigger` of group `k` not ready, timed
+/// until every member's route is seen moved; then ready again, every member back, and the
+/// controller at rest (the failback's statuses and Events written) before the next.
+async fn group_move(
+    env: &TestEnv,
+    controller: &ControllerProcess,
+    watch: &SplitWatch,
+    n: usize,
+    k: usize,
+    trigger: usize,
+) -> Option<(Duration, Duration)> {
+    let slices: Api<EndpointSlice> = env.api();
+    let acked = set_ready(&slices, &format!("p{trigger}"), false).await;
+    let acked_at = chrono::Utc::now();
+    let seen = seen(watch, k, &ON_SITE_TWO).await;
+    match seen {
+        Some((first, last)) => eprintln!(
+            "[{n}] group g{k}: p{trigger}'s slice written at {}, first member's route seen after {:.1?}, the last after {:.1?}",
+            acked_at.format("%H:%M:%S%.3f"),
+            first.saturating_duration_since(acked),
+            last.saturating_duration_since(acked)
+        ),
+        None => eprintln!("lost group failover: g{k} not all seen moved within {LOST_AFTER:?}"),
+    }
+    set_ready(&slices, &format!("p{trigger}"), true).await;
+    if crate::groups::seen(watch, k, &ON_PRIMARY).await.is_none() {
+        eprintln!("g{k} not all seen back within {LOST_AFTER:?}");
+    }
+    at_rest(controller).await;
+    seen.map(|(first, last)| {
+        (
+            last.saturating_duration_since(acked),
+            last.saturating_duration_since(first),
+        )
+    })
+}
+
+/// Waits until the controller's write counters have not moved for [`AT_REST`].
+async fn at_rest(controller: &ControllerProcess) {
+    let mut last = writes(controller).await;
+    let mut since = Instant::now();
+    while since.elapsed() < AT_REST {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = writes(controller).await;
+        if now != last {
+            last = now;
+            since = Instant::now();
+        }
+    }
+}
+
+/// How long the controller's write counters stay still before it counts as at rest.
+const AT_REST: Duration = Duration::from_millis(500);
 
 /// When the watch saw the first and the last member of group `k` with `weights`; `None` when
 /// not all within [`LOST_AFTER`].
@@ -150,55 +210,85 @@ async fn seen(watch: &SplitWatch, k: usize, weights: &[i64]) -> Option<(Instant,
     Some((*at.iter().min()?, *at.iter().max()?))
 }
 
-/// The relay's name: its EndpointSlice `grelay-bench`, its routes `grelay-0` to `grelay-9`.
+/// The relay's name: its EndpointSlice `grelay-bench` (beside the controller's), its policies
+/// `grelay-0` to `grelay-9` and their group `grelay` in a namespace of their own.
 const RELAY: &str = "grelay";
 
-/// The floor of a group failover: `flips` changes of the relay's EndpointSlice, each timed from
-/// its acknowledgement to the watch seeing the last of the relay's [`MEMBERS`] routes moved.
-async fn relay_floor(env: &TestEnv, watch: &SplitWatch, flips: usize) -> Percentiles {
-    let splits: Api<TrafficSplit> = env.api();
-    let slices: Api<EndpointSlice> = env.api();
-    set_ready(&slices, RELAY, true).await;
-    let relay = tokio::spawn(group_relay(slices.clone(), splits));
-    let names: Vec<String> = (0..MEMBERS).map(|i| format!("{RELAY}-{i}")).collect();
-    for name in &names {
-        let _ = watch.wait_for(name, &ON_PRIMARY[..2], LOST_AFTER).await;
-    }
-    let mut samples = Vec::new();
-    for _ in 0..flips {
-        let acked = set_ready(&slices, RELAY, false).await;
-        if let Some((_, last)) = seen_all(watch, &names, &ON_SITE_TWO[..2]).await {
-            samples.push(last.saturating_duration_since(acked));
-        }
-        set_ready(&slices, RELAY, true).await;
-        let _ = seen_all(watch, &names, &ON_PRIMARY[..2]).await;
-    }
-    relay.abort();
-    percentiles(samples)
+/// The floor of a group failover: the relay making the controller's writes of a group move
+/// (every member's route at once, then the members' statuses and Events and the group's).
+struct GroupRelay {
+    own: TestEnv,
+    running: relay::Running,
+    /// An independent watch of its routes.
+    watch: SplitWatch,
+    names: Vec<String>,
 }
 
-/// On each change of the relay's EndpointSlice, applies its routes at once.
-async fn group_relay(slices: Api<EndpointSlice>, splits: Api<TrafficSplit>) {
-    let cfg = watcher::Config::default().fields(&format!("metadata.name={RELAY}-bench"));
-    let mut changes = watcher(slices, cfg).applied_objects().boxed();
-    while let Ok(Some(slice)) = changes.try_next().await {
-        let ready = slice
-            .endpoints
-            .iter()
-            .any(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true));
-        futures::future::join_all((0..MEMBERS).map(|i| {
-            let name = format!("{RELAY}-{i}");
-            let patch = json!({"apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit", "metadata": {"name": name},
-                "spec": {"service": name, "backends": [{"service": format!("{name}-a"), "weight": i64::from(ready)}, {"service": format!("{name}-b"), "weight": i64::from(!ready)}]}});
-            let splits = splits.clone();
-            async move {
-                let _ = splits
-                    .patch(&name, &PatchParams::apply("relay").force(), &Patch::Apply(&patch))
-                    .await;
-            }
-        }))
-        .await;
+impl GroupRelay {
+    async fn start(env: &TestEnv, watch: &SplitWatch) -> Self {
+        let own = TestEnv::on(env.cp, "bench-group-relay")
+            .await
+            .expect("namespace");
+        let names: Vec<String> = (0..MEMBERS).map(|i| format!("{RELAY}-{i}")).collect();
+        let mut members = Vec::new();
+        for name in &names {
+            members.push(relay::Member::create(&own, name).await);
+        }
+        let group = FailoverGroup::new(
+            RELAY,
+            FailoverGroupSpec {
+                sites: vec!["one".into(), "two".into()],
+                members: names.clone(),
+            },
+        );
+        own.api::<FailoverGroup>()
+            .create(&Default::default(), &group)
+            .await
+            .expect("the relay's group");
+        let slices: Api<EndpointSlice> = env.api();
+        set_ready(&slices, RELAY, true).await;
+        let g0: Vec<String> = members_of(0).collect();
+        let target = relay::Target {
+            members,
+            group: Some(RELAY.to_string()),
+            written: relay::controller_writes(env, watch, "p0", &g0, Some("g0")).await,
+        };
+        let running = relay::start(env.client.clone(), &env.ns, RELAY, target);
+        let relay = Self {
+            watch: SplitWatch::start(own.api()),
+            own,
+            running,
+            names,
+        };
+        let _ = seen_all(&relay.watch, &relay.names, &ON_PRIMARY).await;
+        relay
     }
+
+    /// One group failover through the relay, timed from its trigger's write to the last of its
+    /// routes seen moved; then back, its writes landed before the next.
+    async fn flip(&self, env: &TestEnv) -> Option<(Duration, Duration)> {
+        let slices: Api<EndpointSlice> = env.api();
+        let acked = set_ready(&slices, RELAY, false).await;
+        let seen = seen_all(&self.watch, &self.names, &ON_SITE_TWO).await;
+        set_ready(&slices, RELAY, true).await;
+        let _ = seen_all(&self.watch, &self.names, &ON_PRIMARY).await;
+        self.running.idle().await;
+        seen.map(|(first, last)| {
+            (
+                last.saturating_duration_since(acked),
+                last.saturating_duration_since(first),
+            )
+        })
+    }
+
+    async fn stop(self) {
+        drop((self.running, self.watch));
+        self.own.cleanup_and_wait(Duration::from_secs(60)).await;
+    }
+}
+
+fn members_of(k: usize) -> impl Iterator<Item = String> {
+    members(k).map(|i| format!("p{i}"))
 }
 
 /// When the watch saw the first and the last of `names` with `weights`.

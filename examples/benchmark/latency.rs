@@ -1,10 +1,10 @@
 //! Failover latency: readiness flips through the controller, through a relay that makes one
-//! write per change (the floor), and through a relay that makes the controller's three writes
-//! per change, each timed from the acknowledgement of the EndpointSlice write to the moment the
-//! independent watch sees the TrafficSplit change. The three run in turns, a block of changes
-//! each, ten blocks, so they share the same load window (the API server's garbage collections,
-//! the churn) instead of following each other. A change not seen within 30 s is counted as lost
-//! and the run goes on.
+//! write per change (the floor), through a relay that makes the controller's three writes per
+//! change, and, where it runs, through linkerd-failover (`peer`), each timed from the
+//! acknowledgement of the readiness write to the moment an independent watch sees the
+//! TrafficSplit change. They run in turns, a block of changes each, ten blocks, so they share
+//! the same load window (the API server's garbage collections, the churn) instead of following
+//! each other. A change not seen within 30 s is counted as lost and the run goes on.
 
 use std::{collections::HashMap, time::Duration};
 
@@ -17,10 +17,12 @@ use crate::{
     Options,
     apiserver::ControlPlaneLoad,
     objects::{Picks, set_ready},
+    peer::{FAILED_OVER, ON_PRIMARY, Peer},
     profile::{Profile, Recording},
+    relay,
     report::{Percentiles, percentiles},
     support::{ControllerProcess, TestEnv, api_writes},
-    watches::{SplitWatch, StatusTarget, hold_controller_watches, start_relay},
+    watches::{Churn, SplitWatch, StatusTarget, hold_controller_watches, start_relay},
 };
 
 /// How many turns the three sources of changes take.
@@ -45,6 +47,21 @@ pub struct Latency {
     /// The controller's CPU time over its changes (and the churn meanwhile), per change.
     pub cpu_ms_per_change: f64,
     pub writes_per_change: HashMap<String, f64>,
+    /// linkerd-failover's changes, in turns with ours, when it runs at this scale.
+    pub peer: Option<PeerLatency>,
+}
+
+/// linkerd-failover's changes in its turns: timed as ours, on the same policies.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PeerLatency {
+    pub latency: Percentiles,
+    /// Changes not seen within 30 s.
+    pub lost: usize,
+    /// Its CPU time over its turns (and the churn meanwhile), per change.
+    pub cpu_ms_per_change: f64,
+    /// Its writes (TrafficSplit patches and Events) per change.
+    pub writes_per_change: f64,
+    pub control_plane: ControlPlaneLoad,
 }
 
 /// The controller's write counters that matter here.
@@ -119,6 +136,7 @@ pub async fn measure(
     n: usize,
     o: &Options,
     churn_per_second: u64,
+    peer: Option<(&Peer, &Churn)>,
 ) -> Latency {
     let relays = Relays::start(env, watch).await;
     let slices: Api<EndpointSlice> = env.api();
@@ -127,13 +145,14 @@ pub async fn measure(
     let mut counters = Counters::default();
     let mut slowest = Slowest::default();
     let mut picks = Picks::new();
+    let mut theirs = PeerTurns::default();
     for block in 0..BLOCKS {
         let flips = o.flips / BLOCKS + usize::from(block < o.flips % BLOCKS);
         let (writes_before, cpu_before) = (writes(controller).await, cpu(controller));
         let turn = Turn::begin(env).await;
         for _ in 0..flips {
             let name = format!("p{}", picks.next(n));
-            for (ready, expected) in [(false, [0i64, 1, 0]), (true, [1i64, 0, 0])] {
+            for (ready, expected) in [(false, WEIGHTS_FAILED_OVER), (true, WEIGHTS_ON_PRIMARY)] {
                 let change = timed(&slices, watch, &name, ready, &expected).await;
                 record(&mut ours, change, &name, &mut slowest);
                 pause(gap).await;
@@ -147,8 +166,22 @@ pub async fn measure(
             &writes(controller).await,
             cpu(controller) - cpu_before,
         );
-        for (phase, name) in [(&mut relay, Relays::ONE), (&mut same, Relays::SAME)] {
-            relay_turn(env, watch, phase, name, flips, gap).await;
+        let turns: [(&mut Phase, &str, &SplitWatch, [&[i64]; 2]); 2] = [
+            (&mut relay, Relays::ONE, watch, [&[0, 1], &[1, 0]]),
+            (
+                &mut same,
+                Relays::SAME,
+                &relays.same,
+                [&WEIGHTS_FAILED_OVER, &WEIGHTS_ON_PRIMARY],
+            ),
+        ];
+        for (phase, name, seen_by, weights) in turns {
+            relay_turn(env, seen_by, phase, name, flips, gap, weights).await;
+        }
+        if let Some((peer, churn)) = peer {
+            churn.turn_to(Some(peer.endpoints()));
+            theirs.turn(env, peer, n, flips, gap).await;
+            churn.turn_to(None);
         }
     }
     relays.stop().await;
@@ -163,16 +196,64 @@ pub async fn measure(
             ("relay-same", &same.profile),
         ],
     );
-    report(
+    let mut latency = report(
         n,
         churn_per_second,
         (2 * o.flips) as f64,
         [ours, relay, same],
         counters,
-    )
+    );
+    latency.peer = peer.map(|_| theirs.report(n));
+    latency
 }
 
-/// One turn of relay `name`: `flips` changes down and up again.
+/// linkerd-failover's turns: its changes, writes and CPU time over them.
+#[derive(Default)]
+struct PeerTurns {
+    phase: Phase,
+    picks: Option<Picks>,
+    writes: usize,
+    cpu_s: f64,
+}
+
+impl PeerTurns {
+    /// One turn: `flips` of the policies the controller's turns flip (the same sequence), down
+    /// and up again, through the peer's Endpoints.
+    async fn turn(&mut self, env: &TestEnv, peer: &Peer, n: usize, flips: usize, gap: Duration) {
+        let endpoints = peer.endpoints();
+        let picks = self.picks.get_or_insert_with(Picks::new);
+        let (writes_before, cpu_before) = (peer.writes(), peer.cpu_s());
+        let turn = Turn::begin(env).await;
+        for _ in 0..flips {
+            let name = format!("p{}", picks.next(n));
+            for (ready, expected) in [(false, FAILED_OVER), (true, ON_PRIMARY)] {
+                let change = timed(&endpoints, &peer.watch, &name, ready, &expected).await;
+                record(&mut self.phase, change, &name, &mut Slowest::default());
+                pause(gap).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        turn.end(env, &mut self.phase).await;
+        self.writes += peer.writes() - writes_before;
+        self.cpu_s += peer.cpu_s() - cpu_before;
+    }
+
+    fn report(self, n: usize) -> PeerLatency {
+        let changes = (self.phase.samples.len() + self.phase.lost).max(1) as f64;
+        let load = self.phase.load.unwrap_or_default();
+        eprintln!("[{n}] over linkerd-failover's changes, {}", load.describe());
+        PeerLatency {
+            latency: percentiles(self.phase.samples),
+            lost: self.phase.lost,
+            cpu_ms_per_change: self.cpu_s * 1000.0 / changes,
+            writes_per_change: self.writes as f64 / changes,
+            control_plane: load,
+        }
+    }
+}
+
+/// One turn of relay `name`: `flips` changes down and up again, seen by `watch` as `weights`
+/// (failed over, on the primary).
 async fn relay_turn(
     env: &TestEnv,
     watch: &SplitWatch,
@@ -180,12 +261,13 @@ async fn relay_turn(
     name: &str,
     flips: usize,
     gap: Duration,
+    weights: [&[i64]; 2],
 ) {
     let slices: Api<EndpointSlice> = env.api();
     let turn = Turn::begin(env).await;
     for _ in 0..flips {
-        for (ready, expected) in [(false, [0i64, 1]), (true, [1i64, 0])] {
-            let change = timed(&slices, watch, name, ready, &expected).await;
+        for (ready, expected) in [(false, weights[0]), (true, weights[1])] {
+            let change = timed(&slices, watch, name, ready, expected).await;
             record(phase, change, name, &mut Slowest::default());
             pause(gap).await;
         }
@@ -228,6 +310,7 @@ fn report(
             .into_iter()
             .map(|(k, v)| (k, v / changes))
             .collect(),
+        peer: None,
     }
 }
 
@@ -245,8 +328,8 @@ fn cpu(controller: &ControllerProcess) -> f64 {
 }
 
 /// One change: written, then waited for; `None` when it was not seen within [`LOST_AFTER`].
-pub async fn timed(
-    slices: &Api<EndpointSlice>,
+pub async fn timed<K: crate::objects::Readiness>(
+    slices: &Api<K>,
     watch: &SplitWatch,
     name: &str,
     ready: bool,
@@ -276,12 +359,17 @@ pub fn record(
     }
 }
 
-/// The two relays: one makes one write per change, the other the controller's three and holds
-/// the controller's watches, from the start of the measurement to its end, in every phase's
-/// turns as the controller's own are.
+/// The two relays: one makes one write per change (the bare floor); the other (`relay`) the
+/// controller's writes, triggered by the controller's EndpointSlice watch, and holds its other
+/// watches, from the start of the measurement to its end, in every phase's turns as the
+/// controller's own are.
 struct Relays {
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    status_owner: TestEnv,
+    same_writes: relay::Running,
+    /// The namespace of the relay making the controller's writes: its policy and route.
+    own: TestEnv,
+    /// An independent watch of its route.
+    same: SplitWatch,
 }
 
 impl Relays {
@@ -291,24 +379,34 @@ impl Relays {
     async fn start(env: &TestEnv, watch: &SplitWatch) -> Self {
         let splits: Api<TrafficSplit> = env.api();
         let slices: Api<EndpointSlice> = env.api();
-        for name in [Self::ONE, Self::SAME] {
-            let split: TrafficSplit = serde_json::from_value(json!({"apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit",
-                "metadata": {"name": name}, "spec": {"service": name, "backends": [{"service": name, "weight": 1}, {"service": format!("{name}-b"), "weight": 0}]}})).expect("ts");
-            let _ = splits.create(&PostParams::default(), &split).await;
-            set_ready(&slices, name, true).await;
+        let split: TrafficSplit = serde_json::from_value(json!({"apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit",
+            "metadata": {"name": Self::ONE}, "spec": {"service": Self::ONE, "backends": [{"service": Self::ONE, "weight": 1}, {"service": format!("{}-b", Self::ONE), "weight": 0}]}})).expect("ts");
+        let _ = splits.create(&PostParams::default(), &split).await;
+        set_ready(&slices, Self::ONE, true).await;
+        for backend in ["", "-a", "-b"] {
+            set_ready(&slices, &format!("{}{backend}", Self::SAME), true).await;
         }
-        let (status_owner, target) = status_target(env).await;
-        let mut tasks = hold_controller_watches(&env.client, &env.ns, &status_owner.ns);
-        tasks.extend([
-            start_relay(env.client.clone(), &env.ns, Self::ONE, None),
-            start_relay(env.client.clone(), &env.ns, Self::SAME, Some(target)),
-        ]);
-        for name in [Self::ONE, Self::SAME] {
-            let _ = watch.wait_for(name, &[1, 0], Duration::from_secs(10)).await;
-        }
+        let own = TestEnv::on(env.cp, "bench-relay").await.expect("namespace");
+        let target = relay::Target {
+            members: vec![relay::Member::create(&own, Self::SAME).await],
+            group: None,
+            written: relay::controller_writes(env, watch, "p0", &["p0".into()], None).await,
+        };
+        let mut tasks = hold_controller_watches(&env.client, &env.ns, &own.ns);
+        tasks.push(start_relay(env.client.clone(), &env.ns, Self::ONE));
+        let same_writes = relay::start(env.client.clone(), &env.ns, Self::SAME, target);
+        let same = SplitWatch::start(own.api());
+        let _ = watch
+            .wait_for(Self::ONE, &[1, 0], Duration::from_secs(10))
+            .await;
+        let _ = same
+            .wait_for(Self::SAME, &WEIGHTS_ON_PRIMARY, Duration::from_secs(10))
+            .await;
         Self {
             tasks,
-            status_owner,
+            same_writes,
+            own,
+            same,
         }
     }
 
@@ -316,9 +414,14 @@ impl Relays {
         for task in self.tasks {
             task.abort();
         }
-        drop(self.status_owner);
+        drop((self.same, self.same_writes));
+        self.own.cleanup_and_wait(Duration::from_secs(60)).await;
     }
 }
+
+/// The controller's weights, as the watch reads them: on the primary, failed over.
+const WEIGHTS_ON_PRIMARY: [i64; 3] = [1, 0, 0];
+const WEIGHTS_FAILED_OVER: [i64; 3] = [0, 1, 0];
 
 /// A copy of policy `p0` (its spec, and the status the controller wrote) in a namespace of its
 /// own, for the relay to write the status of.

@@ -9,6 +9,8 @@
 //!   readiness to the moment an independent watch sees the TrafficSplit change, against a
 //!   minimal relay (one watch, one apply per change) timed the same way in the same run, at 50
 //!   changes/s of background churn, and at 150/s from `--high-churn-from` policies up;
+//! - at `--peer-at` scales, linkerd-failover (the controller this one replaces) on the same
+//!   control plane, policies and churn, timed the same way in turns with the controller (`peer`);
 //! - writes per change and in a quiet period, from the controller's own counters;
 //! - cold start: controller start → every route and status in place, against the same writes
 //!   issued by a bare client at the same concurrency;
@@ -43,10 +45,12 @@ mod latency;
 mod memory;
 mod neighbour;
 mod objects;
+mod peer;
 mod pprof;
 mod probe;
 mod profile;
 mod recovery;
+mod relay;
 mod report;
 mod startup;
 mod traffic;
@@ -61,7 +65,7 @@ use serde_json::json;
 use crate::{
     report::ScaleResult,
     support::{TestEnv, repo_root},
-    watches::{SplitWatch, StatusWatch, start_churn},
+    watches::{Churn, SplitWatch, StatusWatch},
 };
 
 /// Latency, writes, start, memory and recovery against their floors and targets.
@@ -119,8 +123,9 @@ pub struct Options {
     /// Failover groups of 10 policies at `--groups-at`.
     #[arg(long, default_value_t = 1000)]
     groups: usize,
-    /// Group failovers timed (each a member's primary down, then up again).
-    #[arg(long, default_value_t = 50)]
+    /// Group failovers timed (each a member's primary down, then up again), and as many
+    /// through the relay making the controller's writes, in turns.
+    #[arg(long, default_value_t = 200)]
     group_flips: usize,
     /// The controller's --log-level (e.g. `info,failover=debug` to follow one change through
     /// it; its log is written to the system's temporary directory).
@@ -130,6 +135,10 @@ pub struct Options {
     /// running controller) and measures its memory.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     relist: bool,
+    /// The scales at which linkerd-failover is measured beside the controller (`peer`), built by
+    /// hack/build-peer.sh from the archive LINKERD_FAILOVER_ARCHIVE names; empty: never.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+    peer_at: Vec<usize>,
     /// Failover rounds through a real proxy on a real node (0: skip the traffic section).
     #[arg(long, default_value_t = 5)]
     traffic_rounds: usize,
@@ -153,31 +162,56 @@ fn options() -> Options {
     o
 }
 
-async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
+async fn run_scale(
+    n: usize,
+    o: &Options,
+    idle_rss: f64,
+    peer_binary: &Result<std::path::PathBuf, String>,
+) -> ScaleResult {
     let env = TestEnv::new(&format!("bench-{n}"))
         .await
         .expect("control plane");
     let churn_services = objects::create_scale(&env, n).await;
     let (splits, statuses) = (SplitWatch::start(env.api()), StatusWatch::start(env.api()));
     let slices: Api<EndpointSlice> = env.api();
-    let mut churn = start_churn(slices.clone(), churn_services.clone(), o.churn_per_second);
+    let mut churn = Churn::start(slices.clone(), churn_services.clone(), o.churn_per_second);
     let (controller, cold) = startup::cold_start(&env, n, &splits, &statuses, o).await;
     latency::settle(&controller).await;
     let mut phases = memory::Phases::of(&controller);
     phases.end(&controller, n, "cold start").await;
     probe::run(&env, n).await;
     let cold_floor = startup::cold_floor(&env, n, o).await;
-    let mut latency =
-        vec![latency::measure(&env, &controller, &splits, n, o, o.churn_per_second).await];
+    let (mut peer, mut peer_scale) = start_peer(&env, n, o, &churn_services, peer_binary).await;
+    let mut latency = vec![
+        latency::measure(
+            &env,
+            &controller,
+            &splits,
+            n,
+            o,
+            o.churn_per_second,
+            peer.as_ref().map(|p| (p, &churn)),
+        )
+        .await,
+    ];
     phases
         .end(&controller, n, &format!("churn {}/s", o.churn_per_second))
         .await;
     if n >= o.high_churn_from {
-        churn.abort();
-        churn = start_churn(slices.clone(), churn_services.clone(), o.high_churn);
-        latency.push(latency::measure(&env, &controller, &splits, n, o, o.high_churn).await);
-        churn.abort();
-        churn = start_churn(slices, churn_services, o.churn_per_second);
+        churn = Churn::start(slices.clone(), churn_services.clone(), o.high_churn);
+        latency.push(
+            latency::measure(
+                &env,
+                &controller,
+                &splits,
+                n,
+                o,
+                o.high_churn,
+                peer.as_ref().map(|p| (p, &churn)),
+            )
+            .await,
+        );
+        churn = Churn::start(slices, churn_services.clone(), o.churn_per_second);
         phases
             .end(&controller, n, &format!("churn {}/s", o.high_churn))
             .await;
@@ -191,7 +225,12 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
         None
     };
     let quiet_before = latency::writes(&controller).await;
+    let peer_quiet_before = peer.as_ref().map_or(0, peer::Peer::writes);
     tokio::time::sleep(Duration::from_secs(o.quiet_seconds)).await;
+    if let Some(peer) = peer.take() {
+        let quiet = peer.writes() - peer_quiet_before;
+        peer_scale = Some(peer.finish(quiet).await);
+    }
     let quiet_writes: Vec<(String, f64)> = latency::writes(&controller)
         .await
         .into_iter()
@@ -233,7 +272,7 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
         restarts.push(restart);
     }
     let restart = startup::Restart::median(&restarts);
-    churn.abort();
+    drop(churn);
     drop(controller);
     // The next scale (or the recovery scenario) starts once this one's objects are deleted.
     let deleted = env.cleanup_and_wait(Duration::from_secs(600)).await;
@@ -251,6 +290,32 @@ async fn run_scale(n: usize, o: &Options, idle_rss: f64) -> ScaleResult {
         peak_rss_mib,
         kib_per_policy: (peak_rss_mib - idle_rss).max(0.0) * 1024.0 / n as f64,
         memory,
+        peer: peer_scale,
+    }
+}
+
+/// linkerd-failover beside the controller at scale `n`, when it is measured there: the peer
+/// running, or why it is not measured.
+async fn start_peer(
+    env: &TestEnv,
+    n: usize,
+    o: &Options,
+    churn_services: &[String],
+    binary: &Result<std::path::PathBuf, String>,
+) -> (Option<peer::Peer>, Option<peer::PeerScale>) {
+    if !o.peer_at.contains(&n) {
+        return (None, None);
+    }
+    let started = match binary {
+        Ok(binary) => peer::Peer::start(env, binary, n, churn_services).await,
+        Err(why) => Err(why.clone()),
+    };
+    match started {
+        Ok(peer) => (Some(peer), None),
+        Err(why) => {
+            eprintln!("[{n}] peer: not measured: {why}");
+            (None, Some(peer::PeerScale::not_measured(&why)))
+        }
     }
 }
 
@@ -275,11 +340,16 @@ async fn main() {
         "{} is missing: build the release controller first, cargo build --release --bin failover-controller (hack/bench.sh does)",
         binary.display()
     );
+    let peer_binary = if o.peer_at.is_empty() {
+        Err("not asked for (--peer-at is empty)".to_string())
+    } else {
+        peer::binary()
+    };
     let started = Instant::now();
     let idle_rss = startup::idle_rss(&o).await;
     let mut results = Vec::new();
     for &n in &o.scales {
-        results.push(run_scale(n, &o, idle_rss).await);
+        results.push(run_scale(n, &o, idle_rss, &peer_binary).await);
         report::print_latency(&results[results.len() - 1..]);
     }
     let neighbour = neighbour::run(&o).await;
@@ -296,6 +366,7 @@ async fn main() {
     );
     report::print_latency(&results);
     report::print_groups(&results);
+    peer::print(&results);
     report::print_neighbour(neighbour.as_ref());
     report::print_process(&results, idle_rss);
     report::print_memory(&results, idle_rss);

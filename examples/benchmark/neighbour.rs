@@ -40,7 +40,7 @@ use crate::{
     objects::{self, Picks},
     report::{Percentiles, percentiles},
     support::{ControllerProcess, PolicyBuilder, SlotHolder, Tenant, TestEnv, metric},
-    watches::{SplitWatch, StatusWatch, start_churn},
+    watches::{Churn, SplitWatch, StatusWatch},
 };
 
 /// What the section measured.
@@ -128,7 +128,7 @@ pub async fn run(o: &Options) -> Option<Neighbour> {
     let churn_services = objects::create_scale(&env, n).await;
     let (splits, statuses) = (SplitWatch::start(env.api()), StatusWatch::start(env.api()));
     let slices: Api<EndpointSlice> = env.api();
-    let churn = start_churn(slices.clone(), churn_services, o.churn_per_second);
+    let churn = Churn::start(slices.clone(), churn_services, o.churn_per_second);
     let tenants = Tenants {
         limits: tenant(&env, "limits").await,
         padded: tenant(&env, "padded").await,
@@ -192,7 +192,7 @@ pub async fn run(o: &Options) -> Option<Neighbour> {
     let (_, text) = controller.admin_get("/metrics").await;
     let counted = |series: &str| metric(&text, series).unwrap_or(0.0);
     let peak_rss_mib = status_kib(controller.pid(), "VmHWM:") / 1024.0;
-    churn.abort();
+    drop(churn);
     let namespaces: Api<Namespace> = Api::all(env.client.clone());
     for ns in tenants.namespaces() {
         let _ = namespaces.delete(ns, &DeleteParams::default()).await;

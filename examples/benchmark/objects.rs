@@ -5,7 +5,10 @@ use std::time::{Duration, Instant};
 
 use failover::api::FailoverPolicy;
 use futures::{StreamExt, stream};
-use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use k8s_openapi::api::{
+    core::v1::{Endpoints, Service},
+    discovery::v1::EndpointSlice,
+};
 use kube::{
     Api, ResourceExt,
     api::{Patch, PatchParams, PostParams},
@@ -41,11 +44,16 @@ pub fn service(name: &str) -> Service {
 /// Policy `p<i>`: primary `p<i>` (in site `one`), secondaries `p<i>-a` and `p<i>-b` (in site
 /// `two`). The sites matter only to a failover group that lists the policy (`groups`).
 pub fn policy(i: usize) -> FailoverPolicy {
+    policy_named(&format!("p{i}"))
+}
+
+/// Policy `name`, as [`policy`] makes `p<i>`.
+pub fn policy_named(name: &str) -> FailoverPolicy {
     serde_json::from_value(json!({
-        "apiVersion": "failover.dev/v1alpha1", "kind": "FailoverPolicy", "metadata": {"name": format!("p{i}")},
-        "spec": {"service": format!("p{i}"), "primary": format!("p{i}"), "primarySite": "one",
-                 "secondaries": [{"service": format!("p{i}-a"), "site": "two"},
-                                 {"service": format!("p{i}-b"), "site": "two"}]},
+        "apiVersion": "failover.dev/v1alpha1", "kind": "FailoverPolicy", "metadata": {"name": name},
+        "spec": {"service": name, "primary": name, "primarySite": "one",
+                 "secondaries": [{"service": format!("{name}-a"), "site": "two"},
+                                 {"service": format!("{name}-b"), "site": "two"}]},
     }))
     .expect("policy")
 }
@@ -97,17 +105,78 @@ pub async fn create_scale(env: &TestEnv, n: usize) -> Vec<String> {
     churn
 }
 
+/// The Endpoints of `service`, its one address ready or not: what linkerd-failover reads.
+pub fn endpoints(service: &str, ready: bool) -> Endpoints {
+    let addresses = if ready {
+        "addresses"
+    } else {
+        "notReadyAddresses"
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": service},
+        "subsets": [{addresses: [{"ip": "10.9.0.1"}], "ports": [{"port": 80}]}],
+    }))
+    .expect("endpoints")
+}
+
+/// An object a backend's readiness is written to: the EndpointSlice the controller reads, or
+/// the Endpoints the peer reads.
+pub trait Readiness:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + serde::Serialize
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// The object of `service`, its one endpoint ready or not.
+    fn of(service: &str, ready: bool) -> Self;
+    /// The object's name.
+    fn name_of(service: &str) -> String;
+}
+
+impl Readiness for EndpointSlice {
+    fn of(service: &str, ready: bool) -> Self {
+        slice(service, ready)
+    }
+
+    fn name_of(service: &str) -> String {
+        format!("{service}-bench")
+    }
+}
+
+impl Readiness for Endpoints {
+    fn of(service: &str, ready: bool) -> Self {
+        endpoints(service, ready)
+    }
+
+    fn name_of(service: &str) -> String {
+        service.to_string()
+    }
+}
+
 /// Sets the readiness of `service`'s one endpoint; returns when the write was acknowledged.
-pub async fn set_ready(api: &Api<EndpointSlice>, service: &str, ready: bool) -> Instant {
-    let patch = slice(service, ready);
+pub async fn set_ready<K: Readiness>(api: &Api<K>, service: &str, ready: bool) -> Instant {
+    try_set_ready(api, service, ready)
+        .await
+        .expect("readiness write");
+    Instant::now()
+}
+
+/// Writes the readiness of `service`'s one endpoint.
+pub async fn try_set_ready<K: Readiness>(
+    api: &Api<K>,
+    service: &str,
+    ready: bool,
+) -> Result<K, kube::Error> {
     api.patch(
-        &format!("{service}-bench"),
+        &K::name_of(service),
         &PatchParams::apply("bench").force(),
-        &Patch::Apply(&patch),
+        &Patch::Apply(&K::of(service, ready)),
     )
     .await
-    .expect("patch slice");
-    Instant::now()
 }
 
 /// A reproducible sequence of policy indexes (xorshift), so runs flip the same policies.

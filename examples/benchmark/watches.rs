@@ -15,25 +15,22 @@ use std::{
 use failover::{
     api::FailoverPolicy,
     apis::WatchKind,
-    backend::BackendKind,
     route::{RouteKind, RouteObject, trafficsplit::TrafficSplit},
     sources::watch::{WatchReport, events, scoped},
 };
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::{
-    core::v1::{Event, Service},
+    core::v1::{Endpoints, Service},
     discovery::v1::EndpointSlice,
 };
 use kube::{
-    Api, Client, Resource, ResourceExt,
+    Api, Client, ResourceExt,
     api::{Patch, PatchParams},
     core::PartialObjectMeta,
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::json;
 use tokio::{sync::Notify, task::JoinHandle};
-
-use crate::objects::slice;
 
 /// How many lists a watch has completed (its first list, then one per relist).
 pub type Lists = Arc<AtomicUsize>;
@@ -158,6 +155,44 @@ impl SplitWatch {
     }
 }
 
+/// Counts the changes (creations and updates) a watch delivers after its first list: another
+/// client's writes to the objects it watches.
+pub struct Changes {
+    count: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Changes {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Changes {
+    pub fn start<K>(api: Api<K>) -> Self
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        let count = Arc::new(AtomicUsize::new(0));
+        let seen = count.clone();
+        let task = tokio::spawn(async move {
+            let mut s = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed();
+            while let Some(event) = s.next().await {
+                if let Ok(watcher::Event::Apply(_)) = event {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        Self { count, task }
+    }
+
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+}
+
 /// Watches the policies and records which ones have a status with a phase.
 pub struct StatusWatch {
     with_status: Arc<Mutex<HashSet<String>>>,
@@ -201,45 +236,70 @@ impl StatusWatch {
 /// server is skipped, so a slow API server cannot pile up connections.
 const CHURN_IN_FLIGHT: usize = 64;
 
-/// Background churn: EndpointSlice updates on Services no policy references, `per_second` of them
-/// (fewer while [`CHURN_IN_FLIGHT`] are unanswered).
-pub fn start_churn(
-    api: Api<EndpointSlice>,
-    services: Vec<String>,
-    per_second: u64,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        if per_second == 0 || services.is_empty() {
-            return;
-        }
-        let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / per_second));
-        let in_flight = Arc::new(tokio::sync::Semaphore::new(CHURN_IN_FLIGHT));
-        let mut i = 0usize;
-        loop {
-            tick.tick().await;
-            let Ok(permit) = in_flight.clone().try_acquire_owned() else {
-                continue;
-            };
-            let svc = services[i % services.len()].clone();
-            let api = api.clone();
-            let ready = (i / services.len()).is_multiple_of(2);
-            tokio::spawn(async move {
-                let _ = api
-                    .patch(
-                        &format!("{svc}-bench"),
-                        &PatchParams::apply("bench").force(),
-                        &Patch::Apply(&slice(&svc, ready)),
-                    )
-                    .await;
-                drop(permit);
-            });
-            i += 1;
-        }
-    })
+/// Background churn: readiness updates of Services no policy references, `per_second` of them
+/// (fewer while [`CHURN_IN_FLIGHT`] are unanswered), on the controller's EndpointSlices or,
+/// during linkerd-failover's turns, on its Endpoints: each side is measured under the same churn,
+/// and the API server never carries both. Ended when dropped.
+pub struct Churn {
+    task: JoinHandle<()>,
+    /// Where the churn goes now: the peer's Endpoints, or (None) the EndpointSlices.
+    to_peer: Arc<Mutex<Option<Api<Endpoints>>>>,
+}
+
+impl Churn {
+    pub fn start(slices: Api<EndpointSlice>, services: Vec<String>, per_second: u64) -> Self {
+        let to_peer: Arc<Mutex<Option<Api<Endpoints>>>> = Arc::default();
+        let target = to_peer.clone();
+        let task = tokio::spawn(async move {
+            if per_second == 0 || services.is_empty() {
+                return;
+            }
+            let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / per_second));
+            let in_flight = Arc::new(tokio::sync::Semaphore::new(CHURN_IN_FLIGHT));
+            let mut i = 0usize;
+            loop {
+                tick.tick().await;
+                let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+                    continue;
+                };
+                let svc = services[i % services.len()].clone();
+                let ready = (i / services.len()).is_multiple_of(2);
+                let peer = target
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                let slices = slices.clone();
+                tokio::spawn(async move {
+                    let _ = match peer {
+                        Some(endpoints) => crate::objects::try_set_ready(&endpoints, &svc, ready)
+                            .await
+                            .map(drop),
+                        None => crate::objects::try_set_ready(&slices, &svc, ready)
+                            .await
+                            .map(drop),
+                    };
+                    drop(permit);
+                });
+                i += 1;
+            }
+        });
+        Self { task, to_peer }
+    }
+
+    /// From now on the churn goes to the peer's `endpoints` (None: to the EndpointSlices).
+    pub fn turn_to(&self, endpoints: Option<Api<Endpoints>>) {
+        *self.to_peer.lock().unwrap_or_else(PoisonError::into_inner) = endpoints;
+    }
+}
+
+impl Drop for Churn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// A FailoverPolicy in a namespace of its own (no controller watches it), whose status the
-/// relay applies after each route, as the controller applies a policy's status.
+/// status probe writes in each way it compares.
 #[derive(Clone)]
 pub struct StatusTarget {
     pub api: Api<FailoverPolicy>,
@@ -249,20 +309,13 @@ pub struct StatusTarget {
 
 /// The floor: one watch on one EndpointSlice (`<name>-bench`); each change is one server-side
 /// apply of one TrafficSplit (`<name>`). The least any controller can do, on the same control
-/// plane. With `extra`, each change also makes the controller's two other writes.
-pub fn start_relay(
-    client: Client,
-    ns: &str,
-    name: &'static str,
-    extra: Option<StatusTarget>,
-) -> JoinHandle<()> {
+/// plane.
+pub fn start_relay(client: Client, ns: &str, name: &'static str) -> JoinHandle<()> {
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
-    let splits: Api<TrafficSplit> = Api::namespaced(client.clone(), ns);
-    let events: Api<Event> = Api::namespaced(client, ns);
+    let splits: Api<TrafficSplit> = Api::namespaced(client, ns);
     tokio::spawn(async move {
         let cfg = watcher::Config::default().fields(&format!("metadata.name={name}-bench"));
         let mut s = watcher(slices, cfg).applied_objects().boxed();
-        let mut changes = 0u64;
         while let Ok(Some(es)) = s.try_next().await {
             let ready = es
                 .endpoints
@@ -277,41 +330,12 @@ pub fn start_relay(
                     &Patch::Apply(&patch),
                 )
                 .await;
-            changes += 1;
-            if let Some(target) = &extra {
-                tokio::spawn(two_more_writes(target.clone(), events.clone(), changes));
-            }
         }
     })
 }
 
-/// What the controller writes after a route besides it, in the background: a policy's status
-/// applied and one Event created.
-async fn two_more_writes(target: StatusTarget, events: Api<Event>, change: u64) {
-    let mut status = target.status;
-    status["observedGeneration"] = json!(change);
-    let body = json!({"apiVersion": FailoverPolicy::api_version(&()), "kind": FailoverPolicy::kind(&()), "status": status});
-    let params = PatchParams::apply("relay").force();
-    if let Err(e) = target
-        .api
-        .patch_status("relay", &params, &Patch::Apply(&body))
-        .await
-    {
-        eprintln!("the relay's status write failed: {e}");
-    }
-    let event: Event = serde_json::from_value(json!({
-        "metadata": {"generateName": "relay-"},
-        "involvedObject": {"apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit", "name": "relay", "namespace": events.namespace()},
-        "reason": "Relayed", "message": format!("change {change}"), "type": "Normal",
-        "source": {"component": "relay"}}))
-    .expect("Event");
-    if let Err(e) = events.create(&Default::default(), &event).await {
-        eprintln!("the relay's Event failed: {e}");
-    }
-}
-
 /// Watch reports nobody reads: the relay's watches are held for their cost only.
-struct Unreported;
+pub struct Unreported;
 
 impl WatchReport for Unreported {
     fn listed(&self, _kind: WatchKind) {}
@@ -325,25 +349,14 @@ fn drain<K: Send + 'static>(
     tokio::spawn(events.for_each(|_| async {}))
 }
 
-/// The controller's watches, held as it holds them (the same helper, kinds, selectors and
-/// initial list), their events read and dropped: EndpointSlices with a Service label, Services
-/// (metadata only) and the routes of each kind in `ns`, the controller's scope; and the
-/// policies of `policies_ns`, where the relay's own status writes land, as the controller's
-/// policy watch receives its own status writes.
-pub fn hold_controller_watches(
-    client: &Client,
-    ns: &str,
-    policies_ns: &str,
-) -> Vec<JoinHandle<()>> {
+/// The controller's watches besides its EndpointSlice watch (which triggers the relay making
+/// its writes), held as it holds them (the same helper, kinds, selectors and initial list),
+/// their events read and dropped: Services (metadata only) in `ns`, the controller's scope; and
+/// the policies and routes of each kind in `own_ns`, where the relay's own writes land, as the
+/// controller's watches receive its own writes.
+pub fn hold_controller_watches(client: &Client, ns: &str, own_ns: &str) -> Vec<JoinHandle<()>> {
     let report: Arc<dyn WatchReport> = Arc::new(Unreported);
-    let slice_label = BackendKind::Service.spec().slice_label;
     let mut held = vec![
-        drain(events(
-            scoped::<EndpointSlice>(client, Some(ns)),
-            WatchKind::EndpointSlice,
-            watcher::Config::default().labels(slice_label),
-            report.clone(),
-        )),
         drain(events(
             scoped::<PartialObjectMeta<Service>>(client, Some(ns)),
             WatchKind::Service,
@@ -351,7 +364,7 @@ pub fn hold_controller_watches(
             report.clone(),
         )),
         drain(events(
-            scoped::<FailoverPolicy>(client, Some(policies_ns)),
+            scoped::<FailoverPolicy>(client, Some(own_ns)),
             WatchKind::FailoverPolicy,
             watcher::Config::default(),
             report.clone(),
@@ -359,7 +372,7 @@ pub fn hold_controller_watches(
     ];
     for kind in RouteKind::ALL {
         let api: Api<RouteObject> =
-            Api::namespaced_with(client.clone(), ns, &(kind.spec().resource)());
+            Api::namespaced_with(client.clone(), own_ns, &(kind.spec().resource)());
         held.push(drain(events(
             api,
             kind.watch(),
