@@ -1,6 +1,6 @@
 //! What a health query costs the controller: each regex compiled at the regex crate's default
 //! size limit and at the controller's, and a whole query checked, parsed and scoped, as
-//! `failover::health_query` does it (on the parser's own thread), the deepest queries allowed and
+//! `failover_core::health_query` does it (on the parser's own thread), the deepest queries allowed and
 //! the shapes refused. Prints the least of five runs of each (build with `--release`, as the
 //! controller runs).
 //!
@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use failover::{api::rules::REGEX_SIZE_LIMIT, health_query::HealthQuery};
+use failover_core::{api::rules::REGEX_SIZE_LIMIT, health_query::HealthQuery};
 
 /// The least time of five runs of `f`, and its last result.
 fn least<T>(mut f: impl FnMut() -> T) -> (Duration, T) {
@@ -63,7 +63,7 @@ fn main() {
             ours.as_secs_f64() * 1e3
         );
     }
-    let at_limits = failover::health_query::at_every_limit();
+    let at_limits = failover_core::health_query::at_every_limit();
     let (parse, parsed) = least(|| HealthQuery::parse(&at_limits, "shop"));
     let parsed = parsed.expect("a query at every limit passes");
     let (scope, _) = least(|| parsed.scoped(Some("namespace")));
@@ -82,7 +82,7 @@ fn main() {
         refused.as_secs_f64() * 1e3,
         why.err().unwrap_or_default()
     );
-    for query in failover::health_query::deepest_at_limit() {
+    for query in failover_core::health_query::deepest_at_limit() {
         let (took, parsed) = least(|| HealthQuery::parse(&query, "shop"));
         println!(
             "The deepest query allowed ({}…, {} characters): {} in {:.3} ms",
@@ -103,7 +103,7 @@ fn main() {
         refused.as_secs_f64() * 1e3,
         why.err().unwrap_or_default()
     );
-    let hidden = failover::health_query::behind_a_comment();
+    let hidden = failover_core::health_query::behind_a_comment();
     let (refused, why) = least(|| HealthQuery::parse(&hidden, "shop"));
     println!(
         "8 matchers of (\\w{{99}}){{9}} behind a comment ending with \\r: refused in {:.3} ms: {}",

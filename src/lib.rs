@@ -1,18 +1,19 @@
 //! A Kubernetes controller that fails traffic over between backend Services.
 //!
-//! Users declare a [`api::FailoverPolicy`]; the controller watches the readiness of its backends
-//! through EndpointSlices and owns a generated route (an SMI TrafficSplit or a Gateway API
-//! HTTPRoute) whose weights send the traffic to the primary while it is ready and to the
-//! secondaries otherwise.
+//! Users declare a [`failover_core::api::FailoverPolicy`]; the controller watches the readiness
+//! of its backends through EndpointSlices (local or in other clusters) and owns a generated route
+//! (an SMI TrafficSplit, or a Gateway API HTTPRoute, GRPCRoute, TLSRoute or TCPRoute), or sets
+//! the weights of one rule of a route its users own, so that the traffic goes to the primary
+//! while it is ready and to the secondaries otherwise.
 //!
-//! Data flows one way, through three crates, each a floor Cargo holds (a crate cannot name the
-//! one above it):
+//! Data flows one way, through four crates, each a floor Cargo holds (a crate cannot name the
+//! ones above it):
 //!
-//! - `failover-api` ([`api`]): the CRD's types, its validation rules, status types, condition
-//!   types and reasons;
-//! - `failover-core`: pure, no API client: the shared vocabulary ([`message`], [`digest`],
-//!   [`health_query`], [`route`], [`backend`], [`observation`], [`policy`], [`tenancy`],
-//!   [`apis`], [`applied`], [`crd`]), then [`validate`], [`decide`] and [`status`];
+//! - `failover-api`: the CRD's types, its validation rules, status types, condition types and
+//!   reasons;
+//! - `failover-core`: pure, no API client and no global state: the shared vocabulary, then
+//!   validate, decide, status and the reconcile's pure middle (`intent`); this crate names it as
+//!   `failover_core::…` wherever it uses it;
 //! - `failover-controller` (this crate): the I/O around them, from the ground up:
 //!
 //! | floor | modules | what they are |
@@ -25,22 +26,18 @@
 //! | reconcile | [`pipeline::reconcile`] | the steps as named calls, what happens next, and a deleted policy's last restores ([`pipeline::deletion`]) |
 //! | controller | [`controller`] | the running controller: wiring, the work queue, the policy watch, the admin server |
 //!
+//! - `failover-plugin`: the `kubectl failover` plugin, which reads the cluster and runs the
+//!   core's rules (what-if, explain) without the controller.
+//!
 //! Within this crate, a module imports only from its own floor or the floors below
 //! ([`LAYERS`] states the order once; `tests/it/architecture.rs` holds the code to it).
-
-pub use failover_core::{
-    api, apis, applied, backend, claims, consent, crd, decide, digest, endpoints, health_query,
-    intent, last_status, message, observation, policy, route, status, tenancy, validate,
-};
-
-pub use failover_core::VERSION;
 
 pub mod controller;
 pub mod pipeline;
 pub mod runtime;
 pub mod sources;
 
-pub use failover_core::Layer;
+use failover_core::Layer;
 
 /// This crate's floors from the ground up: a module may import only from its own floor or a
 /// lower one (the crates below are below them all).

@@ -15,8 +15,8 @@ use failover::{
         metrics::Metrics,
     },
     sources::health::budget::{DEFAULT_QUERIES_PER_SECOND, InFlight},
-    tenancy::Gateways,
 };
+use failover_core::tenancy::Gateways;
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -40,7 +40,7 @@ fn heap() -> failover::runtime::metrics::Heap {
 /// Fails traffic over between backend Services by owning SMI TrafficSplits, driven by
 /// EndpointSlice readiness.
 #[derive(Parser, Debug)]
-#[command(version = failover::VERSION, about)]
+#[command(version = failover_core::VERSION, about)]
 struct Args {
     /// Path to a kubeconfig; without it, the KUBECONFIG variable (one or more paths), then
     /// ~/.kube/config, then the in-cluster service account is used.
@@ -149,7 +149,7 @@ struct Args {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    failover::api::rules::parse_duration(s).map_err(|e| e.to_string())
+    failover_core::api::rules::parse_duration(s).map_err(|e| e.to_string())
 }
 
 async fn client(args: &Args) -> anyhow::Result<kube::Client> {

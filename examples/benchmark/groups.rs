@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use failover::api::{FailoverGroup, FailoverGroupSpec};
+use failover_core::api::{FailoverGroup, FailoverGroupSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 

@@ -8,7 +8,7 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use failover::{api::FailoverPolicy, route::trafficsplit::TrafficSplit};
+use failover_core::{api::FailoverPolicy, route::trafficsplit::TrafficSplit};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{Api, api::PostParams};
 use serde_json::json;

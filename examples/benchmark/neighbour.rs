@@ -26,7 +26,7 @@ use std::{
     time::Duration,
 };
 
-use failover::api::FailoverPolicy;
+use failover_core::api::FailoverPolicy;
 use k8s_openapi::api::{core::v1::Namespace, discovery::v1::EndpointSlice};
 use kube::{
     Api,
@@ -293,9 +293,9 @@ struct Flooding {
 
 async fn flooding(author: &Tenant) -> Flooding {
     let shapes = Arc::new([
-        failover::health_query::at_every_limit(),
-        failover::health_query::behind_a_comment(),
-        failover::health_query::deepest_at_limit()[3].clone(),
+        failover_core::health_query::at_every_limit(),
+        failover_core::health_query::behind_a_comment(),
+        failover_core::health_query::deepest_at_limit()[3].clone(),
     ]);
     let all: Vec<String> = (0..FLOODED)
         .map(|i| flood_policy(&shapes, i, 0).yaml())

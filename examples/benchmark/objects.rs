@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use failover::api::FailoverPolicy;
+use failover_core::api::FailoverPolicy;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::{
     core::v1::{Endpoints, Service},

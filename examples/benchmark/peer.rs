@@ -20,7 +20,7 @@ use std::{
     time::Duration,
 };
 
-use failover::route::trafficsplit::TrafficSplit;
+use failover_core::route::trafficsplit::TrafficSplit;
 use k8s_openapi::api::core::v1::{Endpoints, Event};
 use kube::Api;
 use serde_json::json;

@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use failover::{
+use failover_core::{
     api::FailoverPolicy,
     route::{FIELD_MANAGER, trafficsplit::TrafficSplit},
 };

@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use failover::route::trafficsplit::TrafficSplit;
+use failover_core::route::trafficsplit::TrafficSplit;
 use futures::StreamExt;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{

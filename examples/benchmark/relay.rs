@@ -20,14 +20,16 @@ use std::sync::{
 };
 
 use failover::{
+    runtime::{events::Events, leader::Leadership, metrics::Metrics},
+    sources::watch::{events, scoped},
+};
+use failover_core::{
     api::{FailoverGroup, FailoverPolicy},
     apis::WatchKind,
     backend::BackendKind,
     intent::DesiredRoute,
     policy::ValidPolicy,
     route::{FIELD_MANAGER, owner},
-    runtime::{events::Events, leader::Leadership, metrics::Metrics},
-    sources::watch::{events, scoped},
     validate::validate,
 };
 use futures::StreamExt;
@@ -389,7 +391,7 @@ mod tests {
     /// The controller's route for `p0` with its primary not ready and its secondaries ready,
     /// as its reconcile intends it.
     fn controllers_route() -> DynamicObject {
-        use failover::{
+        use failover_core::{
             intent::{Observed, intend},
             observation::BackendObservation,
             tenancy::Gateways,

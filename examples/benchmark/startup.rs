@@ -7,9 +7,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use failover::{
-    api::FailoverPolicy, route::trafficsplit::TrafficSplit, sources::watch::LIST_PAGE_SIZE,
-};
+use failover::sources::watch::LIST_PAGE_SIZE;
+use failover_core::{api::FailoverPolicy, route::trafficsplit::TrafficSplit};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

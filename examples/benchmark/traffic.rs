@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use failover::{
+use failover_core::{
     api::FailoverPolicy,
     route::{RouteKind, gateway::RouteSpec},
 };

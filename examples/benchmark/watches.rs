@@ -12,11 +12,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use failover::{
+use failover::sources::watch::{WatchReport, events, scoped};
+use failover_core::{
     api::FailoverPolicy,
     apis::WatchKind,
     route::{RouteKind, RouteObject, trafficsplit::TrafficSplit},
-    sources::watch::{WatchReport, events, scoped},
 };
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::{

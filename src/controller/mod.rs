@@ -30,14 +30,12 @@ use kube::Client;
 use tracing::{info, warn};
 
 use self::{policies::policy_requests, runner::Request, triggers::queue_everything};
+use crate::sources::scope::Scaling;
 use crate::{
-    apis::{NeededApi, WatchKind},
-    observation::PolicyKey,
     pipeline::{
         reconcile::{Error, reconcile_or_retry},
         write::statuses,
     },
-    route::RouteKind,
     runtime::{leader::Leadership, metrics::Metrics, retry::Retries, writer::Writer},
     sources::{
         Caches, Context, Scope,
@@ -49,6 +47,11 @@ use crate::{
         remote::Clusters,
         wake::Wake,
     },
+};
+use failover_core::{
+    apis::{NeededApi, WatchKind},
+    observation::PolicyKey,
+    route::RouteKind,
     tenancy::{Addresses, Gateways},
 };
 
@@ -152,7 +155,7 @@ fn scope(settings: &Settings) -> Scope {
     Scope {
         namespace: settings.namespace.clone(),
         gateways: settings.allowed_gateways.clone(),
-        allow_scaling: settings.allow_scaling,
+        scaling: Scaling::allowed_if(settings.allow_scaling),
     }
 }
 
@@ -180,24 +183,33 @@ pub fn not_ready(caches: &Caches) -> Option<String> {
     if !missing.is_empty() {
         return Some(missing.join("; "));
     }
-    let pending = pending_lists(caches, &[], false);
+    let pending = pending_lists(caches, &[], Groups::Unwatched);
     (!pending.is_empty()).then(|| {
         let pending: Vec<&str> = pending.iter().map(|k| k.as_str()).collect();
         format!("caches not synced (not listed yet: {})", pending.join(", "))
     })
 }
 
+/// Whether the group watch counts among the watches a pass waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Groups {
+    /// It counts: the start-up pass waits for it.
+    Count,
+    /// It does not: readiness never waits for groups.
+    Unwatched,
+}
+
 /// The watches that have not listed yet, of those that matter: a route watch only while a
 /// policy outputs that kind (`used`) and its API is not missing (it never lists then); the group
-/// watch only with `groups` (the start-up pass, not readiness).
-fn pending_lists(caches: &Caches, used: &[RouteKind], groups: bool) -> Vec<WatchKind> {
+/// watch only when `groups` says it counts (the start-up pass, not readiness).
+fn pending_lists(caches: &Caches, used: &[RouteKind], groups: Groups) -> Vec<WatchKind> {
     caches
         .synced
         .pending()
         .into_iter()
         .filter(|kind| match kind.route() {
             None if *kind == WatchKind::FailoverGroup => {
-                groups && !caches.apis.is_missing(NeededApi::FailoverGroup)
+                groups == Groups::Count && !caches.apis.is_missing(NeededApi::FailoverGroup)
             }
             None => true,
             Some(route) => {
@@ -215,7 +227,7 @@ fn pending_lists(caches: &Caches, used: &[RouteKind], groups: bool) -> Vec<Watch
 /// start-up wait; its members decide alone until it lists, then move together.
 fn start_waits(caches: &Caches, started: Instant) -> bool {
     started.elapsed() < START_WAIT
-        && !pending_lists(caches, &used_route_kinds(caches), true).is_empty()
+        && !pending_lists(caches, &used_route_kinds(caches), Groups::Count).is_empty()
 }
 
 /// The route kinds some policy outputs.

@@ -23,10 +23,6 @@ use tracing::warn;
 
 use super::runner::Request;
 use crate::{
-    api::FailoverPolicy,
-    apis::WatchKind,
-    observation::{Namespace, PolicyKey},
-    policy::{SpecProblem, ValidPolicy, Validated},
     runtime::{
         fair::{self, Turns},
         policy_metrics::PolicyLabels,
@@ -40,6 +36,12 @@ use crate::{
         remote::secrets,
         watch::{WatchedPolicy, events, map_event, scoped},
     },
+};
+use failover_core::{
+    api::FailoverPolicy,
+    apis::WatchKind,
+    observation::{Namespace, PolicyKey},
+    policy::{SpecProblem, ValidPolicy, Validated},
     validate::{parses_query, validated_after},
 };
 
@@ -267,13 +269,13 @@ async fn validate_in_turn(
 }
 
 /// What validating one policy should cost at most: a query at every limit of
-/// `crate::health_query` is checked and parsed well within it. Longer is logged, for the
+/// `failover_core::health_query` is checked and parsed well within it. Longer is logged, for the
 /// limits' sake.
 const VALIDATION_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A policy as validated, taking over the query `previous` (its last valid generation) parsed
 /// when its text is the same. A query to parse is parsed on a blocking thread (its regexes are
-/// compiled, bounded by the limits of `crate::health_query` yet too long for the thread that
+/// compiled, bounded by the limits of `failover_core::health_query` yet too long for the thread that
 /// serves `/healthz` and renews the Lease); any other validation is cheap and runs here.
 async fn validation(policy: FailoverPolicy, previous: Option<Arc<ValidPolicy>>) -> Validated {
     if !parses_query(&policy, previous.as_deref()) {

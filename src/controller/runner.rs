@@ -42,11 +42,11 @@ use futures::{Stream, StreamExt, future::BoxFuture, stream::FuturesUnordered};
 use tokio::time::Instant;
 
 use crate::{
-    observation::{Namespace, PolicyKey},
     pipeline::reconcile::Next,
     runtime::fair::{Share, Turns},
     sources::{Context, local::policies::PolicyEntry},
 };
+use failover_core::observation::{Namespace, PolicyKey};
 
 /// A request for work.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! Step 6 of the pipeline: makes the generated route say what the plan says, and tells what it
+//! The apply stage of the pipeline, for the route: makes the generated route say what the plan says, and tells what it
 //! did ([`Applied`]) or why it could not ([`ApplyError`]).
 //!
 //! - no route in the cache: create it (a create, never an apply, so a route of that name that
@@ -18,19 +18,19 @@ use std::collections::BTreeMap;
 use kube::api::{DeleteParams, DynamicObject, Preconditions};
 use tracing::{debug, info};
 
-pub use crate::applied::Applied;
-pub use crate::intent::DesiredRoute;
-use crate::intent::{Action, Intent};
-use crate::route::Claim;
-use crate::{
+use crate::runtime::{
+    api_client::{describe, namespace_terminating},
+    writer::{NotLeader, Objects, Writer, Written},
+};
+pub use failover_core::applied::Applied;
+pub use failover_core::intent::DesiredRoute;
+use failover_core::intent::{Action, Intent};
+use failover_core::route::Claim;
+use failover_core::{
     observation::PolicyKey,
     route::{
         RouteView, RulesDigest,
         referenced::{self, Mismatch},
-    },
-    runtime::{
-        api_client::{describe, namespace_terminating},
-        writer::{NotLeader, Objects, Writer, Written},
     },
 };
 

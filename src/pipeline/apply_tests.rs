@@ -10,12 +10,12 @@ use serde_json::{Value, json};
 use tower_test::mock::{self, Handle};
 
 use super::*;
-use crate::{
+use crate::runtime::{leader::Leadership, metrics::Metrics};
+use failover_core::{
     api::{FailoverPolicy, FailoverPolicySpec, SecondaryBackend},
     intent::{Observed, intend},
     observation::BackendObservation,
     route::RouteKind,
-    runtime::{leader::Leadership, metrics::Metrics},
     tenancy::Gateways,
     validate::validate,
 };
@@ -242,7 +242,7 @@ async fn a_suspended_policy_writes_nothing() {
         now: chrono::Utc::now(),
     };
     let mut intent = intend(valid, UID, &Gateways::default(), &observed);
-    let action = intent.action(Vec::new(), false);
+    let action = intent.action(Vec::new(), failover_core::apis::ApiState::Served);
     assert_eq!(action, Action::Suspended);
     let applied = carry_out(&writer, &intent, action, Some(view(UID, "7", &[1, 0]))).await;
     assert!(matches!(applied, Ok(Applied::Suspended)), "{applied:?}");
@@ -266,7 +266,7 @@ const HTTP_ROUTES: &str = "/apis/gateway.networking.k8s.io/v1/namespaces/ns/http
 /// consenting to the policy `web`'s changes.
 fn users_route(version: &str, weights: &[i64]) -> Value {
     let mut route = users_route_without_consent(version, weights);
-    route["metadata"]["annotations"] = json!({crate::consent::POLICIES_ANNOTATION: "web"});
+    route["metadata"]["annotations"] = json!({failover_core::consent::POLICIES_ANNOTATION: "web"});
     route
 }
 
@@ -284,8 +284,8 @@ fn users_route_without_consent(version: &str, weights: &[i64]) -> Value {
 /// The policy with `routeRef` to rule `api` of HTTPRoute `shop`, with these weights.
 fn desired_rule(weights: &[i32]) -> DesiredRoute {
     let mut policy = policy();
-    policy.spec.route_ref = Some(crate::api::RouteRefSpec {
-        kind: crate::api::RouteRefKind::HttpRoute,
+    policy.spec.route_ref = Some(failover_core::api::RouteRefSpec {
+        kind: failover_core::api::RouteRefKind::HttpRoute,
         name: "shop".into(),
         rule: "api".into(),
     });

@@ -1,4 +1,4 @@
-//! A deleted policy that holds the finalizer ([`crate::api::SCALE_FINALIZER`]): every workload
+//! A deleted policy that holds the finalizer ([`failover_core::api::SCALE_FINALIZER`]): every workload
 //! recorded in its `status.scaled` is restored (unless someone changed it since, or it no
 //! longer exists), then the finalizer is removed and the policy goes.
 //!
@@ -13,11 +13,15 @@ use std::time::Duration;
 use chrono::Utc;
 use tracing::{info, warn};
 
+use crate::pipeline::finalize::Finalizer;
+use crate::sources::scope::Scaling;
 use crate::{
-    api::FailoverPolicy,
-    applied::{ScaleProblem, Scaled},
     pipeline::{finalize, gather, scale, write},
     sources::{Context, local::policies::PolicyEntry},
+};
+use failover_core::{
+    api::FailoverPolicy,
+    applied::{ScaleProblem, Scaled},
 };
 
 /// How long after its deletion a policy's restores are retried before the finalizer is
@@ -38,8 +42,8 @@ pub enum Finalized {
 pub async fn finalize(policy: &PolicyEntry, ctx: &Context) -> Finalized {
     let writer = &ctx.writer;
     let previous = gather::previous_status(policy, writer);
-    let records = previous.last.map(|l| l.scaled.to_vec()).unwrap_or_default();
-    let scaled = if ctx.scope.allow_scaling {
+    let records = previous.map(|l| l.scaled.to_vec()).unwrap_or_default();
+    let scaled = if ctx.scope.scaling == Scaling::Allowed {
         restore_all(ctx, policy, records).await
     } else {
         Scaled {
@@ -52,12 +56,13 @@ pub async fn finalize(policy: &PolicyEntry, ctx: &Context) -> Finalized {
             changes: Vec::new(),
         }
     };
-    let retry =
-        ctx.scope.allow_scaling && !scaled.workloads.is_empty() && !overdue(policy, ctx).await;
+    let retry = ctx.scope.scaling == Scaling::Allowed
+        && !scaled.workloads.is_empty()
+        && !overdue(policy, ctx).await;
     let removed = if retry {
         Ok(())
     } else {
-        finalize::set(writer, policy, false).await
+        finalize::set(writer, policy, Finalizer::Release).await
     };
     match (retry, removed) {
         (false, Ok(())) => {
@@ -109,7 +114,7 @@ fn past_giving_up(deleted: i64, now: i64) -> bool {
 async fn restore_all(
     ctx: &Context,
     policy: &PolicyEntry,
-    records: Vec<crate::api::ScaledWorkload>,
+    records: Vec<failover_core::api::ScaledWorkload>,
 ) -> Scaled {
     let mut scaled = Scaled::default();
     let workloads = scale::Workloads {

@@ -12,18 +12,27 @@ use kube::ResourceExt;
 use serde_json::json;
 
 use crate::{
-    api::{FailoverPolicy, SCALE_FINALIZER},
     runtime::{api_client::describe, writer::Writer},
     sources::local::policies::PolicyEntry,
 };
+use failover_core::api::{FailoverPolicy, SCALE_FINALIZER};
 
 /// The field manager of the controller's changes to a policy's finalizers.
 pub const FIELD_MANAGER: &str = "failover-controller-finalizer";
 
-/// Adds (`hold`) or removes the finalizer on the policy, unless it already is as asked; a
-/// policy gone, or replaced by another object of its name, is left alone. Adding is refused
-/// once the policy is being deleted (the API server allows no new finalizer then).
-pub async fn set(writer: &Writer, policy: &PolicyEntry, hold: bool) -> Result<(), String> {
+/// What the policy's finalizer should be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finalizer {
+    /// In place: the policy holds a raised workload, or is about to.
+    Hold,
+    /// Gone: nothing is left to restore.
+    Release,
+}
+
+/// Adds ([`Finalizer::Hold`]) or removes the finalizer on the policy, unless it already is as
+/// asked; a policy gone, or replaced by another object of its name, is left alone. Adding is
+/// refused once the policy is being deleted (the API server allows no new finalizer then).
+pub async fn set(writer: &Writer, policy: &PolicyEntry, want: Finalizer) -> Result<(), String> {
     let failed = |e: kube::Error| format!("the policy's finalizer: {}", describe(&e));
     let policies = writer
         .namespaced::<FailoverPolicy>(&policy.key.namespace, "finalizer")
@@ -34,10 +43,10 @@ pub async fn set(writer: &Writer, policy: &PolicyEntry, hold: bool) -> Result<()
     if current.uid().as_deref() != Some(&*policy.identity.uid) {
         return Ok(());
     }
-    let Some(finalizers) = changed(current.finalizers(), hold) else {
+    let Some(finalizers) = changed(current.finalizers(), want) else {
         return Ok(());
     };
-    if hold && current.metadata.deletion_timestamp.is_some() {
+    if want == Finalizer::Hold && current.metadata.deletion_timestamp.is_some() {
         return Err("the policy is being deleted".into());
     }
     let patch = json!({
@@ -54,8 +63,9 @@ pub async fn set(writer: &Writer, policy: &PolicyEntry, hold: bool) -> Result<()
     Ok(())
 }
 
-/// The finalizers with ours added (`hold`) or removed; `None` when they already are.
-fn changed(finalizers: &[String], hold: bool) -> Option<Vec<String>> {
+/// The finalizers with ours added or removed as `want` says; `None` when they already are.
+fn changed(finalizers: &[String], want: Finalizer) -> Option<Vec<String>> {
+    let hold = want == Finalizer::Hold;
     let present = finalizers.iter().any(|f| f == SCALE_FINALIZER);
     if present == hold {
         return None;
@@ -79,15 +89,21 @@ mod tests {
     fn ours_is_added_or_removed_and_every_other_finalizer_kept() {
         let other = || "example.com/keep".to_string();
         assert_eq!(
-            changed(&[other()], true),
+            changed(&[other()], Finalizer::Hold),
             Some(vec![other(), SCALE_FINALIZER.into()])
         );
-        assert_eq!(changed(&[other(), SCALE_FINALIZER.into()], true), None);
         assert_eq!(
-            changed(&[SCALE_FINALIZER.into(), other()], false),
+            changed(&[other(), SCALE_FINALIZER.into()], Finalizer::Hold),
+            None
+        );
+        assert_eq!(
+            changed(&[SCALE_FINALIZER.into(), other()], Finalizer::Release),
             Some(vec![other()])
         );
-        assert_eq!(changed(&[other()], false), None);
-        assert_eq!(changed(&[], true), Some(vec![SCALE_FINALIZER.into()]));
+        assert_eq!(changed(&[other()], Finalizer::Release), None);
+        assert_eq!(
+            changed(&[], Finalizer::Hold),
+            Some(vec![SCALE_FINALIZER.into()])
+        );
     }
 }

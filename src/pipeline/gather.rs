@@ -1,22 +1,24 @@
-//! Step 4 of the pipeline: everything a decision reads, taken from the caches only (no API
+//! The gather stage of the pipeline: everything a decision reads, taken from the caches only (no API
 //! call): each backend's observation (from its own readiness source, or from the remote cluster named
 //! by its `readinessFrom`), the route as the cluster has it, and the previous status
 //! (the one this replica wrote last when the policy cache has not caught up with it yet).
 
 use crate::{
-    api::FailoverPolicyStatus,
-    last_status::LastStatus,
-    observation::{BackendObservation, PolicyKey},
-    policy::ValidPolicy,
-    route::RouteView,
     runtime::{
         writer::Writer,
         written::{StatusKey, WrittenStatus},
     },
     sources::{
         Caches,
-        local::policies::{PolicyEntry, Spec},
+        local::policies::{Invalid, PolicyEntry},
     },
+};
+use failover_core::{
+    api::FailoverPolicyStatus,
+    last_status::LastStatus,
+    observation::{BackendObservation, PolicyKey},
+    policy::ValidPolicy,
+    route::RouteView,
 };
 
 /// What a decision reads.
@@ -59,46 +61,41 @@ pub fn inputs(policy: &ValidPolicy, caches: &Caches) -> Inputs {
     }
 }
 
-/// The status a policy has, as the decide and status steps read it.
-#[derive(Clone, Debug, Default)]
-pub struct PreviousStatus {
-    /// Compact: what the decide step and the conditions read.
-    pub last: Option<LastStatus>,
-    /// Whole, for an invalid policy only: its status step keeps it.
-    pub whole: Option<FailoverPolicyStatus>,
-}
-
-/// The status the policy has: the one this replica queued and has not written yet, else the one
-/// it wrote last while the cache is older, else the one the table holds.
-pub fn previous_status(policy: &PolicyEntry, writer: &Writer) -> PreviousStatus {
+/// The status a policy has, as the decide and status stages read it: the one this replica queued
+/// and has not written yet, else the one it wrote last while the cache is older, else the one the
+/// table holds.
+pub fn previous_status(policy: &PolicyEntry, writer: &Writer) -> Option<LastStatus> {
     let key = StatusKey::new(&policy.key, &policy.identity.uid);
-    let invalid = match &policy.spec {
-        Spec::Valid(_) => None,
-        Spec::Invalid(invalid) => Some(invalid),
-    };
     if let Some(status) = writer.statuses.pending(&key) {
-        return PreviousStatus {
-            last: Some(LastStatus::of(&status)),
-            whole: invalid.map(|_| status),
-        };
+        return Some(LastStatus::of(&status));
     }
-    let cached = || invalid.and_then(|i| i.status.clone());
     match writer
         .recent_status
         .newer_than(&key, policy.identity.version)
     {
-        Some(WrittenStatus::Whole(status)) => PreviousStatus {
-            last: Some(LastStatus::of(&status)),
-            whole: invalid.map(|_| *status),
-        },
+        Some(WrittenStatus::Whole(status)) => Some(LastStatus::of(&status)),
+        Some(WrittenStatus::Compact(last)) => Some(last),
+        None => policy.last.clone(),
+    }
+}
+
+/// The status an invalid policy keeps, whole (its status stage starts from it), read in the same
+/// order as [`previous_status`]: queued, else written and newer than the cache, else cached.
+pub fn kept_status(
+    policy: &PolicyEntry,
+    invalid: &Invalid,
+    writer: &Writer,
+) -> Option<Box<FailoverPolicyStatus>> {
+    let key = StatusKey::new(&policy.key, &policy.identity.uid);
+    if let Some(status) = writer.statuses.pending(&key) {
+        return Some(Box::new(status));
+    }
+    match writer
+        .recent_status
+        .newer_than(&key, policy.identity.version)
+    {
+        Some(WrittenStatus::Whole(status)) => Some(status),
         // Written when the policy was valid: an invalid one keeps the status the cache has.
-        Some(WrittenStatus::Compact(last)) => PreviousStatus {
-            last: Some(last),
-            whole: cached(),
-        },
-        None => PreviousStatus {
-            last: policy.last.clone(),
-            whole: cached(),
-        },
+        Some(WrittenStatus::Compact(_)) | None => invalid.status.clone().map(Box::new),
     }
 }

@@ -16,13 +16,6 @@ use kube::{
 };
 
 use crate::{
-    api::{FailoverGroup, conditions::group as reasons},
-    decide::{
-        group::{self, CannotFollow, GroupChoice, GroupRule, Member, Order, PreviousChoice},
-        readiness,
-    },
-    last_status::LastGroupStatus,
-    observation::PolicyKey,
     pipeline::gather,
     runtime::written::StatusKey,
     sources::{
@@ -32,6 +25,15 @@ use crate::{
             policies::Spec,
         },
     },
+};
+use failover_core::{
+    api::{FailoverGroup, conditions::group as reasons},
+    decide::{
+        group::{self, CannotFollow, GroupChoice, GroupRule, Member, Order, PreviousChoice},
+        readiness,
+    },
+    last_status::LastGroupStatus,
+    observation::PolicyKey,
     status::group::{GroupReport, build},
 };
 
@@ -128,7 +130,7 @@ fn member(ctx: &Context, group: &GroupEntry, key: &PolicyKey, now: DateTime<Utc>
     };
     let inputs = gather::inputs(valid, &ctx.caches);
     let previous = gather::previous_status(&entry, &ctx.writer);
-    let states = readiness::assess(valid, &inputs.observations, previous.last.as_ref(), now);
+    let states = readiness::assess(valid, &inputs.observations, previous.as_ref(), now);
     let claimed_by = ctx.caches.groups.read().claimed_by(key, &group.key);
     group::member(valid, &states, &group.sites, claimed_by.as_deref(), now)
 }
@@ -159,7 +161,7 @@ fn announce(ctx: &Context, group: &GroupEntry, members: &[Member], chosen: &Grou
     let event = Event {
         type_: EventType::Normal,
         reason: reason.to_string(),
-        note: Some(crate::message::line(&note)),
+        note: Some(failover_core::message::line(&note)),
         action: "Route".to_string(),
         secondary: None,
     };

@@ -4,8 +4,8 @@
 //! validate → gather → decide (pure) → apply (route, scale) → status (pure) → write
 //! ```
 //!
-//! The pure steps (validate, decide, status) are the core crate's ([`crate::validate`],
-//! [`crate::decide`], [`crate::status`]); the steps here read the sources or write to the API
+//! The pure steps (validate, decide, status) are the core crate's ([`failover_core::validate`],
+//! [`failover_core::decide`], [`failover_core::status`]); the steps here read the sources or write to the API
 //! server. [`group`] chooses the site of the policy's failover group before it decides.
 //! [`reconcile`] sequences them all. A step imports only from the steps before it and
 //! from the floors below (`crate::LAYERS`).

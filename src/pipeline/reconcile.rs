@@ -16,21 +16,23 @@ use chrono::Utc;
 use tracing::{debug, warn};
 
 use crate::{
-    intent::{self, Observed, Record},
-    last_status::LastStatus,
-    observation::PolicyKey,
     pipeline::{
         apply::{self, Applied, ApplyError},
         deletion::{self, Finalized},
         gather, group, scale, write,
     },
-    policy::ValidPolicy,
     runtime::{retry::Retries, writer::NotLeader, written::StatusKey},
     sources::{
         Context,
         local::policies::{PolicyEntry, Spec},
     },
-    status::Outcome,
+};
+use failover_core::{
+    intent::{self, Observed},
+    last_status::LastStatus,
+    observation::PolicyKey,
+    policy::ValidPolicy,
+    status::{self, Outcome, StatusInput},
 };
 
 /// How often every policy is reconciled even without a trigger, as a safety net (it writes
@@ -103,9 +105,9 @@ impl Error {
 
 /// Reconciles one policy, as the policy table holds it (validated once per generation); a success
 /// clears its backoff in `retries`, a deletion still restoring backs off there.
-#[tracing::instrument(skip_all, fields(namespace = %held.key.namespace, policy = %held.key.name))]
+#[tracing::instrument(skip_all, fields(namespace = %entry.key.namespace, policy = %entry.key.name))]
 pub async fn reconcile(
-    held: PolicyEntry,
+    entry: PolicyEntry,
     ctx: Arc<Context>,
     retries: &Retries,
 ) -> Result<Next, Error> {
@@ -113,59 +115,62 @@ pub async fn reconcile(
         // Standbys keep their caches warm and write nothing; leadership triggers a full pass.
         return Ok(Next::Wait);
     }
-    if held.identity.deleting {
+    if entry.identity.deleting {
         // Nothing more is routed; what the policy scaled is restored before it goes.
-        if !held.identity.finalizer {
+        if !entry.identity.finalizer {
             return Ok(Next::Wait);
         }
-        return Ok(match deletion::finalize(&held, &ctx).await {
+        return Ok(match deletion::finalize(&entry, &ctx).await {
             Finalized::Done => {
-                retries.forget(&held.key);
+                retries.forget(&entry.key);
                 Next::Wait
             }
-            Finalized::Retry => Next::After(retries.next(&held.key)),
+            Finalized::Retry => Next::After(retries.next(&entry.key)),
         });
     }
     let started = Instant::now();
     debug!("reconcile started");
-    let result = run(&held, &ctx).await;
+    let result = run(&entry, &ctx).await;
     ctx.metrics().observe_reconcile(started.elapsed());
     if result.is_ok() {
-        retries.forget(&held.key);
+        retries.forget(&entry.key);
     }
     result
 }
 
-/// The pipeline: (validated) → gather → intend → apply → report → write.
+/// The stages after validation: gather → decide (in `intend`) → apply → status → write.
 async fn run(policy: &PolicyEntry, ctx: &Context) -> Result<Next, Error> {
     let now = Utc::now();
     let previous = gather::previous_status(policy, &ctx.writer);
     let (outcome, failure) = match &policy.spec {
-        Spec::Invalid(invalid) => (Outcome::Invalid(invalid.problems.to_vec()), None),
-        Spec::Valid(valid) => act(policy, valid.clone(), previous.last.as_ref(), now, ctx).await?,
+        Spec::Invalid(invalid) => (
+            Outcome::Invalid {
+                problems: invalid.problems.to_vec(),
+                kept: gather::kept_status(policy, invalid, &ctx.writer),
+            },
+            None,
+        ),
+        Spec::Valid(valid) => act(policy, valid.clone(), previous.as_ref(), now, ctx).await?,
     };
     let target = policy.spec.target();
     let claims = ctx.caches.claims.read().summary(&policy.key);
-    let status = intent::report(
-        &outcome,
-        &Record {
-            generation: policy.identity.generation,
-            target,
-            previous: previous.last.as_ref(),
-            whole: previous.whole.as_ref(),
-            claims: claims.as_ref(),
-            now,
-        },
-    );
+    let status = status::build(&StatusInput {
+        generation: policy.identity.generation,
+        target,
+        previous: previous.as_ref(),
+        outcome: &outcome,
+        claims: claims.as_ref(),
+        now,
+    });
     // Written in the background: the next reconcile of this policy does not wait for it.
     let key = StatusKey::new(&policy.key, &policy.identity.uid);
     let wrote = ctx
         .writer
         .statuses
-        .queue(key, status.clone(), previous.last.as_ref());
+        .queue(key, status.clone(), previous.as_ref());
     let written = write::Written {
         status: &status,
-        previous: previous.last.as_ref(),
+        previous: previous.as_ref(),
         wrote,
     };
     write::announce(
@@ -207,7 +212,7 @@ async fn act(
         .claims
         .read()
         .held_by_others(&policy.key, &intent.claims);
-    let action = intent.action(held, ctx.caches.apis.is_missing(intent.api));
+    let action = intent.action(held, ctx.caches.apis.state(intent.api));
     let (applied, failure) =
         match apply::carry_out(&ctx.writer, &intent, action, inputs.route.clone()).await {
             Ok(applied) => (applied, None),
@@ -225,7 +230,7 @@ async fn act(
     let raised = previous.map(|p| &*p.scaled).unwrap_or_default();
     let scaled = scale::scale(
         &ctx.writer,
-        ctx.scope.allow_scaling,
+        ctx.scope.scaling,
         policy,
         &intent.policy,
         &intent.plan.scale,
@@ -247,7 +252,7 @@ fn next(outcome: Outcome, failure: Option<ApplyError>) -> Result<Next, Error> {
         return Err(Error::Route(Box::new(e)));
     }
     match outcome {
-        Outcome::Invalid(_) => Ok(Next::Wait),
+        Outcome::Invalid { .. } => Ok(Next::Wait),
         Outcome::Decided(d) => match d.applied {
             Applied::Failed(_) => Ok(Next::Wait),
             // A missing CRD that turns up queues every policy; a claim handed over wakes its
@@ -270,12 +275,12 @@ fn next(outcome: Outcome, failure: Option<ApplyError>) -> Result<Next, Error> {
 /// Reconciles one policy and turns a failure into a retry, after the policy's backoff in
 /// `retries` (the work queue's): what the work queue runs.
 pub async fn reconcile_or_retry(
-    held: PolicyEntry,
+    entry: PolicyEntry,
     ctx: Arc<Context>,
     retries: Arc<Retries>,
 ) -> Next {
-    let key = held.key.clone();
-    match reconcile(held, ctx.clone(), &retries).await {
+    let key = entry.key.clone();
+    match reconcile(entry, ctx.clone(), &retries).await {
         Ok(next) => next,
         Err(e) => error_policy(&key, &e, &ctx, &retries),
     }

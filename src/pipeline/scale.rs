@@ -1,4 +1,4 @@
-//! Step 6b of the pipeline, with `spec.capacity.scale`: raises each secondary's workload (an
+//! The apply stage of the pipeline, for workloads, with `spec.capacity.scale`: raises each secondary's workload (an
 //! HorizontalPodAutoscaler's `minReplicas`, or a Deployment's replicas through its scale
 //! subresource) to what the decision asks for, and restores what it raised once the decision
 //! asks for nothing (the failback is over) or no `scaleTarget` names it any more (removed or
@@ -12,7 +12,7 @@
 //! [`FIELD_MANAGER`], so `managedFields` shows who set the value, and only while the cluster
 //! admin let the controller scale (`--allow-scaling`, the chart's `scaling.enabled`) and the
 //! workload's owner consents: its annotation `failover.dev/policies` names the policy
-//! ([`crate::consent`]), read on the same GET that reads the replicas the write starts from.
+//! ([`failover_core::consent`]), read on the same GET that reads the replicas the write starts from.
 //! Without consent nothing is raised, and a record raised before is released, not restored.
 
 use k8s_openapi::{
@@ -23,7 +23,17 @@ use kube::Resource;
 use serde_json::json;
 use tracing::warn;
 
+use crate::pipeline::finalize::Finalizer;
+use crate::sources::scope::Scaling;
 use crate::{
+    pipeline::finalize,
+    runtime::{
+        api_client::describe,
+        writer::{NotLeader, Objects, Writer},
+    },
+    sources::local::policies::PolicyEntry,
+};
+use failover_core::{
     api::{ScaleKind, ScaleTarget, ScaledWorkload},
     applied::{ScaleChange, ScaleProblem, Scaled},
     consent,
@@ -31,13 +41,7 @@ use crate::{
         capacity::ScaleWant,
         restore::{self, Replicas, WorkloadStep},
     },
-    pipeline::finalize,
     policy::ValidPolicy,
-    runtime::{
-        api_client::describe,
-        writer::{NotLeader, Objects, Writer},
-    },
-    sources::local::policies::PolicyEntry,
 };
 
 /// The field manager of the controller's changes to workloads.
@@ -49,7 +53,7 @@ pub enum ScaleError {
     /// This replica lost leadership before writing.
     #[error(transparent)]
     NotLeader(#[from] NotLeader),
-    /// The workload does not consent to the policy's changes ([`crate::consent`]).
+    /// The workload does not consent to the policy's changes ([`failover_core::consent`]).
     #[error("{0} does not consent")]
     NotConsented(String),
     /// The API server refused or did not answer.
@@ -84,30 +88,29 @@ impl ScaleError {
 /// any more is restored too, and the policy holds its finalizer while it holds a record.
 pub async fn scale(
     writer: &Writer,
-    allowed: bool,
+    scaling: Scaling,
     policy: &PolicyEntry,
     valid: &ValidPolicy,
     wants: &[ScaleWant],
     raised: &[ScaledWorkload],
 ) -> Scaled {
-    let scaling = valid.capacity.as_ref().is_some_and(|c| c.scale.is_some());
+    let asks_scaling = valid.capacity.as_ref().is_some_and(|c| c.scale.is_some());
     let targets = valid.scale_targets();
-    if !scaling && raised.is_empty() {
+    if !asks_scaling && raised.is_empty() {
         return Scaled::default();
     }
-    if valid.suspend || !allowed {
-        return unchanged(valid.suspend, wants, raised);
+    if valid.suspend || scaling == Scaling::Forbidden {
+        return unchanged(valid, wants, raised);
     }
     let mut scaled = Scaled::default();
-    let raising = !wants.is_empty();
     // No raise before the finalizer is in place: a deletion in between would leave it raised.
-    let mut may_raise = true;
-    if restore::finalizer_wanted(raising, raised)
+    let mut may_raise = MayRaise::Yes;
+    if restore::finalizer_wanted(wants, raised)
         && !policy.identity.finalizer
-        && let Err(problem) = finalize::set(writer, policy, true).await
+        && let Err(problem) = finalize::set(writer, policy, Finalizer::Hold).await
     {
         scaled.problem = Some(ScaleProblem::failed(problem));
-        may_raise = false;
+        may_raise = MayRaise::NoFinalizer;
     }
     let workloads = Workloads {
         writer,
@@ -122,10 +125,10 @@ pub async fn scale(
         may_raise,
     };
     raise.named(targets, &mut scaled).await;
-    let done = !restore::finalizer_wanted(raising, &scaled.workloads);
+    let done = !restore::finalizer_wanted(wants, &scaled.workloads);
     if done && policy.identity.finalizer {
         // Harmless when it fails: the next reconcile, or the deletion, removes it.
-        if let Err(problem) = finalize::set(writer, policy, false).await {
+        if let Err(problem) = finalize::set(writer, policy, Finalizer::Release).await {
             warn!(problem, "the policy's finalizer could not be removed");
         }
     }
@@ -134,13 +137,13 @@ pub async fn scale(
 
 /// What a suspended policy, or one the cluster admin does not let scale, keeps: every record as
 /// it is, and (when not suspended) why nothing is scaled.
-fn unchanged(suspended: bool, wants: &[ScaleWant], raised: &[ScaledWorkload]) -> Scaled {
+fn unchanged(valid: &ValidPolicy, wants: &[ScaleWant], raised: &[ScaledWorkload]) -> Scaled {
     let mut scaled = Scaled {
         workloads: raised.to_vec(),
         ..Scaled::default()
     };
     let nothing_to_do = wants.is_empty() && raised.is_empty();
-    if !suspended && !nothing_to_do {
+    if !valid.suspend && !nothing_to_do {
         scaled.problem = Some(ScaleProblem::failed(
             "the cluster admin has not let the controller scale workloads (--allow-scaling, the chart's scaling.enabled); traffic moves as the ready capacity allows",
         ));
@@ -153,8 +156,17 @@ struct Raise<'a> {
     workloads: &'a Workloads<'a>,
     wants: &'a [ScaleWant],
     raised: &'a [ScaledWorkload],
-    /// The finalizer is in place (nothing is raised without it).
-    may_raise: bool,
+    /// Whether the finalizer is in place (nothing is raised without it).
+    may_raise: MayRaise,
+}
+
+/// Whether a workload may be raised now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MayRaise {
+    /// The finalizer is in place, or nothing needs it.
+    Yes,
+    /// The finalizer could not be added: nothing is raised, only restored.
+    NoFinalizer,
 }
 
 impl Raise<'_> {
@@ -179,7 +191,7 @@ impl Raise<'_> {
             if want.is_none() && record.is_none() {
                 continue;
             }
-            if want.is_some() && !self.may_raise {
+            if want.is_some() && self.may_raise == MayRaise::NoFinalizer {
                 scaled.workloads.extend(record);
                 continue;
             }

@@ -63,15 +63,15 @@ pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
 pub fn describe(error: &kube::Error) -> String {
     match error {
         kube::Error::Api(status) if !status.message.is_empty() && !status.reason.is_empty() => {
-            crate::message::line(&format!("{} ({})", status.message, status.reason))
+            failover_core::message::line(&format!("{} ({})", status.message, status.reason))
         }
         kube::Error::Api(status) if !status.message.is_empty() => {
-            crate::message::line(&status.message)
+            failover_core::message::line(&status.message)
         }
         kube::Error::Api(status) => {
-            crate::message::line(&format!("HTTP {} {}", status.code, status.reason))
+            failover_core::message::line(&format!("HTTP {} {}", status.code, status.reason))
         }
-        other => crate::message::with_causes(other),
+        other => failover_core::message::with_causes(other),
     }
 }
 

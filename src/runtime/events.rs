@@ -41,11 +41,8 @@ use serde_json::json;
 use tokio::sync::{Notify, Semaphore};
 use tracing::{debug, warn};
 
-use crate::{
-    digest::digest,
-    observation::Namespace,
-    runtime::{api_client::describe, fair::Turns, leader::Leadership, metrics::Metrics},
-};
+use crate::runtime::{api_client::describe, fair::Turns, leader::Leadership, metrics::Metrics};
+use failover_core::{digest::digest, observation::Namespace};
 
 /// The most Events of one namespace waiting to be sent.
 pub const PER_NAMESPACE: usize = 32;

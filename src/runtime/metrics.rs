@@ -27,10 +27,10 @@ use prometheus_client::{
 
 use parking_lot::Mutex;
 
-use crate::{
+use crate::runtime::policy_metrics::{self, PolicyLabels, PolicyTable};
+use failover_core::{
     apis::{NeededApi, WatchKind},
     route::RouteKind,
-    runtime::policy_metrics::{self, PolicyLabels, PolicyTable},
 };
 
 /// The prefix of every series name.
@@ -231,7 +231,7 @@ impl Metrics {
         let build = Family::<BuildLabels, Gauge>::default();
         build
             .get_or_create(&BuildLabels {
-                version: crate::VERSION.to_string(),
+                version: failover_core::VERSION.to_string(),
             })
             .set(1);
         r.register(

@@ -28,7 +28,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{api::Phase, observation::PolicyKey};
+use failover_core::{api::Phase, observation::PolicyKey};
 
 /// Labels of per-policy series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

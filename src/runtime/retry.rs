@@ -7,7 +7,7 @@ use std::{collections::HashMap, time::Duration};
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use parking_lot::Mutex;
 
-use crate::observation::PolicyKey;
+use failover_core::observation::PolicyKey;
 
 /// First retry delay; it doubles per failure in a row.
 pub const FIRST: Duration = Duration::from_millis(200);

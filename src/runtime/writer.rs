@@ -7,16 +7,16 @@
 
 use std::{fmt::Debug, sync::Arc};
 
-use crate::{
+use crate::runtime::{
+    events::Events,
+    leader::{Leadership, Role},
+    metrics::Metrics,
+    written::{Recent, StatusKey, Statuses, WrittenStatus},
+};
+use failover_core::{
     api::{FailoverGroupStatus, FailoverPolicyStatus},
     last_status::LastGroupStatus,
     route::{FIELD_MANAGER, RouteKey, RulesDigest},
-    runtime::{
-        events::Events,
-        leader::{Leadership, Role},
-        metrics::Metrics,
-        written::{Recent, StatusKey, Statuses, WrittenStatus},
-    },
 };
 use k8s_openapi::{
     NamespaceResourceScope,

@@ -23,14 +23,14 @@ use std::{
 use parking_lot::Mutex;
 use tokio::{sync::Notify, time::Instant};
 
-use crate::{
+use crate::runtime::{
+    fair::{self, Share, Turns},
+    retry,
+};
+use failover_core::{
     api::{FailoverPolicyStatus, conditions},
     last_status::{Compact, LastStatus},
     observation::{Namespace, PolicyKey},
-    runtime::{
-        fair::{self, Share, Turns},
-        retry,
-    },
 };
 
 /// Recent writes of one kind of value, by object key.
@@ -531,7 +531,7 @@ mod tests {
         assert_eq!(recent.newer_than(&"b", Some(1)), None);
     }
 
-    use crate::api::Phase;
+    use failover_core::api::Phase;
 
     fn phase(phase: Phase) -> FailoverPolicyStatus {
         FailoverPolicyStatus {
@@ -547,7 +547,7 @@ mod tests {
             matches!(WrittenStatus::of(valid.clone()), WrittenStatus::Compact(last) if last.is(&valid))
         );
         let invalid = FailoverPolicyStatus {
-            conditions: vec![crate::api::Condition {
+            conditions: vec![failover_core::api::Condition {
                 type_: conditions::READY.into(),
                 status: "False".into(),
                 reason: conditions::ready::INVALID_SPEC.into(),

@@ -11,7 +11,6 @@ use parking_lot::RwLock;
 use failover_core::listeners::Listeners;
 
 use crate::{
-    apis::WatchKind,
     runtime::metrics::Metrics,
     sources::{
         health::Health,
@@ -22,6 +21,7 @@ use crate::{
         remote::Clusters,
     },
 };
+use failover_core::apis::WatchKind;
 
 /// How long a reconcile waits for the readiness caches before it gives up and retries.
 const SYNC_WAIT: Duration = Duration::from_secs(10);

@@ -10,7 +10,6 @@ use kube::Client;
 use tracing::{info, warn};
 
 use crate::{
-    apis::WatchKind,
     runtime::{metrics::Metrics, writer::Writer},
     sources::{
         caches::Caches,
@@ -18,8 +17,8 @@ use crate::{
         wake::Wake,
         watch::{WatchReport, describe, forbidden, not_found},
     },
-    tenancy::Gateways,
 };
+use failover_core::{apis::WatchKind, tenancy::Gateways};
 
 /// What every step runs against.
 pub struct Context {

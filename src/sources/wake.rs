@@ -5,11 +5,11 @@
 use futures::channel::mpsc;
 use tracing::debug;
 
-use crate::{
+use crate::sources::{Context, local::index::PolicyIndex, remote::cluster::RemoteChange};
+use failover_core::{
     backend::BackendKey,
     observation::{PolicyKey, RemoteService},
     route::RouteKey,
-    sources::{Context, local::index::PolicyIndex, remote::cluster::RemoteChange},
 };
 
 /// The work queue's door: what wakes a policy sends it here.

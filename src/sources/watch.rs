@@ -1,4 +1,4 @@
-//! Step 1 of the pipeline: one helper for every watch of the controller: list then watch, with
+//! The watch stage of the pipeline: one helper for every watch of the controller: list then watch, with
 //! kube-runtime's backoff on errors, and what happens reported to a [`WatchReport`]: for the local
 //! cluster (the [`crate::sources::Context`]), first lists, missing CRDs and errors in the log and
 //! metrics; for a
@@ -20,7 +20,7 @@ use kube::{
 use serde::{Deserialize, de::DeserializeOwned};
 use tracing::debug;
 
-use crate::{
+use failover_core::{
     api::{FailoverPolicy, FailoverPolicySpec, FailoverPolicyStatus},
     apis::WatchKind,
 };

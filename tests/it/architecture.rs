@@ -15,7 +15,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use failover::Layer;
+use failover_core::Layer;
 
 /// A crate whose modules are held to its floors.
 struct Crate {

@@ -4,7 +4,7 @@
 //! it after the failback, keeps a hand edit made in between, and scales nothing unless the
 //! cluster admin allowed it.
 
-use failover::api::{
+use failover_core::api::{
     CapacitySpec, ScaleKind, ScaleSpec, ScaleTarget,
     conditions::{DEMAND_UNSERVED, SCALED_UP, capacity, scaling},
 };

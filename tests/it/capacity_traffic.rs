@@ -17,7 +17,7 @@
 
 use std::time::{Duration, Instant};
 
-use failover::api::{CapacitySpec, ScaleKind, ScaleSpec, ScaleTarget};
+use failover_core::api::{CapacitySpec, ScaleKind, ScaleSpec, ScaleTarget};
 
 use crate::support::{self, Answer, Load, PolicyBuilder, TestEnv, condition, hpa, ok, wait_until};
 
@@ -312,7 +312,7 @@ async fn with_capacity_and_scaling_clients_see_a_fifth_of_the_failures_they_see_
     );
     let policy = env.policy("web").await.expect("policy");
     assert!(
-        condition(&policy, failover::api::conditions::SCALED_UP)
+        condition(&policy, failover_core::api::conditions::SCALED_UP)
             .is_some_and(|(s, ..)| s == "False")
     );
 }

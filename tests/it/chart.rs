@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use failover::{
+use failover_core::{
     api::{Phase, Strategy},
     route,
 };
@@ -276,7 +276,7 @@ async fn the_controllers_cluster_role_lets_it_delete_the_routes_it_yields() {
     let objects = render(&env, &[]);
     let role = find(&objects, "ClusterRole", RENDER_CLUSTER_NAME).expect("controller ClusterRole");
     let route_verbs = ["get", "list", "watch", "create", "patch", "delete"];
-    for kind in failover::route::KINDS {
+    for kind in failover_core::route::KINDS {
         let resource = (kind.resource)();
         assert_eq!(
             verbs(role, &resource.group, &resource.plural),
@@ -452,14 +452,14 @@ async fn controller_works_under_exactly_the_charts_rbac_and_touches_nothing_fore
     // Backends, plus bystanders the controller must never modify.
     env.ready_backends(&["web", "web-east", "web-west", "bystander"])
         .await;
-    let foreign: failover::route::trafficsplit::TrafficSplit =
+    let foreign: failover_core::route::trafficsplit::TrafficSplit =
         serde_json::from_value(serde_json::json!({
             "apiVersion": "split.smi-spec.io/v1alpha2", "kind": "TrafficSplit",
             "metadata": {"name": "someone-elses"},
             "spec": {"service": "bystander", "backends": [{"service": "bystander", "weight": 1}]}
         }))
         .expect("ts");
-    env.api::<failover::route::trafficsplit::TrafficSplit>()
+    env.api::<failover_core::route::trafficsplit::TrafficSplit>()
         .create(&PostParams::default(), &foreign)
         .await
         .expect("foreign split");
@@ -476,21 +476,22 @@ async fn controller_works_under_exactly_the_charts_rbac_and_touches_nothing_fore
     let controller = ControllerProcess::start_with_kubeconfig(&env, &token_kubeconfig, &lease);
     env.apply(&PolicyBuilder::web());
     env.wait_weights("web", &ON_WEB, WAIT).await;
-    let versions = |services: Vec<Service>,
-                    slices: Vec<EndpointSlice>,
-                    splits: Vec<failover::route::trafficsplit::TrafficSplit>| {
-        let mut v = BTreeMap::new();
-        for s in services {
-            v.insert(format!("service/{}", s.name_any()), s.resource_version());
-        }
-        for s in slices {
-            v.insert(format!("slice/{}", s.name_any()), s.resource_version());
-        }
-        for s in splits.into_iter().filter(|s| s.name_any() != "web") {
-            v.insert(format!("split/{}", s.name_any()), s.resource_version());
-        }
-        v
-    };
+    let versions =
+        |services: Vec<Service>,
+         slices: Vec<EndpointSlice>,
+         splits: Vec<failover_core::route::trafficsplit::TrafficSplit>| {
+            let mut v = BTreeMap::new();
+            for s in services {
+                v.insert(format!("service/{}", s.name_any()), s.resource_version());
+            }
+            for s in slices {
+                v.insert(format!("slice/{}", s.name_any()), s.resource_version());
+            }
+            for s in splits.into_iter().filter(|s| s.name_any() != "web") {
+                v.insert(format!("split/{}", s.name_any()), s.resource_version());
+            }
+            v
+        };
     let list = || async {
         let services = env
             .api::<Service>()
@@ -505,7 +506,7 @@ async fn controller_works_under_exactly_the_charts_rbac_and_touches_nothing_fore
             .expect("slices")
             .items;
         let splits = env
-            .api::<failover::route::trafficsplit::TrafficSplit>()
+            .api::<failover_core::route::trafficsplit::TrafficSplit>()
             .list(&Default::default())
             .await
             .expect("splits")

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use failover::{
+use failover_core::{
     api::{
         FailoverPolicy,
         conditions::{ATTACHED, READY, attached, ready},
@@ -40,7 +40,7 @@ async fn route_hostnames(env: &TestEnv) -> Option<Vec<String>> {
     let routes: Api<DynamicObject> = Api::namespaced_with(
         env.client.clone(),
         &env.ns,
-        &failover::route::RouteKind::HttpRoute.resource(),
+        &failover_core::route::RouteKind::HttpRoute.resource(),
     );
     let route = routes.get_opt("web").await.ok().flatten()?;
     let hostnames = route.data["spec"]["hostnames"].as_array().cloned();
@@ -77,7 +77,7 @@ async fn routes_its_own_gateway(env: &TestEnv) -> bool {
     let routes: Api<DynamicObject> = Api::namespaced_with(
         env.client.clone(),
         &env.ns,
-        &failover::route::RouteKind::HttpRoute.resource(),
+        &failover_core::route::RouteKind::HttpRoute.resource(),
     );
     let attached = routes
         .get_opt("web")
@@ -216,9 +216,14 @@ async fn a_hostname_held_elsewhere_leaves_the_policys_other_hostnames_served() {
     assert_ne!(ready_reason(&p).as_deref(), Some(ready::APEX_CONFLICT));
     // what-if says the same, by the controller's functions.
     let report = what_if(&shop, "web", &[]);
-    Predicted::of(&report, 0, "web", failover::route::RouteKind::HttpRoute)
-        .written_as_printed(&shop, "a hostname held elsewhere")
-        .await;
+    Predicted::of(
+        &report,
+        0,
+        "web",
+        failover_core::route::RouteKind::HttpRoute,
+    )
+    .written_as_printed(&shop, "a hostname held elsewhere")
+    .await;
 
     // 3. The other policy goes: the shop's route serves both.
     other_author.delete("failoverpolicy", "web");
@@ -262,7 +267,7 @@ fn attached_reason(p: &FailoverPolicy) -> Option<String> {
 }
 
 /// What-if, run now for `env`'s policy `web`, prints what the controller then has.
-async fn what_if_agrees(env: &TestEnv, kind: failover::route::RouteKind, scenario: &str) {
+async fn what_if_agrees(env: &TestEnv, kind: failover_core::route::RouteKind, scenario: &str) {
     let report = what_if(env, "web", &[]);
     Predicted::of(&report, 0, "web", kind)
         .written_as_printed(env, scenario)
@@ -318,7 +323,7 @@ async fn a_namespace_the_gateways_listener_does_not_admit_cannot_take_or_hold_a_
     for env in [&shop, &other] {
         what_if_agrees(
             env,
-            failover::route::RouteKind::HttpRoute,
+            failover_core::route::RouteKind::HttpRoute,
             "a listener admitting only its own namespace",
         )
         .await;
@@ -344,17 +349,17 @@ fn tcp_on_gateway_of(
     section_name: Option<&str>,
     port: Option<i32>,
 ) -> PolicyBuilder {
-    let parent = failover::api::GatewayParent {
+    let parent = failover_core::api::GatewayParent {
         name: "gw".into(),
         namespace: Some(namespace.into()),
         section_name: section_name.map(String::from),
         port,
     };
     PolicyBuilder::web().spec(move |s| {
-        s.output = failover::api::Output::TcpRoute;
-        s.tcp_route = Some(failover::api::GatewayRouteSpec {
+        s.output = failover_core::api::Output::TcpRoute;
+        s.tcp_route = Some(failover_core::api::GatewayRouteSpec {
             gateways: vec![parent],
-            ..failover::api::GatewayRouteSpec::on_port(80)
+            ..failover_core::api::GatewayRouteSpec::on_port(80)
         });
     })
 }
@@ -367,7 +372,7 @@ async fn the_same_tcp_listener_named_by_port_and_by_section_name_gives_one_route
     gateway(&db, "Same");
     let allowed = format!("{}/gw", db.ns);
     let _controller = ControllerProcess::start_cluster_wide(&db, &["--allowed-gateways", &allowed]);
-    let tcp = failover::route::RouteKind::TcpRoute;
+    let tcp = failover_core::route::RouteKind::TcpRoute;
     let routes = |env: &TestEnv| -> Api<DynamicObject> {
         Api::namespaced_with(env.client.clone(), &env.ns, &tcp.resource())
     };

@@ -3,7 +3,7 @@
 
 use std::fs;
 
-use failover::crd;
+use failover_core::crd;
 
 use crate::support::{repo_root, squash, test_env};
 

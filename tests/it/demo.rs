@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
-use failover::{api::FailoverPolicy, route::RouteTarget};
+use failover_core::{api::FailoverPolicy, route::RouteTarget};
 
 use crate::support::{
     self, ScriptRun, Step, assert_node_possible, cluster_tests_skipped, node_tests_skipped,

@@ -7,7 +7,7 @@
 use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
-use failover::api::{
+use failover_core::api::{
     FailoverPolicy,
     conditions::{DRILL, READY, drill, ready},
 };

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use failover::api::conditions::{READY, STALLED, ready};
+use failover_core::api::conditions::{READY, STALLED, ready};
 
 use crate::support::{
     ControllerProcess, ON_WEB, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, condition, ok, test_env,

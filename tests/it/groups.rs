@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use failover::api::{
+use failover_core::api::{
     FailoverGroup, FailoverGroupSpec, FailoverPolicySpec,
     conditions::{READY, group, ready},
 };

@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use failover::api::FailoverPolicy;
-use failover::api::conditions::{HEALTH_QUERY_FAILED, health};
+use failover_core::api::FailoverPolicy;
+use failover_core::api::conditions::{HEALTH_QUERY_FAILED, health};
 
 use crate::support::{
     self, ControllerProcess, Exporter, ON_EAST, ON_WEB, PolicyBuilder, PrometheusServer, Tenant,
@@ -260,7 +260,7 @@ async fn a_matrix_answer_is_a_failed_query_named_in_the_condition_and_backs_off(
 fn wide_policies(count: usize, query: &str) -> String {
     (0..count)
         .map(|i| {
-            let secondaries: Vec<String> = (1..=failover::api::rules::MAX_SECONDARIES)
+            let secondaries: Vec<String> = (1..=failover_core::api::rules::MAX_SECONDARIES)
                 .map(|j| format!("b{i}-{j}"))
                 .collect();
             let secondaries: Vec<&str> = secondaries.iter().map(String::as_str).collect();
@@ -309,7 +309,7 @@ async fn a_tenant_with_many_backends_at_1s_stays_within_the_budget_and_another_n
         .await;
 
     // Eight policies of 33 backends at 1 s: 264 queries a second asked for.
-    let asked = 8 * (failover::api::rules::MAX_SECONDARIES + 1);
+    let asked = 8 * (failover_core::api::rules::MAX_SECONDARIES + 1);
     noisy.tenant().apply(&wide_policies(8, query));
     let before = queries_sent(&controller).await;
     let flooding = wait_until(WAIT, || async {

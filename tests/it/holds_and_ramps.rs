@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use failover::api::{
+use failover_core::api::{
     Phase,
     conditions::{READY, ready},
 };
@@ -60,8 +60,8 @@ async fn failover_after_holds_traffic_until_due() {
 fn ramped(failover_after: &str) -> PolicyBuilder {
     PolicyBuilder::web().spec(|s| {
         s.failover_after = failover_after.into();
-        s.failback = Some(failover::api::FailbackSpec {
-            ramp: Some(failover::api::RampSpec {
+        s.failback = Some(failover_core::api::FailbackSpec {
+            ramp: Some(failover_core::api::RampSpec {
                 steps: vec![25, 50, 100],
                 every: "2s".into(),
             }),

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use failover::{
+use failover_core::{
     api::{
         FailoverPolicy, GatewayRouteSpec, Output,
         conditions::{READY, ready},

@@ -2,7 +2,7 @@
 //! longest and oddest ones), and a name that could not work is refused at apply time, naming the
 //! field.
 
-use failover::{
+use failover_core::{
     api::{
         GatewayRouteSpec, Output,
         conditions::{READY, ready},
@@ -88,7 +88,7 @@ fn cases() -> Vec<Case> {
 /// The weights of a route of either kind, as (service, weight).
 async fn route_weights(env: &TestEnv, case: &Case) -> Option<Vec<(String, i64)>> {
     let resource = match case.kind {
-        RouteKind::TrafficSplit => failover::route::trafficsplit::resource(Default::default()),
+        RouteKind::TrafficSplit => failover_core::route::trafficsplit::resource(Default::default()),
         kind => kind.resource(),
     };
     let api: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), &env.ns, &resource);

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use failover::api::conditions::{READY, ready};
+use failover_core::api::conditions::{READY, ready};
 
 use crate::support::{
     self, CONTROLLER, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, node_kubectl, ok, wait_until,

@@ -3,8 +3,8 @@
 
 use std::process::Output;
 
-use failover::api::FailoverPolicy;
-use failover::api::conditions::{READY, SUSPENDED, ready, suspended};
+use failover_core::api::FailoverPolicy;
+use failover_core::api::conditions::{READY, SUSPENDED, ready, suspended};
 
 use crate::support::{
     self, ControllerProcess, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT,
@@ -404,7 +404,7 @@ async fn status_watch_prints_a_policy_again_when_it_changes() {
 fn version_and_completion_print_without_a_cluster() {
     let version = exited(failover_with_flags(&["version"]), 0);
     assert!(
-        version.contains(failover::VERSION) && version.contains("failover.dev/v1alpha1"),
+        version.contains(failover_core::VERSION) && version.contains("failover.dev/v1alpha1"),
         "{version}"
     );
     for shell in ["bash", "zsh", "fish"] {

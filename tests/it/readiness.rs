@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use failover::api::{
+use failover_core::api::{
     Phase, WhenNoneReady,
     conditions::{READY, ready},
 };

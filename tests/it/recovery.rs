@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use failover::api::{
+use failover_core::api::{
     FailoverPolicy, Phase,
     conditions::{READY, ready},
 };
@@ -36,7 +36,7 @@ async fn wait_api(env: &TestEnv) {
             .status
             .success()
             && env
-                .api::<failover::route::trafficsplit::TrafficSplit>()
+                .api::<failover_core::route::trafficsplit::TrafficSplit>()
                 .list(&Default::default())
                 .await
                 .is_ok()

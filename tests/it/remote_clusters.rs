@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use failover::api::conditions::{CLUSTERS_REACHABLE, clusters};
-use failover::api::{FailoverPolicy, ReadinessFrom};
+use failover_core::api::conditions::{CLUSTERS_REACHABLE, clusters};
+use failover_core::api::{FailoverPolicy, ReadinessFrom};
 
 use crate::support::{
     self, ControlPlane, ControllerProcess, DedicatedPlane, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder,

@@ -4,7 +4,7 @@
 //! and collected with its policy. Three
 //! policies on the same backends and Gateway do not collide: each takes other traffic there.
 
-use failover::{
+use failover_core::{
     api::{FailoverPolicy, FailoverPolicySpec, GatewayParent, GatewayRouteSpec, Output},
     route::RouteKind,
 };

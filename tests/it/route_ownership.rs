@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use failover::{
+use failover_core::{
     api::{
         FailoverPolicy, GatewayRouteSpec, Output,
         conditions::{READY, ready},
@@ -207,7 +207,7 @@ async fn http_route_output_is_owned_kept_and_collected_like_a_traffic_split() {
     let routes: Api<DynamicObject> = Api::namespaced_with(
         env.client.clone(),
         &env.ns,
-        &failover::route::RouteKind::HttpRoute.resource(),
+        &failover_core::route::RouteKind::HttpRoute.resource(),
     );
     let wait_route = |expected: Vec<(&'static str, i64)>| {
         let routes = routes.clone();
@@ -291,9 +291,12 @@ async fn foreign_http_route_is_never_touched() {
     let routes: Api<DynamicObject> = Api::namespaced_with(
         env.client.clone(),
         &env.ns,
-        &failover::route::RouteKind::HttpRoute.resource(),
+        &failover_core::route::RouteKind::HttpRoute.resource(),
     );
-    let mut foreign = DynamicObject::new("web", &failover::route::RouteKind::HttpRoute.resource());
+    let mut foreign = DynamicObject::new(
+        "web",
+        &failover_core::route::RouteKind::HttpRoute.resource(),
+    );
     foreign.data = serde_json::json!({"spec": {"parentRefs": [{"group": "core", "kind": "Service", "name": "web"}], "rules": [{"backendRefs": [{"name": "other", "port": 80}]}]}});
     let created = routes
         .create(&PostParams::default(), &foreign)

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use failover::{
+use failover_core::{
     api::{
         FailoverPolicy, RouteRefKind, RouteRefSpec,
         conditions::{READY, ready},

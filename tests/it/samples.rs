@@ -5,7 +5,7 @@
 
 use std::{fs, path::PathBuf};
 
-use failover::{
+use failover_core::{
     api::{
         FailoverPolicy, Output,
         conditions::{

@@ -7,7 +7,7 @@
 //! secondaries is refused at `kubectl apply`; a workload whose annotation `failover.dev/policies`
 //! does not name the policy is not raised, whatever the policy's author writes.
 
-use failover::api::{
+use failover_core::api::{
     CapacitySpec, FailoverPolicy, SCALE_FINALIZER, ScaleKind, ScaleSpec, ScaleTarget, Strategy,
     conditions::{SCALED_UP, scaling},
 };
@@ -183,7 +183,7 @@ async fn removing_the_scale_target_of_a_scaled_up_secondary_restores_its_workloa
     assert!(
         env.wait_event(
             "web",
-            failover::api::conditions::scaling::SCALE_RESTORED,
+            failover_core::api::conditions::scaling::SCALE_RESTORED,
             Some("Normal"),
             WAIT
         )
@@ -308,7 +308,7 @@ async fn one_workload_named_on_two_secondaries_is_refused_at_apply() {
     let refused = tenant.apply_refused(&twice.yaml());
     assert!(
         refused.contains("spec.secondaries")
-            && refused.contains(failover::api::rules::DISTINCT_SCALE_TARGETS.message),
+            && refused.contains(failover_core::api::rules::DISTINCT_SCALE_TARGETS.message),
         "{refused}"
     );
     // Two workloads of one name and two kinds are two workloads.

@@ -4,7 +4,7 @@
 //! secondaries (Equal), by their weights (Weighted) or spilled over by the primary's health
 //! (Proportional), and back to the primary once it recovers.
 
-use failover::{
+use failover_core::{
     api::{
         Phase, Strategy,
         conditions::{READY, ready},

@@ -1,7 +1,7 @@
 //! The operator's controls in the spec: `suspend` freezes the route and the status shows it as it
 //! stands; `pin` overrides readiness and warns while the pinned backend is not ready.
 
-use failover::api::{
+use failover_core::api::{
     Phase,
     conditions::{PINNED, READY, SUSPENDED, ready},
 };

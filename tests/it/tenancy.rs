@@ -12,10 +12,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use failover::api::conditions::{
+use failover_core::api::conditions::{
     ATTACHED, CLUSTERS_REACHABLE, HEALTH_QUERY_FAILED, READY, attached, clusters, health, ready,
 };
-use failover::api::{FailoverPolicy, ReadinessFrom};
+use failover_core::api::{FailoverPolicy, ReadinessFrom};
 use kube::api::DynamicObject;
 
 use crate::support::{
@@ -279,8 +279,8 @@ async fn a_costly_health_query_is_refused_at_apply_or_by_validation_within_100ms
     assert!(flood.len() > 3400 && flood.len() <= 4096, "{}", flood.len());
     let out = tenant.apply_refused(&PolicyBuilder::web_with_health(None, &flood).yaml());
     assert!(
-        out.contains(failover::api::rules::REGEX_MATCHERS_MESSAGE)
-            && out.contains(failover::api::rules::REPETITION_MESSAGE),
+        out.contains(failover_core::api::rules::REGEX_MATCHERS_MESSAGE)
+            && out.contains(failover_core::api::rules::REPETITION_MESSAGE),
         "{out}"
     );
     support::figure(format!(
@@ -329,8 +329,8 @@ async fn a_tenant_editing_a_query_at_the_limits_every_second_does_not_stop_anoth
     quiet.wait_weights("web", &ON_WEB, WAIT).await;
     let tenant = noisy.tenant();
     let at_limits = [
-        failover::health_query::at_every_limit(),
-        format!("{} * 1", failover::health_query::at_every_limit()),
+        failover_core::health_query::at_every_limit(),
+        format!("{} * 1", failover_core::health_query::at_every_limit()),
     ];
     tenant.apply(&PolicyBuilder::web_with_health(None, &at_limits[0]).yaml());
     noisy
@@ -459,7 +459,7 @@ async fn a_gateway_of_another_namespace_is_attached_to_only_where_the_admin_allo
     let routes: kube::Api<DynamicObject> = kube::Api::namespaced_with(
         env.client.clone(),
         &env.ns,
-        &failover::route::RouteKind::HttpRoute.resource(),
+        &failover_core::route::RouteKind::HttpRoute.resource(),
     );
     {
         let _c = env.with_controller(&[]).await;

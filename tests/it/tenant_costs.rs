@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use failover::{
+use failover_core::{
     api::{
         FailoverGroup, FailoverGroupSpec, FailoverPolicy, FailoverPolicySpec, ReadinessFrom,
         conditions::{self, READY},
@@ -479,7 +479,7 @@ async fn a_tenants_event_storm_delays_no_other_namespace_and_a_long_named_group_
     scene.still_up().await;
     let victims_event = event(&scene.victim, "web", conditions::ready::FAILED_OVER, WAIT).await;
     // A group named at the longest a name may be: its move is an Event too.
-    let group = support::long_name("group", failover::api::rules::MAX_SUBDOMAIN);
+    let group = support::long_name("group", failover_core::api::rules::MAX_SUBDOMAIN);
     scene
         .victim
         .ready_backends(&["a-east", "a-west", "b-east", "b-west"])

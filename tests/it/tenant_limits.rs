@@ -4,7 +4,7 @@
 //! limits of the pinned Gateway API CRDs (so no policy is accepted whose route cannot be
 //! written). Each refusal is what a namespace-scoped author (the chart's edit role) sees.
 
-use failover::{
+use failover_core::{
     api::{
         FailoverPolicy, GatewayRouteSpec, Output, SecondaryBackend,
         conditions::{READY, ready},
@@ -153,7 +153,7 @@ fn every_limit_of_a_policys_route_is_within_what_the_pinned_gateway_api_crds_all
     let crds = cp.gateway_api_crds();
     let ours = serde_json::to_value(FailoverPolicy::crd()).expect("our CRD");
     let ours = &ours["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
-    let gateway_kinds = failover::route::KINDS
+    let gateway_kinds = failover_core::route::KINDS
         .iter()
         .filter(|kind| (kind.resource)().group == "gateway.networking.k8s.io");
     for kind in gateway_kinds {
@@ -237,7 +237,7 @@ fn limits(ours: &Value, route_spec: &Value, theirs: &Value) -> Vec<(u64, u64, &'
             "backendRefs of the one rule (the CEL rule's bound, with the primary)",
         ),
         (
-            failover::decide::PROPORTIONAL_TOTAL as u64,
+            failover_core::decide::PROPORTIONAL_TOTAL as u64,
             number(backend, &["items", "properties", "weight", "maximum"]),
             "a backend's weight",
         ),

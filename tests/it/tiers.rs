@@ -2,7 +2,7 @@
 //! traffic follows the tiers as backends fail, and with capacity, what a full tier cannot serve
 //! lands in the next one (route weights and `status.capacity`).
 
-use failover::api::{
+use failover_core::api::{
     CapacitySpec, FailoverPolicySpec, Strategy,
     conditions::{READY, ready},
 };
@@ -91,7 +91,7 @@ async fn with_capacity_what_a_full_tier_cannot_serve_lands_in_the_next_tier() {
     env.wait_weights("web", &weights([0, 3333, 0, 6667]), WAIT)
         .await;
     // The status follows the route: wait for what each backend serves, then check the demand.
-    let served = |p: &failover::api::FailoverPolicy| -> Vec<Option<i64>> {
+    let served = |p: &failover_core::api::FailoverPolicy| -> Vec<Option<i64>> {
         p.status
             .iter()
             .flat_map(|s| &s.backends)

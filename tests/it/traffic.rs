@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use failover::api::{
+use failover_core::api::{
     HealthSpec, NoData, PrometheusHealth, RampSpec,
     conditions::{ATTACHED, READY, attached, ready},
 };
@@ -199,7 +199,7 @@ async fn a_drill_moves_requests_and_brings_them_back_at_its_end_time_losing_none
 async fn a_failback_ramp_shares_requests_by_its_steps() {
     const STEP: Duration = Duration::from_secs(8);
     let ramped = on_edge("traffic-ramp").spec(|s| {
-        s.failback = Some(failover::api::FailbackSpec {
+        s.failback = Some(failover_core::api::FailbackSpec {
             ramp: Some(RampSpec {
                 steps: vec![25, 50, 100],
                 every: "8s".into(),

@@ -11,7 +11,7 @@ use std::{sync::Arc, time::Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 
-use failover::{
+use failover_core::{
     api::{GatewayParent, GatewayRouteSpec, Output, conditions::ATTACHED},
     route::RouteKind,
 };

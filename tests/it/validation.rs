@@ -4,7 +4,7 @@
 
 use std::fs;
 
-use failover::{api::FailoverPolicy, validate::validate};
+use failover_core::{api::FailoverPolicy, validate::validate};
 use serde::Deserialize;
 
 use crate::support::{self, repo_root, test_env};

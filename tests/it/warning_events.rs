@@ -2,7 +2,7 @@
 //! query, a failed route write, a missing route CRD, a refused parent), once, not at every
 //! reconcile while they last.
 
-use failover::api::conditions::{HEALTH_QUERY_FAILED, READY, health, ready};
+use failover_core::api::conditions::{HEALTH_QUERY_FAILED, READY, health, ready};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 

@@ -4,7 +4,7 @@
 //! the primary down, two backends down, a health reading over its threshold, a failover hold,
 //! and a failure in the middle of a failback ramp.
 
-use failover::{
+use failover_core::{
     api::conditions::{READY, ready},
     route::{RouteKind, trafficsplit::TrafficSplit},
 };
@@ -105,8 +105,8 @@ async fn what_if_steps_through_a_failover_hold_as_the_controller_does() {
 #[tokio::test]
 async fn what_if_predicts_each_ramp_step_and_a_failure_in_the_middle_of_the_ramp() {
     let policy = PolicyBuilder::web().spec(|s| {
-        s.failback = Some(failover::api::FailbackSpec {
-            ramp: Some(failover::api::RampSpec {
+        s.failback = Some(failover_core::api::FailbackSpec {
+            ramp: Some(failover_core::api::RampSpec {
                 steps: vec![25, 50, 100],
                 every: "5s".into(),
             }),

@@ -5,7 +5,7 @@
 //! the controller compares routes, normalized; a condition by type, status, reason and message,
 //! its timestamps left out, since the real change happens a little later than the imagined one).
 
-use failover::{
+use failover_core::{
     api::{
         CapacitySpec, Strategy,
         conditions::{ATTACHED, READY, SUSPENDED, attached, ready},

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use failover::{
+use failover_core::{
     api::{FailoverPolicy, Phase, conditions::ready},
     route::trafficsplit::TrafficSplit,
 };
@@ -123,7 +123,7 @@ async fn five_hundred_policies_sharing_one_primary_all_fail_over() {
             .await
             .expect("create policy");
     }
-    let splits: kube::Api<failover::route::trafficsplit::TrafficSplit> = env.api();
+    let splits: kube::Api<failover_core::route::trafficsplit::TrafficSplit> = env.api();
     let count = |weights: [i64; 3]| {
         let splits = splits.clone();
         async move {

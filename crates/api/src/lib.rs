@@ -61,7 +61,7 @@ pub const GROUP: &str = "failover.dev";
     status = "FailoverPolicyStatus",
     derive = "PartialEq",
     validation = rules::policy_name_rule(),
-    doc = "FailoverPolicy sends the traffic of an apex Service to a primary backend Service while it is ready, and to ordered secondary backends otherwise, by owning an SMI TrafficSplit or a Gateway API HTTPRoute.",
+    doc = "FailoverPolicy sends the traffic of an apex Service to a primary backend Service while it is ready, and to ordered secondary backends otherwise, by owning an SMI TrafficSplit or a Gateway API route (HTTPRoute, GRPCRoute, TLSRoute or TCPRoute), or by setting the weights of one rule of a route its users own.",
     printcolumn(
         name = "Primary",
         type_ = "string",

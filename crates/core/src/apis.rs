@@ -4,6 +4,15 @@
 
 use crate::route::RouteKind;
 
+/// Whether an API the controller needs is served, as the controller last found it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApiState {
+    /// Served, or not known to be missing.
+    Served,
+    /// Known to be missing: its CRD is not installed.
+    Missing,
+}
+
 /// An API the controller needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NeededApi {

@@ -10,7 +10,7 @@
 //! | validate | [`validate`] | a [`policy::ValidPolicy`], every value parsed, or the problems |
 //! | decide | [`decide`] | weights, holds, transition, conditions |
 //! | status | [`status`] | the one place a status is built |
-//! | intent | [`intent`] | the reconcile's pure middle, which the controller and `kubectl failover what-if` both call: [`intent::intend`], the apply step's [`intent::Action`], [`intent::report`] |
+//! | intent | [`intent`] | the reconcile's pure middle, which the controller and `kubectl failover what-if` both call: [`intent::intend`], the apply step's [`intent::Action`] (the status of its outcome is [`status::build`]'s) |
 //!
 //! A module imports only from its own floor or the floors below ([`LAYERS`] states the order
 //! once, and the architecture test holds the code to it), and no two modules import each other.

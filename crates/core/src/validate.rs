@@ -1,4 +1,4 @@
-//! Step 3 of the pipeline (the first of a reconcile): turns a `FailoverPolicy` into a
+//! The validate stage of the pipeline (the first of a reconcile): turns a `FailoverPolicy` into a
 //! [`ValidPolicy`], with every value parsed once, or into the list of problems the status reports
 //! as `InvalidSpec`.
 //!

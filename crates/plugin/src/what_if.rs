@@ -1,5 +1,5 @@
 //! `what-if`: what the controller would do if backends changed, decided by the controller's own
-//! reconcile core (validate, then the core's `intend`, the apply step's action and `report`: the
+//! reconcile core (validate, then the core's `intend`, the apply step's action and the status stage's `build`: the
 //! functions the controller calls, not a copy) and written nowhere.
 //!
 //! It reads the policy, its status and the live readiness (a local backend's EndpointSlices
@@ -17,14 +17,16 @@ use anyhow::bail;
 use chrono::{DateTime, Utc};
 use failover_core::{
     api::{Condition, FailoverPolicy, FailoverPolicyStatus, Phase, conditions::READY},
+    apis::ApiState,
     applied::{Applied, Scaled},
     claims::Claims,
     decide::{Plan, group::Order},
-    intent::{self, Observed, Record},
+    intent::{self, Observed},
     last_status::LastStatus,
     observation::{BackendObservation, PolicyKey, Reading, Sample},
     policy::ValidPolicy,
     route::RouteView,
+    status::{self, StatusInput},
     tenancy::Gateways,
     validate::validate,
 };
@@ -138,7 +140,11 @@ pub async fn run(
         before: &live,
         after: &changed,
         route: route.view(),
-        api_missing: matches!(route, live::Route::ApiMissing),
+        api: if matches!(route, live::Route::ApiMissing) {
+            ApiState::Missing
+        } else {
+            ApiState::Served
+        },
         gateways,
         claims,
         order,
@@ -232,8 +238,8 @@ pub struct Imagined<'a> {
     pub after: &'a [BackendObservation],
     /// The route as the cluster has it.
     pub route: Option<&'a RouteView>,
-    /// The route's API is not served.
-    pub api_missing: bool,
+    /// Whether the route's API is served.
+    pub api: ApiState,
     /// The Gateways of other namespaces the cluster admin lets the route attach to.
     pub gateways: Gateways,
     /// Who holds what, as the controller's claims table would.
@@ -310,10 +316,9 @@ fn decided(imagined: &Imagined, observed: &Observed) -> (FailoverPolicyStatus, S
         .and_then(|n| chrono::Duration::from_std(n).ok().map(|n| at + n));
     let key = PolicyKey::new(&valid.namespace, &valid.name);
     let held = imagined.claims.held_by_others(&key, &intent.claims);
-    let applied =
-        intent
-            .action(held, imagined.api_missing)
-            .imagined(imagined.route, &uid, &valid.name);
+    let applied = intent
+        .action(held, imagined.api)
+        .imagined(imagined.route, &uid, &valid.name);
     let route = matches!(applied, Applied::Written)
         .then(|| serde_json::to_value(&intent.route.object).unwrap_or_default());
     let backends = weights(&intent.policy, &intent.plan);
@@ -324,17 +329,14 @@ fn decided(imagined: &Imagined, observed: &Observed) -> (FailoverPolicyStatus, S
     let outcome = intent.outcome(applied, scaled, imagined.route.cloned());
     // What the status says of the policy's claims, as the controller's table would hold them.
     let claims = imagined.claims.summary(&key);
-    let status = intent::report(
-        &outcome,
-        &Record {
-            generation: policy.metadata.generation,
-            target: &valid.route,
-            previous: observed.previous,
-            whole: None,
-            claims: claims.as_ref(),
-            now: at,
-        },
-    );
+    let status = status::build(&StatusInput {
+        generation: policy.metadata.generation,
+        target: &valid.route,
+        previous: observed.previous,
+        outcome: &outcome,
+        claims: claims.as_ref(),
+        now: at,
+    });
     let step = Step {
         at,
         after_seconds: 0,
@@ -469,7 +471,7 @@ mod tests {
             before: &before,
             after,
             route: None,
-            api_missing: false,
+            api: ApiState::Served,
             gateways: Gateways::default(),
             claims: Claims::default(),
             order: None,
@@ -529,7 +531,7 @@ mod tests {
             before: &down,
             after: &up,
             route: None,
-            api_missing: false,
+            api: ApiState::Served,
             gateways: Gateways::default(),
             claims: Claims::default(),
             order: None,

@@ -1,4 +1,4 @@
-//! Step 8 of the pipeline: writes what the status step built (only when it differs from what the
+//! The write stage of the pipeline: writes what the status step built (only when it differs from what the
 //! policy has; in the background, [`status`]), then tells the world: an Event per transition or
 //! conflict, a Warning Event when a failure starts, and the per-policy metrics.
 
@@ -8,6 +8,13 @@ use kube::runtime::events::{Event, EventType};
 use tracing::info;
 
 use crate::{
+    runtime::{
+        policy_metrics::{PolicyLabels, PolicyTable},
+        writer::Writer,
+    },
+    sources::local::policies::PolicyEntry,
+};
+use failover_core::{
     api::{
         Condition, FailoverPolicyStatus, Phase,
         conditions::{
@@ -18,11 +25,6 @@ use crate::{
     decide::plan::{Announcement, Transition},
     last_status::LastStatus,
     route::RouteTarget,
-    runtime::{
-        policy_metrics::{PolicyLabels, PolicyTable},
-        writer::Writer,
-    },
-    sources::local::policies::PolicyEntry,
     status::{Decided, Outcome},
 };
 
@@ -83,10 +85,10 @@ pub fn announce(
             writer,
             policy,
             EventType::Warning,
-            crate::api::conditions::ready::APEX_CONFLICT,
+            failover_core::api::conditions::ready::APEX_CONFLICT,
             format!(
                 "{claim} is routed by {}, which claimed it first; this policy writes no route",
-                crate::route::claim::holder_seen_from(holder, &policy.key.namespace)
+                failover_core::route::claim::holder_seen_from(holder, &policy.key.namespace)
             ),
         ),
         Applied::Conflict
@@ -150,7 +152,11 @@ fn warn_failures(
 
 /// A Normal Event for each workload raised or restored, and (a deleted policy's last restores)
 /// a Warning for a workload that could not be restored.
-pub fn announce_scaling(writer: &Writer, policy: &PolicyEntry, scaled: &crate::applied::Scaled) {
+pub fn announce_scaling(
+    writer: &Writer,
+    policy: &PolicyEntry,
+    scaled: &failover_core::applied::Scaled,
+) {
     for change in &scaled.changes {
         let reason = if change.raised {
             scaling::SCALED_UP
@@ -271,7 +277,7 @@ fn publish(writer: &Writer, policy: &PolicyEntry, type_: EventType, reason: &str
     let event = Event {
         type_,
         reason: reason.to_string(),
-        note: Some(crate::message::line(&note)),
+        note: Some(failover_core::message::line(&note)),
         action: "Route".to_string(),
         secondary: None,
     };

@@ -38,12 +38,6 @@ use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
 use crate::{
-    api::{
-        FailoverGroup, FailoverGroupStatus, FailoverPolicy, FailoverPolicyStatus,
-        conditions::events::STATUS_NOT_WRITTEN,
-    },
-    last_status::LastGroupStatus,
-    message,
     runtime::{
         api_client::{describe, namespace_terminating},
         fair::Share,
@@ -51,6 +45,14 @@ use crate::{
         written::{Failure, Newest, StatusKey, Statuses, WrittenStatus},
     },
     sources::Context,
+};
+use failover_core::{
+    api::{
+        FailoverGroup, FailoverGroupStatus, FailoverPolicy, FailoverPolicyStatus,
+        conditions::events::STATUS_NOT_WRITTEN,
+    },
+    last_status::LastGroupStatus,
+    message,
 };
 
 /// Why writing a status failed.

@@ -39,7 +39,8 @@ use governor::{
 use parking_lot::Mutex;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 
-use crate::{observation::Namespace, runtime::fair::Turns};
+use crate::runtime::fair::Turns;
+use failover_core::observation::Namespace;
 
 /// The budget when the admin sets none.
 pub const DEFAULT_QUERIES_PER_SECOND: NonZeroU32 = match NonZeroU32::new(50) {

@@ -30,14 +30,14 @@ use self::{
     budget::{Budget, InFlight},
     prometheus::Prometheus,
 };
-use crate::{
+use crate::runtime::metrics::Metrics;
+use failover_core::{
     api::{
         FailoverPolicy, conditions::health::ADDRESS_NOT_ALLOWED,
         conditions::health::QUERY_NOT_ALLOWED,
     },
     observation::{PolicyKey, Reading, Sample},
     policy::{self, ValidPolicy},
-    runtime::metrics::Metrics,
     tenancy::Addresses,
 };
 
@@ -176,7 +176,7 @@ impl Health {
             .scoped(self.reach.namespace_label.as_deref())
             .map_err(|message| Unasked {
                 refused: Some(QUERY_NOT_ALLOWED),
-                message: crate::message::line(&message),
+                message: failover_core::message::line(&message),
             })?;
         let services = v
             .backends
@@ -379,7 +379,7 @@ mod tests {
     }
 
     fn plan(p: &FailoverPolicy) -> Plan {
-        let v = crate::validate::validate(p).expect("valid");
+        let v = failover_core::validate::validate(p).expect("valid");
         let health = *v.health.clone().expect("health");
         store()
             .plan(&v, health)
@@ -414,7 +414,11 @@ mod tests {
             h.address = Some("http://169.254.169.254".into());
         }
         let health = store();
-        health.follow(key(), Some(&p), crate::validate::validate(&p).ok().as_ref());
+        health.follow(
+            key(),
+            Some(&p),
+            failover_core::validate::validate(&p).ok().as_ref(),
+        );
         assert!(health.pollers.lock().is_empty(), "no poller, so no request");
         let reading = health.reading(&key(), "web-primary").expect("reading");
         assert_eq!(reading.refused, Some(ADDRESS_NOT_ALLOWED));

@@ -14,7 +14,7 @@ use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 
 use serde::{Deserialize, de::IgnoredAny};
 
-use crate::message;
+use failover_core::message;
 
 /// How long Prometheus may evaluate one query (its `timeout` parameter): it stops the query
 /// then and gives its query slot back, whatever the query.

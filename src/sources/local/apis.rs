@@ -19,8 +19,9 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-pub use crate::apis::NeededApi;
 use crate::runtime::metrics::Metrics;
+use failover_core::apis::ApiState;
+pub use failover_core::apis::NeededApi;
 
 /// How often a missing API is named again in the log while it stays missing.
 const LOG_EVERY: Duration = Duration::from_secs(60);
@@ -92,6 +93,15 @@ impl Apis {
         self.states.lock().get(&api).is_some_and(|s| s.missing)
     }
 
+    /// Whether the API is served, as far as the controller knows.
+    pub fn state(&self, api: NeededApi) -> ApiState {
+        if self.is_missing(api) {
+            ApiState::Missing
+        } else {
+            ApiState::Served
+        }
+    }
+
     /// A policy needs this API and it is missing: say so, at a bounded rate.
     pub fn needed(&self, api: NeededApi) {
         self.log(api, |m| warn!("{m}"));
@@ -141,7 +151,7 @@ impl Apis {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::route::RouteKind;
+    use failover_core::route::RouteKind;
 
     const TRAFFIC_SPLIT: NeededApi = NeededApi::Route(RouteKind::TrafficSplit);
 

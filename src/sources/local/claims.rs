@@ -1,8 +1,9 @@
 //! The claims table ([`failover_core::claims`]) as the policy watch feeds it: a policy of the
 //! table, valid or not, claims what its route in place may attach to.
 
-pub use crate::claims::{Claimant, Claims, ids, recorded};
-use crate::{api::FailoverPolicyStatus, sources::local::policies::PolicyEntry, tenancy::Gateways};
+use crate::sources::local::policies::PolicyEntry;
+pub use failover_core::claims::{Claimant, Claims, ids, recorded};
+use failover_core::{api::FailoverPolicyStatus, tenancy::Gateways};
 
 /// A policy of the table as the claims read it, with the claims its status records (`status`,
 /// the watch event's object's: read only when the table first sees the policy, so the table
@@ -26,17 +27,19 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::{
+    use crate::sources::local::policies::Spec;
+    use failover_core::{
         api::{
             FailoverPolicy, FailoverPolicySpec, GatewayParent, GatewayRouteSpec, Output,
             SecondaryBackend,
         },
         observation::PolicyKey,
-        sources::local::policies::Spec,
     };
 
     fn valid(p: &FailoverPolicy) -> Spec {
-        Spec::Valid(Arc::new(crate::validate::validate(p).expect("valid")))
+        Spec::Valid(Arc::new(
+            failover_core::validate::validate(p).expect("valid"),
+        ))
     }
 
     /// A policy of namespace `ns` on the apex `service`.
@@ -85,7 +88,7 @@ mod tests {
         let broken = policy("ns", "a", "api");
         let invalid = Spec::Invalid(Arc::new(crate::sources::local::policies::Invalid {
             problems: Arc::from([]),
-            target: crate::route::RouteTarget::of(&broken),
+            target: failover_core::route::RouteTarget::of(&broken),
             service: "api".into(),
             status: None,
         }));

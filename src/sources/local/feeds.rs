@@ -10,15 +10,15 @@ use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{Api, core::PartialObjectMeta, runtime::watcher};
 
 use super::{listeners::admission_feeds, readiness::ReadinessStore};
-use crate::{
+use crate::sources::{
+    Context,
+    watch::{events, map_event, scoped},
+};
+use failover_core::{
     api::FailoverGroup,
     apis::WatchKind,
     backend::{BackendKey, BackendKind},
     route::{RouteKey, RouteKind, RouteObject},
-    sources::{
-        Context,
-        watch::{events, map_event, scoped},
-    },
 };
 
 /// Every watch that feeds a cache, run together.

@@ -11,7 +11,8 @@ use compact_str::CompactString;
 use kube::runtime::watcher;
 use smallvec::SmallVec;
 
-use crate::{
+use crate::sources::store::{EntryChange, Keep, Store};
+use failover_core::{
     api::{
         FailoverGroup,
         rules::{MAX_GROUP_MEMBERS, MAX_GROUP_SITES},
@@ -19,7 +20,6 @@ use crate::{
     decide::group::PreviousChoice,
     last_status::{Compact, LastGroupStatus},
     observation::PolicyKey,
-    sources::store::{EntryChange, Keep, Store},
 };
 
 /// A group as the table keeps it.
@@ -267,7 +267,7 @@ impl GroupTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{FailoverGroupSpec, FailoverGroupStatus};
+    use failover_core::api::{FailoverGroupSpec, FailoverGroupStatus};
 
     fn group(ns: &str, name: &str, members: &[&str]) -> FailoverGroup {
         let mut g = FailoverGroup::new(

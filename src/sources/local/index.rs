@@ -9,7 +9,7 @@ use indexmap::IndexMap;
 use compact_str::CompactString;
 use smallvec::SmallVec;
 
-use crate::{
+use failover_core::{
     backend::{BackendKey, BackendRef},
     digest::digest,
     observation::{Namespace, PolicyKey, RemoteService},
@@ -234,7 +234,7 @@ fn unlink(map: &mut IndexMap<u64, Names>, target: impl std::hash::Hash, policy: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{FailoverPolicy, FailoverPolicySpec, SecondaryBackend};
+    use failover_core::api::{FailoverPolicy, FailoverPolicySpec, SecondaryBackend};
 
     fn policy(name: &str, primary: &str, secondaries: &[&str]) -> ValidPolicy {
         let mut p = FailoverPolicy::new(
@@ -250,7 +250,7 @@ mod tests {
             },
         );
         p.metadata.namespace = Some("ns".into());
-        crate::validate::validate(&p).expect("valid")
+        failover_core::validate::validate(&p).expect("valid")
     }
 
     fn key(name: &str) -> PolicyKey {

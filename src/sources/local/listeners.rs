@@ -16,14 +16,12 @@ use kube::{Api, api::DynamicObject, core::PartialObjectMeta, runtime::watcher};
 
 use failover_core::listeners::{self, GatewayListeners};
 
-use crate::{
-    apis::WatchKind,
-    sources::{
-        Context,
-        local::claims,
-        watch::{events, map_event},
-    },
+use crate::sources::{
+    Context,
+    local::claims,
+    watch::{events, map_event},
 };
+use failover_core::apis::WatchKind;
 
 /// A Gateway by namespace and name.
 type GatewayKey = (String, String);

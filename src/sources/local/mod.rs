@@ -1,9 +1,9 @@
-//! Step 2 of the pipeline: what the watches saw, kept as small facts. Nothing is decided
+//! The observe stage of the pipeline: what the watches saw, kept as small facts. Nothing is decided
 //! here.
 //!
 //! - [`readiness`]: ready and total endpoints per Service, from EndpointSlices, and whether each
 //!   Service exists;
-//! - [`routes`]: what each generated route in the cluster says ([`crate::route::RouteView`]);
+//! - [`routes`]: what each generated route in the cluster says ([`failover_core::route::RouteView`]);
 //! - [`policies`]: every FailoverPolicy, held once, relists applied in place;
 //! - [`index`]: which policies reference a Service or a route, so an event wakes only those;
 //! - [`groups`]: every FailoverGroup, which group each policy follows, each group's last choice;

@@ -25,13 +25,13 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{Resource, ResourceExt, runtime::watcher};
 
-use crate::{
+use crate::sources::store::{self, Keep, Store};
+use failover_core::{
     api::{FailoverPolicy, FailoverPolicyStatus},
     last_status::LastStatus,
     observation::PolicyKey,
     policy::{SpecProblem, ValidPolicy, Validated},
     route::{Claim, RouteTarget},
-    sources::store::{self, Keep, Store},
     tenancy::Gateways,
 };
 
@@ -100,7 +100,7 @@ pub struct Identity {
     /// It is being deleted.
     pub deleting: bool,
     /// It holds the finalizer that restores the workloads it scaled
-    /// ([`crate::api::SCALE_FINALIZER`]).
+    /// ([`failover_core::api::SCALE_FINALIZER`]).
     pub finalizer: bool,
 }
 
@@ -119,7 +119,7 @@ impl Identity {
             finalizer: policy
                 .finalizers()
                 .iter()
-                .any(|f| f == crate::api::SCALE_FINALIZER),
+                .any(|f| f == failover_core::api::SCALE_FINALIZER),
         }
     }
 
@@ -241,7 +241,7 @@ impl Keep<FailoverPolicy> for Holding {
             // Never expected: the watch validates what the table does not hold.
             None => {
                 self.revalidated = true;
-                spec_of(&policy, crate::validate::validated(&policy))
+                spec_of(&policy, failover_core::validate::validated(&policy))
             }
         };
         let mut identity = Identity::of(&policy);
@@ -312,7 +312,7 @@ impl PolicyTable {
             .filter_map(|key| {
                 let entry = self.store.get(key)?;
                 let on = entry.spec.target().parents().iter().any(|p| {
-                    p.kind == crate::route::ParentKind::Gateway
+                    p.kind == failover_core::route::ParentKind::Gateway
                         && names(
                             p.namespace.as_deref().unwrap_or(&key.namespace),
                             &p.name,
@@ -429,7 +429,7 @@ pub fn key_of(policy: &FailoverPolicy) -> Option<PolicyKey> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
+    use failover_core::{
         api::{FailoverPolicySpec, SecondaryBackend},
         last_status::Compact,
     };
@@ -457,7 +457,7 @@ mod tests {
             watcher::Event::Apply(p) | watcher::Event::InitApply(p)
                 if table.needs_validation(p) =>
             {
-                Validation::Fresh(crate::validate::validated(p))
+                Validation::Fresh(failover_core::validate::validated(p))
             }
             _ => Validation::Held,
         };
@@ -531,7 +531,7 @@ mod tests {
     fn a_policy_is_held_validated_with_its_identity_and_its_last_status() {
         let mut table = PolicyTable::default();
         let mut written = policy("a", "7");
-        written.status = Some(crate::api::FailoverPolicyStatus {
+        written.status = Some(failover_core::api::FailoverPolicyStatus {
             observed_generation: Some(1),
             active_backends: vec!["web-a".into()],
             ..Default::default()

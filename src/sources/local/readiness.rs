@@ -16,13 +16,13 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher;
 use smallvec::SmallVec;
 
-pub use crate::endpoints::SERVICE_NAME_LABEL;
-use crate::{
+use crate::sources::store::Relist;
+pub use failover_core::endpoints::SERVICE_NAME_LABEL;
+use failover_core::{
     backend::{BackendKey, BackendKind},
     digest::digest,
     endpoints::{self, SliceCounts},
     observation::BackendObservation,
-    sources::store::Relist,
 };
 
 /// One slice of a Service: a digest of its name, its counts, and the relist of the slice watch

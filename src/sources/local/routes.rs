@@ -4,10 +4,8 @@
 
 use kube::runtime::watcher;
 
-use crate::{
-    route::{RouteKey, RouteKind, RouteView},
-    sources::store::{EntryChange, Keep, Store},
-};
+use crate::sources::store::{EntryChange, Keep, Store};
+use failover_core::route::{RouteKey, RouteKind, RouteView};
 
 /// A route is kept as its view, already made by the watch.
 struct Views;

@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use tokio::sync::watch;
 
-use crate::apis::WatchKind;
+use failover_core::apis::WatchKind;
 
 /// The first-list state of every watch, by kind.
 #[derive(Clone, Debug)]

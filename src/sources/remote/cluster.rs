@@ -13,13 +13,15 @@ use tokio::task::AbortHandle;
 
 use super::health::{CountsChange, Health, State};
 use crate::{
-    apis::WatchKind,
-    backend::{BackendKey, BackendKind},
     runtime::{api_client, metrics::Metrics},
     sources::{
         local::readiness::ReadinessStore,
         watch::{WatchReport, describe, events},
     },
+};
+use failover_core::{
+    apis::WatchKind,
+    backend::{BackendKey, BackendKind},
 };
 
 /// What a remote cluster tells the controller: readiness that changed, or a change of liveness

@@ -5,7 +5,7 @@
 //!   controller's namespace, holding a kubeconfig (`kubeconfig`) and, optionally, the annotation
 //!   `failover.dev/stale-after` (default 30s) and `failover.dev/namespaces` (which policy
 //!   namespaces may read which namespaces there; default: each its namesake, see
-//!   [`crate::tenancy`]). One client per cluster, created, rotated and
+//!   [`failover_core::tenancy`]). One client per cluster, created, rotated and
 //!   dropped as those Secrets change. The Secrets are watched only once a policy reads from a
 //!   remote cluster.
 //! - [`cluster`]: a cluster at run time: watches of exactly the namespaces policies read from
@@ -31,10 +31,10 @@ use kube::Client;
 use parking_lot::RwLock;
 
 use self::cluster::{Cluster, Wake};
-use crate::{
+use crate::runtime::metrics::Metrics;
+use failover_core::{
     backend::BackendKey,
     observation::{Availability, BackendObservation, RemoteService},
-    runtime::metrics::Metrics,
     tenancy::NamespaceGrants,
 };
 
@@ -80,7 +80,7 @@ pub struct Declared {
     /// How long the cluster may be silent before its backends count as not ready.
     pub stale_after: Duration,
     /// Which policy namespaces may read which of its namespaces
-    /// ([`crate::tenancy::NAMESPACES_ANNOTATION`]).
+    /// ([`failover_core::tenancy::NAMESPACES_ANNOTATION`]).
     pub grants: NamespaceGrants,
 }
 

@@ -17,11 +17,13 @@ use tracing::{info, warn};
 
 use super::{CLUSTER_LABEL, Clusters, DEFAULT_STALE_AFTER, Declared, STALE_AFTER_ANNOTATION};
 use crate::{
+    runtime::{api_client, metrics::Metrics},
+    sources::watch::{WatchReport, describe, events},
+};
+use failover_core::{
     api::rules::parse_duration,
     apis::WatchKind,
     message,
-    runtime::{api_client, metrics::Metrics},
-    sources::watch::{WatchReport, describe, events},
     tenancy::{NAMESPACES_ANNOTATION, NamespaceGrants},
 };
 

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use failover::endpoints::SERVICE_NAME_LABEL;
+use failover_core::endpoints::SERVICE_NAME_LABEL;
 use k8s_openapi::api::{
     core::v1::{Service, ServicePort, ServiceSpec},
     discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice},

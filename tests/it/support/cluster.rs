@@ -12,7 +12,7 @@ use std::{
     time::Duration,
 };
 
-use failover::{crd, route::trafficsplit::traffic_split_crd};
+use failover_core::{crd, route::trafficsplit::traffic_split_crd};
 use k8s_openapi::{
     api::core::v1::Namespace,
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,

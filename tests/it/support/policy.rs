@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use failover::{
+use failover_core::{
     api::{FailoverPolicy, FailoverPolicySpec, Phase, SecondaryBackend, Strategy},
     message::MAX_MESSAGE,
     route::{RouteKind, trafficsplit::TrafficSplit},
@@ -37,14 +37,14 @@ impl PolicyBuilder {
     pub fn with_health(self, address: Option<String>, query: &str) -> Self {
         let query = query.to_string();
         self.spec(move |s| {
-            s.health = Some(failover::api::HealthSpec {
-                prometheus: Some(failover::api::PrometheusHealth {
+            s.health = Some(failover_core::api::HealthSpec {
+                prometheus: Some(failover_core::api::PrometheusHealth {
                     address,
                     query,
                     max: Some(0.5),
                     min: None,
                     interval: "1s".into(),
-                    no_data: failover::api::NoData::Healthy,
+                    no_data: failover_core::api::NoData::Healthy,
                 }),
             })
         })
@@ -83,17 +83,17 @@ impl PolicyBuilder {
 
     /// With output HTTPRoute attached to the Gateway `namespace/name` only (backends' port 80).
     pub fn on_gateway(self, namespace: &str, name: &str) -> Self {
-        let gateway = failover::api::GatewayParent {
+        let gateway = failover_core::api::GatewayParent {
             name: name.into(),
             namespace: Some(namespace.into()),
             section_name: None,
             port: None,
         };
         self.spec(|s| {
-            s.output = failover::api::Output::HttpRoute;
-            s.http_route = Some(failover::api::GatewayRouteSpec {
+            s.output = failover_core::api::Output::HttpRoute;
+            s.http_route = Some(failover_core::api::GatewayRouteSpec {
                 gateways: vec![gateway],
-                ..failover::api::GatewayRouteSpec::on_port(80)
+                ..failover_core::api::GatewayRouteSpec::on_port(80)
             });
         })
     }
@@ -106,7 +106,7 @@ impl PolicyBuilder {
     /// query at every cost limit (`address`: its Prometheus, `None` for the controller's own).
     /// 256 listener claims.
     pub fn at_every_limit(name: &str, address: Option<String>) -> Self {
-        use failover::api::{GatewayParent, GatewayRouteSpec, Output, rules};
+        use failover_core::api::{GatewayParent, GatewayRouteSpec, Output, rules};
         let label = |prefix: &str| format!("{prefix}{}", "x".repeat(63 - prefix.len()));
         let secondaries: Vec<String> = (0..rules::MAX_ROUTE_BACKENDS - 1)
             .map(|i| label(&format!("s{i:02}-")))
@@ -134,7 +134,7 @@ impl PolicyBuilder {
                     ..GatewayRouteSpec::on_port(8080)
                 });
             })
-            .with_health(address, &failover::health_query::at_every_limit())
+            .with_health(address, &failover_core::health_query::at_every_limit())
     }
 
     /// With any other change to the spec.
@@ -218,7 +218,7 @@ fn check_messages(p: &FailoverPolicy) {
     for (what, message) in status_messages(p) {
         assert!(
             message.chars().count() <= MAX_MESSAGE
-                && !message.chars().any(failover::message::unprintable),
+                && !message.chars().any(failover_core::message::unprintable),
             "{what} has a message of {} characters, or more than one line, or a control character: {message:?}",
             message.chars().count()
         );

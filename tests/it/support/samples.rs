@@ -1,7 +1,7 @@
 //! The repository's samples (`samples/`), read with the crate's own types, as the API server
 //! reads them (any YAML layout, several documents to a file).
 
-use failover::api::FailoverPolicy;
+use failover_core::api::FailoverPolicy;
 use serde::Deserialize;
 
 use super::repo_root;

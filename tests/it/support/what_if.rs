@@ -4,7 +4,7 @@
 //! type, status, reason and message, its timestamps left out, since the real change happens a
 //! little later than the imagined one.
 
-use failover::{
+use failover_core::{
     api::FailoverPolicy,
     route::{RouteKind, RouteObject, RouteView},
 };

@@ -26,8 +26,8 @@ use chrono::{DateTime, Utc};
 
 pub use super::plan::{Load, ScaleWant};
 use super::{
+    before::Before,
     plan::{PROPORTIONAL_TOTAL, Routing, Rule},
-    previous::Previous,
     readiness::BackendState,
     strategy::{tier_weight, tiers},
 };
@@ -42,7 +42,7 @@ pub fn bound(
     policy: &ValidPolicy,
     backends: &[BackendState],
     routing: Routing,
-    previous: &Previous,
+    previous: &Before,
     now: DateTime<Utc>,
 ) -> (Routing, Option<Load>, Vec<ScaleWant>) {
     let Some(cap) = policy.capacity.as_deref() else {

@@ -55,8 +55,8 @@ fn ready(policy: &ValidPolicy, plan: &Plan) -> Verdict {
     match plan.routing.rule {
         Rule::Pinned(p) => pinned(policy, plan, p),
         Rule::Drill { to, until } => drilled(policy, plan, to, until),
-        Rule::FailoverPending { due } => held(policy, plan, due, false),
-        Rule::FailbackPending { due } => held(policy, plan, due, true),
+        Rule::FailoverPending { due } => held(policy, plan, due, Direction::Failover),
+        Rule::FailbackPending { due } => held(policy, plan, due, Direction::Failback),
         Rule::FailbackRamp { step, steps, due } => Verdict::new(
             READY,
             true,
@@ -72,8 +72,8 @@ fn ready(policy: &ValidPolicy, plan: &Plan) -> Verdict {
                     .map_or("", |r| r.every.written.as_str())
             ),
         ),
-        Rule::CapacityFailback => shared_by_capacity(policy, plan, true),
-        Rule::CapacitySpillover => shared_by_capacity(policy, plan, false),
+        Rule::CapacityFailback => shared_by_capacity(policy, plan, Direction::Failback),
+        Rule::CapacitySpillover => shared_by_capacity(policy, plan, Direction::Failover),
         Rule::PrimaryActive => Verdict::new(
             READY,
             true,
@@ -171,10 +171,19 @@ fn drilled(policy: &ValidPolicy, plan: &Plan, to: usize, until: DateTime<Utc>) -
     }
 }
 
+/// Which way traffic is moving: off the primary, or back to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Direction {
+    /// Away from the primary (or part of it).
+    Failover,
+    /// Back to the primary.
+    Failback,
+}
+
 /// `Ready` while a ready primary takes what its ready endpoints serve and the secondaries the
 /// rest: a failback (`FailbackByCapacity`) or a primary short of endpoints
 /// (`SpilloverByCapacity`).
-fn shared_by_capacity(policy: &ValidPolicy, plan: &Plan, failback: bool) -> Verdict {
+fn shared_by_capacity(policy: &ValidPolicy, plan: &Plan, toward: Direction) -> Verdict {
     let primary = policy.primary();
     let rest: Vec<String> = plan
         .active(policy)
@@ -186,7 +195,7 @@ fn shared_by_capacity(policy: &ValidPolicy, plan: &Plan, failback: bool) -> Verd
         .first()
         .cloned()
         .unwrap_or_else(|| "0%".into());
-    let (reason, message) = if failback {
+    let (reason, message) = if toward == Direction::Failback {
         (
             ready::FAILBACK_BY_CAPACITY,
             format!(
@@ -207,10 +216,10 @@ fn shared_by_capacity(policy: &ValidPolicy, plan: &Plan, failback: bool) -> Verd
 }
 
 /// `Ready` while a hold keeps traffic where it is, with when it falls due.
-fn held(policy: &ValidPolicy, plan: &Plan, due: DateTime<Utc>, failback: bool) -> Verdict {
+fn held(policy: &ValidPolicy, plan: &Plan, due: DateTime<Utc>, toward: Direction) -> Verdict {
     let primary = policy.primary();
     let (since, due) = (Timestamp(plan.backends[0].since), Timestamp(due));
-    if failback {
+    if toward == Direction::Failback {
         Verdict::new(
             READY,
             true,

@@ -102,7 +102,6 @@ pub(crate) fn decide(
         generation: None,
         target: &target,
         previous: last.as_ref(),
-        whole: previous,
         outcome: &outcome,
         now,
         claims: None,
@@ -939,11 +938,13 @@ fn an_invalid_spec_is_stalled_and_a_settled_policy_is_not() {
             generation: Some(2),
             target: &target,
             previous: Some(&LastStatus::of(previous)),
-            whole: Some(previous),
-            outcome: &Outcome::Invalid(vec![SpecProblem {
-                field: "spec.pin".into(),
-                message: "names no backend".into(),
-            }]),
+            outcome: &Outcome::Invalid {
+                problems: vec![SpecProblem {
+                    field: "spec.pin".into(),
+                    message: "names no backend".into(),
+                }],
+                kept: Some(Box::new(previous.clone())),
+            },
             now,
             claims: None,
         })

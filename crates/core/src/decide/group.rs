@@ -19,9 +19,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::{
+    before::Before,
     none_ready,
     plan::{Announcement, Routing, Rule},
-    previous::Previous,
     readiness::BackendState,
     strategy,
 };
@@ -391,7 +391,7 @@ pub fn follow(
     policy: &ValidPolicy,
     backends: &[BackendState],
     order: &Order,
-    previous: &Previous,
+    previous: &Before,
 ) -> Option<Routing> {
     let ready: Vec<bool> = policy
         .backends

@@ -8,9 +8,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::{
+    before::Before,
     none_ready::primary_only,
     plan::{Routing, Rule},
-    previous::Previous,
     readiness::BackendState,
 };
 use crate::{api::Phase, policy::ValidPolicy};
@@ -21,7 +21,7 @@ pub fn route(
     policy: &ValidPolicy,
     primary: &BackendState,
     secondaries: Option<Vec<i32>>,
-    previous: &Previous,
+    previous: &Before,
     now: DateTime<Utc>,
 ) -> Routing {
     let primary_only = || Routing {
@@ -122,7 +122,7 @@ mod tests {
     fn failover_waits_for_failover_after_counted_from_the_primary_going_down() {
         let mut policy = valid(Strategy::Ordered, &[("a", None)]);
         policy.failover_after.after = Duration::from_secs(30);
-        let on_primary = Previous {
+        let on_primary = Before {
             on_primary: true,
             ..Default::default()
         };
@@ -153,7 +153,7 @@ mod tests {
     fn failback_waits_for_failback_after_counted_from_the_primary_coming_back() {
         let mut policy = valid(Strategy::Ordered, &[("a", None)]);
         policy.failback_after.after = Duration::from_secs(60);
-        let failed_over = Previous::default();
+        let failed_over = Before::default();
         let held = route(
             &policy,
             &state(true, 100),

@@ -1,4 +1,4 @@
-//! Step 5 of the pipeline: the failover decision, a pure function of (valid policy, backend
+//! The decide stage of the pipeline: the failover decision, a pure function of (valid policy, backend
 //! observations, previous status, now). No I/O happens here, and no status is built here: the
 //! result is a [`Plan`] that the apply step writes and the status step reports.
 //!
@@ -24,8 +24,9 @@
 //!
 //! `suspend` changes no weight here: the plan is the same, the apply step does not write it, no
 //! transition is announced, and the `Suspended` condition says what would happen.
-//! [`previous`] reads the previous status once for the rules that need it.
+//! [`before`] reads where traffic was, from the last status, once for the rules that need it.
 
+pub mod before;
 pub mod capacity;
 pub mod conditions;
 pub mod drill;
@@ -34,7 +35,6 @@ pub mod holds;
 pub mod none_ready;
 pub mod pin;
 pub mod plan;
-pub mod previous;
 pub mod ramp;
 pub mod readiness;
 pub mod restore;
@@ -45,7 +45,7 @@ pub mod verdict;
 use chrono::{DateTime, Utc};
 
 pub use self::plan::{Plan, Routing, Rule};
-use self::{previous::Previous, readiness::BackendState};
+use self::{before::Before, readiness::BackendState};
 use crate::{
     api::{Strategy, Timestamp},
     last_status::LastStatus,
@@ -72,7 +72,7 @@ pub fn decide(
 ) -> Plan {
     let now = truncate_to_millis(now);
     let backends = readiness::assess(policy, observations, previous, now);
-    let previous = Previous::of(policy, previous);
+    let previous = Before::of(policy, previous);
     let order = order.filter(|_| group::held(policy, now).is_none());
     let routing = route(policy, &backends, &previous, order, now);
     let routing_followed = routing.rule == Rule::Following;
@@ -108,7 +108,7 @@ pub fn decide(
 fn route(
     policy: &ValidPolicy,
     backends: &[BackendState],
-    previous: &Previous,
+    previous: &Before,
     order: Option<&group::Order>,
     now: DateTime<Utc>,
 ) -> Routing {

@@ -2,8 +2,8 @@
 //! zero; `Primary` sends everything to the primary.
 
 use super::{
+    before::Before,
     plan::{Routing, Rule},
-    previous::Previous,
 };
 use crate::{
     api::{Phase, WhenNoneReady},
@@ -11,7 +11,7 @@ use crate::{
 };
 
 /// The routing when nothing is ready.
-pub fn route(policy: &ValidPolicy, previous: &Previous) -> Routing {
+pub fn route(policy: &ValidPolicy, previous: &Before) -> Routing {
     let primary_only = primary_only(policy.backends.len());
     let weights = match policy.when_none_ready {
         WhenNoneReady::Primary => primary_only,
@@ -41,17 +41,17 @@ mod tests {
     #[test]
     fn keep_last_keeps_the_previous_weights_but_never_all_zero() {
         let policy = valid(Strategy::Ordered, &[("a", None), ("b", None)]);
-        let on_b = Previous {
+        let on_b = Before {
             weights: Some(vec![0, 0, 1]),
-            ..Previous::default()
+            ..Before::default()
         };
         assert_eq!(route(&policy, &on_b).weights, vec![0, 0, 1]);
-        let all_zero = Previous {
+        let all_zero = Before {
             weights: Some(vec![0, 0, 0]),
-            ..Previous::default()
+            ..Before::default()
         };
         assert_eq!(route(&policy, &all_zero).weights, vec![1, 0, 0]);
-        assert_eq!(route(&policy, &Previous::default()).weights, vec![1, 0, 0]);
+        assert_eq!(route(&policy, &Before::default()).weights, vec![1, 0, 0]);
         assert_eq!(route(&policy, &on_b).phase, Phase::NoReadyBackend);
     }
 
@@ -59,9 +59,9 @@ mod tests {
     fn primary_sends_everything_to_the_primary_whatever_came_before() {
         let mut policy = valid(Strategy::Ordered, &[("a", None)]);
         policy.when_none_ready = WhenNoneReady::Primary;
-        let on_a = Previous {
+        let on_a = Before {
             weights: Some(vec![0, 1]),
-            ..Previous::default()
+            ..Before::default()
         };
         assert_eq!(route(&policy, &on_a).weights, vec![1, 0]);
     }

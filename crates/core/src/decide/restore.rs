@@ -6,7 +6,10 @@
 //! and nothing is restored. The policy keeps its finalizer exactly while it holds a record or is
 //! about to raise.
 
-use crate::api::{ScaleTarget, ScaledWorkload};
+use crate::{
+    api::{ScaleTarget, ScaledWorkload},
+    decide::plan::ScaleWant,
+};
 
 /// A workload's replicas now, and the most it may have (an HPA's `maxReplicas`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,8 +102,8 @@ where
 /// Whether the policy should hold the finalizer that restores its workloads: while some
 /// workload is recorded as raised, or a raise is asked for (added before the first raise, so
 /// that no deletion can come between a raise and its record).
-pub fn finalizer_wanted(raising: bool, records: &[ScaledWorkload]) -> bool {
-    raising || !records.is_empty()
+pub fn finalizer_wanted(wants: &[ScaleWant], records: &[ScaledWorkload]) -> bool {
+    !wants.is_empty() || !records.is_empty()
 }
 
 #[cfg(test)]
@@ -226,8 +229,14 @@ mod tests {
 
     #[test]
     fn the_finalizer_is_held_from_the_first_raise_until_the_last_record_goes() {
-        assert!(!finalizer_wanted(false, &[]));
-        assert!(finalizer_wanted(true, &[]));
-        assert!(finalizer_wanted(false, &[record("web-east", true)]));
+        assert!(!finalizer_wanted(&[], &[]));
+        assert!(finalizer_wanted(
+            &[ScaleWant {
+                backend: 1,
+                replicas: 2
+            }],
+            &[]
+        ));
+        assert!(finalizer_wanted(&[], &[record("web-east", true)]));
     }
 }

@@ -3,8 +3,8 @@
 
 use super::plan::{Announcement, Transition, active};
 use super::{
+    before::Before,
     plan::{Routing, Rule},
-    previous::Previous,
     readiness::BackendState,
 };
 use crate::{
@@ -17,7 +17,7 @@ pub fn detect(
     policy: &ValidPolicy,
     routing: &Routing,
     backends: &[BackendState],
-    previous: &Previous,
+    previous: &Before,
 ) -> Option<Announcement> {
     let active = active(policy, &routing.weights);
     let pinned_not_ready = matches!(routing.rule, Rule::Pinned(p) if !backends[p].ready);
@@ -71,7 +71,7 @@ fn rule_message(
     routing: &Routing,
     transition: Transition,
     active: &[String],
-    previous: &Previous,
+    previous: &Before,
 ) -> String {
     match routing.rule {
         Rule::FailbackRamp { step, steps, .. } => format!(
@@ -111,7 +111,7 @@ fn message(
     policy: &ValidPolicy,
     transition: Transition,
     active: &[String],
-    previous: &Previous,
+    previous: &Before,
 ) -> String {
     let primary = policy.primary();
     // What the secondaries cannot serve stays on the primary; the note names where traffic went.
@@ -158,7 +158,7 @@ pub fn no_ready_message(policy: &ValidPolicy, active: &[String]) -> String {
 pub fn times(
     policy: &ValidPolicy,
     routing: &Routing,
-    previous: &Previous,
+    previous: &Before,
     now: Timestamp,
 ) -> (Option<Timestamp>, Option<Timestamp>) {
     let (mut last_failover, mut last_failback) =
@@ -200,14 +200,14 @@ mod tests {
         }
     }
 
-    fn on_primary() -> Previous {
-        Previous {
+    fn on_primary() -> Before {
+        Before {
             decided: true,
             phase: Some(Phase::Primary),
             weights: Some(vec![1, 0]),
             active: vec!["web-primary".into()],
             on_primary: true,
-            ..Previous::default()
+            ..Before::default()
         }
     }
 
@@ -244,10 +244,7 @@ mod tests {
         let same = routing(Phase::Primary, vec![1, 0]);
         assert_eq!(detect(&policy, &same, &backends, &on_primary()), None);
         let moved = routing(Phase::FailedOver, vec![0, 1]);
-        assert_eq!(
-            detect(&policy, &moved, &backends, &Previous::default()),
-            None
-        );
+        assert_eq!(detect(&policy, &moved, &backends, &Before::default()), None);
         policy.suspend = true;
         assert_eq!(detect(&policy, &moved, &backends, &on_primary()), None);
     }
@@ -259,7 +256,7 @@ mod tests {
         let none = routing(Phase::NoReadyBackend, vec![1, 0]);
         let first = detect(&policy, &none, &backends, &on_primary()).expect("announced");
         assert!(first.transition.is_warning());
-        let already = Previous {
+        let already = Before {
             phase: Some(Phase::NoReadyBackend),
             ..on_primary()
         };

@@ -9,7 +9,8 @@
 //! - [`Intent::action`]: what the apply step does with it: write the route (without the
 //!   hostnames other policies hold), withdraw it (another policy holds its apex, its rule or
 //!   every hostname), nothing (suspended), or report the missing API;
-//! - [`Intent::outcome`] and [`report`]: what carrying it out did, and the status that says so.
+//! - [`Intent::outcome`]: what carrying it out did (the status that says so is
+//!   [`crate::status::build`]'s).
 //!
 //! The controller's reconcile and `kubectl failover what-if` call these same functions: the
 //! controller writes the route and the workloads in between, what-if imagines the writes went
@@ -23,15 +24,14 @@ use chrono::{DateTime, Utc};
 
 pub use self::desired::DesiredRoute;
 use crate::{
-    api::{ClaimsStatus, FailoverPolicyStatus},
-    apis::NeededApi,
+    apis::{ApiState, NeededApi},
     applied::{Applied, Scaled},
     decide::{Plan, decide, group::Order},
     last_status::LastStatus,
     observation::{BackendObservation, PolicyKey},
     policy::ValidPolicy,
-    route::{Claim, RouteTarget, RouteView, owner, referenced::Mismatch},
-    status::{self, Decided, Outcome, StatusInput},
+    route::{Claim, RouteView, owner, referenced::Mismatch},
+    status::{Decided, Outcome},
     tenancy::{Gateways, RefusedParent},
 };
 
@@ -137,14 +137,14 @@ pub enum Action {
 
 impl Intent {
     /// What the apply step does, given the intent's claims other policies hold (`held`, each
-    /// with that policy) and whether the route's API is known to be missing. Conflicts are
+    /// with that policy) and whether the route's API is served. Conflicts are
     /// settled per hostname, as the Gateway API settles them: a hostname held elsewhere is left
     /// out of the route ([`Intent::held_hostnames`]) and the others are served; the route is
     /// withdrawn only when it would route nothing of its own.
-    pub fn action(&mut self, held: Vec<(Claim, PolicyKey)>, api_missing: bool) -> Action {
+    pub fn action(&mut self, held: Vec<(Claim, PolicyKey)>, api: ApiState) -> Action {
         if let Some((claim, holder)) = self.yield_held(held) {
             Action::Withdraw { claim, holder }
-        } else if api_missing {
+        } else if api == ApiState::Missing {
             Action::ApiMissing(self.api)
         } else if self.policy.suspend {
             Action::Suspended
@@ -220,36 +220,6 @@ impl Action {
     }
 }
 
-/// What a status is reported against, besides the outcome.
-#[derive(Clone, Copy, Debug)]
-pub struct Record<'a> {
-    /// The policy's `metadata.generation`.
-    pub generation: Option<i64>,
-    /// The route the policy's spec names (an invalid policy's too).
-    pub target: &'a RouteTarget,
-    /// The status as last written.
-    pub previous: Option<&'a LastStatus>,
-    /// The status as last written, whole (what an invalid policy's status keeps).
-    pub whole: Option<&'a FailoverPolicyStatus>,
-    /// What the policy claims, summarized.
-    pub claims: Option<&'a ClaimsStatus>,
-    /// Now.
-    pub now: DateTime<Utc>,
-}
-
-/// The status that reports an outcome.
-pub fn report(outcome: &Outcome, record: &Record) -> FailoverPolicyStatus {
-    status::build(&StatusInput {
-        generation: record.generation,
-        target: record.target,
-        previous: record.previous,
-        whole: record.whole,
-        outcome,
-        now: record.now,
-        claims: record.claims,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,7 +288,7 @@ mod tests {
         let mut intent = intent_of(on_gateway(&["a.example.com", "b.example.com"]));
         let taken = held(&intent, &["b.example.com"]);
         assert_eq!(taken.len(), 1);
-        assert_eq!(intent.action(taken, false), Action::Write);
+        assert_eq!(intent.action(taken, ApiState::Served), Action::Write);
         assert_eq!(intent.route.rules.hostnames, ["a.example.com"]);
         assert_eq!(
             intent.route.object.data["spec"]["hostnames"],
@@ -326,17 +296,14 @@ mod tests {
         );
         let written = intent.route.target.clone();
         let outcome = intent.outcome(Applied::Written, Scaled::default(), None);
-        let status = report(
-            &outcome,
-            &Record {
-                generation: Some(1),
-                target: &written,
-                previous: None,
-                whole: None,
-                claims: None,
-                now: Utc::now(),
-            },
-        );
+        let status = crate::status::build(&crate::status::StatusInput {
+            generation: Some(1),
+            target: &written,
+            previous: None,
+            outcome: &outcome,
+            claims: None,
+            now: Utc::now(),
+        });
         let attached_condition = status
             .conditions
             .iter()
@@ -360,18 +327,18 @@ mod tests {
         let mut every = intent_of(on_gateway(&["a.example.com", "b.example.com"]));
         let taken = held(&every, &["a.example.com", "b.example.com"]);
         assert!(matches!(
-            every.action(taken, false),
+            every.action(taken, ApiState::Served),
             Action::Withdraw { .. }
         ));
         let mut any_hostname = intent_of(on_gateway(&[]));
         let taken = held(&any_hostname, &["*"]);
         assert_eq!(taken.len(), 1, "a route naming no hostname claims them all");
         assert!(matches!(
-            any_hostname.action(taken, false),
+            any_hostname.action(taken, ApiState::Served),
             Action::Withdraw { .. }
         ));
         let mut free = intent_of(on_gateway(&["a.example.com"]));
-        assert_eq!(free.action(Vec::new(), false), Action::Write);
+        assert_eq!(free.action(Vec::new(), ApiState::Served), Action::Write);
         assert!(free.held_hostnames.is_empty());
         assert_eq!(free.route.rules.hostnames, ["a.example.com"]);
     }

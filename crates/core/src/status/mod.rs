@@ -1,4 +1,4 @@
-//! Step 7 of the pipeline: the status, built in this one place for every outcome of a reconcile
+//! The status stage of the pipeline: the status, built in this one place for every outcome of a reconcile
 //! (a pure function: same input, same status, no clock read here).
 //!
 //! - a decision whose route is in place (or suspended): the full picture of the [`Plan`];
@@ -44,7 +44,13 @@ use crate::{
 #[derive(Debug)]
 pub enum Outcome {
     /// The spec breaks a rule; nothing was decided or written.
-    Invalid(Vec<SpecProblem>),
+    Invalid {
+        /// Why the spec is invalid.
+        problems: Vec<SpecProblem>,
+        /// The status as last written, whole: what an invalid policy's status keeps (the route
+        /// in place).
+        kept: Option<Box<FailoverPolicyStatus>>,
+    },
     /// A decision was made and the apply step ran.
     Decided(Box<Decided>),
 }
@@ -78,9 +84,6 @@ pub struct StatusInput<'a> {
     pub target: &'a RouteTarget,
     /// The status as last written.
     pub previous: Option<&'a LastStatus>,
-    /// The status as last written, whole: what an invalid policy's status keeps (the route in
-    /// place); read for an invalid policy only.
-    pub whole: Option<&'a FailoverPolicyStatus>,
     /// What the reconcile came to.
     pub outcome: &'a Outcome,
     /// Now, for conditions that change.
@@ -93,8 +96,8 @@ pub struct StatusInput<'a> {
 pub fn build(input: &StatusInput) -> FailoverPolicyStatus {
     let d = match input.outcome {
         Outcome::Decided(d) => d,
-        Outcome::Invalid(problems) => {
-            let mut status = input.whole.cloned().unwrap_or_default();
+        Outcome::Invalid { problems, kept } => {
+            let mut status = kept.as_deref().cloned().unwrap_or_default();
             let mut conditions = std::mem::take(&mut status.conditions);
             conditions.retain(|c| c.type_ != READY);
             conditions.insert(0, condition(input.previous, &invalid(problems), input.now));

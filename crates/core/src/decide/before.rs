@@ -1,4 +1,4 @@
-//! What the previous status says about where traffic was: the input to the holds, the
+//! Where traffic was before this decision, as the last status says: the input to the holds, the
 //! none-ready fallback and transition detection.
 
 use crate::{
@@ -10,9 +10,10 @@ use crate::{
     policy::ValidPolicy,
 };
 
-/// The previous decision, as recorded in the status.
+/// Where traffic was before this decision, as the last status recorded it (not a status: a
+/// reading of [`LastStatus`] against the current spec).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Previous {
+pub struct Before {
     /// Whether there is a previous status with a phase (a first decision announces nothing).
     pub decided: bool,
     /// The previous phase.
@@ -36,7 +37,7 @@ pub struct Previous {
     pub demand: Option<i64>,
 }
 
-impl Previous {
+impl Before {
     /// Reads the previous status against the current list of backends.
     pub fn of(policy: &ValidPolicy, status: Option<&LastStatus>) -> Self {
         let Some(status) = status else {
@@ -83,7 +84,7 @@ mod tests {
     #[test]
     fn no_status_means_traffic_never_left_the_primary() {
         let policy = valid(Strategy::Ordered, &[("a", None)]);
-        let p = Previous::of(&policy, None);
+        let p = Before::of(&policy, None);
         assert!(p.on_primary && !p.decided && p.weights.is_none());
     }
 
@@ -97,7 +98,7 @@ mod tests {
             backends: vec![backend("web-primary", 0), backend("a", 1), backend("b", 5)],
             ..Default::default()
         });
-        let p = Previous::of(&policy, Some(&status));
+        let p = Before::of(&policy, Some(&status));
         assert_eq!(p.weights, Some(vec![0, 1, 0]));
         assert!(p.decided && !p.on_primary);
         assert_eq!(p.active, vec!["a".to_string()]);
