@@ -42,11 +42,13 @@ use futures::{Stream, StreamExt, future::BoxFuture, stream::FuturesUnordered};
 use tokio::time::Instant;
 
 use crate::{
-    pipeline::reconcile::Next,
     runtime::fair::{Share, Turns},
     sources::{Context, local::policies::PolicyEntry},
 };
-use failover_core::observation::{Namespace, PolicyKey};
+use failover_core::{
+    observation::{Namespace, PolicyKey},
+    reconcile::Next,
+};
 
 /// A request for work.
 #[derive(Clone, Debug, PartialEq, Eq)]

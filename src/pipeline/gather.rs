@@ -14,21 +14,9 @@ use crate::{
     },
 };
 use failover_core::{
-    api::FailoverPolicyStatus,
-    last_status::LastStatus,
-    observation::{BackendObservation, PolicyKey},
-    policy::ValidPolicy,
-    route::RouteView,
+    api::FailoverPolicyStatus, last_status::LastStatus, observation::PolicyKey,
+    policy::ValidPolicy, reconcile::Inputs,
 };
-
-/// What a decision reads.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Inputs {
-    /// One observation per backend, primary first.
-    pub observations: Vec<BackendObservation>,
-    /// The route as the cluster has it, if it exists.
-    pub route: Option<RouteView>,
-}
 
 /// Reads the inputs of a valid policy from the caches.
 pub fn inputs(policy: &ValidPolicy, caches: &Caches) -> Inputs {

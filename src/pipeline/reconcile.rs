@@ -1,18 +1,15 @@
-//! One reconcile of one policy: the pipeline's steps as named calls, in order.
-//!
-//! ```text
-//! validate → gather → decide → apply → status → write
-//! ```
-//!
-//! Each step lives in its own module; this one only sequences them and chooses what happens
-//! next (wait for a change, requeue when a hold falls due, or retry with backoff).
+//! One reconcile of one policy: the core's driver ([`failover_core::reconcile`]) runs the
+//! stages over this controller's implementation of its port ([`Cluster`]: the caches and the
+//! leader-checked writer); this module queues the status it builds, applies what the caches
+//! should learn in one place, and turns a failure into a retry with backoff. A deleted policy's
+//! last restores are [`deletion`]'s.
 
 use std::{
     sync::Arc,
     time::{Duration, Instant},
 };
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use tracing::{debug, warn};
 
 use crate::{
@@ -28,24 +25,22 @@ use crate::{
     },
 };
 use failover_core::{
-    intent::{self, Observed},
+    api::{ClaimsStatus, FailoverPolicyStatus, ScaledWorkload},
+    apis::{ApiState, NeededApi},
+    applied::Scaled,
+    decide::{group::Order, plan::ScaleWant},
+    intent::{Action, Intent},
     last_status::LastStatus,
     observation::PolicyKey,
     policy::ValidPolicy,
-    status::{self, Outcome, StatusInput},
+    reconcile::{self as driver, ApiEffect, Effects, Fault, Inputs, Next, Subject, World},
+    route::{Claim, RouteView},
+    tenancy::Gateways,
 };
 
 /// How often every policy is reconciled even without a trigger, as a safety net (it writes
 /// nothing when all is in place). One timer for all policies, not one per policy.
 pub const RESYNC: Duration = Duration::from_secs(600);
-/// What a reconcile wants next.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Next {
-    /// Nothing until something changes.
-    Wait,
-    /// Run again after this long (a hold falls due, a retry).
-    After(Duration),
-}
 
 /// Why a reconcile did not complete; each is retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -138,137 +133,142 @@ pub async fn reconcile(
     result
 }
 
-/// The stages after validation: gather → decide (in `intend`) → apply → status → write.
-async fn run(policy: &PolicyEntry, ctx: &Context) -> Result<Next, Error> {
-    let now = Utc::now();
-    let previous = gather::previous_status(policy, &ctx.writer);
-    let (outcome, failure) = match &policy.spec {
-        Spec::Invalid(invalid) => (
-            Outcome::Invalid {
-                problems: invalid.problems.to_vec(),
-                kept: gather::kept_status(policy, invalid, &ctx.writer),
-            },
-            None,
-        ),
-        Spec::Valid(valid) => act(policy, valid.clone(), previous.as_ref(), now, ctx).await?,
+/// The stages after validation, run by the core's driver over this controller's [`Cluster`]; the
+/// status is queued and announced whatever the route's write came to.
+async fn run(entry: &PolicyEntry, ctx: &Context) -> Result<Next, Error> {
+    let spec = match &entry.spec {
+        Spec::Invalid(invalid) => driver::Spec::Invalid(&invalid.problems),
+        Spec::Valid(valid) => {
+            if !ctx.caches.wait_for_inputs().await {
+                return Err(Error::CachesNotSynced);
+            }
+            if entry.identity.uid.is_empty() {
+                return Err(Error::MissingUid);
+            }
+            driver::Spec::Valid(valid)
+        }
     };
-    let target = policy.spec.target();
-    let claims = ctx.caches.claims.read().summary(&policy.key);
-    let status = status::build(&StatusInput {
-        generation: policy.identity.generation,
+    let target = entry.spec.target();
+    let subject = Subject {
+        uid: &entry.identity.uid,
+        generation: entry.identity.generation,
         target,
-        previous: previous.as_ref(),
-        outcome: &outcome,
-        claims: claims.as_ref(),
-        now,
-    });
+        spec,
+    };
+    let reconciled = driver::reconcile(&subject, &Cluster { entry, ctx }, Utc::now()).await?;
+    learn(ctx, reconciled.effects);
     // Written in the background: the next reconcile of this policy does not wait for it.
-    let key = StatusKey::new(&policy.key, &policy.identity.uid);
+    let key = StatusKey::new(&entry.key, &entry.identity.uid);
+    let previous = reconciled.previous.as_ref();
     let wrote = ctx
         .writer
         .statuses
-        .queue(key, status.clone(), previous.as_ref());
+        .queue(key, reconciled.status.clone(), previous);
     let written = write::Written {
-        status: &status,
-        previous: previous.as_ref(),
+        status: &reconciled.status,
+        previous,
         wrote,
     };
     write::announce(
         &ctx.writer,
         &ctx.metrics().policies,
-        policy,
+        entry,
         target,
-        &outcome,
+        &reconciled.outcome,
         &written,
     );
-    next(outcome, failure)
+    reconciled.next
 }
 
-/// Gather, intend and carry out the intent for a valid policy: the route, then the workloads.
-async fn act(
-    policy: &PolicyEntry,
-    valid: Arc<ValidPolicy>,
-    previous: Option<&LastStatus>,
-    now: chrono::DateTime<Utc>,
-    ctx: &Context,
-) -> Result<(Outcome, Option<ApplyError>), Error> {
-    if !ctx.caches.wait_for_inputs().await {
-        return Err(Error::CachesNotSynced);
+/// The caches learn what a reconcile found: the one place a reconcile's findings reach them.
+fn learn(ctx: &Context, effects: Effects) {
+    match effects.api {
+        Some(ApiEffect::FoundMissing(api)) => {
+            ctx.caches.apis.missing(api);
+            ctx.caches.apis.needed(api);
+        }
+        Some(ApiEffect::StillMissing(api)) => ctx.caches.apis.needed(api),
+        None => {}
     }
-    if policy.identity.uid.is_empty() {
-        return Err(Error::MissingUid);
+}
+
+/// The world a policy's reconcile runs in: the caches, read as they are, and the leader-checked
+/// writer.
+struct Cluster<'a> {
+    entry: &'a PolicyEntry,
+    ctx: &'a Context,
+}
+
+impl World for Cluster<'_> {
+    type Error = Error;
+
+    fn previous(&self) -> Option<LastStatus> {
+        gather::previous_status(self.entry, &self.ctx.writer)
     }
-    let following = group::follow(&policy.key, ctx, now);
-    let inputs = gather::inputs(&valid, &ctx.caches);
-    let observed = Observed {
-        observations: &inputs.observations,
-        previous,
-        order: following.order.as_ref(),
-        now,
-    };
-    let mut intent = intent::intend(valid, &policy.identity.uid, &ctx.gateways(), &observed);
-    let held = ctx
-        .caches
-        .claims
-        .read()
-        .held_by_others(&policy.key, &intent.claims);
-    let action = intent.action(held, ctx.caches.apis.state(intent.api));
-    let (applied, failure) =
-        match apply::carry_out(&ctx.writer, &intent, action, inputs.route.clone()).await {
-            Ok(applied) => (applied, None),
-            Err(ApplyError::NotLeader(e)) => return Err(Error::NotLeader(e)),
+
+    fn kept(&self) -> Option<Box<FailoverPolicyStatus>> {
+        match &self.entry.spec {
+            Spec::Invalid(invalid) => gather::kept_status(self.entry, invalid, &self.ctx.writer),
+            Spec::Valid(_) => None,
+        }
+    }
+
+    fn group_order(&self, now: DateTime<Utc>) -> Option<Order> {
+        group::follow(&self.entry.key, self.ctx, now).order
+    }
+
+    fn observe(&self, policy: &ValidPolicy) -> Inputs {
+        gather::inputs(policy, &self.ctx.caches)
+    }
+
+    fn gateways(&self) -> Gateways {
+        self.ctx.gateways()
+    }
+
+    fn held_by_others(&self, claims: &[Claim]) -> Vec<(Claim, PolicyKey)> {
+        let table = self.ctx.caches.claims.read();
+        table.held_by_others(&self.entry.key, claims)
+    }
+
+    fn claims_summary(&self) -> Option<ClaimsStatus> {
+        self.ctx.caches.claims.read().summary(&self.entry.key)
+    }
+
+    fn api(&self, api: NeededApi) -> ApiState {
+        self.ctx.caches.apis.state(api)
+    }
+
+    async fn apply_route(
+        &self,
+        intent: &Intent,
+        action: Action,
+        current: Option<RouteView>,
+    ) -> Result<Applied, Fault<Error>> {
+        match apply::carry_out(&self.ctx.writer, intent, action, current).await {
+            Ok(applied) => Ok(applied),
+            Err(ApplyError::NotLeader(e)) => Err(Fault::Abort(Error::NotLeader(e))),
             // The API server does not serve the route's kind: its CRD is not installed.
-            Err(e) if e.not_found() => {
-                ctx.caches.apis.missing(intent.api);
-                (Applied::ApiMissing(intent.api), None)
-            }
-            Err(e) => (Applied::Failed(e.to_string()), Some(e)),
-        };
-    if let Applied::ApiMissing(api) = applied {
-        ctx.caches.apis.needed(api);
+            Err(e) if e.not_found() => Ok(Applied::ApiMissing(intent.api)),
+            Err(e) => Err(Fault::Failed(Error::Route(Box::new(e)))),
+        }
     }
-    let raised = previous.map(|p| &*p.scaled).unwrap_or_default();
-    let scaled = scale::scale(
-        &ctx.writer,
-        ctx.scope.scaling,
-        policy,
-        &intent.policy,
-        &intent.plan.scale,
-        raised,
-    )
-    .await;
-    Ok((intent.outcome(applied, scaled, inputs.route), failure))
-}
 
-/// When a policy looks again at a workload it wants raised and could not raise (its owner has
-/// not consented yet, the API server refused): workloads are not watched (a watch of every
-/// Deployment and HPA of the cluster, for a rare case), so the consent given, or the workload
-/// created, is seen within this.
-const SCALE_RECHECK: Duration = Duration::from_secs(10);
-
-/// What to do after a reconcile: retry a failed write, requeue when a hold falls due, or wait.
-fn next(outcome: Outcome, failure: Option<ApplyError>) -> Result<Next, Error> {
-    if let Some(e) = failure {
-        return Err(Error::Route(Box::new(e)));
-    }
-    match outcome {
-        Outcome::Invalid { .. } => Ok(Next::Wait),
-        Outcome::Decided(d) => match d.applied {
-            Applied::Failed(_) => Ok(Next::Wait),
-            // A missing CRD that turns up queues every policy; a claim handed over wakes its
-            // claimants.
-            // So does a route the user owns (or its rule) that changes.
-            Applied::Conflict
-            | Applied::ApiMissing(_)
-            | Applied::Yielded { .. }
-            | Applied::RouteRefUnfit(_) => Ok(Next::Wait),
-            Applied::Unchanged | Applied::Written | Applied::Suspended => {
-                let recheck = (d.scaled.problem.is_some() && !d.plan.scale.is_empty())
-                    .then_some(SCALE_RECHECK);
-                let after = d.plan.requeue_after.into_iter().chain(recheck).min();
-                Ok(after.map_or(Next::Wait, Next::After))
-            }
-        },
+    async fn scale(
+        &self,
+        policy: &ValidPolicy,
+        wants: &[ScaleWant],
+        raised: &[ScaledWorkload],
+    ) -> Scaled {
+        let ctx = self.ctx;
+        scale::scale(
+            &ctx.writer,
+            ctx.scope.scaling,
+            self.entry,
+            policy,
+            wants,
+            raised,
+        )
+        .await
     }
 }
 

@@ -11,6 +11,7 @@
 //! | decide | [`decide`] | weights, holds, transition, conditions |
 //! | status | [`status`] | the one place a status is built |
 //! | intent | [`intent`] | the reconcile's pure middle, which the controller and `kubectl failover what-if` both call: [`intent::intend`], the apply step's [`intent::Action`] (the status of its outcome is [`status::build`]'s) |
+//! | reconcile | [`reconcile`] | the one driver of a policy's reconcile, over the [`reconcile::World`] port the controller and `kubectl failover what-if` implement: the stages in order, the status, what happens next, and the effects for the caller's caches |
 //!
 //! A module imports only from its own floor or the floors below ([`LAYERS`] states the order
 //! once, and the architecture test holds the code to it), and no two modules import each other.
@@ -76,6 +77,10 @@ pub const LAYERS: &[Layer] = &[
         name: "intent",
         modules: &["intent"],
     },
+    Layer {
+        name: "reconcile",
+        modules: &["reconcile"],
+    },
 ];
 
 pub mod apis;
@@ -94,6 +99,7 @@ pub mod listeners;
 pub mod message;
 pub mod observation;
 pub mod policy;
+pub mod reconcile;
 pub mod route;
 pub mod status;
 pub mod tenancy;

@@ -11,29 +11,35 @@
 //! again (a hold falling due, a ramp step, a drill's end), until a decision asks for nothing more.
 //! Every write is imagined to go through; the workloads `capacity.scale` raises stay as recorded.
 
-use std::{fmt::Write as _, sync::Arc, time::Duration};
+use std::{
+    fmt::Write as _,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use anyhow::bail;
 use chrono::{DateTime, Utc};
 use failover_core::{
     api::{Condition, FailoverPolicy, FailoverPolicyStatus, Phase, conditions::READY},
     apis::ApiState,
-    applied::{Applied, Scaled},
     claims::Claims,
     decide::{Plan, group::Order},
-    intent::{self, Observed},
     last_status::LastStatus,
     observation::{BackendObservation, PolicyKey, Reading, Sample},
     policy::ValidPolicy,
+    reconcile::{self as driver, Next, Spec, Subject},
     route::RouteView,
-    status::{self, StatusInput},
+    status::Outcome,
     tenancy::Gateways,
     validate::validate,
 };
 use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
 
+use self::rehearsal::Rehearsal;
 use crate::{Format, live};
+
+mod rehearsal;
 
 /// At most this many steps are printed: a ramp has at most 10, and each hold is one.
 const MAX_STEPS: usize = 32;
@@ -151,7 +157,8 @@ pub async fn run(
         now: Utc::now(),
         from,
         changes: describe(scenario),
-    });
+    })
+    .await;
     Ok(match format {
         Format::Json => serde_json::to_string_pretty(&report)? + "\n",
         Format::Yaml => serde_yaml::to_string(&report)?,
@@ -257,7 +264,7 @@ pub struct Imagined<'a> {
 
 /// The controller's decisions from now on, each run when the one before asked to be: those
 /// before the change advance the status silently; those from it on are the report.
-pub fn simulate(imagined: &Imagined) -> WhatIfReport {
+pub async fn simulate(imagined: &Imagined<'_>) -> WhatIfReport {
     let (policy, valid) = (imagined.policy, &imagined.valid);
     let mut previous = policy.status.as_ref().map(LastStatus::of);
     let (mut at, mut steps, mut settled) = (imagined.now, Vec::new(), false);
@@ -268,13 +275,7 @@ pub fn simulate(imagined: &Imagined) -> WhatIfReport {
         } else {
             imagined.before
         };
-        let observed = Observed {
-            observations,
-            previous: previous.as_ref(),
-            order: imagined.order.as_ref(),
-            now: at,
-        };
-        let (status, step) = decided(imagined, &observed);
+        let (status, step) = decided(imagined, observations, previous.take(), at).await;
         previous = Some(LastStatus::of(&status));
         if changed {
             steps.push(Step {
@@ -301,42 +302,42 @@ pub fn simulate(imagined: &Imagined) -> WhatIfReport {
     }
 }
 
-/// The status the controller would write for one reconcile at `observed.now`, by the
-/// controller's own functions (intend, the apply step's action, report), with every write
-/// imagined to go through; and the step that reports it.
-fn decided(imagined: &Imagined, observed: &Observed) -> (FailoverPolicyStatus, Step) {
+/// The status the controller would write for one reconcile at `at`, by the controller's own
+/// driver over an imagined world, and the step that reports it.
+async fn decided(
+    imagined: &Imagined<'_>,
+    observations: &[BackendObservation],
+    previous: Option<LastStatus>,
+    at: DateTime<Utc>,
+) -> (FailoverPolicyStatus, Step) {
     let (policy, valid) = (imagined.policy, &imagined.valid);
-    let uid = policy.uid().unwrap_or_default();
-    let recorded = policy.status.as_ref();
-    let mut intent = intent::intend(valid.clone(), &uid, &imagined.gateways, observed);
-    let at = intent.plan.now;
-    let next_at = intent
-        .plan
-        .requeue_after
-        .and_then(|n| chrono::Duration::from_std(n).ok().map(|n| at + n));
-    let key = PolicyKey::new(&valid.namespace, &valid.name);
-    let held = imagined.claims.held_by_others(&key, &intent.claims);
-    let applied = intent
-        .action(held, imagined.api)
-        .imagined(imagined.route, &uid, &valid.name);
-    let route = matches!(applied, Applied::Written)
-        .then(|| serde_json::to_value(&intent.route.object).unwrap_or_default());
-    let backends = weights(&intent.policy, &intent.plan);
-    let scaled = Scaled {
-        workloads: recorded.map(|s| s.scaled.clone()).unwrap_or_default(),
-        ..Scaled::default()
+    let world = Rehearsal {
+        imagined,
+        key: PolicyKey::new(&valid.namespace, &valid.name),
+        uid: policy.uid().unwrap_or_default(),
+        observations,
+        previous,
+        written: Mutex::new(None),
     };
-    let outcome = intent.outcome(applied, scaled, imagined.route.cloned());
-    // What the status says of the policy's claims, as the controller's table would hold them.
-    let claims = imagined.claims.summary(&key);
-    let status = status::build(&StatusInput {
+    let subject = Subject {
+        uid: &world.uid,
         generation: policy.metadata.generation,
         target: &valid.route,
-        previous: observed.previous,
-        outcome: &outcome,
-        claims: claims.as_ref(),
-        now: at,
-    });
+        spec: Spec::Valid(valid),
+    };
+    let reconciled = match driver::reconcile(&subject, &world, at).await {
+        Ok(reconciled) => reconciled,
+        Err(never) => match never {},
+    };
+    let backends = match &reconciled.outcome {
+        Outcome::Decided(d) => weights(&d.policy, &d.plan),
+        Outcome::Invalid { .. } => Vec::new(),
+    };
+    let next_at = match reconciled.next {
+        Ok(Next::After(after)) => chrono::Duration::from_std(after).ok().map(|n| at + n),
+        Ok(Next::Wait) | Err(_) => None,
+    };
+    let status = reconciled.status;
     let step = Step {
         at,
         after_seconds: 0,
@@ -349,7 +350,10 @@ fn decided(imagined: &Imagined, observed: &Observed) -> (FailoverPolicyStatus, S
         backends,
         next_at,
         conditions: status.conditions.clone(),
-        route,
+        route: world
+            .written
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner()),
     };
     (status, step)
 }
@@ -465,7 +469,7 @@ mod tests {
             BackendObservation::counted(1, 1),
             BackendObservation::counted(1, 1),
         ];
-        simulate(&Imagined {
+        futures::executor::block_on(simulate(&Imagined {
             policy,
             valid,
             before: &before,
@@ -478,7 +482,7 @@ mod tests {
             now,
             from: now,
             changes: vec![],
-        })
+        }))
     }
 
     #[test]
@@ -525,7 +529,7 @@ mod tests {
             BackendObservation::counted(1, 1),
             BackendObservation::counted(1, 1),
         ];
-        let r = simulate(&Imagined {
+        let r = futures::executor::block_on(simulate(&Imagined {
             policy: &p,
             valid,
             before: &down,
@@ -538,7 +542,7 @@ mod tests {
             now,
             from: now + chrono::Duration::seconds(5),
             changes: vec![],
-        });
+        }));
         let primary: Vec<String> = r
             .steps
             .iter()

@@ -1,0 +1,264 @@
+//! The reconcile's one driver: the stages of one policy's reconcile, in order, over a [`World`]
+//! port. The controller implements the port with its caches and its leader-checked writer;
+//! `kubectl failover what-if` implements it with live reads and imagined writes. Neither
+//! assembles the stages itself, so what-if runs the controller's reconcile, not a copy of it.
+//!
+//! ```text
+//! previous status → group → observe → intend → claims → action → apply route → scale → outcome
+//!                 → status::build → next
+//! ```
+//!
+//! An invalid policy skips from the previous status to its outcome (nothing is decided or
+//! written). What the driver finds that the world's caches should learn is returned as
+//! [`Effects`], applied by the caller in one place.
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use chrono::{DateTime, Utc};
+
+use crate::{
+    api::{ClaimsStatus, FailoverPolicyStatus, ScaledWorkload},
+    apis::{ApiState, NeededApi},
+    applied::{Applied, Scaled},
+    decide::{group::Order, plan::ScaleWant},
+    intent::{self, Action, Intent, Observed},
+    last_status::LastStatus,
+    observation::{BackendObservation, PolicyKey},
+    policy::{SpecProblem, ValidPolicy},
+    route::{Claim, RouteTarget, RouteView},
+    status::{self, Outcome, StatusInput},
+    tenancy::Gateways,
+};
+
+/// What a decision reads of the world, besides the previous status.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Inputs {
+    /// One observation per backend, primary first.
+    pub observations: Vec<BackendObservation>,
+    /// The route as the cluster has it, if it exists.
+    pub route: Option<RouteView>,
+}
+
+/// Why a route could not be written.
+#[derive(Debug)]
+pub enum Fault<E> {
+    /// The reconcile stops here and writes nothing more (this replica lost leadership).
+    Abort(E),
+    /// The write failed: the status says so, and the reconcile is retried with backoff.
+    Failed(E),
+}
+
+/// What one policy's reconcile reads and writes: the port the controller and what-if implement.
+pub trait World: Sync {
+    /// Why a write failed.
+    type Error: std::fmt::Display + Send;
+
+    /// The status the policy has, in the form the next reconcile reads.
+    fn previous(&self) -> Option<LastStatus>;
+    /// The status an invalid policy keeps, whole (asked only for an invalid policy).
+    fn kept(&self) -> Option<Box<FailoverPolicyStatus>>;
+    /// The site the policy's failover group routes it to, if it follows one now.
+    fn group_order(&self, now: DateTime<Utc>) -> Option<Order>;
+    /// What a decision reads: each backend's observation and the route.
+    fn observe(&self, policy: &ValidPolicy) -> Inputs;
+    /// The Gateways the policy's route may attach to, with what their listeners admit.
+    fn gateways(&self) -> Gateways;
+    /// The claims among `claims` that other policies hold, each with its holder.
+    fn held_by_others(&self, claims: &[Claim]) -> Vec<(Claim, PolicyKey)>;
+    /// What the policy claims, summarized for its status.
+    fn claims_summary(&self) -> Option<ClaimsStatus>;
+    /// Whether an API is served, as far as the world knows.
+    fn api(&self, api: NeededApi) -> ApiState;
+    /// Carries out the intent's action on the route; an API found missing is
+    /// `Ok(Applied::ApiMissing)`.
+    fn apply_route(
+        &self,
+        intent: &Intent,
+        action: Action,
+        current: Option<RouteView>,
+    ) -> impl Future<Output = Result<Applied, Fault<Self::Error>>> + Send;
+    /// Raises and restores the policy's workloads as `wants` says, from what `raised` recorded.
+    fn scale(
+        &self,
+        policy: &ValidPolicy,
+        wants: &[ScaleWant],
+        raised: &[ScaledWorkload],
+    ) -> impl Future<Output = Scaled> + Send;
+}
+
+/// The policy as its reconcile reads it.
+#[derive(Clone, Copy, Debug)]
+pub struct Subject<'a> {
+    /// The policy's uid.
+    pub uid: &'a str,
+    /// The policy's `metadata.generation`.
+    pub generation: Option<i64>,
+    /// The route the policy's spec names (an invalid policy's too).
+    pub target: &'a RouteTarget,
+    /// The spec, validated, or why it is not valid.
+    pub spec: Spec<'a>,
+}
+
+/// A policy's spec, as validation left it.
+#[derive(Clone, Copy, Debug)]
+pub enum Spec<'a> {
+    /// Every value parsed.
+    Valid(&'a Arc<ValidPolicy>),
+    /// The rules it breaks.
+    Invalid(&'a [SpecProblem]),
+}
+
+/// What a reconcile wants next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing until something changes.
+    Wait,
+    /// Run again after this long (a hold falls due, a recheck).
+    After(Duration),
+}
+
+/// What the world's caches should learn from a reconcile, applied by the caller in one place.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[must_use]
+pub struct Effects {
+    /// The route's API is missing.
+    pub api: Option<ApiEffect>,
+}
+
+/// What the reconcile found of the route's API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApiEffect {
+    /// The world thought it served; writing the route found it missing.
+    FoundMissing(NeededApi),
+    /// The world knew it missing.
+    StillMissing(NeededApi),
+}
+
+/// What one reconcile came to.
+#[derive(Debug)]
+pub struct Reconciled<E> {
+    /// The status the policy had.
+    pub previous: Option<LastStatus>,
+    /// What the reconcile came to.
+    pub outcome: Outcome,
+    /// The status that says so.
+    pub status: FailoverPolicyStatus,
+    /// What happens next, or the failed write to retry with backoff.
+    pub next: Result<Next, E>,
+    /// What the world's caches should learn.
+    pub effects: Effects,
+}
+
+/// When a policy looks again at a workload it wants raised and could not raise (its owner has
+/// not consented yet, the API server refused): workloads are not watched (a watch of every
+/// Deployment and HPA of the cluster, for a rare case), so the consent given, or the workload
+/// created, is seen within this.
+pub const SCALE_RECHECK: Duration = Duration::from_secs(10);
+
+/// One reconcile of one policy at `now`; `Err` only when the world aborts it (nothing more is
+/// written then, not even the status).
+pub async fn reconcile<W: World>(
+    subject: &Subject<'_>,
+    world: &W,
+    now: DateTime<Utc>,
+) -> Result<Reconciled<W::Error>, W::Error> {
+    let previous = world.previous();
+    let (outcome, failure, effects) = match subject.spec {
+        Spec::Invalid(problems) => {
+            let outcome = Outcome::Invalid {
+                problems: problems.to_vec(),
+                kept: world.kept(),
+            };
+            (outcome, None, Effects::default())
+        }
+        Spec::Valid(valid) => apply(subject.uid, valid, previous.as_ref(), world, now).await?,
+    };
+    let claims = world.claims_summary();
+    let status = status::build(&StatusInput {
+        generation: subject.generation,
+        target: subject.target,
+        previous: previous.as_ref(),
+        outcome: &outcome,
+        claims: claims.as_ref(),
+        now,
+    });
+    let next = match failure {
+        Some(e) => Err(e),
+        None => Ok(next(&outcome)),
+    };
+    Ok(Reconciled {
+        previous,
+        outcome,
+        status,
+        next,
+        effects,
+    })
+}
+
+/// A valid policy's stages: group, observe, intend, the route, then the workloads.
+async fn apply<W: World>(
+    uid: &str,
+    valid: &Arc<ValidPolicy>,
+    previous: Option<&LastStatus>,
+    world: &W,
+    now: DateTime<Utc>,
+) -> Result<(Outcome, Option<W::Error>, Effects), W::Error> {
+    let order = world.group_order(now);
+    let inputs = world.observe(valid);
+    let observed = Observed {
+        observations: &inputs.observations,
+        previous,
+        order: order.as_ref(),
+        now,
+    };
+    let mut intent = intent::intend(valid.clone(), uid, &world.gateways(), &observed);
+    let held = world.held_by_others(&intent.claims);
+    let api = world.api(intent.api);
+    let action = intent.action(held, api);
+    let (applied, failure) = match world
+        .apply_route(&intent, action, inputs.route.clone())
+        .await
+    {
+        Ok(applied) => (applied, None),
+        Err(Fault::Abort(e)) => return Err(e),
+        Err(Fault::Failed(e)) => (Applied::Failed(e.to_string()), Some(e)),
+    };
+    let effects = Effects {
+        api: match applied {
+            Applied::ApiMissing(missing) if api == ApiState::Served => {
+                Some(ApiEffect::FoundMissing(missing))
+            }
+            Applied::ApiMissing(missing) => Some(ApiEffect::StillMissing(missing)),
+            _ => None,
+        },
+    };
+    let raised = previous.map(|p| &*p.scaled).unwrap_or_default();
+    let scaled = world
+        .scale(&intent.policy, &intent.plan.scale, raised)
+        .await;
+    let outcome = intent.outcome(applied, scaled, inputs.route);
+    Ok((outcome, failure, effects))
+}
+
+/// What to do after a reconcile that wrote what it meant to: requeue when a hold falls due or
+/// a workload must be looked at again, else wait for a change.
+pub fn next(outcome: &Outcome) -> Next {
+    match outcome {
+        Outcome::Invalid { .. } => Next::Wait,
+        Outcome::Decided(d) => match d.applied {
+            Applied::Failed(_) => Next::Wait,
+            // A missing CRD that turns up queues every policy; a claim handed over wakes its
+            // claimants; so does a route the user owns (or its rule) that changes.
+            Applied::Conflict
+            | Applied::ApiMissing(_)
+            | Applied::Yielded { .. }
+            | Applied::RouteRefUnfit(_) => Next::Wait,
+            Applied::Unchanged | Applied::Written | Applied::Suspended => {
+                let recheck = (d.scaled.problem.is_some() && !d.plan.scale.is_empty())
+                    .then_some(SCALE_RECHECK);
+                let after = d.plan.requeue_after.into_iter().chain(recheck).min();
+                after.map_or(Next::Wait, Next::After)
+            }
+        },
+    }
+}
