@@ -217,11 +217,13 @@ async fn a_hostname_held_elsewhere_leaves_the_policys_other_hostnames_served() {
     // what-if says the same, by the controller's functions.
     let report = what_if(&shop, "web", &[]);
     Predicted::of(
+        &shop,
         &report,
         0,
         "web",
         failover_core::route::RouteKind::HttpRoute,
     )
+    .await
     .written_as_printed(&shop, "a hostname held elsewhere")
     .await;
 
@@ -269,7 +271,8 @@ fn attached_reason(p: &FailoverPolicy) -> Option<String> {
 /// What-if, run now for `env`'s policy `web`, prints what the controller then has.
 async fn what_if_agrees(env: &TestEnv, kind: failover_core::route::RouteKind, scenario: &str) {
     let report = what_if(env, "web", &[]);
-    Predicted::of(&report, 0, "web", kind)
+    Predicted::of(env, &report, 0, "web", kind)
+        .await
         .written_as_printed(env, scenario)
         .await;
 }

@@ -21,7 +21,7 @@ use crate::support::{
 const LOAD_LIMIT: Duration = Duration::from_secs(240);
 
 /// `name`: primary `<name>-east` in site east, secondary `<name>-west` in site west.
-fn member(name: &str) -> PolicyBuilder {
+pub(crate) fn member(name: &str) -> PolicyBuilder {
     PolicyBuilder::named(name, &format!("{name}-east"), &[&format!("{name}-west")]).spec(
         |s: &mut FailoverPolicySpec| {
             s.primary_site = Some("east".into());
@@ -30,7 +30,7 @@ fn member(name: &str) -> PolicyBuilder {
     )
 }
 
-async fn create_group(env: &TestEnv, name: &str, members: &[&str]) {
+pub(crate) async fn create_group(env: &TestEnv, name: &str, members: &[&str]) {
     let group = FailoverGroup::new(
         name,
         FailoverGroupSpec {
@@ -45,7 +45,12 @@ async fn create_group(env: &TestEnv, name: &str, members: &[&str]) {
 }
 
 /// Waits until the group's status names `site` with the `Ready` reason `reason`.
-async fn wait_group(env: &TestEnv, name: &str, site: &str, reason: &str) -> FailoverGroup {
+pub(crate) async fn wait_group(
+    env: &TestEnv,
+    name: &str,
+    site: &str,
+    reason: &str,
+) -> FailoverGroup {
     let api = env.api::<FailoverGroup>();
     let mut last = None;
     let reached = wait_until(WAIT, || {

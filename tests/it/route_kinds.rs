@@ -100,7 +100,8 @@ async fn grpc_tls_and_tcp_routes_are_written_moved_and_collected_with_their_poli
         .collect();
     env.set_endpoints("web", 0, 1).await;
     for ((kind, policy), report) in kinds.iter().zip(&reports) {
-        Predicted::of(report, 0, &policy.name(), *kind)
+        Predicted::of(&env, report, 0, &policy.name(), *kind)
+            .await
             .written_as_printed(&env, &format!("{} failover", kind.as_str()))
             .await;
     }

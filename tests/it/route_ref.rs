@@ -286,7 +286,8 @@ async fn an_author_who_may_edit_only_policies_cannot_move_a_route_that_does_not_
     );
     // what-if says what the controller wrote, and the route is as its owner left it.
     let report = what_if(&env, "web", &[]);
-    Predicted::of(&report, 0, "web", RouteKind::HttpRoute)
+    Predicted::of(&env, &report, 0, "web", RouteKind::HttpRoute)
+        .await
         .written_as_printed(&env, "a route that does not consent")
         .await;
     let untouched = routes.get("shop").await.expect("route");

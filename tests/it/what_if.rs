@@ -62,12 +62,14 @@ async fn what_if_prints_the_route_the_controller_writes_when_the_primary_then_tw
 
     env.set_endpoints("web", 0, 1).await;
     env.wait_weights("web", &ON_EAST, WAIT).await;
-    Predicted::of(&primary_down, 0, "web", RouteKind::TrafficSplit)
+    Predicted::of(&env, &primary_down, 0, "web", RouteKind::TrafficSplit)
+        .await
         .written_as_printed(&env, "primary down")
         .await;
     env.set_endpoints("web-east", 0, 1).await;
     env.wait_weights("web", &ON_WEST, WAIT).await;
-    Predicted::of(&two_down, 0, "web", RouteKind::TrafficSplit)
+    Predicted::of(&env, &two_down, 0, "web", RouteKind::TrafficSplit)
+        .await
         .written_as_printed(&env, "two down")
         .await;
     support::figure(format!(
@@ -92,12 +94,14 @@ async fn what_if_steps_through_a_failover_hold_as_the_controller_does() {
 
     env.set_endpoints("web", 0, 1).await;
     wait_rule(&env, ready::FAILOVER_PENDING).await;
-    Predicted::of(&report, 0, "web", RouteKind::TrafficSplit)
+    Predicted::of(&env, &report, 0, "web", RouteKind::TrafficSplit)
+        .await
         .written_as_printed(&env, "during the hold")
         .await;
     wait_rule(&env, ready::FAILED_OVER).await;
     env.wait_weights("web", &ON_EAST, WAIT).await;
-    Predicted::of(&report, 1, "web", RouteKind::TrafficSplit)
+    Predicted::of(&env, &report, 1, "web", RouteKind::TrafficSplit)
+        .await
         .written_as_printed(&env, "after the hold")
         .await;
 }
@@ -130,7 +134,8 @@ async fn what_if_predicts_each_ramp_step_and_a_failure_in_the_middle_of_the_ramp
     );
     env.set_endpoints("web", 1, 0).await;
     wait_rule(&env, ready::FAILBACK_RAMP).await;
-    Predicted::of(&back, 0, "web", RouteKind::TrafficSplit)
+    Predicted::of(&env, &back, 0, "web", RouteKind::TrafficSplit)
+        .await
         .written_as_printed(&env, "the ramp's first step")
         .await;
 
@@ -139,7 +144,8 @@ async fn what_if_predicts_each_ramp_step_and_a_failure_in_the_middle_of_the_ramp
     assert_eq!(rules(&failing), vec![ready::FAILED_OVER]);
     env.set_endpoints("web", 0, 1).await;
     env.wait_weights("web", &ON_EAST, WAIT).await;
-    Predicted::of(&failing, 0, "web", RouteKind::TrafficSplit)
+    Predicted::of(&env, &failing, 0, "web", RouteKind::TrafficSplit)
+        .await
         .written_as_printed(&env, "a failure mid-ramp")
         .await;
 }
@@ -155,7 +161,8 @@ async fn what_if_a_health_reading_crosses_its_threshold_is_what_the_controller_d
     assert_eq!(rules(&report), vec![ready::FAILED_OVER]);
     exporter.set(&[("web", 0.9), ("web-east", 0.0), ("web-west", 0.0)]);
     env.wait_weights("web", &ON_EAST, WAIT).await;
-    Predicted::of(&report, 0, "web", RouteKind::TrafficSplit)
+    Predicted::of(&env, &report, 0, "web", RouteKind::TrafficSplit)
+        .await
         .written_as_printed(&env, "health over the threshold")
         .await;
 }

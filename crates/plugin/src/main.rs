@@ -7,7 +7,7 @@
 //! kubectl failover explain-decision POLICY            why traffic is where it is
 //! kubectl failover pin POLICY BACKEND | unpin POLICY  all traffic to one backend
 //! kubectl failover suspend POLICY | resume POLICY     freeze the generated route
-//! kubectl failover what-if POLICY [--down B,..] [--up B] [--health B=V] [--at 5m]
+//! kubectl failover what-if POLICY [--down B,..] [--up B] [--ready B=N] [--health B=V] [--at 5m]
 //!                                                    what the controller would do, no write
 //! kubectl failover drill POLICY --to B --for 10m [--force] | drill POLICY --abort
 //!                                                    all traffic to B, lifted by itself
@@ -143,6 +143,9 @@ struct WhatIf {
     /// Backends whose endpoints all turn ready (comma-separated or repeated).
     #[arg(long, value_delimiter = ',', value_name = "BACKEND")]
     up: Vec<String>,
+    /// This many of a backend's endpoints are ready, e.g. `web=2` (repeatable).
+    #[arg(long, value_name = "BACKEND=COUNT", value_parser = what_if::parse_ready)]
+    ready: Vec<(String, i32)>,
     /// A backend's health query reads this value, e.g. `web=0.3` (repeatable).
     #[arg(long, value_name = "BACKEND=VALUE", value_parser = what_if::parse_health)]
     health: Vec<(String, f64)>,
@@ -291,6 +294,7 @@ async fn what_if(target: &connect::Target, w: WhatIf) -> anyhow::Result<Verdict>
     let scenario = what_if::Scenario {
         down: w.down,
         up: w.up,
+        ready: w.ready,
         health: w.health,
         at: w.at,
     };

@@ -51,6 +51,8 @@ pub struct Scenario {
     pub down: Vec<String>,
     /// Backends whose endpoints all turn ready.
     pub up: Vec<String>,
+    /// Backends with this many endpoints ready (their total at least that).
+    pub ready: Vec<(String, i32)>,
     /// Backends whose health query reads this value.
     pub health: Vec<(String, f64)>,
     /// How long from now the change happens.
@@ -198,6 +200,13 @@ fn imagine(
             ..BackendObservation::counted(endpoints, endpoints)
         };
     }
+    for (name, ready) in &scenario.ready {
+        let o = &mut changed[index(name)?];
+        *o = BackendObservation {
+            health: o.health.take(),
+            ..BackendObservation::counted(*ready, o.total_endpoints.max(*ready))
+        };
+    }
     for (name, value) in &scenario.health {
         let i = index(name)?;
         if valid.health.is_none() {
@@ -221,6 +230,12 @@ fn describe(scenario: &Scenario) -> Vec<String> {
     let mut changes: Vec<String> = Vec::new();
     changes.extend(scenario.down.iter().map(|b| format!("{b} down")));
     changes.extend(scenario.up.iter().map(|b| format!("{b} up")));
+    changes.extend(
+        scenario
+            .ready
+            .iter()
+            .map(|(b, n)| format!("{b} with {n} endpoints ready")),
+    );
     changes.extend(
         scenario
             .health
@@ -435,6 +450,20 @@ pub fn parse_health(text: &str) -> Result<(String, f64), String> {
         return Err(format!("{text}: {value} is not a finite number"));
     }
     Ok((service.to_string(), value))
+}
+
+/// Parses `--ready BACKEND=N`.
+pub fn parse_ready(text: &str) -> Result<(String, i32), String> {
+    let (service, count) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text}: expected SERVICE=COUNT, e.g. web=2"))?;
+    let count: i32 = count
+        .parse()
+        .map_err(|_| format!("{text}: {count} is not a count of endpoints"))?;
+    if count < 0 {
+        return Err(format!("{text}: a count of endpoints is 0 or more"));
+    }
+    Ok((service.to_string(), count))
 }
 
 /// Parses `--at` (`5m`, or `+5m`).

@@ -91,26 +91,34 @@ pub struct Predicted {
     kind: RouteKind,
     /// The route printed, compared as the controller compares them (`None`: none written).
     route: Option<RouteView>,
+    /// The route's resourceVersion when the prediction was made, before the real change: with no
+    /// route printed, the route must keep it (nothing written).
+    version_before: Option<String>,
     conditions: Vec<Seen>,
 }
 
 impl Predicted {
-    pub fn of(report: &Value, i: usize, name: &str, kind: RouteKind) -> Self {
+    /// Made before the real change, so that a route written by it shows.
+    pub async fn of(env: &TestEnv, report: &Value, i: usize, name: &str, kind: RouteKind) -> Self {
+        let before = written_route(env, kind, name).await;
         Self {
             name: name.to_string(),
             kind,
             route: printed_route(report, i).map(|r| compared(kind, &r)),
+            version_before: before.and_then(|r| r.metadata.resource_version),
             conditions: printed_conditions(report, i),
         }
     }
 
-    /// What the cluster has now: the route (when one was printed) and the conditions.
+    /// What the cluster has now: the route (when one was printed; else a route written since
+    /// the prediction) and the conditions.
     async fn written(&self, env: &TestEnv) -> (Option<RouteView>, Vec<Seen>) {
+        let now = written_route(env, self.kind, &self.name).await;
         let route = match &self.route {
-            Some(_) => written_route(env, self.kind, &self.name)
-                .await
+            Some(_) => now.map(|r| compared(self.kind, &r)),
+            None => now
+                .filter(|r| r.metadata.resource_version != self.version_before)
                 .map(|r| compared(self.kind, &r)),
-            None => None,
         };
         let policy = env.policy(&self.name).await;
         (
@@ -128,8 +136,13 @@ impl Predicted {
             reached,
             "{scenario}: the controller wrote other than what-if printed:\nprinted: {want:#?}\nwritten: {have:#?}"
         );
+        let route = if self.route.is_some() {
+            "the route as printed"
+        } else {
+            "no route written, as printed"
+        };
         figure(format!(
-            "what-if {scenario}: {} conditions and the route as printed",
+            "what-if {scenario}: {} conditions and {route}",
             self.conditions.len()
         ));
     }
