@@ -68,6 +68,8 @@ pub struct KindSpec {
     pub name_field: &'static str,
     /// The status field that names the route.
     pub status_name: fn(&mut FailoverPolicyStatus) -> &mut Option<String>,
+    /// Whether a spec sets this kind's own fields (what `routeRef` must leave unset).
+    pub fields_set: fn(&FailoverPolicySpec) -> bool,
 }
 
 /// The `Ready` reasons that name one kind (constants of [`crate::api::conditions::ready`]).

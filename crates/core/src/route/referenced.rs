@@ -95,17 +95,17 @@ pub fn target(policy: &FailoverPolicy) -> Option<super::RouteTarget> {
     })
 }
 
-/// The rules of `spec.routeRef`, each with whether it holds.
-pub fn checks(spec: &FailoverPolicySpec) -> Vec<(bool, &'static CrossFieldRule)> {
+/// The rules of `spec.routeRef`, each with whether it holds; `kinds` is the table of route kinds
+/// (every kind's own fields must be left unset beside it).
+pub fn checks(
+    spec: &FailoverPolicySpec,
+    kinds: &[&KindSpec],
+) -> Vec<(bool, &'static CrossFieldRule)> {
     if spec.route_ref.is_none() {
         return Vec::new();
     }
-    let alone = spec.output == Output::TrafficSplit
-        && spec.traffic_split.name.is_none()
-        && spec.http_route.is_none()
-        && spec.grpc_route.is_none()
-        && spec.tls_route.is_none()
-        && spec.tcp_route.is_none();
+    let alone =
+        spec.output == Output::TrafficSplit && !kinds.iter().any(|kind| (kind.fields_set)(spec));
     vec![
         (alone, &rules::ROUTE_REF_ALONE),
         (

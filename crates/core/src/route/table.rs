@@ -156,4 +156,73 @@ mod tests {
             assert_eq!(spec.metric_label, spec.name.to_lowercase());
         }
     }
+
+    /// The top-level spec field of a kind (`httpRoute`, `trafficSplit`), and its field that the
+    /// `routeRef` rule names (`httpRoute`, `trafficSplit.name`).
+    fn own_field(spec: &KindSpec) -> (&'static str, &'static str) {
+        let own = spec.name_field.strip_prefix("spec.").expect("a spec field");
+        let top = own.split('.').next().expect("a field");
+        let named = if spec.kind == RouteKind::TrafficSplit {
+            own
+        } else {
+            top
+        };
+        (top, named)
+    }
+
+    #[test]
+    fn every_kind_is_in_the_route_ref_rule_the_crd_and_the_status() {
+        use crate::api::{
+            FailoverPolicyStatus, RouteRefKind, RouteRefSpec, rules::ROUTE_REF_ALONE,
+        };
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_value(crate::api::FailoverPolicy::crd()).expect("crd");
+        let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"];
+        for spec in KINDS {
+            let (top, named) = own_field(spec);
+            assert!(
+                ROUTE_REF_ALONE.cel.contains(&format!("!has(self.{named})")),
+                "the routeRef rule's CEL leaves out {named}"
+            );
+            assert!(
+                ROUTE_REF_ALONE.message.contains(named),
+                "the routeRef rule's message leaves out {named}"
+            );
+            assert!(schema["spec"]["properties"][top].is_object(), "spec.{top}");
+            assert!(
+                schema["status"]["properties"][top].is_object(),
+                "status.{top}"
+            );
+            let mut status = FailoverPolicyStatus::default();
+            *(spec.status_name)(&mut status) = Some("route".into());
+            let status = serde_json::to_value(&status).expect("status");
+            assert_eq!(
+                status[top], "route",
+                "{} names its route in status.{top}",
+                spec.name
+            );
+            // A policy with routeRef and this kind's own field set breaks the rule.
+            let mut policy = serde_json::to_value(crate::api::FailoverPolicySpec {
+                route_ref: Some(RouteRefSpec {
+                    kind: RouteRefKind::HttpRoute,
+                    name: "shop".into(),
+                    rule: "main".into(),
+                }),
+                ..Default::default()
+            })
+            .expect("spec");
+            policy[top] = serde_json::json!({"name": "route", "port": 80});
+            let policy: crate::api::FailoverPolicySpec =
+                serde_json::from_value(policy).expect("a spec");
+            assert!((spec.fields_set)(&policy), "{}", spec.name);
+            let alone = super::super::referenced::checks(&policy, KINDS);
+            assert!(
+                alone
+                    .iter()
+                    .any(|(holds, rule)| !holds && rule.field == ROUTE_REF_ALONE.field),
+                "{} beside routeRef is refused",
+                spec.name
+            );
+        }
+    }
 }

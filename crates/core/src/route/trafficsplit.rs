@@ -44,6 +44,7 @@ pub const KIND: KindSpec = KindSpec {
     },
     name_field: "spec.trafficSplit.name",
     status_name,
+    fields_set: |spec| spec.traffic_split.name.is_some(),
 };
 
 /// A policy's TrafficSplit is its API version: it routes the apex, and has no parents.

@@ -151,6 +151,7 @@ const fn kind_spec<const K: usize>() -> KindSpec {
         reasons: gateway.reasons,
         name_field: gateway.name_field,
         status_name: gateway.status_name,
+        fields_set: fields_set::<K>,
     }
 }
 
@@ -318,6 +319,11 @@ fn view(object: &RouteObject) -> RouteView {
 
 /// The rules of the output of `GATEWAY_KINDS[K]` (what it needs, and that its backends fit the
 /// one rule it writes) and of its field, each with whether it holds.
+/// Whether `spec` sets the field of `GATEWAY_KINDS[K]`.
+fn fields_set<const K: usize>(spec: &FailoverPolicySpec) -> bool {
+    (GATEWAY_KINDS[K].field)(spec).is_some()
+}
+
 fn checks<const K: usize>(spec: &FailoverPolicySpec) -> Vec<(bool, &'static CrossFieldRule)> {
     let gateway = &GATEWAY_KINDS[K];
     let rules = gateway.rules;
