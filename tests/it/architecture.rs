@@ -589,3 +589,52 @@ fn the_import_reader_understands_what_the_code_writes() {
         tests.contains("crate::a") && !tests.contains("crate::b") && tests.contains("crate::c")
     );
 }
+
+#[test]
+fn a_reconcile_writes_the_caches_only_where_the_caches_say() {
+    // (file, what it may write): the driver's effects learnt in one place, and the group's
+    // compare-and-set of its choice.
+    let allowed = [
+        ("src/pipeline/reconcile.rs", "apis.missing("),
+        ("src/pipeline/reconcile.rs", "apis.needed("),
+        ("src/pipeline/group.rs", "groups.write()"),
+    ];
+    let writes = regex::Regex::new(
+        r"caches\s*\.\s*(\w+)\s*\.\s*(write\(\)|missing\(|needed\(|upsert\(|remove\(|insert\()",
+    )
+    .expect("regex");
+    let (mut wrong, mut seen) = (Vec::new(), BTreeSet::new());
+    for module in modules(&repo().join("src/pipeline")) {
+        let code = without_tests(&code_only(
+            &std::fs::read_to_string(&module.file).expect("read"),
+        ));
+        let file = module
+            .file
+            .strip_prefix(repo())
+            .unwrap_or(&module.file)
+            .display()
+            .to_string();
+        for found in writes.captures_iter(&code) {
+            let written = format!("{}.{}", &found[1], &found[2]);
+            match allowed
+                .iter()
+                .position(|(f, w)| *f == file && *w == written)
+            {
+                Some(i) => {
+                    seen.insert(i);
+                }
+                None => wrong.push(format!("{file}: caches.{written}")),
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "a reconcile writes the caches where src/sources/caches.rs does not say: {wrong:?}"
+    );
+    // The reader finds the writes it allows: it would not miss others.
+    assert_eq!(
+        seen.len(),
+        allowed.len(),
+        "found only {seen:?} of {allowed:?}"
+    );
+}
