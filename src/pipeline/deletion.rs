@@ -13,15 +13,18 @@ use std::time::Duration;
 use chrono::Utc;
 use tracing::{info, warn};
 
-use crate::pipeline::finalize::Finalizer;
-use crate::sources::scope::Scaling;
 use crate::{
-    pipeline::{finalize, gather, scale, write},
-    sources::{Context, local::policies::PolicyEntry},
+    pipeline::{
+        finalize::{self, Finalizer},
+        scale, write,
+    },
+    runtime::writer::Writer,
+    sources::{Context, local::policies::PolicyEntry, scope::Scaling},
 };
 use failover_core::{
-    api::FailoverPolicy,
+    api::{FailoverPolicy, ScaledWorkload},
     applied::{ScaleProblem, Scaled},
+    reconcile::{self as driver, Cleaned, Restored, World},
 };
 
 /// How long after its deletion a policy's restores are retried before the finalizer is
@@ -38,60 +41,51 @@ pub enum Finalized {
     Retry,
 }
 
-/// Restores what the deleted policy raised and removes its finalizer.
-pub async fn finalize(policy: &PolicyEntry, ctx: &Context) -> Finalized {
-    let writer = &ctx.writer;
-    let previous = gather::previous_status(policy, writer);
-    let records = previous.map(|l| l.scaled.to_vec()).unwrap_or_default();
-    let scaled = if ctx.scope.scaling == Scaling::Allowed {
-        restore_all(ctx, policy, records).await
-    } else {
-        Scaled {
-            problem: (!records.is_empty()).then(|| {
-                ScaleProblem::failed(
-                    "the cluster admin does not let the controller scale workloads (--allow-scaling)",
-                )
-            }),
-            workloads: records,
-            changes: Vec::new(),
-        }
-    };
-    let retry = ctx.scope.scaling == Scaling::Allowed
-        && !scaled.workloads.is_empty()
-        && !overdue(policy, ctx).await;
-    let removed = if retry {
-        Ok(())
-    } else {
-        finalize::set(writer, policy, Finalizer::Release).await
-    };
-    match (retry, removed) {
-        (false, Ok(())) => {
+/// The core driver's cleanup state, and what it did told: the log and an Event per workload
+/// restored.
+pub async fn finalize<W: World>(policy: &PolicyEntry, writer: &Writer, world: &W) -> Finalized {
+    match driver::cleanup(world).await {
+        Cleaned::Done(scaled) => {
             info!(left_raised = scaled.workloads.len(), "finalizer removed");
             write::announce_scaling(writer, policy, &scaled);
             Finalized::Done
         }
-        (_, removed) => {
-            let problem = removed
-                .err()
-                .or(scaled.problem.as_ref().map(ToString::to_string))
-                .unwrap_or_default();
+        Cleaned::Retry { scaled, problem } => {
             warn!(
                 problem,
                 "the deleted policy's workloads or finalizer: retrying"
             );
-            let changes = Scaled {
-                problem: None,
-                ..scaled
-            };
-            write::announce_scaling(writer, policy, &changes);
+            write::announce_scaling(writer, policy, &scaled);
             Finalized::Retry
         }
     }
 }
 
+/// Restores the recorded workloads when the cluster admin lets the controller scale; else keeps
+/// every record, saying why.
+pub async fn restore(ctx: &Context, policy: &PolicyEntry, records: &[ScaledWorkload]) -> Restored {
+    if ctx.scope.scaling == Scaling::Forbidden {
+        return Restored::Forbidden(Scaled {
+            problem: (!records.is_empty()).then(|| {
+                ScaleProblem::failed(
+                    "the cluster admin does not let the controller scale workloads (--allow-scaling)",
+                )
+            }),
+            workloads: records.to_vec(),
+            changes: Vec::new(),
+        });
+    }
+    Restored::Tried(restore_all(ctx, policy, records).await)
+}
+
+/// Removes the deleted policy's finalizer.
+pub async fn release(ctx: &Context, policy: &PolicyEntry) -> Result<(), String> {
+    finalize::set(&ctx.writer, policy, Finalizer::Release).await
+}
+
 /// Whether the policy's deletion was asked [`GIVE_UP_AFTER`] ago or more (read from the API
 /// server: only a policy whose restore failed asks); a policy that cannot be read is not.
-async fn overdue(policy: &PolicyEntry, ctx: &Context) -> bool {
+pub async fn overdue(policy: &PolicyEntry, ctx: &Context) -> bool {
     let policies = ctx
         .writer
         .namespaced::<FailoverPolicy>(&policy.key.namespace, "finalizer");
@@ -111,11 +105,7 @@ fn past_giving_up(deleted: i64, now: i64) -> bool {
 
 /// Restores every recorded workload; what could not be restored stays in `workloads`, with
 /// the first problem.
-async fn restore_all(
-    ctx: &Context,
-    policy: &PolicyEntry,
-    records: Vec<failover_core::api::ScaledWorkload>,
-) -> Scaled {
+async fn restore_all(ctx: &Context, policy: &PolicyEntry, records: &[ScaledWorkload]) -> Scaled {
     let mut scaled = Scaled::default();
     let workloads = scale::Workloads {
         writer: &ctx.writer,
@@ -124,10 +114,10 @@ async fn restore_all(
     };
     for record in records {
         let why = "as the policy is deleted";
-        match workloads.restore_one(&record, why).await {
+        match workloads.restore_one(record, why).await {
             Ok(change) => scaled.changes.extend(change),
             Err(problem) => {
-                scaled.workloads.push(record);
+                scaled.workloads.push(record.clone());
                 scaled.problem.get_or_insert(problem.problem());
             }
         }

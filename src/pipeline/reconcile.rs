@@ -33,7 +33,9 @@ use failover_core::{
     last_status::LastStatus,
     observation::PolicyKey,
     policy::ValidPolicy,
-    reconcile::{self as driver, ApiEffect, Effects, Fault, Inputs, Next, Subject, World},
+    reconcile::{
+        self as driver, ApiEffect, Effects, Fault, Inputs, Next, Restored, Subject, World,
+    },
     route::{Claim, RouteView},
     tenancy::Gateways,
 };
@@ -115,13 +117,19 @@ pub async fn reconcile(
         if !entry.identity.finalizer {
             return Ok(Next::Wait);
         }
-        return Ok(match deletion::finalize(&entry, &ctx).await {
-            Finalized::Done => {
-                retries.forget(&entry.key);
-                Next::Wait
-            }
-            Finalized::Retry => Next::After(retries.next(&entry.key)),
-        });
+        let world = Cluster {
+            entry: &entry,
+            ctx: &ctx,
+        };
+        return Ok(
+            match deletion::finalize(&entry, &ctx.writer, &world).await {
+                Finalized::Done => {
+                    retries.forget(&entry.key);
+                    Next::Wait
+                }
+                Finalized::Retry => Next::After(retries.next(&entry.key)),
+            },
+        );
     }
     let started = Instant::now();
     debug!("reconcile started");
@@ -269,6 +277,18 @@ impl World for Cluster<'_> {
             raised,
         )
         .await
+    }
+
+    async fn restore(&self, raised: &[ScaledWorkload]) -> Restored {
+        deletion::restore(self.ctx, self.entry, raised).await
+    }
+
+    async fn deletion_overdue(&self) -> bool {
+        deletion::overdue(self.entry, self.ctx).await
+    }
+
+    async fn release(&self) -> Result<(), String> {
+        deletion::release(self.ctx, self.entry).await
     }
 }
 

@@ -9,7 +9,7 @@
 //! ```
 //!
 //! An invalid policy skips from the previous status to its outcome (nothing is decided or
-//! written). What the driver finds that the world's caches should learn is returned as
+//! written). A deleted policy that holds the finalizer is in the [`cleanup`] state instead. What the driver finds that the world's caches should learn is returned as
 //! [`Effects`], applied by the caller in one place.
 
 use std::{future::Future, sync::Arc, time::Duration};
@@ -84,6 +84,38 @@ pub trait World: Sync {
         wants: &[ScaleWant],
         raised: &[ScaledWorkload],
     ) -> impl Future<Output = Scaled> + Send;
+    /// Cleanup: restores every workload `raised` records, as the policy goes.
+    fn restore(&self, raised: &[ScaledWorkload]) -> impl Future<Output = Restored> + Send;
+    /// Cleanup: whether the deletion was asked long enough ago that restores are given up.
+    fn deletion_overdue(&self) -> impl Future<Output = bool> + Send;
+    /// Cleanup: removes the policy's finalizer, so that it goes.
+    fn release(&self) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// What restoring a deleted policy's workloads came to.
+#[derive(Debug)]
+pub enum Restored {
+    /// Each was tried: what could not be restored stays in `workloads`, with the first problem.
+    Tried(Scaled),
+    /// Nothing may be scaled (the cluster admin's choice): every record stays, and no retry can
+    /// change that.
+    Forbidden(Scaled),
+}
+
+/// What the cleanup of a deleted policy came to.
+#[derive(Debug)]
+pub enum Cleaned {
+    /// The finalizer is removed and the policy goes; `scaled` says what was restored and what
+    /// stays raised.
+    Done(Scaled),
+    /// A restore failed while the deletion is young, or the finalizer could not be removed: try
+    /// again with backoff.
+    Retry {
+        /// What was restored meanwhile (its problem said apart).
+        scaled: Scaled,
+        /// Why it is tried again.
+        problem: String,
+    },
 }
 
 /// The policy as its reconcile reads it.
@@ -193,6 +225,38 @@ pub async fn reconcile<W: World>(
         next,
         effects,
     })
+}
+
+/// The cleanup state, for a deleted policy that holds the finalizer (as kube-runtime's
+/// `finalizer()` has it): every workload the last status records as raised is restored, then
+/// the finalizer is removed. The finalizer is removed only once the restores succeeded, or
+/// nothing may be scaled, or the deletion is overdue; otherwise the cleanup is retried.
+pub async fn cleanup<W: World>(world: &W) -> Cleaned {
+    let raised = world
+        .previous()
+        .map(|last| last.scaled.to_vec())
+        .unwrap_or_default();
+    let (scaled, retry) = match world.restore(&raised).await {
+        Restored::Forbidden(scaled) => (scaled, false),
+        Restored::Tried(scaled) => {
+            let retry = !scaled.workloads.is_empty() && !world.deletion_overdue().await;
+            (scaled, retry)
+        }
+    };
+    let released = if retry { Ok(()) } else { world.release().await };
+    match (retry, released) {
+        (false, Ok(())) => Cleaned::Done(scaled),
+        (_, released) => Cleaned::Retry {
+            problem: released
+                .err()
+                .or(scaled.problem.as_ref().map(ToString::to_string))
+                .unwrap_or_default(),
+            scaled: Scaled {
+                problem: None,
+                ..scaled
+            },
+        },
+    }
 }
 
 /// A valid policy's stages: group, observe, intend, the route, then the workloads.

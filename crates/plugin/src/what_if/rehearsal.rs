@@ -13,7 +13,7 @@ use failover_core::{
     last_status::LastStatus,
     observation::{BackendObservation, PolicyKey},
     policy::ValidPolicy,
-    reconcile::{Fault, Inputs, World},
+    reconcile::{Fault, Inputs, Restored, World},
     route::{Claim, RouteView},
     tenancy::Gateways,
 };
@@ -94,5 +94,22 @@ impl World for Rehearsal<'_> {
             workloads: raised.to_vec(),
             ..Scaled::default()
         }
+    }
+
+    // What-if never imagines a deleted policy: its cleanup restores nothing and keeps every
+    // record.
+    async fn restore(&self, raised: &[ScaledWorkload]) -> Restored {
+        Restored::Forbidden(Scaled {
+            workloads: raised.to_vec(),
+            ..Scaled::default()
+        })
+    }
+
+    async fn deletion_overdue(&self) -> bool {
+        false
+    }
+
+    async fn release(&self) -> Result<(), String> {
+        Ok(())
     }
 }
