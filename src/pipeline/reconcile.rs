@@ -164,7 +164,6 @@ async fn run(entry: &PolicyEntry, ctx: &Context) -> Result<Next, Error> {
         spec,
     };
     let reconciled = driver::reconcile(&subject, &Cluster { entry, ctx }, Utc::now()).await?;
-    learn(ctx, reconciled.effects);
     // Written in the background: the next reconcile of this policy does not wait for it.
     let key = StatusKey::new(&entry.key, &entry.identity.uid);
     let previous = reconciled.previous.as_ref();
@@ -186,18 +185,6 @@ async fn run(entry: &PolicyEntry, ctx: &Context) -> Result<Next, Error> {
         &written,
     );
     reconciled.next
-}
-
-/// The caches learn what a reconcile found: the one place a reconcile's findings reach them.
-fn learn(ctx: &Context, effects: Effects) {
-    match effects.api {
-        Some(ApiEffect::FoundMissing(api)) => {
-            ctx.caches.apis.missing(api);
-            ctx.caches.apis.needed(api);
-        }
-        Some(ApiEffect::StillMissing(api)) => ctx.caches.apis.needed(api),
-        None => {}
-    }
 }
 
 /// The world a policy's reconcile runs in: the caches, read as they are, and the leader-checked
@@ -244,6 +231,19 @@ impl World for Cluster<'_> {
 
     fn api(&self, api: NeededApi) -> ApiState {
         self.ctx.caches.apis.state(api)
+    }
+
+    /// The caches learn what a write found: the one place a reconcile's findings reach them.
+    fn learn(&self, effects: Effects) {
+        let caches = &self.ctx.caches;
+        match effects.api {
+            Some(ApiEffect::FoundMissing(api)) => {
+                caches.apis.missing(api);
+                caches.apis.needed(api);
+            }
+            Some(ApiEffect::StillMissing(api)) => caches.apis.needed(api),
+            None => {}
+        }
     }
 
     async fn apply_route(

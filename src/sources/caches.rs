@@ -4,7 +4,7 @@
 //! clusters' readiness and the health readings. Each is written by its own watch and read under
 //! its own lock. A reconcile writes two things here, each in one place (`tests/it/architecture.rs`
 //! holds the pipeline to it): the APIs it found missing, from the driver's effects
-//! (`pipeline::reconcile::learn`), and a group's recorded choice (`pipeline::group`: a
+//! (the controller's `World::learn`, in `pipeline::reconcile`), and a group's recorded choice (`pipeline::group`: a
 //! compare-and-set, since a choice made from a stale one is made again).
 
 use std::{sync::Arc, time::Duration};

@@ -9,8 +9,9 @@
 //! ```
 //!
 //! An invalid policy skips from the previous status to its outcome (nothing is decided or
-//! written). A deleted policy that holds the finalizer is in the [`cleanup`] state instead. What the driver finds that the world's caches should learn is returned as
-//! [`Effects`], applied by the caller in one place.
+//! written). A deleted policy that holds the finalizer is in the [`cleanup`] state instead.
+//! What a write finds that the world's caches should learn (an API found missing) is told as
+//! [`Effects`] through [`World::learn`], right after the write.
 
 use std::{future::Future, sync::Arc, time::Duration};
 
@@ -69,6 +70,9 @@ pub trait World: Sync {
     fn claims_summary(&self) -> Option<ClaimsStatus>;
     /// Whether an API is served, as far as the world knows.
     fn api(&self, api: NeededApi) -> ApiState;
+    /// What the world's caches learn from the route's write, told as soon as it is known (so
+    /// that other policies' reconciles read it); applied in this one place.
+    fn learn(&self, effects: Effects);
     /// Carries out the intent's action on the route; an API found missing is
     /// `Ok(Applied::ApiMissing)`.
     fn apply_route(
@@ -149,7 +153,7 @@ pub enum Next {
     After(Duration),
 }
 
-/// What the world's caches should learn from a reconcile, applied by the caller in one place.
+/// What the world's caches should learn from a reconcile, told through [`World::learn`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[must_use]
 pub struct Effects {
@@ -177,8 +181,6 @@ pub struct Reconciled<E> {
     pub status: FailoverPolicyStatus,
     /// What happens next, or the failed write to retry with backoff.
     pub next: Result<Next, E>,
-    /// What the world's caches should learn.
-    pub effects: Effects,
 }
 
 /// When a policy looks again at a workload it wants raised and could not raise (its owner has
@@ -195,13 +197,13 @@ pub async fn reconcile<W: World>(
     now: DateTime<Utc>,
 ) -> Result<Reconciled<W::Error>, W::Error> {
     let previous = world.previous();
-    let (outcome, failure, effects) = match subject.spec {
+    let (outcome, failure) = match subject.spec {
         Spec::Invalid(problems) => {
             let outcome = Outcome::Invalid {
                 problems: problems.to_vec(),
                 kept: world.kept(),
             };
-            (outcome, None, Effects::default())
+            (outcome, None)
         }
         Spec::Valid(valid) => apply(subject.uid, valid, previous.as_ref(), world, now).await?,
     };
@@ -223,7 +225,6 @@ pub async fn reconcile<W: World>(
         outcome,
         status,
         next,
-        effects,
     })
 }
 
@@ -266,7 +267,7 @@ async fn apply<W: World>(
     previous: Option<&LastStatus>,
     world: &W,
     now: DateTime<Utc>,
-) -> Result<(Outcome, Option<W::Error>, Effects), W::Error> {
+) -> Result<(Outcome, Option<W::Error>), W::Error> {
     let order = world.group_order(now);
     let inputs = world.observe(valid);
     let observed = Observed {
@@ -287,7 +288,7 @@ async fn apply<W: World>(
         Err(Fault::Abort(e)) => return Err(e),
         Err(Fault::Failed(e)) => (Applied::Failed(e.to_string()), Some(e)),
     };
-    let effects = Effects {
+    world.learn(Effects {
         api: match applied {
             Applied::ApiMissing(missing) if api == ApiState::Served => {
                 Some(ApiEffect::FoundMissing(missing))
@@ -295,13 +296,13 @@ async fn apply<W: World>(
             Applied::ApiMissing(missing) => Some(ApiEffect::StillMissing(missing)),
             _ => None,
         },
-    };
+    });
     let raised = previous.map(|p| &*p.scaled).unwrap_or_default();
     let scaled = world
         .scale(&intent.policy, &intent.plan.scale, raised)
         .await;
     let outcome = intent.outcome(applied, scaled, inputs.route);
-    Ok((outcome, failure, effects))
+    Ok((outcome, failure))
 }
 
 /// What to do after a reconcile that wrote what it meant to: requeue when a hold falls due or

@@ -116,9 +116,14 @@ impl Predicted {
         let now = written_route(env, self.kind, &self.name).await;
         let route = match &self.route {
             Some(_) => now.map(|r| compared(self.kind, &r)),
-            None => now
-                .filter(|r| r.metadata.resource_version != self.version_before)
-                .map(|r| compared(self.kind, &r)),
+            // None printed: the route must be as it was (there, with its version, or absent).
+            None => match now {
+                Some(r) if r.metadata.resource_version == self.version_before => None,
+                None if self.version_before.is_none() => None,
+                Some(r) => Some(compared(self.kind, &r)),
+                // Deleted since: a change, shown as an empty view.
+                None => Some(RouteView::default()),
+            },
         };
         let policy = env.policy(&self.name).await;
         (

@@ -13,7 +13,7 @@ use failover_core::{
     last_status::LastStatus,
     observation::{BackendObservation, PolicyKey},
     policy::ValidPolicy,
-    reconcile::{Fault, Inputs, Restored, World},
+    reconcile::{Effects, Fault, Inputs, Restored, World},
     route::{Claim, RouteView},
     tenancy::Gateways,
 };
@@ -69,6 +69,9 @@ impl World for Rehearsal<'_> {
     fn api(&self, _api: NeededApi) -> ApiState {
         self.imagined.api
     }
+
+    /// What-if has no caches to teach: its world is read once.
+    fn learn(&self, _effects: Effects) {}
 
     async fn apply_route(
         &self,

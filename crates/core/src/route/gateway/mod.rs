@@ -317,13 +317,13 @@ fn view(object: &RouteObject) -> RouteView {
     }
 }
 
-/// The rules of the output of `GATEWAY_KINDS[K]` (what it needs, and that its backends fit the
-/// one rule it writes) and of its field, each with whether it holds.
 /// Whether `spec` sets the field of `GATEWAY_KINDS[K]`.
 fn fields_set<const K: usize>(spec: &FailoverPolicySpec) -> bool {
     (GATEWAY_KINDS[K].field)(spec).is_some()
 }
 
+/// The rules of the output of `GATEWAY_KINDS[K]` (what it needs, and that its backends fit the
+/// one rule it writes) and of its field, each with whether it holds.
 fn checks<const K: usize>(spec: &FailoverPolicySpec) -> Vec<(bool, &'static CrossFieldRule)> {
     let gateway = &GATEWAY_KINDS[K];
     let rules = gateway.rules;
