@@ -17,8 +17,8 @@ use serde_json::Value;
 
 use crate::groups::{create_group, member, wait_group};
 use crate::support::{
-    self, Exporter, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS,
-    kubectl_failover, routing_to_web, started, test_env,
+    self, ControllerProcess, Exporter, ON_EAST, ON_WEB, ON_WEST, PolicyBuilder, TestEnv, WAIT,
+    WEB_BACKENDS, kubectl_failover, routing_to_web, started, test_env,
     what_if::{Predicted, reading_health, rules, what_if},
 };
 
@@ -259,45 +259,48 @@ async fn a_tier_is_what_what_if_printed() {
 
 #[tokio::test]
 async fn a_spillover_by_capacity_is_what_what_if_printed() {
-    let Some(env) = TestEnv::new("what-if-spillover").await else {
+    let Some((env, _c)) = sized_on_three_ready("what-if-spillover").await else {
         return;
     };
-    let _c = env.routing_to_web(&sized(Strategy::Ordered), WAIT).await;
-    env.set_endpoints("web", 3, 0).await;
-    wait_ready_endpoints(&env, 3).await;
-    let report = what_if(&env, "web", &["--ready", "web=2"]);
-    assert_eq!(
-        rules(&report),
-        vec![ready::SPILLOVER_BY_CAPACITY],
-        "{report:#}"
-    );
-    let predicted = Predicted::of(&env, &report, 0, "web", RouteKind::TrafficSplit).await;
-    env.set_endpoints("web", 2, 1).await;
-    predicted
-        .written_as_printed(&env, "the primary short of endpoints")
-        .await;
+    two_of_three_ready(
+        &env,
+        ready::SPILLOVER_BY_CAPACITY,
+        "the primary short of endpoints",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_failback_by_capacity_is_what_what_if_printed() {
-    let Some(env) = TestEnv::new("what-if-capacity-failback").await else {
+    let Some((env, _c)) = sized_on_three_ready("what-if-capacity-failback").await else {
         return;
     };
-    let _c = env.routing_to_web(&sized(Strategy::Ordered), WAIT).await;
-    env.set_endpoints("web", 3, 0).await;
-    wait_ready_endpoints(&env, 3).await;
     primary_fails(&env).await;
     env.wait_policy("web", WAIT, ready::FAILED_OVER, |p| {
         support::condition_reason(p, READY).as_deref() == Some(ready::FAILED_OVER)
     })
     .await;
-    let report = what_if(&env, "web", &["--ready", "web=2"]);
-    assert_eq!(rules(&report)[0], ready::FAILBACK_BY_CAPACITY, "{report:#}");
-    let predicted = Predicted::of(&env, &report, 0, "web", RouteKind::TrafficSplit).await;
+    let scenario = "the primary back with 2 of its 3 endpoints";
+    two_of_three_ready(&env, ready::FAILBACK_BY_CAPACITY, scenario).await;
+}
+
+/// The usual policy with capacity, routing to a primary of 3 ready endpoints.
+async fn sized_on_three_ready(test: &str) -> Option<(TestEnv, ControllerProcess)> {
+    let env = TestEnv::new(test).await?;
+    let controller = env.routing_to_web(&sized(Strategy::Ordered), WAIT).await;
+    env.set_endpoints("web", 3, 0).await;
+    wait_ready_endpoints(&env, 3).await;
+    Some((env, controller))
+}
+
+/// What-if `--ready web=2` first decides by `rule`, and the controller writes what it printed
+/// once 2 of the primary's 3 endpoints are ready for real.
+async fn two_of_three_ready(env: &TestEnv, rule: &str, scenario: &str) {
+    let report = what_if(env, "web", &["--ready", "web=2"]);
+    assert_eq!(rules(&report)[0], rule, "{report:#}");
+    let predicted = Predicted::of(env, &report, 0, "web", RouteKind::TrafficSplit).await;
     env.set_endpoints("web", 2, 1).await;
-    predicted
-        .written_as_printed(&env, "the primary back with 2 of its 3 endpoints")
-        .await;
+    predicted.written_as_printed(env, scenario).await;
 }
 
 /// Waits until the status counts `ready` endpoints of the primary.
