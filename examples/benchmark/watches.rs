@@ -372,7 +372,7 @@ pub fn hold_controller_watches(client: &Client, ns: &str, own_ns: &str) -> Vec<J
     ];
     for kind in RouteKind::ALL {
         let api: Api<RouteObject> =
-            Api::namespaced_with(client.clone(), own_ns, &(kind.spec().resource)());
+            Api::namespaced_with(client.clone(), own_ns, &kind.spec().resource());
         held.push(drain(events(
             api,
             kind.watch(),

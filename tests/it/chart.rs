@@ -277,7 +277,7 @@ async fn the_controllers_cluster_role_lets_it_delete_the_routes_it_yields() {
     let role = find(&objects, "ClusterRole", RENDER_CLUSTER_NAME).expect("controller ClusterRole");
     let route_verbs = ["get", "list", "watch", "create", "patch", "delete"];
     for kind in failover_core::route::KINDS {
-        let resource = (kind.resource)();
+        let resource = kind.resource();
         assert_eq!(
             verbs(role, &resource.group, &resource.plural),
             route_verbs,
@@ -304,7 +304,7 @@ async fn the_controllers_cluster_role_grants_every_route_kind_its_verbs() {
     let objects = render(&env, &[]);
     let role = find(&objects, "ClusterRole", RENDER_CLUSTER_NAME).expect("controller ClusterRole");
     for kind in route::KINDS {
-        let resource = (kind.resource)();
+        let resource = kind.resource();
         assert_eq!(
             verbs(role, &resource.group, &resource.plural),
             route::VERBS,

@@ -105,15 +105,20 @@ async fn each_missing_crd_is_named_and_picked_up_once_installed() {
     let missing =
         |p: &FailoverPolicy| condition(p, READY).is_some_and(|(_, r, _)| r.ends_with("CRDMissing"));
     let p = env
-        .wait_policy("web", WAIT, ready::TRAFFIC_SPLIT_CRD_MISSING, missing)
+        .wait_policy(
+            "web",
+            WAIT,
+            Output::TrafficSplit.reasons().crd_missing,
+            missing,
+        )
         .await;
     let (_, reason, message) = condition(&p, READY).unwrap_or_default();
-    assert_eq!(reason, ready::TRAFFIC_SPLIT_CRD_MISSING);
+    assert_eq!(reason, Output::TrafficSplit.reasons().crd_missing);
     assert!(
         message.contains("trafficsplits.split.smi-spec.io"),
         "{message}"
     );
-    env.wait_policy("hr", WAIT, ready::HTTP_ROUTE_CRD_MISSING, missing)
+    env.wait_policy("hr", WAIT, Output::HttpRoute.reasons().crd_missing, missing)
         .await;
     let metrics = controller.admin_get("/metrics").await.1;
     let series = "failover_missing_api{crd=\"trafficsplits.split.smi-spec.io\"}";

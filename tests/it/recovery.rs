@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use failover_core::api::{
-    FailoverPolicy, Phase,
+    FailoverPolicy, Output, Phase,
     conditions::{READY, ready},
 };
 
@@ -182,9 +182,12 @@ async fn denied_writes_are_reported_then_retried_until_they_land() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     env.set_endpoints("web", 0, 1).await;
     let p = env
-        .wait_policy("web", LONG_WAIT, ready::TRAFFIC_SPLIT_WRITE_FAILED, |p| {
-            ready_reason(p).as_deref() == Some(ready::TRAFFIC_SPLIT_WRITE_FAILED)
-        })
+        .wait_policy(
+            "web",
+            LONG_WAIT,
+            Output::TrafficSplit.reasons().write_failed,
+            |p| ready_reason(p).as_deref() == Some(Output::TrafficSplit.reasons().write_failed),
+        )
         .await;
     let message = p
         .status

@@ -40,8 +40,8 @@ async fn foreign_traffic_split_is_never_touched() {
     let _controller = ControllerProcess::start(&env, &[]);
     env.apply(&PolicyBuilder::web());
     let p = env
-        .wait_policy("web", WAIT, ready::TRAFFIC_SPLIT_CONFLICT, |p| {
-            condition_reason(p, READY).as_deref() == Some(ready::TRAFFIC_SPLIT_CONFLICT)
+        .wait_policy("web", WAIT, Output::TrafficSplit.reasons().conflict, |p| {
+            condition_reason(p, READY).as_deref() == Some(Output::TrafficSplit.reasons().conflict)
         })
         .await;
     let ready = p
@@ -304,8 +304,8 @@ async fn foreign_http_route_is_never_touched() {
         .expect("foreign route");
     let _c = ControllerProcess::start(&env, &[]);
     env.apply(&http_route_policy(None));
-    env.wait_policy("web", WAIT, ready::HTTP_ROUTE_CONFLICT, |p| {
-        condition(p, READY).is_some_and(|c| c.1 == ready::HTTP_ROUTE_CONFLICT)
+    env.wait_policy("web", WAIT, Output::HttpRoute.reasons().conflict, |p| {
+        condition(p, READY).is_some_and(|c| c.1 == Output::HttpRoute.reasons().conflict)
     })
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;

@@ -155,7 +155,7 @@ fn every_limit_of_a_policys_route_is_within_what_the_pinned_gateway_api_crds_all
     let ours = &ours["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
     let gateway_kinds = failover_core::route::KINDS
         .iter()
-        .filter(|kind| (kind.resource)().group == "gateway.networking.k8s.io");
+        .filter(|kind| kind.resource().group == "gateway.networking.k8s.io");
     for kind in gateway_kinds {
         let theirs = served_spec(&crds, kind.crd);
         let field = kind

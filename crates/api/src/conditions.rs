@@ -68,36 +68,6 @@ pub mod ready {
     pub const SUSPENDED: &str = "Suspended";
     /// The spec breaks a rule; nothing is decided.
     pub const INVALID_SPEC: &str = "InvalidSpec";
-    /// A TrafficSplit of the route's name exists and is not the policy's.
-    pub const TRAFFIC_SPLIT_CONFLICT: &str = "TrafficSplitConflict";
-    /// An HTTPRoute of the route's name exists and is not the policy's.
-    pub const HTTP_ROUTE_CONFLICT: &str = "HTTPRouteConflict";
-    /// Writing the TrafficSplit failed.
-    pub const TRAFFIC_SPLIT_WRITE_FAILED: &str = "TrafficSplitWriteFailed";
-    /// Writing the HTTPRoute failed.
-    pub const HTTP_ROUTE_WRITE_FAILED: &str = "HTTPRouteWriteFailed";
-    /// The TrafficSplit CRD is not installed.
-    pub const TRAFFIC_SPLIT_CRD_MISSING: &str = "TrafficSplitCRDMissing";
-    /// The HTTPRoute CRD is not installed.
-    pub const HTTP_ROUTE_CRD_MISSING: &str = "HTTPRouteCRDMissing";
-    /// A GRPCRoute of the route's name exists and is not the policy's.
-    pub const GRPC_ROUTE_CONFLICT: &str = "GRPCRouteConflict";
-    /// Writing the GRPCRoute failed.
-    pub const GRPC_ROUTE_WRITE_FAILED: &str = "GRPCRouteWriteFailed";
-    /// The GRPCRoute CRD is not installed.
-    pub const GRPC_ROUTE_CRD_MISSING: &str = "GRPCRouteCRDMissing";
-    /// A TLSRoute of the route's name exists and is not the policy's.
-    pub const TLS_ROUTE_CONFLICT: &str = "TLSRouteConflict";
-    /// Writing the TLSRoute failed.
-    pub const TLS_ROUTE_WRITE_FAILED: &str = "TLSRouteWriteFailed";
-    /// The TLSRoute CRD (v1) is not installed.
-    pub const TLS_ROUTE_CRD_MISSING: &str = "TLSRouteCRDMissing";
-    /// A TCPRoute of the route's name exists and is not the policy's.
-    pub const TCP_ROUTE_CONFLICT: &str = "TCPRouteConflict";
-    /// Writing the TCPRoute failed.
-    pub const TCP_ROUTE_WRITE_FAILED: &str = "TCPRouteWriteFailed";
-    /// The TCPRoute CRD (v1) is not installed.
-    pub const TCP_ROUTE_CRD_MISSING: &str = "TCPRouteCRDMissing";
     /// `spec.routeRef` names a route, or a rule of it, that does not exist.
     pub const ROUTE_REF_NOT_FOUND: &str = "RouteRefNotFound";
     /// The rule `spec.routeRef` names routes to other backends than the policy's.
@@ -110,44 +80,44 @@ pub mod ready {
     /// one writes no route.
     pub const APEX_CONFLICT: &str = "ApexConflict";
 
-    /// The `Ready` reasons of a failure that no transition Event announces: each raises a
-    /// Warning Event of the same reason when it starts.
-    pub const FAILURES: [&str; 14] = [
+    /// The `Ready` reasons of a failure that no transition Event announces, besides each
+    /// kind's `WriteFailed` and `CRDMissing` ([`is_failure`]).
+    pub const FAILURES: [&str; 4] = [
         INVALID_SPEC,
         ROUTE_REF_NOT_FOUND,
         ROUTE_REF_BACKENDS_DIFFER,
         ROUTE_REF_NOT_CONSENTED,
-        TRAFFIC_SPLIT_WRITE_FAILED,
-        HTTP_ROUTE_WRITE_FAILED,
-        GRPC_ROUTE_WRITE_FAILED,
-        TLS_ROUTE_WRITE_FAILED,
-        TCP_ROUTE_WRITE_FAILED,
-        TRAFFIC_SPLIT_CRD_MISSING,
-        HTTP_ROUTE_CRD_MISSING,
-        GRPC_ROUTE_CRD_MISSING,
-        TLS_ROUTE_CRD_MISSING,
-        TCP_ROUTE_CRD_MISSING,
     ];
 
     /// The `Ready` reasons that mean the policy cannot make progress until someone changes it or
-    /// the cluster: they set `Stalled`. A failed write is retried, so it does not.
-    pub const STALLING: [&str; 15] = [
+    /// the cluster, besides each kind's `Conflict` and `CRDMissing` ([`is_stalling`]).
+    pub const STALLING: [&str; 5] = [
         INVALID_SPEC,
         ROUTE_REF_NOT_FOUND,
         ROUTE_REF_BACKENDS_DIFFER,
         ROUTE_REF_NOT_CONSENTED,
-        TRAFFIC_SPLIT_CONFLICT,
-        HTTP_ROUTE_CONFLICT,
-        GRPC_ROUTE_CONFLICT,
-        TLS_ROUTE_CONFLICT,
-        TCP_ROUTE_CONFLICT,
-        TRAFFIC_SPLIT_CRD_MISSING,
-        HTTP_ROUTE_CRD_MISSING,
-        GRPC_ROUTE_CRD_MISSING,
-        TLS_ROUTE_CRD_MISSING,
-        TCP_ROUTE_CRD_MISSING,
         APEX_CONFLICT,
     ];
+
+    /// Whether `reason` is a failure that no transition Event announces: each raises a Warning
+    /// Event of the same reason when it starts.
+    pub fn is_failure(reason: &str) -> bool {
+        FAILURES.contains(&reason)
+            || crate::Output::ALL.iter().any(|output| {
+                let kind = output.reasons();
+                [kind.write_failed, kind.crd_missing].contains(&reason)
+            })
+    }
+
+    /// Whether `reason` means the policy cannot make progress until someone changes it or the
+    /// cluster: it sets `Stalled`. A failed write is retried, so it does not.
+    pub fn is_stalling(reason: &str) -> bool {
+        STALLING.contains(&reason)
+            || crate::Output::ALL.iter().any(|output| {
+                let kind = output.reasons();
+                [kind.conflict, kind.crd_missing].contains(&reason)
+            })
+    }
 }
 
 /// Reasons of the `Degraded` condition.

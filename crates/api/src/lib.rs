@@ -15,6 +15,7 @@ mod controls;
 mod gateway_route;
 mod group;
 mod health;
+mod route_kinds;
 mod route_ref;
 pub mod rules;
 pub mod status;
@@ -25,6 +26,7 @@ pub use controls::*;
 pub use gateway_route::*;
 pub use group::*;
 pub use health::*;
+pub use route_kinds::*;
 pub use route_ref::*;
 pub use status::*;
 
@@ -461,40 +463,6 @@ pub enum WhenNoneReady {
     KeepLast,
     /// Send all traffic to the primary.
     Primary,
-}
-
-/// The kind of object the controller generates.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Output {
-    /// An SMI TrafficSplit (`split.smi-spec.io`).
-    #[default]
-    TrafficSplit,
-    /// A Gateway API HTTPRoute (`gateway.networking.k8s.io/v1`) attached to Gateways or to the
-    /// apex Service.
-    #[serde(rename = "HTTPRoute")]
-    HttpRoute,
-    /// A Gateway API GRPCRoute (`gateway.networking.k8s.io/v1`).
-    #[serde(rename = "GRPCRoute")]
-    GrpcRoute,
-    /// A Gateway API TLSRoute (`gateway.networking.k8s.io/v1`): TLS passthrough by SNI.
-    #[serde(rename = "TLSRoute")]
-    TlsRoute,
-    /// A Gateway API TCPRoute (`gateway.networking.k8s.io/v1`).
-    #[serde(rename = "TCPRoute")]
-    TcpRoute,
-}
-
-impl Output {
-    /// The kind's name, as in the API.
-    pub const fn kind(self) -> &'static str {
-        match self {
-            Output::TrafficSplit => "TrafficSplit",
-            Output::HttpRoute => "HTTPRoute",
-            Output::GrpcRoute => "GRPCRoute",
-            Output::TlsRoute => "TLSRoute",
-            Output::TcpRoute => "TCPRoute",
-        }
-    }
 }
 
 /// The generated TrafficSplit.

@@ -11,6 +11,8 @@ use std::{sync::LazyLock, time::Duration};
 mod gateway_routes;
 pub use gateway_routes::*;
 
+pub use crate::kind_rules::*;
+
 /// Maximum number of secondaries a policy may list.
 pub const MAX_SECONDARIES: usize = 32;
 /// Highest priority tier a secondary may be in (one tier per secondary at most).
@@ -302,12 +304,6 @@ pub const RAMP_ENDS_AT_100: CrossFieldRule = CrossFieldRule {
     cel: "size(self.steps) == 0 || self.steps[size(self.steps) - 1] == 100",
     message: "failback.ramp.steps must end at 100",
     field: ".failback.ramp.steps",
-};
-/// `routeRef` replaces the generated route: no output and no generated route's fields beside it.
-pub const ROUTE_REF_ALONE: CrossFieldRule = CrossFieldRule {
-    cel: "!has(self.routeRef) || (self.output == 'TrafficSplit' && !has(self.trafficSplit.name) && !has(self.httpRoute) && !has(self.grpcRoute) && !has(self.tlsRoute) && !has(self.tcpRoute))",
-    message: "routeRef names the route the policy fails over: leave output, trafficSplit.name, httpRoute, grpcRoute, tlsRoute and tcpRoute unset",
-    field: ".routeRef",
 };
 /// `routeRef` is neither added, removed nor pointed at another route.
 pub const ROUTE_REF_FIXED: CrossFieldRule = CrossFieldRule {

@@ -188,15 +188,9 @@ pub struct FailoverPolicyStatus {
 impl FailoverPolicyStatus {
     /// The route this policy owns, by kind (as the API names it) and name.
     pub fn route(&self) -> Option<(&'static str, &str)> {
-        [
-            (Output::TrafficSplit, &self.traffic_split),
-            (Output::HttpRoute, &self.http_route),
-            (Output::GrpcRoute, &self.grpc_route),
-            (Output::TlsRoute, &self.tls_route),
-            (Output::TcpRoute, &self.tcp_route),
-        ]
-        .into_iter()
-        .find_map(|(output, name)| Some((output.kind(), name.as_deref()?)))
+        Output::ALL
+            .into_iter()
+            .find_map(|output| Some((output.kind(), output.status_name_of(self)?)))
     }
 }
 

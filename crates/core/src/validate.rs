@@ -267,7 +267,7 @@ fn cross_field_problems(spec: &FailoverPolicySpec) -> Vec<SpecProblem> {
     ];
     let mut problems: Vec<SpecProblem> = checks
         .into_iter()
-        .chain(KINDS.iter().flat_map(|kind| (kind.checks)(spec)))
+        .chain(KINDS.iter().flat_map(|kind| kind.checks(spec)))
         .chain(crate::route::referenced::checks(spec, KINDS))
         .chain(capacity_checks(spec))
         .filter(|(holds, _)| !holds)

@@ -231,7 +231,7 @@ fn announce_drill(
 /// cluster is read anew and reads as not answering until it does.
 fn is_failure(c: &Condition) -> bool {
     match (c.type_.as_str(), c.status.as_str()) {
-        (READY, "False") => ready::FAILURES.contains(&c.reason.as_str()),
+        (READY, "False") => ready::is_failure(&c.reason),
         (HEALTH_QUERY_FAILED, "True") => true,
         // No answer yet is how every route starts; a refusal is a failure.
         (ATTACHED, "False") => c.reason != attached::NO_ANSWER,

@@ -113,7 +113,7 @@ async fn route_feeds(ctx: &Arc<Context>) {
 /// The watch of one route kind, each object kept as its kind's view of it.
 async fn route_feed(ctx: &Arc<Context>, kind: RouteKind) {
     let spec = kind.spec();
-    let resource = (spec.resource)();
+    let resource = spec.resource();
     let client = ctx.client.clone();
     let api: Api<RouteObject> = match ctx.scope.namespace.as_deref() {
         Some(ns) => Api::namespaced_with(client, ns, &resource),
@@ -132,7 +132,7 @@ async fn route_feed(ctx: &Arc<Context>, kind: RouteKind) {
                         .into(),
                     name: object.metadata.name.as_deref().unwrap_or_default().into(),
                 };
-                (key, (spec.view)(&object))
+                (key, spec.view(&object))
             });
             let (changed, seen) = ctx.caches.routes.write().apply(kind, keyed);
             if let Some(version) = seen {

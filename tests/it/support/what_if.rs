@@ -79,7 +79,7 @@ fn printed_route(report: &Value, i: usize) -> Option<RouteObject> {
 
 /// The route of `policy` as the cluster has it now.
 async fn written_route(env: &TestEnv, kind: RouteKind, name: &str) -> Option<RouteObject> {
-    let resource = (kind.spec().resource)();
+    let resource = kind.spec().resource();
     let routes: kube::Api<RouteObject> =
         kube::Api::namespaced_with(env.client.clone(), &env.ns, &resource);
     routes.get_opt(name).await.ok().flatten()

@@ -174,44 +174,29 @@ macro_rules! gateway_route_rules {
         }
     };
 }
+pub(crate) use gateway_route_rules;
 
-/// Output `HTTPRoute` and `spec.httpRoute`.
-pub const HTTP_ROUTE: GatewayRouteRules =
-    gateway_route_rules!("HTTPRoute", "httpRoute", newer: false, hostnames: Hostnames::Any);
-/// Output `GRPCRoute` and `spec.grpcRoute`.
-pub const GRPC_ROUTE: GatewayRouteRules =
-    gateway_route_rules!("GRPCRoute", "grpcRoute", newer: true, hostnames: Hostnames::Any);
-/// Output `TLSRoute` and `spec.tlsRoute`: it routes by the SNI hostname, so it names one.
-pub const TLS_ROUTE: GatewayRouteRules = gateway_route_rules!(
-    "TLSRoute",
-    "tlsRoute",
-    newer: true,
-    hostnames: Hostnames::Required(CrossFieldRule {
-        cel: "!has(self.tlsRoute) || (has(self.tlsRoute.hostnames) && size(self.tlsRoute.hostnames) > 0)",
-        message: "tlsRoute.hostnames needs at least one hostname: a TLSRoute routes connections by their SNI hostname",
-        field: ".tlsRoute.hostnames",
-    })
-);
-/// Output `TCPRoute` and `spec.tcpRoute`: it takes every connection of its listeners, so it
-/// names no hostname.
-pub const TCP_ROUTE: GatewayRouteRules = gateway_route_rules!(
-    "TCPRoute",
-    "tcpRoute",
-    newer: true,
-    hostnames: Hostnames::Refused(CrossFieldRule {
-        cel: "!has(self.tcpRoute) || !has(self.tcpRoute.hostnames) || size(self.tcpRoute.hostnames) == 0",
-        message: "tcpRoute.hostnames is not supported: a TCPRoute takes every connection of its listeners",
-        field: ".tcpRoute.hostnames",
-    })
-);
-/// The rules of every Gateway API route output.
-pub const GATEWAY_ROUTES: [&GatewayRouteRules; 4] =
-    [&HTTP_ROUTE, &GRPC_ROUTE, &TLS_ROUTE, &TCP_ROUTE];
+/// What a TLSRoute asks of `tlsRoute.hostnames`: it routes by the SNI hostname, so it names one.
+pub const TLS_HOSTNAMES: CrossFieldRule = CrossFieldRule {
+    cel: "!has(self.tlsRoute) || (has(self.tlsRoute.hostnames) && size(self.tlsRoute.hostnames) > 0)",
+    message: "tlsRoute.hostnames needs at least one hostname: a TLSRoute routes connections by their SNI hostname",
+    field: ".tlsRoute.hostnames",
+};
+/// What a TCPRoute asks of `tcpRoute.hostnames`: it takes every connection of its listeners, so
+/// it names no hostname.
+pub const TCP_HOSTNAMES: CrossFieldRule = CrossFieldRule {
+    cel: "!has(self.tcpRoute) || !has(self.tcpRoute.hostnames) || size(self.tcpRoute.hostnames) == 0",
+    message: "tcpRoute.hostnames is not supported: a TCPRoute takes every connection of its listeners",
+    field: ".tcpRoute.hostnames",
+};
 
 /// The CRD's rules of every Gateway API route output, added to the spec's schema (a schemars
 /// transform: the derive takes one rule per attribute).
 pub fn gateway_route_schema_rules(schema: &mut schemars::Schema) {
-    for rule in GATEWAY_ROUTES.iter().flat_map(|kind| kind.schema_rules()) {
+    for rule in crate::kind_rules::GATEWAY_ROUTES
+        .iter()
+        .flat_map(|kind| kind.schema_rules())
+    {
         // Every rule is a constant whose CEL and message serialize: a failure is a programming
         // error, caught by the CRD tests.
         kube::core::validate(schema, rule.schema_rule()).expect("a CEL rule");

@@ -105,7 +105,7 @@ pub fn checks(
         return Vec::new();
     }
     let alone =
-        spec.output == Output::TrafficSplit && !kinds.iter().any(|kind| (kind.fields_set)(spec));
+        spec.output == Output::TrafficSplit && !kinds.iter().any(|kind| kind.fields_set(spec));
     vec![
         (alone, &rules::ROUTE_REF_ALONE),
         (

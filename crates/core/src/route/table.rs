@@ -1,23 +1,71 @@
-//! The one table of route kinds ([`KINDS`]), each kind's [`KindSpec`] given by its own module,
-//! and the lookups of a [`RouteKind`] into it.
+//! The table of route kinds, expanded from the API crate's rows (`route_kinds!`, one row per
+//! kind): the [`RouteKind`] key, [`KINDS`] (each kind's [`KindSpec`], from its module) and
+//! [`GATEWAY_KINDS`]; and the lookups of a [`RouteKind`] into them.
 
 use kube::core::ApiResource;
 
 use super::{
-    RouteObject, RouteTarget, RouteView, gateway,
-    kind::{KindSpec, RouteKind},
+    RouteObject, RouteTarget, RouteView,
+    claim::Traffic,
+    gateway::{self, GatewayKind},
+    kind::KindSpec,
     referenced, trafficsplit,
 };
-use crate::api::FailoverPolicy;
+use crate::api::{FailoverPolicy, Output};
 
-/// Every route kind, in the order of [`RouteKind`] (checked when compiling).
-pub const KINDS: &[&KindSpec] = &[
-    &trafficsplit::KIND,
-    &gateway::HTTP_ROUTE,
-    &gateway::GRPC_ROUTE,
-    &gateway::TLS_ROUTE,
-    &gateway::TCP_ROUTE,
-];
+/// The core's side of the rows: the key, the kinds table and the Gateway kinds table.
+macro_rules! kinds {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident: $name:literal, $lower:literal in $group:literal,
+            own $own:literal, status $status:ident
+            $(, gateway $field:ident $rules:ident ($newer:literal, $hostnames:expr) $traffic:ident)?;
+    )*) => {
+        /// The kinds of route, without their form: the key of [`KINDS`].
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum RouteKind {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        impl From<Output> for RouteKind {
+            fn from(output: Output) -> Self {
+                match output { $(Output::$variant => RouteKind::$variant,)* }
+            }
+        }
+
+        impl RouteKind {
+            /// The output that generates this kind.
+            pub const fn output(self) -> Output {
+                match self { $(RouteKind::$variant => Output::$variant,)* }
+            }
+        }
+
+        /// Every route kind, in the order of [`RouteKind`].
+        pub const KINDS: &[&KindSpec] = &[$( spec_of_row!($variant $(, $field)?), )*];
+
+        /// Every Gateway API route kind, in the order of [`RouteKind`].
+        pub const GATEWAY_KINDS: &[GatewayKind] = &[$($(
+            GatewayKind {
+                kind: RouteKind::$variant,
+                field: |spec| spec.$field.as_ref(),
+                traffic: Traffic::$traffic,
+            },
+        )?)*];
+    };
+}
+
+/// A row's [`KindSpec`]: a Gateway API kind's, from the generic Gateway module; the one kind of
+/// another API, the TrafficSplit, from its own.
+macro_rules! spec_of_row {
+    ($variant:ident) => {
+        &trafficsplit::KIND
+    };
+    ($variant:ident, $field:ident) => {
+        &gateway::kind_spec(RouteKind::$variant)
+    };
+}
+
+crate::api::route_kinds!(kinds);
 
 // A kind's spec is `KINDS[kind.index()]`.
 const _: () = {
@@ -36,7 +84,7 @@ impl RouteTarget {
     /// as the module of its output's kind makes it; or the route it names (`spec.routeRef`).
     pub fn of(policy: &FailoverPolicy) -> Self {
         referenced::target(policy)
-            .unwrap_or_else(|| (RouteKind::from(policy.spec.output).spec().target)(policy))
+            .unwrap_or_else(|| RouteKind::from(policy.spec.output).spec().target(policy))
     }
 }
 
@@ -74,7 +122,7 @@ impl RouteKind {
 
     /// The API resource its watch lists and watches.
     pub fn resource(self) -> ApiResource {
-        (self.spec().resource)()
+        self.spec().resource()
     }
 
     /// The kind in lower case, as metric labels (and watches) name it.
@@ -84,7 +132,7 @@ impl RouteKind {
 
     /// What the controller keeps of an object of this kind.
     pub fn view(self, object: &RouteObject) -> RouteView {
-        (self.spec().view)(object)
+        self.spec().view(object)
     }
 
     /// The `Ready` reason when a route of this kind and the route's name is not the policy's.
@@ -133,10 +181,10 @@ mod tests {
     fn every_kinds_reasons_fail_and_stall_as_their_kind_neutral_meaning_says() {
         for spec in KINDS {
             let r = &spec.reasons;
-            assert!(ready::FAILURES.contains(&r.write_failed), "{}", spec.name);
-            assert!(ready::FAILURES.contains(&r.crd_missing), "{}", spec.name);
-            assert!(ready::STALLING.contains(&r.conflict), "{}", spec.name);
-            assert!(ready::STALLING.contains(&r.crd_missing), "{}", spec.name);
+            assert!(ready::is_failure(r.write_failed), "{}", spec.name);
+            assert!(ready::is_failure(r.crd_missing), "{}", spec.name);
+            assert!(ready::is_stalling(r.conflict), "{}", spec.name);
+            assert!(ready::is_stalling(r.crd_missing), "{}", spec.name);
             assert!(
                 [r.conflict, r.write_failed, r.crd_missing]
                     .iter()
@@ -150,7 +198,7 @@ mod tests {
     #[test]
     fn each_kinds_watch_lists_its_crd() {
         for spec in KINDS {
-            let resource = (spec.resource)();
+            let resource = spec.resource();
             assert_eq!(format!("{}.{}", resource.plural, resource.group), spec.crd);
             assert_eq!(resource.kind, spec.name);
             assert_eq!(spec.metric_label, spec.name.to_lowercase());
@@ -194,7 +242,7 @@ mod tests {
                 "status.{top}"
             );
             let mut status = FailoverPolicyStatus::default();
-            *(spec.status_name)(&mut status) = Some("route".into());
+            *spec.status_name(&mut status) = Some("route".into());
             let status = serde_json::to_value(&status).expect("status");
             assert_eq!(
                 status[top], "route",
@@ -214,7 +262,7 @@ mod tests {
             policy[top] = serde_json::json!({"name": "route", "port": 80});
             let policy: crate::api::FailoverPolicySpec =
                 serde_json::from_value(policy).expect("a spec");
-            assert!((spec.fields_set)(&policy), "{}", spec.name);
+            assert!(spec.fields_set(&policy), "{}", spec.name);
             let alone = super::super::referenced::checks(&policy, KINDS);
             assert!(
                 alone

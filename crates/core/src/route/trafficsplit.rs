@@ -15,37 +15,26 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     RouteObject, RouteTarget, RouteView, Shape,
-    kind::{self, Form, KindSpec, Reasons, RouteKind},
+    kind::{self, Form, KindSpec, Module, RouteKind},
     rules::{RouteBackend, RouteRules},
 };
 use crate::{
-    api::{
-        FailoverPolicy, FailoverPolicySpec, FailoverPolicyStatus, TrafficSplitApiVersion,
-        conditions::ready, rules::CrossFieldRule,
-    },
+    api::{FailoverPolicy, FailoverPolicySpec, TrafficSplitApiVersion, rules::CrossFieldRule},
     backend::BackendRef,
 };
 
 /// The TrafficSplit kind.
-pub const KIND: KindSpec = KindSpec {
-    kind: RouteKind::TrafficSplit,
-    name: "TrafficSplit",
-    metric_label: "trafficsplit",
-    crd: "trafficsplits.split.smi-spec.io",
-    install: "install a mesh's SMI extension, or the chart with --set trafficSplitCRD.install=true, or run: cargo run --bin crd-gen -- --with-traffic-split | kubectl apply -f -",
-    resource: watched,
-    view,
-    target,
-    checks,
-    reasons: Reasons {
-        conflict: ready::TRAFFIC_SPLIT_CONFLICT,
-        write_failed: ready::TRAFFIC_SPLIT_WRITE_FAILED,
-        crd_missing: ready::TRAFFIC_SPLIT_CRD_MISSING,
+pub const KIND: KindSpec = KindSpec::new(
+    RouteKind::TrafficSplit,
+    "install a mesh's SMI extension, or the chart with --set trafficSplitCRD.install=true, or run: cargo run --bin crd-gen -- --with-traffic-split | kubectl apply -f -",
+    Module {
+        resource: watched,
+        view,
+        target,
+        checks,
+        fields_set: |_, spec| spec.traffic_split.name.is_some(),
     },
-    name_field: "spec.trafficSplit.name",
-    status_name,
-    fields_set: |spec| spec.traffic_split.name.is_some(),
-};
+);
 
 /// A policy's TrafficSplit is its API version: it routes the apex, and has no parents.
 impl Form for TrafficSplitApiVersion {
@@ -78,7 +67,7 @@ impl Form for TrafficSplitApiVersion {
 
 /// The TrafficSplit a policy generates: named by `spec.trafficSplit.name` (default: the
 /// policy's name), in the API version of `spec.trafficSplit.apiVersion`.
-fn target(policy: &FailoverPolicy) -> RouteTarget {
+fn target(_: RouteKind, policy: &FailoverPolicy) -> RouteTarget {
     let split = &policy.spec.traffic_split;
     RouteTarget {
         name: split
@@ -91,7 +80,7 @@ fn target(policy: &FailoverPolicy) -> RouteTarget {
 }
 
 /// TrafficSplits are watched in the default API version, whichever version each was written in.
-fn watched() -> ApiResource {
+fn watched(_: RouteKind) -> ApiResource {
     resource(TrafficSplitApiVersion::default())
 }
 
@@ -102,12 +91,8 @@ fn view(object: &RouteObject) -> RouteView {
 }
 
 /// `spec.trafficSplit` has no rule across fields beyond those of its own schema.
-fn checks(_: &FailoverPolicySpec) -> Vec<(bool, &'static CrossFieldRule)> {
+fn checks(_: RouteKind, _: &FailoverPolicySpec) -> Vec<(bool, &'static CrossFieldRule)> {
     Vec::new()
-}
-
-fn status_name(status: &mut FailoverPolicyStatus) -> &mut Option<String> {
-    &mut status.traffic_split
 }
 
 /// An SMI TrafficSplit: the mesh sends the traffic of the root `service` to `backends` in

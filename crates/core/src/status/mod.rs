@@ -215,7 +215,7 @@ fn finish(
     mut conditions: Vec<Condition>,
     input: &StatusInput,
 ) -> FailoverPolicyStatus {
-    *(input.target.kind().spec().status_name)(&mut status) = Some(input.target.name.to_string());
+    *input.target.kind().spec().status_name(&mut status) = Some(input.target.name.to_string());
     status.observed_generation = input.generation;
     status.claimed = input.claims.cloned();
     for b in &mut status.backends {
@@ -238,7 +238,7 @@ fn stalled(conditions: &[Condition]) -> Option<Verdict> {
     conditions
         .iter()
         .find(|c| c.type_ == READY && c.status == "False")
-        .filter(|c| ready::STALLING.contains(&c.reason.as_str()))
+        .filter(|c| ready::is_stalling(&c.reason))
         .map(|c| Verdict::new(STALLED, true, &c.reason, c.message.clone()))
 }
 

@@ -1,7 +1,7 @@
 //! The Gateway API route kinds (`gateway.networking.k8s.io/v1`): HTTPRoute, GRPCRoute, TLSRoute
-//! and TCPRoute, one generic kind described by data ([`GATEWAY_KINDS`]: the name, the spec field
-//! that shapes it, its rules, its reasons, what it claims on a listener). A policy's route of any
-//! of them is a [`GatewayShape`] (its parents, hostnames, path prefix and backends' port), and
+//! and TCPRoute, one generic kind described by data ([`GATEWAY_KINDS`], from the kinds' rows: the
+//! spec field that shapes it and what it claims on a listener; its names and rules come with
+//! its `Output`). A policy's route of any of them is a [`GatewayShape`] (its parents, hostnames, path prefix and backends' port), and
 //! the resource, as far as this controller reads and writes it, is one typed form for every kind
 //! ([`resource`]): parents, hostnames, one rule of weighted backends.
 
@@ -12,40 +12,25 @@ use std::collections::BTreeSet;
 use kube::core::{ApiResource, DynamicObject, ObjectMeta};
 
 pub use self::resource::*;
+pub use super::table::GATEWAY_KINDS;
 use super::{
     ParentKind, RouteBackend, RouteObject, RouteParent, RouteRules, RouteTarget, RouteView, Shape,
     claim::Traffic,
-    kind::{self, Form, KindSpec, Reasons, RouteKind},
+    kind::{self, Form, KindSpec, Module, RouteKind},
 };
 use crate::api::{
-    FailoverPolicy, FailoverPolicySpec, FailoverPolicyStatus, GatewayParent, GatewayRouteSpec,
-    Output,
-    conditions::ready,
+    FailoverPolicy, FailoverPolicySpec, GatewayParent, GatewayRouteSpec,
     rules::{self, CrossFieldRule, GatewayRouteRules, Hostnames},
 };
 
-/// What differs between the Gateway API route kinds.
+/// What differs between the Gateway API route kinds, besides the names their rows derive: the
+/// spec field that shapes the route and what its routes take on a Gateway listener (a row of
+/// [`GATEWAY_KINDS`], expanded from the kind's row in the table of kinds).
 pub struct GatewayKind {
     /// Its key.
     pub kind: RouteKind,
-    /// The output that generates it.
-    pub output: Output,
-    /// Its plural, as its API resource names it.
-    pub plural: &'static str,
-    /// The name of the CRD that serves it.
-    pub crd: &'static str,
-    /// How to install that CRD.
-    pub install: &'static str,
     /// The spec field that shapes the route.
     pub field: fn(&FailoverPolicySpec) -> Option<&GatewayRouteSpec>,
-    /// The rules of the output and its field.
-    pub rules: &'static GatewayRouteRules,
-    /// Its `Ready` reasons.
-    pub reasons: Reasons,
-    /// The spec field that names the route.
-    pub name_field: &'static str,
-    /// The status field that names the route.
-    pub status_name: fn(&mut FailoverPolicyStatus) -> &mut Option<String>,
     /// What its routes take on a Gateway listener.
     pub traffic: Traffic,
 }
@@ -53,110 +38,20 @@ pub struct GatewayKind {
 /// How to install the standard Gateway API CRDs.
 const INSTALL: &str = "install the Gateway API's standard CRDs (v1.6 or later serves GRPCRoute, TLSRoute and TCPRoute as v1), e.g. kubectl apply -f https://github.com/kubernetes-sigs/gateway-api/releases/download/v1.6.3/standard-install.yaml";
 
-/// Every Gateway API route kind, in the order of [`RouteKind`] from [`RouteKind::HttpRoute`].
-pub const GATEWAY_KINDS: [GatewayKind; 4] = [
-    GatewayKind {
-        kind: RouteKind::HttpRoute,
-        output: Output::HttpRoute,
-        plural: "httproutes",
-        crd: "httproutes.gateway.networking.k8s.io",
-        install: INSTALL,
-        field: |spec| spec.http_route.as_ref(),
-        rules: &rules::HTTP_ROUTE,
-        reasons: Reasons {
-            conflict: ready::HTTP_ROUTE_CONFLICT,
-            write_failed: ready::HTTP_ROUTE_WRITE_FAILED,
-            crd_missing: ready::HTTP_ROUTE_CRD_MISSING,
+/// The [`KindSpec`] of a Gateway API kind: one module serves them all.
+pub const fn kind_spec(kind: RouteKind) -> KindSpec {
+    KindSpec::new(
+        kind,
+        INSTALL,
+        Module {
+            resource: api_resource,
+            view,
+            target,
+            checks,
+            fields_set,
         },
-        name_field: "spec.httpRoute.name",
-        status_name: |status| &mut status.http_route,
-        traffic: Traffic::Http,
-    },
-    GatewayKind {
-        kind: RouteKind::GrpcRoute,
-        output: Output::GrpcRoute,
-        plural: "grpcroutes",
-        crd: "grpcroutes.gateway.networking.k8s.io",
-        install: INSTALL,
-        field: |spec| spec.grpc_route.as_ref(),
-        rules: &rules::GRPC_ROUTE,
-        reasons: Reasons {
-            conflict: ready::GRPC_ROUTE_CONFLICT,
-            write_failed: ready::GRPC_ROUTE_WRITE_FAILED,
-            crd_missing: ready::GRPC_ROUTE_CRD_MISSING,
-        },
-        name_field: "spec.grpcRoute.name",
-        status_name: |status| &mut status.grpc_route,
-        // A GRPCRoute takes the HTTP requests of its hostnames, as an HTTPRoute does.
-        traffic: Traffic::Http,
-    },
-    GatewayKind {
-        kind: RouteKind::TlsRoute,
-        output: Output::TlsRoute,
-        plural: "tlsroutes",
-        crd: "tlsroutes.gateway.networking.k8s.io",
-        install: INSTALL,
-        field: |spec| spec.tls_route.as_ref(),
-        rules: &rules::TLS_ROUTE,
-        reasons: Reasons {
-            conflict: ready::TLS_ROUTE_CONFLICT,
-            write_failed: ready::TLS_ROUTE_WRITE_FAILED,
-            crd_missing: ready::TLS_ROUTE_CRD_MISSING,
-        },
-        name_field: "spec.tlsRoute.name",
-        status_name: |status| &mut status.tls_route,
-        traffic: Traffic::Tls,
-    },
-    GatewayKind {
-        kind: RouteKind::TcpRoute,
-        output: Output::TcpRoute,
-        plural: "tcproutes",
-        crd: "tcproutes.gateway.networking.k8s.io",
-        install: INSTALL,
-        field: |spec| spec.tcp_route.as_ref(),
-        rules: &rules::TCP_ROUTE,
-        reasons: Reasons {
-            conflict: ready::TCP_ROUTE_CONFLICT,
-            write_failed: ready::TCP_ROUTE_WRITE_FAILED,
-            crd_missing: ready::TCP_ROUTE_CRD_MISSING,
-        },
-        name_field: "spec.tcpRoute.name",
-        status_name: |status| &mut status.tcp_route,
-        traffic: Traffic::Tcp,
-    },
-];
-
-/// The HTTPRoute kind.
-pub const HTTP_ROUTE: KindSpec = kind_spec::<0>();
-/// The GRPCRoute kind.
-pub const GRPC_ROUTE: KindSpec = kind_spec::<1>();
-/// The TLSRoute kind.
-pub const TLS_ROUTE: KindSpec = kind_spec::<2>();
-/// The TCPRoute kind.
-pub const TCP_ROUTE: KindSpec = kind_spec::<3>();
-
-/// The [`KindSpec`] of `GATEWAY_KINDS[K]`.
-const fn kind_spec<const K: usize>() -> KindSpec {
-    let gateway = &GATEWAY_KINDS[K];
-    KindSpec {
-        kind: gateway.kind,
-        name: gateway.output.kind(),
-        metric_label: METRIC_LABELS[K],
-        crd: gateway.crd,
-        install: gateway.install,
-        resource: resource_of::<K>,
-        view,
-        target: target::<K>,
-        checks: checks::<K>,
-        reasons: gateway.reasons,
-        name_field: gateway.name_field,
-        status_name: gateway.status_name,
-        fields_set: fields_set::<K>,
-    }
+    )
 }
-
-/// Each kind's name in lower case (checked against the name by the table's tests).
-const METRIC_LABELS: [&str; 4] = ["httproute", "grpcroute", "tlsroute", "tcproute"];
 
 impl GatewayKind {
     /// The Gateway kind of a route kind (`None` for a kind of another API).
@@ -164,21 +59,26 @@ impl GatewayKind {
         GATEWAY_KINDS.iter().find(|g| g.kind == kind)
     }
 
-    /// The API resource of its routes.
-    pub fn resource(&self) -> ApiResource {
-        let name = self.output.kind();
-        ApiResource {
-            group: GATEWAY_GROUP.into(),
-            version: "v1".into(),
-            api_version: format!("{GATEWAY_GROUP}/v1"),
-            kind: name.into(),
-            plural: self.plural.into(),
-        }
+    /// The CRD rules of the output and its field.
+    fn rules(&self) -> &'static GatewayRouteRules {
+        // Every Gateway kind's row names its rules.
+        self.kind
+            .output()
+            .gateway_rules()
+            .unwrap_or(&rules::HTTP_ROUTE)
     }
 }
 
-fn resource_of<const K: usize>() -> ApiResource {
-    GATEWAY_KINDS[K].resource()
+/// The API resource of a Gateway API kind's routes.
+fn api_resource(kind: RouteKind) -> ApiResource {
+    let output = kind.output();
+    ApiResource {
+        group: GATEWAY_GROUP.into(),
+        version: "v1".into(),
+        api_version: format!("{GATEWAY_GROUP}/v1"),
+        kind: output.kind().into(),
+        plural: output.plural().into(),
+    }
 }
 
 /// How a Gateway API route is written: its kind, where it attaches, what it matches, the
@@ -236,7 +136,7 @@ impl Form for GatewayShape {
     }
 
     fn resource(&self) -> ApiResource {
-        self.gateway_kind().resource()
+        api_resource(self.kind)
     }
 
     fn rules(&self, _apex: &str, backends: Vec<RouteBackend>) -> RouteRules {
@@ -272,25 +172,22 @@ impl Form for GatewayShape {
     }
 }
 
-/// The route of kind `GATEWAY_KINDS[K]` a policy generates: named by its field's `name`
-/// (default: the policy's name), of the form the field asks for.
-fn target<const K: usize>(policy: &FailoverPolicy) -> RouteTarget {
-    let gateway = &GATEWAY_KINDS[K];
+/// The route of a Gateway API kind a policy generates: named by its field's `name` (default:
+/// the policy's name), of the form the field asks for.
+fn target(kind: RouteKind, policy: &FailoverPolicy) -> RouteTarget {
     let spec = &policy.spec;
     // Validation refuses the output without its field; the port then is never used.
     let unset = GatewayRouteSpec::on_port(0);
-    let route = (gateway.field)(spec).unwrap_or(&unset);
+    let route = GatewayKind::of(kind)
+        .and_then(|gateway| (gateway.field)(spec))
+        .unwrap_or(&unset);
     RouteTarget {
         name: route
             .name
             .clone()
             .unwrap_or_else(|| kind::policy_name(policy))
             .into(),
-        shape: Shape::Gateway(Box::new(GatewayShape::of(
-            gateway.kind,
-            &spec.service,
-            route,
-        ))),
+        shape: Shape::Gateway(Box::new(GatewayShape::of(kind, &spec.service, route))),
     }
 }
 
@@ -317,17 +214,19 @@ fn view(object: &RouteObject) -> RouteView {
     }
 }
 
-/// Whether `spec` sets the field of `GATEWAY_KINDS[K]`.
-fn fields_set<const K: usize>(spec: &FailoverPolicySpec) -> bool {
-    (GATEWAY_KINDS[K].field)(spec).is_some()
+/// Whether `spec` sets the field of a Gateway API kind.
+fn fields_set(kind: RouteKind, spec: &FailoverPolicySpec) -> bool {
+    GatewayKind::of(kind).is_some_and(|gateway| (gateway.field)(spec).is_some())
 }
 
-/// The rules of the output of `GATEWAY_KINDS[K]` (what it needs, and that its backends fit the
+/// The rules of the output of a Gateway API kind (what it needs, and that its backends fit the
 /// one rule it writes) and of its field, each with whether it holds.
-fn checks<const K: usize>(spec: &FailoverPolicySpec) -> Vec<(bool, &'static CrossFieldRule)> {
-    let gateway = &GATEWAY_KINDS[K];
-    let rules = gateway.rules;
-    let ours = spec.output == gateway.output;
+fn checks(kind: RouteKind, spec: &FailoverPolicySpec) -> Vec<(bool, &'static CrossFieldRule)> {
+    let Some(gateway) = GatewayKind::of(kind) else {
+        return Vec::new();
+    };
+    let rules = gateway.rules();
+    let ours = RouteKind::from(spec.output) == kind;
     let route = (gateway.field)(spec);
     let mut checks = vec![
         (!ours || route.is_some(), &rules.needs_port),
@@ -386,6 +285,7 @@ fn field_checks(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Output;
 
     #[test]
     fn an_http_route_attaches_to_the_service_unless_gateways_replace_it() {
@@ -473,7 +373,7 @@ mod tests {
             let policy = policy(output, route);
             crate::route::KINDS
                 .iter()
-                .flat_map(|kind| (kind.checks)(&policy.spec))
+                .flat_map(|kind| kind.checks(&policy.spec))
                 .filter(|(holds, _)| !holds)
                 .map(|(_, rule)| rule.field)
                 .collect()
@@ -498,7 +398,7 @@ mod tests {
         astray.spec.tcp_route = Some(on_edge(&[]));
         let astray: Vec<_> = crate::route::KINDS
             .iter()
-            .flat_map(|kind| (kind.checks)(&astray.spec))
+            .flat_map(|kind| kind.checks(&astray.spec))
             .filter(|(holds, _)| !holds)
             .map(|(_, rule)| rule.field)
             .collect();

@@ -430,7 +430,7 @@ mod tests {
     }
 
     fn http() -> ApiResource {
-        super::super::GATEWAY_KINDS[0].resource()
+        super::super::RouteKind::HttpRoute.resource()
     }
 
     fn read(spec: Value) -> RouteSpec {
