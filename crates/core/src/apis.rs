@@ -161,6 +161,7 @@ impl std::fmt::Display for WatchKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::route::KINDS;
 
     #[test]
     fn each_route_watch_feeds_its_route_kind_and_needs_its_crd() {
@@ -173,8 +174,10 @@ mod tests {
 
     #[test]
     fn route_watches_and_apis_keep_their_labels_and_messages() {
+        let labels = WatchKind::LOCAL.map(WatchKind::as_str);
+        let (others, routes) = labels.split_at(labels.len() - KINDS.len());
         assert_eq!(
-            WatchKind::LOCAL.map(WatchKind::as_str),
+            others,
             [
                 "endpointslice",
                 "service",
@@ -182,12 +185,12 @@ mod tests {
                 "failovergroup",
                 "gateway",
                 "namespace",
-                "trafficsplit",
-                "httproute",
-                "grpcroute",
-                "tlsroute",
-                "tcproute"
             ]
+        );
+        assert!(
+            routes
+                .iter()
+                .eq(KINDS.iter().map(|kind| &kind.metric_label))
         );
         let messages: Vec<String> = NeededApi::all()
             .take(4)

@@ -137,17 +137,7 @@ pub(crate) fn spec(strategy: Strategy, secondaries: &[(&str, Option<i32>)]) -> F
         suspend: false,
         pin: None,
         drill: None,
-        output: Default::default(),
-        http_route: None,
-        grpc_route: None,
-        tls_route: None,
-        tcp_route: None,
-        route_ref: None,
-        failback: None,
-        health: None,
-        capacity: None,
-        primary_readiness_from: None,
-        primary_site: None,
+        ..FailoverPolicySpec::default()
     }
 }
 

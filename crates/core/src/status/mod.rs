@@ -267,15 +267,9 @@ fn decided(d: &Decided) -> FailoverPolicyStatus {
             demand: l.demand,
             unserved: crate::decide::plan::share(l.unserved_basis_points, 10_000),
         }),
-        traffic_split: None,
-        http_route: None,
-        grpc_route: None,
-        tls_route: None,
-        tcp_route: None,
-        route_parents: Vec::new(),
-        claimed: None,
-        claims: Vec::new(),
-        conditions: Vec::new(),
+        // The route's name is the caller's, in its kind's field; no parent, claim or condition
+        // yet.
+        ..FailoverPolicyStatus::default()
     }
 }
 
