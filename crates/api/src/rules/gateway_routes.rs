@@ -29,7 +29,7 @@ pub const SAME_GATEWAY_NEEDS_SECTION: CrossFieldRule = CrossFieldRule {
 };
 
 /// The rules of one Gateway API route output and of the spec field that shapes its route: the
-/// same rules for every kind, spelled out once ([`gateway_route_rules`]), and those of the kinds
+/// same rules for every kind, spelled out once (`gateway_route_rules!`), and those of the kinds
 /// a field of the shared type does not fit.
 pub struct GatewayRouteRules {
     /// The output needs its field (with the backends' port).

@@ -12,10 +12,10 @@
 //! - [`RouteView`]: what the controller keeps of a route in the cluster (owner, label, version,
 //!   rules), never the whole object.
 //!
-//! A new Gateway API kind is a row of [`gateway::GATEWAY_KINDS`] (with its spec field, rules and
-//! reasons, and what it claims on a listener), one line in [`KINDS`] and its [`RouteKind`]
-//! variant; a kind of another API is a new module (its [`KindSpec`] and its [`Form`]) and a
-//! [`Shape`] variant.
+//! Every kind is a row of the API crate's `route_kinds!` table, expanded here into
+//! [`RouteKind`], [`KINDS`] and [`gateway::GATEWAY_KINDS`] ([`table`]). A new Gateway API kind is
+//! a row (with its spec and status fields, and its CEL rules where it differs); a kind of
+//! another API is also a new module (its [`KindSpec`] and its [`Form`]) and a [`Shape`] variant.
 
 pub mod claim;
 pub mod gateway;
