@@ -23,10 +23,7 @@ use tracing::warn;
 
 use super::runner::Request;
 use crate::{
-    runtime::{
-        fair::{self, Turns},
-        policy_metrics::PolicyLabels,
-    },
+    runtime::fair::{self, Turns},
     sources::{
         Context,
         local::{
@@ -353,10 +350,7 @@ fn follow(ctx: &Context, change: &TableChange) -> Vec<Request> {
                 .update(&held.key, held.spec.valid().map(|v| &**v), None);
             let handed = caches.claims.write().update(&held.key, None, seen_at());
             caches.health.follow(held.key.clone(), None, None);
-            ctx.metrics().forget_policy(&PolicyLabels {
-                namespace: held.key.namespace.to_string(),
-                policy: held.key.name.to_string(),
-            });
+            ctx.metrics().forget_policy(&held.key);
             handed
         }
         TableChange::Listed => {

@@ -27,9 +27,10 @@ use prometheus_client::{
 
 use parking_lot::Mutex;
 
-use crate::runtime::policy_metrics::{self, PolicyLabels, PolicyTable};
+use crate::runtime::policy_metrics::{self, PolicyTable};
 use failover_core::{
     apis::{NeededApi, WatchKind},
+    observation::PolicyKey,
     route::RouteKind,
 };
 
@@ -492,7 +493,7 @@ impl Metrics {
     }
 
     /// Forgets every series of a deleted policy.
-    pub fn forget_policy(&self, labels: &PolicyLabels) {
-        self.policies.forget(labels);
+    pub fn forget_policy(&self, policy: &PolicyKey) {
+        self.policies.forget(policy);
     }
 }

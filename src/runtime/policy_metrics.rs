@@ -74,14 +74,19 @@ pub fn unix_now() -> f64 {
 }
 
 impl PolicyTable {
-    fn update(&self, labels: &PolicyLabels, change: impl FnOnce(&mut PolicyState)) {
-        let key = PolicyKey::new(&labels.namespace, &labels.policy);
-        change(self.policies.lock().entry(key).or_default());
+    /// Changes a policy's state; a policy first seen is kept under a clone of its key (which
+    /// shares the table's name of its namespace).
+    fn update(&self, key: &PolicyKey, change: impl FnOnce(&mut PolicyState)) {
+        let mut policies = self.policies.lock();
+        match policies.get_mut(key) {
+            Some(state) => change(state),
+            None => change(policies.entry(key.clone()).or_default()),
+        }
     }
 
     /// Records a policy's current state.
-    pub fn set_state(&self, labels: &PolicyLabels, ready_backends: usize, phase: Phase) {
-        self.update(labels, |s| {
+    pub fn set_state(&self, key: &PolicyKey, ready_backends: usize, phase: Phase) {
+        self.update(key, |s| {
             s.ready_backends = u32::try_from(ready_backends).unwrap_or(u32::MAX);
             s.phase = PHASES
                 .iter()
@@ -92,36 +97,34 @@ impl PolicyTable {
     }
 
     /// Records when a policy's traffic last moved (Unix seconds).
-    pub fn set_last_transition(&self, labels: &PolicyLabels, unix_seconds: f64) {
-        self.update(labels, |s| s.last_transition = Some(unix_seconds));
+    pub fn set_last_transition(&self, key: &PolicyKey, unix_seconds: f64) {
+        self.update(key, |s| s.last_transition = Some(unix_seconds));
     }
 
     /// Records when a policy's running drill ends (Unix seconds; `None`: no drill runs).
-    pub fn set_drill_end(&self, labels: &PolicyLabels, unix_seconds: Option<f64>) {
-        self.update(labels, |s| s.drill_end = unix_seconds);
+    pub fn set_drill_end(&self, key: &PolicyKey, unix_seconds: Option<f64>) {
+        self.update(key, |s| s.drill_end = unix_seconds);
     }
 
     /// Records a policy's demand (requests/s) and the share of it unserved (`None`: no
     /// capacity, or the demand unknown).
-    pub fn set_load(&self, labels: &PolicyLabels, load: Option<(f64, f64)>) {
-        self.update(labels, |s| s.load = load);
+    pub fn set_load(&self, key: &PolicyKey, load: Option<(f64, f64)>) {
+        self.update(key, |s| s.load = load);
     }
 
     /// Counts a failover of a policy.
-    pub fn failed_over(&self, labels: &PolicyLabels) {
-        self.update(labels, |s| s.failovers = s.failovers.saturating_add(1));
+    pub fn failed_over(&self, key: &PolicyKey) {
+        self.update(key, |s| s.failovers = s.failovers.saturating_add(1));
     }
 
     /// Counts a failback of a policy.
-    pub fn failed_back(&self, labels: &PolicyLabels) {
-        self.update(labels, |s| s.failbacks = s.failbacks.saturating_add(1));
+    pub fn failed_back(&self, key: &PolicyKey) {
+        self.update(key, |s| s.failbacks = s.failbacks.saturating_add(1));
     }
 
     /// Forgets a deleted policy.
-    pub fn forget(&self, labels: &PolicyLabels) {
-        self.policies
-            .lock()
-            .remove(&PolicyKey::new(&labels.namespace, &labels.policy));
+    pub fn forget(&self, key: &PolicyKey) {
+        self.policies.lock().remove(key);
     }
 }
 
@@ -326,11 +329,8 @@ impl Collector for Rows {
 mod tests {
     use super::*;
 
-    fn labels(name: &str) -> PolicyLabels {
-        PolicyLabels {
-            namespace: "ns".into(),
-            policy: name.into(),
-        }
+    fn labels(name: &str) -> PolicyKey {
+        PolicyKey::new("ns", name)
     }
 
     #[test]

@@ -21,6 +21,7 @@ use crate::{
             apis::Apis, claims::Claims, groups::GroupTable, index::PolicyIndex,
             policies::PolicyTable, readiness::ReadinessStore, routes::RouteStore, synced::Synced,
         },
+        namespaces::Namespaces,
         remote::Clusters,
     },
 };
@@ -54,17 +55,20 @@ pub struct Caches {
     pub remote: Clusters,
     /// The readings of health queries.
     pub health: Health,
+    /// The namespaces' names the caches' keys share.
+    pub namespaces: Namespaces,
 }
 
 impl Caches {
     /// Every cache empty, beside these remote clusters and health queries; the missing APIs are
     /// counted in `metrics`.
     pub fn new(remote: Clusters, health: Health, metrics: Arc<Metrics>) -> Self {
+        let namespaces = Namespaces::default();
         Self {
-            table: RwLock::default(),
+            table: RwLock::new(PolicyTable::new(namespaces.clone())),
             index: RwLock::default(),
             groups: RwLock::default(),
-            readiness: RwLock::default(),
+            readiness: RwLock::new(ReadinessStore::new(namespaces.clone())),
             routes: RwLock::default(),
             claims: RwLock::default(),
             listeners: RwLock::default(),
@@ -72,6 +76,7 @@ impl Caches {
             apis: Apis::new(metrics),
             remote,
             health,
+            namespaces,
         }
     }
 

@@ -10,6 +10,7 @@ pub mod caches;
 pub mod context;
 pub mod health;
 pub mod local;
+pub mod namespaces;
 pub mod remote;
 pub mod scope;
 pub mod store;

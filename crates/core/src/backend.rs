@@ -115,9 +115,14 @@ pub struct BackendKey {
 impl BackendKey {
     /// A key from borrowed parts.
     pub fn new(kind: BackendKind, namespace: &str, name: &str) -> Self {
+        Self::in_namespace(kind, Namespace::new(namespace), name)
+    }
+
+    /// A key in a namespace already held.
+    pub fn in_namespace(kind: BackendKind, namespace: Namespace, name: &str) -> Self {
         Self {
             kind,
-            namespace: Namespace::new(namespace),
+            namespace,
             name: name.into(),
         }
     }

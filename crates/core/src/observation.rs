@@ -3,69 +3,35 @@
 //! trusted), and its health reading. The local watches, the remote clusters and the health
 //! pollers fill these; the gather step hands them to the decision.
 
-use std::{collections::HashSet, fmt, ops::Deref, sync::Arc};
+use std::{fmt, ops::Deref, sync::Arc};
 
 use chrono::{DateTime, Utc};
-use parking_lot::Mutex;
 
 use crate::api::ReadinessFrom;
 
-/// A namespace's name, held once per distinct namespace: every key of every cache in that
-/// namespace shares it, so no key holds a copy of its own, however many keys a namespace has.
-/// A namespace no key holds any more is forgotten when the set has doubled since it was last
-/// swept, so the set stays within twice the namespaces in use. The name is behind one thin
-/// pointer: a key holds a word for its namespace, where a shared `str` took two.
+/// A namespace's name behind one thin pointer: a key holds a word for its namespace, where a
+/// shared `str` took two, and a clone shares the name. The core makes each one afresh; a cache
+/// that keeps many keys of one namespace makes them share one name (the controller's caches
+/// intern them).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Namespace(Arc<Box<str>>);
 
-/// A namespace's name as the set holds it: found by the `str` (its hash and equality are the
-/// `str`'s).
-#[derive(PartialEq, Eq, Hash)]
-struct Shared(Arc<Box<str>>);
+impl Namespace {
+    /// A name of its own.
+    pub fn new(name: &str) -> Self {
+        Self(Arc::new(name.into()))
+    }
 
-impl std::borrow::Borrow<str> for Shared {
+    /// Whether a clone of this name is held elsewhere (an interner forgets a name only it holds).
+    pub fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.0) > 1
+    }
+}
+
+/// Found by the `str` (its hash, equality and order are the `str`'s).
+impl std::borrow::Borrow<str> for Namespace {
     fn borrow(&self) -> &str {
         &self.0
-    }
-}
-
-/// The namespaces in use, and the size at which the next sweep runs.
-struct Namespaces {
-    names: HashSet<Shared>,
-    sweep_at: usize,
-}
-
-/// The smallest set a sweep runs on.
-const FIRST_SWEEP: usize = 64;
-
-static NAMESPACES: Mutex<Option<Namespaces>> = Mutex::new(None);
-
-impl Namespaces {
-    /// Forgets every name only this set holds (no clone can appear meanwhile: a new one is
-    /// made only under the set's lock).
-    fn sweep(&mut self) {
-        self.names.retain(|name| Arc::strong_count(&name.0) > 1);
-        self.sweep_at = (self.names.len() * 2).max(FIRST_SWEEP);
-    }
-}
-
-impl Namespace {
-    /// The shared name of this namespace.
-    pub fn new(name: &str) -> Self {
-        let mut seen = NAMESPACES.lock();
-        let seen = seen.get_or_insert_with(|| Namespaces {
-            names: HashSet::new(),
-            sweep_at: FIRST_SWEEP,
-        });
-        if let Some(shared) = seen.names.get(name) {
-            return Self(shared.0.clone());
-        }
-        if seen.names.len() >= seen.sweep_at {
-            seen.sweep();
-        }
-        let shared: Arc<Box<str>> = Arc::new(name.into());
-        seen.names.insert(Shared(shared.clone()));
-        Self(shared)
     }
 }
 
@@ -107,8 +73,13 @@ pub struct PolicyKey {
 impl PolicyKey {
     /// A key from borrowed parts.
     pub fn new(namespace: &str, name: &str) -> Self {
+        Self::in_namespace(Namespace::new(namespace), name)
+    }
+
+    /// A key in a namespace already held.
+    pub fn in_namespace(namespace: Namespace, name: &str) -> Self {
         Self {
-            namespace: Namespace::new(namespace),
+            namespace,
             name: name.into(),
         }
     }
@@ -286,10 +257,13 @@ mod tests {
     }
 
     #[test]
-    fn keys_of_one_namespace_share_its_name() {
+    fn a_clone_of_a_namespace_shares_its_name_and_a_new_one_does_not() {
         let a = Namespace::new("namespace-shared");
-        let b = Namespace::new("namespace-shared");
-        assert!(Arc::ptr_eq(&a.0, &b.0));
+        assert!(!a.is_shared());
+        let b = a.clone();
+        assert!(Arc::ptr_eq(&a.0, &b.0) && a.is_shared());
+        let c = Namespace::new("namespace-shared");
+        assert!(!Arc::ptr_eq(&a.0, &c.0) && a == c);
     }
 
     #[test]
@@ -306,25 +280,5 @@ mod tests {
             (refused.untrusted(), refused.as_of()),
             (Some("no grant"), None)
         );
-    }
-
-    #[test]
-    fn keys_of_one_namespace_share_it_whatever_they_key() {
-        let policy = PolicyKey::new("ns", "web");
-        let backend = crate::backend::BackendRef::service("web").key("ns");
-        assert!(Arc::ptr_eq(&policy.namespace.0, &backend.namespace.0));
-    }
-
-    #[test]
-    fn a_namespace_no_key_holds_is_forgotten_by_a_sweep() {
-        let held = Namespace::new("namespace-still-held");
-        drop(Namespace::new("namespace-let-go"));
-        let mut seen = NAMESPACES.lock();
-        let seen = seen.as_mut().expect("the set exists once a name is made");
-        seen.sweep();
-        assert!(seen.names.contains("namespace-still-held"));
-        assert!(!seen.names.contains("namespace-let-go"));
-        assert!(seen.sweep_at >= FIRST_SWEEP);
-        drop(held);
     }
 }

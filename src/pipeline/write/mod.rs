@@ -8,10 +8,7 @@ use kube::runtime::events::{Event, EventType};
 use tracing::info;
 
 use crate::{
-    runtime::{
-        policy_metrics::{PolicyLabels, PolicyTable},
-        writer::Writer,
-    },
+    runtime::{policy_metrics::PolicyTable, writer::Writer},
     sources::local::policies::PolicyEntry,
 };
 use failover_core::{
@@ -24,6 +21,7 @@ use failover_core::{
     applied::Applied,
     decide::plan::{Announcement, Transition},
     last_status::LastStatus,
+    observation::PolicyKey,
     route::RouteTarget,
     status::{Decided, Outcome},
 };
@@ -56,10 +54,6 @@ pub fn announce(
     let Outcome::Decided(decided) = outcome else {
         return;
     };
-    let labels = PolicyLabels {
-        namespace: policy.key.namespace.to_string(),
-        policy: policy.key.name.to_string(),
-    };
     match &decided.applied {
         Applied::Conflict if wrote => {
             let kind = target.kind().as_str();
@@ -73,13 +67,13 @@ pub fn announce(
         }
         Applied::Unchanged | Applied::Written | Applied::Suspended => {
             if let (Some(announcement), true) = (&decided.plan.transition, wrote) {
-                record_transition(writer, metrics, policy, &labels, announcement);
+                record_transition(writer, metrics, policy, announcement);
             }
             if wrote && !suspended {
                 announce_drill(writer, policy, status, written.previous);
             }
             announce_scaling(writer, policy, &decided.scaled);
-            record_state(metrics, &labels, decided, status);
+            record_state(metrics, &policy.key, decided, status);
         }
         Applied::Yielded { claim, holder } if wrote => publish(
             writer,
@@ -102,25 +96,25 @@ pub fn announce(
 /// The per-policy metrics of a decision in place: readiness, phase, last move, drill.
 fn record_state(
     policies: &PolicyTable,
-    labels: &PolicyLabels,
+    key: &PolicyKey,
     decided: &Decided,
     status: &FailoverPolicyStatus,
 ) {
     let ready = status.backends.iter().filter(|b| b.ready).count();
-    policies.set_state(labels, ready, status.phase.unwrap_or(Phase::Primary));
+    policies.set_state(key, ready, status.phase.unwrap_or(Phase::Primary));
     if let Some(last) = status.last_failover_time.max(status.last_failback_time) {
-        policies.set_last_transition(labels, last.0.timestamp_millis() as f64 / 1000.0);
+        policies.set_last_transition(key, last.0.timestamp_millis() as f64 / 1000.0);
     }
     let drill_end = drill_running(status)
         .then_some(decided.policy.drill)
         .flatten()
         .map(|d| d.until.timestamp_millis() as f64 / 1000.0);
-    policies.set_drill_end(labels, drill_end);
+    policies.set_drill_end(key, drill_end);
     let load = decided.plan.load.as_ref().map(|l| {
         let unserved = f64::from(l.unserved_basis_points) / 10_000.0;
         (l.demand as f64, unserved)
     });
-    policies.set_load(labels, load);
+    policies.set_load(key, load);
 }
 
 /// A Warning Event for each failure the status says and the previous status did not (the same
@@ -244,13 +238,12 @@ fn record_transition(
     writer: &Writer,
     metrics: &PolicyTable,
     policy: &PolicyEntry,
-    labels: &PolicyLabels,
     announcement: &Announcement,
 ) {
     let transition = announcement.transition;
     match transition {
-        Transition::FailedOver => metrics.failed_over(labels),
-        Transition::FailedBack => metrics.failed_back(labels),
+        Transition::FailedOver => metrics.failed_over(&policy.key),
+        Transition::FailedBack => metrics.failed_back(&policy.key),
         Transition::NoReadyBackend
         | Transition::Recovered
         | Transition::PinnedBackendNotReady

@@ -124,12 +124,10 @@ async fn route_feed(ctx: &Arc<Context>, kind: RouteKind) {
             let keyed = map_event(event, |object: RouteObject| {
                 let key = RouteKey {
                     kind,
-                    namespace: object
-                        .metadata
-                        .namespace
-                        .as_deref()
-                        .unwrap_or_default()
-                        .into(),
+                    namespace: ctx
+                        .caches
+                        .namespaces
+                        .intern(object.metadata.namespace.as_deref().unwrap_or_default()),
                     name: object.metadata.name.as_deref().unwrap_or_default().into(),
                 };
                 (key, spec.view(&object))

@@ -44,7 +44,7 @@ impl GroupEntry {
     pub fn member_keys(&self) -> impl Iterator<Item = PolicyKey> + '_ {
         self.members
             .iter()
-            .map(|m| PolicyKey::new(&self.key.namespace, m))
+            .map(|m| PolicyKey::in_namespace(self.key.namespace.clone(), m))
     }
 
     /// Its choice as its status records it (the site by index, and since when).

@@ -25,7 +25,10 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{Resource, ResourceExt, runtime::watcher};
 
-use crate::sources::store::{self, Keep, Store};
+use crate::sources::{
+    namespaces::Namespaces,
+    store::{self, Keep, Store},
+};
 use failover_core::{
     api::{FailoverPolicy, FailoverPolicyStatus},
     last_status::LastStatus,
@@ -192,6 +195,8 @@ pub enum TableChange {
 #[derive(Debug, Default)]
 pub struct PolicyTable {
     store: Store<PolicyKey, Box<Entry>>,
+    /// The names the keys share.
+    namespaces: Namespaces,
 }
 
 /// How the table takes the spec of a policy a watch event applies.
@@ -209,19 +214,24 @@ pub enum Validation {
 /// How the table keeps a policy: its spec as validated (fresh, or carried over from the version
 /// before), the generation it was validated for when that is not the object's; the applied
 /// object itself is kept aside for the change it makes.
-struct Holding {
+struct Holding<'a> {
+    namespaces: &'a Namespaces,
     spec: Option<Spec>,
     generation: Option<Option<i64>>,
     revalidated: bool,
     applied: Option<Arc<FailoverPolicy>>,
 }
 
-impl Keep<FailoverPolicy> for Holding {
+impl Keep<FailoverPolicy> for Holding<'_> {
     type Key = PolicyKey;
     type Entry = Box<Entry>;
 
     fn key(&self, policy: &FailoverPolicy) -> Option<PolicyKey> {
-        key_of(policy)
+        Some(PolicyKey::in_namespace(
+            self.namespaces
+                .intern(policy.metadata.namespace.as_deref()?),
+            policy.metadata.name.as_deref()?,
+        ))
     }
 
     fn version(&self, policy: &FailoverPolicy) -> Option<u64> {
@@ -276,6 +286,14 @@ fn version_of(policy: &FailoverPolicy) -> Option<u64> {
 }
 
 impl PolicyTable {
+    /// An empty table whose keys share the names of `namespaces`.
+    pub fn new(namespaces: Namespaces) -> Self {
+        Self {
+            store: Store::default(),
+            namespaces,
+        }
+    }
+
     /// The policy, if the table has it.
     pub fn get(&self, key: &PolicyKey) -> Option<PolicyEntry> {
         self.store.get(key).map(|entry| held(key, entry))
@@ -366,6 +384,7 @@ impl PolicyTable {
             _ => None,
         };
         let mut holding = Holding {
+            namespaces: &self.namespaces,
             revalidated,
             spec,
             generation,

@@ -16,7 +16,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher;
 use smallvec::SmallVec;
 
-use crate::sources::store::Relist;
+use crate::sources::{namespaces::Namespaces, store::Relist};
 pub use failover_core::endpoints::SERVICE_NAME_LABEL;
 use failover_core::{
     backend::{BackendKey, BackendKind},
@@ -94,12 +94,15 @@ fn named_service(slice: &str) -> Option<&str> {
 
 /// The backend a slice belongs to, its name and its counts; `None` without a backend kind's
 /// label.
-fn counted(slice: &EndpointSlice) -> Option<(BackendKey, String, SliceCounts)> {
+fn counted(
+    slice: &EndpointSlice,
+    namespaces: &Namespaces,
+) -> Option<(BackendKey, String, SliceCounts)> {
     let ns = slice.metadata.namespace.as_deref()?;
     let name = slice.metadata.name.clone()?;
     let (kind, backend) = BackendKind::of_slice(slice.metadata.labels.as_ref()?)?;
     Some((
-        BackendKey::new(kind, ns, backend),
+        BackendKey::in_namespace(kind, namespaces.intern(ns), backend),
         name,
         SliceCounts::of(slice),
     ))
@@ -127,9 +130,19 @@ pub struct ReadinessStore {
     slice_relist: Relist,
     /// The number of the Service watch's relist running or last run.
     service_relist: Relist,
+    /// The names the keys share.
+    namespaces: Namespaces,
 }
 
 impl ReadinessStore {
+    /// An empty store whose keys share the names of `namespaces`.
+    pub fn new(namespaces: Namespaces) -> Self {
+        Self {
+            namespaces,
+            ..Self::default()
+        }
+    }
+
     /// What is known of one backend.
     pub fn observe(&self, backend: &BackendKey) -> BackendObservation {
         self.services
@@ -176,9 +189,11 @@ impl ReadinessStore {
         &mut self,
         event: watcher::Event<M>,
     ) -> Vec<BackendKey> {
+        let namespaces = self.namespaces.clone();
         let key_of = |m: &M| {
-            Some(BackendKey::service(
-                m.meta().namespace.as_deref()?,
+            Some(BackendKey::in_namespace(
+                BackendKind::Service,
+                namespaces.intern(m.meta().namespace.as_deref()?),
                 m.meta().name.as_deref()?,
             ))
         };
@@ -236,7 +251,7 @@ impl ReadinessStore {
         ) else {
             return Vec::new();
         };
-        let counted = counted(slice);
+        let counted = counted(slice, &self.namespaces);
         let service = counted.as_ref().map(|(service, _, _)| service.clone());
         let mut changed = Vec::new();
         // A slice whose label changed (or was removed) leaves its old backend.
