@@ -21,7 +21,7 @@ use crate::{
     runtime::{retry::Retries, writer::NotLeader, written::StatusKey},
     sources::{
         Context,
-        local::policies::{PolicyEntry, Spec},
+        local::policies::{Lifecycle, PolicyEntry, Spec},
     },
 };
 use failover_core::{
@@ -112,24 +112,26 @@ pub async fn reconcile(
         // Standbys keep their caches warm and write nothing; leadership triggers a full pass.
         return Ok(Next::Wait);
     }
-    if entry.identity.deleting {
+    match entry.identity.lifecycle {
+        Lifecycle::Live | Lifecycle::LiveHolding => {}
+        // Nothing more is routed, and nothing is left to undo.
+        Lifecycle::Leaving => return Ok(Next::Wait),
         // Nothing more is routed; what the policy scaled is restored before it goes.
-        if !entry.identity.finalizer {
-            return Ok(Next::Wait);
+        Lifecycle::Cleanup => {
+            let world = Cluster {
+                entry: &entry,
+                ctx: &ctx,
+            };
+            return Ok(
+                match deletion::finalize(&entry, &ctx.writer, &world).await {
+                    Finalized::Done => {
+                        retries.forget(&entry.key);
+                        Next::Wait
+                    }
+                    Finalized::Retry => Next::After(retries.next(&entry.key)),
+                },
+            );
         }
-        let world = Cluster {
-            entry: &entry,
-            ctx: &ctx,
-        };
-        return Ok(
-            match deletion::finalize(&entry, &ctx.writer, &world).await {
-                Finalized::Done => {
-                    retries.forget(&entry.key);
-                    Next::Wait
-                }
-                Finalized::Retry => Next::After(retries.next(&entry.key)),
-            },
-        );
     }
     let started = Instant::now();
     debug!("reconcile started");

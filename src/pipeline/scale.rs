@@ -106,7 +106,7 @@ pub async fn scale(
     // No raise before the finalizer is in place: a deletion in between would leave it raised.
     let mut may_raise = MayRaise::Yes;
     if restore::finalizer_wanted(wants, raised)
-        && !policy.identity.finalizer
+        && !policy.identity.lifecycle.holds_finalizer()
         && let Err(problem) = finalize::set(writer, policy, Finalizer::Hold).await
     {
         scaled.problem = Some(ScaleProblem::failed(problem));
@@ -126,7 +126,7 @@ pub async fn scale(
     };
     raise.named(targets, &mut scaled).await;
     let done = !restore::finalizer_wanted(wants, &scaled.workloads);
-    if done && policy.identity.finalizer {
+    if done && policy.identity.lifecycle.holds_finalizer() {
         // Harmless when it fails: the next reconcile, or the deletion, removes it.
         if let Err(problem) = finalize::set(writer, policy, Finalizer::Release).await {
             warn!(problem, "the policy's finalizer could not be removed");

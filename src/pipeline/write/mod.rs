@@ -167,7 +167,7 @@ pub fn announce_scaling(
     }
     if let Some(problem) = &scaled.problem
         && !scaled.workloads.is_empty()
-        && policy.identity.deleting
+        && policy.identity.lifecycle.deleting()
     {
         let note = format!("not restored before the policy was deleted: {problem}");
         publish(

@@ -100,11 +100,48 @@ pub struct Identity {
     pub version: Option<u64>,
     /// Its creationTimestamp, in seconds (none: `i64::MAX`, the youngest of all).
     pub created: i64,
-    /// It is being deleted.
-    pub deleting: bool,
-    /// It holds the finalizer that restores the workloads it scaled
-    /// ([`failover_core::api::SCALE_FINALIZER`]).
-    pub finalizer: bool,
+    /// Whether it is being deleted, and whether it holds the finalizer.
+    pub lifecycle: Lifecycle,
+}
+
+/// Where a policy is in its life, as its metadata says: whether it is being deleted, and whether
+/// it holds the finalizer that restores the workloads it scaled
+/// ([`failover_core::api::SCALE_FINALIZER`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// Not being deleted, without the finalizer.
+    Live,
+    /// Not being deleted, holding the finalizer (a workload it raised is not restored yet).
+    LiveHolding,
+    /// Being deleted while holding the finalizer: the reconcile's cleanup state runs.
+    Cleanup,
+    /// Being deleted without the finalizer: it goes, with nothing left to undo.
+    Leaving,
+}
+
+impl Lifecycle {
+    fn of(policy: &FailoverPolicy) -> Self {
+        let holds = policy
+            .finalizers()
+            .iter()
+            .any(|f| f == failover_core::api::SCALE_FINALIZER);
+        match (policy.metadata.deletion_timestamp.is_some(), holds) {
+            (false, false) => Lifecycle::Live,
+            (false, true) => Lifecycle::LiveHolding,
+            (true, true) => Lifecycle::Cleanup,
+            (true, false) => Lifecycle::Leaving,
+        }
+    }
+
+    /// Whether the policy is being deleted.
+    pub fn deleting(self) -> bool {
+        matches!(self, Lifecycle::Cleanup | Lifecycle::Leaving)
+    }
+
+    /// Whether the policy holds the finalizer.
+    pub fn holds_finalizer(self) -> bool {
+        matches!(self, Lifecycle::LiveHolding | Lifecycle::Cleanup)
+    }
 }
 
 impl Identity {
@@ -118,11 +155,7 @@ impl Identity {
                 .creation_timestamp
                 .as_ref()
                 .map_or(i64::MAX, |t| t.0.as_second()),
-            deleting: meta.deletion_timestamp.is_some(),
-            finalizer: policy
-                .finalizers()
-                .iter()
-                .any(|f| f == failover_core::api::SCALE_FINALIZER),
+            lifecycle: Lifecycle::of(policy),
         }
     }
 
