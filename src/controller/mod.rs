@@ -33,7 +33,7 @@ use self::{policies::policy_requests, runner::Request, triggers::queue_everythin
 use crate::sources::scope::Scaling;
 use crate::{
     pipeline::{
-        reconcile::{Error, reconcile_or_retry},
+        reconcile::{Error, Reconciler, reconcile_or_retry},
         write::statuses,
     },
     runtime::{leader::Leadership, metrics::Metrics, retry::Retries, writer::Writer},
@@ -104,6 +104,17 @@ impl Default for Settings {
 /// The context: every cache empty, the scope the settings give, the writer and the watches'
 /// client (each a clone of `client`), and remote clusters and health queries that wake policies
 /// through the work queue (`queue`).
+/// What a reconcile reads and writes, out of the controller's context.
+fn reconciler(ctx: &Context) -> Reconciler<'_> {
+    Reconciler {
+        caches: &ctx.caches,
+        writer: &ctx.writer,
+        scope: &ctx.scope,
+        wake: &ctx.wake,
+        metrics: ctx.metrics(),
+    }
+}
+
 fn context(
     client: Client,
     settings: &Settings,
@@ -142,7 +153,7 @@ fn context(
         Context::new(
             Caches::new(remote, health, metrics.clone()),
             scope(settings),
-            writer,
+            Arc::new(writer),
             client,
             Wake::new(queue),
             metrics.clone(),
@@ -294,7 +305,7 @@ pub fn start(
     let (queue, queued) = mpsc::unbounded();
     let ctx = context(client, &settings, &metrics, leadership.clone(), queue);
     let concurrency = usize::from(settings.concurrency);
-    let status_writer = statuses::run(ctx.clone(), concurrency);
+    let status_writer = statuses::run(ctx.writer.clone(), ctx.metrics().clone(), concurrency);
     let requests = requests(
         policy_requests(ctx.clone()),
         queued,
@@ -312,7 +323,10 @@ pub fn start(
         requests,
         concurrency,
         held_back,
-        move |policy| reconcile_or_retry(policy, reconciling.clone(), retries.clone()),
+        move |policy| {
+            let (ctx, retries) = (reconciling.clone(), retries.clone());
+            async move { reconcile_or_retry(policy, reconciler(&ctx), &retries).await }
+        },
         shutdown.clone(),
     );
     let never_listed = stopped_before_policies_listed(shutdown, ctx.caches.synced.clone());

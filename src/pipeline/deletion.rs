@@ -19,7 +19,7 @@ use crate::{
         scale, write,
     },
     runtime::writer::Writer,
-    sources::{Context, local::policies::PolicyEntry, scope::Scaling},
+    sources::{local::policies::PolicyEntry, scope::Scaling},
 };
 use failover_core::{
     api::{FailoverPolicy, ScaledWorkload},
@@ -63,8 +63,13 @@ pub async fn finalize<W: World>(policy: &PolicyEntry, writer: &Writer, world: &W
 
 /// Restores the recorded workloads when the cluster admin lets the controller scale; else keeps
 /// every record, saying why.
-pub async fn restore(ctx: &Context, policy: &PolicyEntry, records: &[ScaledWorkload]) -> Restored {
-    if ctx.scope.scaling == Scaling::Forbidden {
+pub async fn restore(
+    writer: &Writer,
+    scaling: Scaling,
+    policy: &PolicyEntry,
+    records: &[ScaledWorkload],
+) -> Restored {
+    if scaling == Scaling::Forbidden {
         return Restored::Forbidden(Scaled {
             problem: (!records.is_empty()).then(|| {
                 ScaleProblem::failed(
@@ -75,20 +80,18 @@ pub async fn restore(ctx: &Context, policy: &PolicyEntry, records: &[ScaledWorkl
             changes: Vec::new(),
         });
     }
-    Restored::Tried(restore_all(ctx, policy, records).await)
+    Restored::Tried(restore_all(writer, policy, records).await)
 }
 
 /// Removes the deleted policy's finalizer.
-pub async fn release(ctx: &Context, policy: &PolicyEntry) -> Result<(), String> {
-    finalize::set(&ctx.writer, policy, Finalizer::Release).await
+pub async fn release(writer: &Writer, policy: &PolicyEntry) -> Result<(), String> {
+    finalize::set(writer, policy, Finalizer::Release).await
 }
 
 /// Whether the policy's deletion was asked [`GIVE_UP_AFTER`] ago or more (read from the API
 /// server: only a policy whose restore failed asks); a policy that cannot be read is not.
-pub async fn overdue(policy: &PolicyEntry, ctx: &Context) -> bool {
-    let policies = ctx
-        .writer
-        .namespaced::<FailoverPolicy>(&policy.key.namespace, "finalizer");
+pub async fn overdue(writer: &Writer, policy: &PolicyEntry) -> bool {
+    let policies = writer.namespaced::<FailoverPolicy>(&policy.key.namespace, "finalizer");
     let Ok(Some(current)) = policies.get_opt(&policy.key.name).await else {
         return false;
     };
@@ -105,10 +108,10 @@ fn past_giving_up(deleted: i64, now: i64) -> bool {
 
 /// Restores every recorded workload; what could not be restored stays in `workloads`, with
 /// the first problem.
-async fn restore_all(ctx: &Context, policy: &PolicyEntry, records: &[ScaledWorkload]) -> Scaled {
+async fn restore_all(writer: &Writer, policy: &PolicyEntry, records: &[ScaledWorkload]) -> Scaled {
     let mut scaled = Scaled::default();
     let workloads = scale::Workloads {
-        writer: &ctx.writer,
+        writer,
         namespace: &policy.key.namespace,
         policy: &policy.key.name,
     };

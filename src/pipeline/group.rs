@@ -17,13 +17,15 @@ use kube::{
 
 use crate::{
     pipeline::gather,
+    runtime::writer::Writer,
     runtime::written::StatusKey,
     sources::{
-        Context,
+        Caches,
         local::{
             groups::{GroupEntry, Membership, Recorded},
             policies::Spec,
         },
+        wake::Wake,
     },
 };
 use failover_core::{
@@ -49,12 +51,20 @@ pub struct Following {
 const ATTEMPTS: usize = 3;
 
 /// Chooses the site of the group `policy` is a member of, and says what it asks of the policy.
-pub fn follow(policy: &PolicyKey, ctx: &Context, now: DateTime<Utc>) -> Following {
+/// Reads the members' readiness from `caches` and records the choice there; queues the group's
+/// status and Event through `writer`; a move wakes the other members through `wake`.
+pub fn follow(
+    policy: &PolicyKey,
+    caches: &Caches,
+    writer: &Writer,
+    wake: &Wake,
+    now: DateTime<Utc>,
+) -> Following {
     for _ in 0..ATTEMPTS {
-        let Some(membership) = ctx.caches.groups.read().membership(policy) else {
+        let Some(membership) = caches.groups.read().membership(policy) else {
             return Following::default();
         };
-        if let Some(following) = choose(policy, ctx, membership, now) {
+        if let Some(following) = choose(policy, (caches, writer, wake), membership, now) {
             return following;
         }
     }
@@ -67,7 +77,7 @@ pub fn follow(policy: &PolicyKey, ctx: &Context, now: DateTime<Utc>) -> Followin
 /// recorded a choice meanwhile (this one was made from an older one).
 fn choose(
     policy: &PolicyKey,
-    ctx: &Context,
+    (caches, writer, wake): (&Caches, &Writer, &Wake),
     membership: Membership,
     now: DateTime<Utc>,
 ) -> Option<Following> {
@@ -78,15 +88,14 @@ fn choose(
     } = membership;
     let members: Vec<Member> = group
         .member_keys()
-        .map(|key| member(ctx, &group, &key, now))
+        .map(|key| member(caches, writer, &group, &key, now))
         .collect();
     let chosen = group::choose(&group.sites, &members, choice.as_ref(), now);
     let recorded = PreviousChoice {
         site: chosen.site,
         since: chosen.since,
     };
-    match ctx
-        .caches
+    match caches
         .groups
         .write()
         .record(&group.key, choice.as_ref(), recorded)
@@ -94,13 +103,13 @@ fn choose(
         Recorded::Stale => return None,
         Recorded::Moved if chosen.moved() => {
             let others = group.member_keys().filter(|k| k != policy);
-            ctx.wake.policies(others);
-            announce(ctx, &group, &members, &chosen);
+            wake.policies(others);
+            announce(writer, &group, &members, &chosen);
         }
         Recorded::Moved | Recorded::Same => {}
     }
-    let previous = previous_status(ctx, &group, status);
-    queue_status(ctx, &group, previous.as_ref(), &members, &chosen, now);
+    let previous = previous_status(writer, &group, status);
+    queue_status(writer, &group, previous.as_ref(), &members, &chosen, now);
     let me = group
         .members
         .iter()
@@ -121,22 +130,28 @@ fn choose(
 
 /// One member as the group reads it: its readiness in each site from the caches, as its own
 /// reconcile would read it.
-fn member(ctx: &Context, group: &GroupEntry, key: &PolicyKey, now: DateTime<Utc>) -> Member {
-    let Some(entry) = ctx.caches.table.read().get(key) else {
+fn member(
+    caches: &Caches,
+    writer: &Writer,
+    group: &GroupEntry,
+    key: &PolicyKey,
+    now: DateTime<Utc>,
+) -> Member {
+    let Some(entry) = caches.table.read().get(key) else {
         return Member::held(&key.name, CannotFollow::NotFound);
     };
     let Spec::Valid(valid) = &entry.spec else {
         return Member::held(&key.name, CannotFollow::InvalidSpec);
     };
-    let inputs = gather::inputs(valid, &ctx.caches);
-    let previous = gather::previous_status(&entry, &ctx.writer);
+    let inputs = gather::inputs(valid, caches);
+    let previous = gather::previous_status(&entry, writer);
     let states = readiness::assess(valid, &inputs.observations, previous.as_ref(), now);
-    let claimed_by = ctx.caches.groups.read().claimed_by(key, &group.key);
+    let claimed_by = caches.groups.read().claimed_by(key, &group.key);
     group::member(valid, &states, &group.sites, claimed_by.as_deref(), now)
 }
 
 /// An Event on the group for a move.
-fn announce(ctx: &Context, group: &GroupEntry, members: &[Member], chosen: &GroupChoice) {
+fn announce(writer: &Writer, group: &GroupEntry, members: &[Member], chosen: &GroupChoice) {
     let site = |i: usize| group.sites.get(i).map_or("", String::as_str);
     let (reason, note) = match chosen.rule {
         GroupRule::FailedOver { trigger, from } => (
@@ -165,7 +180,7 @@ fn announce(ctx: &Context, group: &GroupEntry, members: &[Member], chosen: &Grou
         action: "Route".to_string(),
         secondary: None,
     };
-    ctx.writer.publish(event, reference(group));
+    writer.publish(event, reference(group));
 }
 
 fn reference(group: &GroupEntry) -> k8s_openapi::api::core::v1::ObjectReference {
@@ -182,12 +197,11 @@ fn reference(group: &GroupEntry) -> k8s_openapi::api::core::v1::ObjectReference 
 /// The status the group has: the one this replica queued and has not written yet, else the one
 /// it wrote last until the watch delivers it, else the one the watch delivered.
 fn previous_status(
-    ctx: &Context,
+    writer: &Writer,
     group: &GroupEntry,
     delivered: Option<LastGroupStatus>,
 ) -> Option<LastGroupStatus> {
     let key = StatusKey::new(&group.key, &group.uid);
-    let writer = &ctx.writer;
     writer
         .group_statuses
         .pending(&key)
@@ -200,7 +214,7 @@ fn previous_status(
 /// one it has (`previous`): of the members choosing at once, the first queues it and the others
 /// read it as the group's status; the writer writes the newest last.
 fn queue_status(
-    ctx: &Context,
+    writer: &Writer,
     group: &GroupEntry,
     previous: Option<&LastGroupStatus>,
     members: &[Member],
@@ -215,8 +229,8 @@ fn queue_status(
         previous,
         now,
     });
-    if ctx.writer.is_leader() {
+    if writer.is_leader() {
         let key = StatusKey::new(&group.key, &group.uid);
-        ctx.writer.group_statuses.queue(key, status, previous);
+        writer.group_statuses.queue(key, status, previous);
     }
 }

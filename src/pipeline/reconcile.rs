@@ -4,10 +4,7 @@
 //! should learn in one place, and turns a failure into a retry with backoff. A deleted policy's
 //! last restores are [`deletion`]'s.
 
-use std::{
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use tracing::{debug, warn};
@@ -18,10 +15,16 @@ use crate::{
         deletion::{self, Finalized},
         gather, group, scale, write,
     },
-    runtime::{retry::Retries, writer::NotLeader, written::StatusKey},
+    runtime::{
+        metrics::Metrics,
+        retry::Retries,
+        writer::{NotLeader, Writer},
+        written::StatusKey,
+    },
     sources::{
-        Context,
+        Caches, Scope,
         local::policies::{Lifecycle, PolicyEntry, Spec},
+        wake::Wake,
     },
 };
 use failover_core::{
@@ -100,15 +103,33 @@ impl Error {
     }
 }
 
+/// What a reconcile reads and writes, each part its own: the caches the watches filled (written
+/// only where the driver's effects and a group's recorded choice say), the one writer, what the
+/// cluster admin set, the work queue's door (a group's move wakes the other members) and the
+/// metrics.
+#[derive(Clone, Copy)]
+pub struct Reconciler<'a> {
+    /// What the watches filled.
+    pub caches: &'a Caches,
+    /// The one way to write.
+    pub writer: &'a Writer,
+    /// What the cluster admin set.
+    pub scope: &'a Scope,
+    /// The work queue's door.
+    pub wake: &'a Wake,
+    /// The metrics registry.
+    pub metrics: &'a Metrics,
+}
+
 /// Reconciles one policy, as the policy table holds it (validated once per generation); a success
 /// clears its backoff in `retries`, a deletion still restoring backs off there.
 #[tracing::instrument(skip_all, fields(namespace = %entry.key.namespace, policy = %entry.key.name))]
 pub async fn reconcile(
     entry: PolicyEntry,
-    ctx: Arc<Context>,
+    parts: Reconciler<'_>,
     retries: &Retries,
 ) -> Result<Next, Error> {
-    if !ctx.writer.is_leader() {
+    if !parts.writer.is_leader() {
         // Standbys keep their caches warm and write nothing; leadership triggers a full pass.
         return Ok(Next::Wait);
     }
@@ -120,10 +141,10 @@ pub async fn reconcile(
         Lifecycle::Cleanup => {
             let world = Cluster {
                 entry: &entry,
-                ctx: &ctx,
+                parts,
             };
             return Ok(
-                match deletion::finalize(&entry, &ctx.writer, &world).await {
+                match deletion::finalize(&entry, parts.writer, &world).await {
                     Finalized::Done => {
                         retries.forget(&entry.key);
                         Next::Wait
@@ -135,8 +156,8 @@ pub async fn reconcile(
     }
     let started = Instant::now();
     debug!("reconcile started");
-    let result = run(&entry, &ctx).await;
-    ctx.metrics().observe_reconcile(started.elapsed());
+    let result = run(&entry, parts).await;
+    parts.metrics.observe_reconcile(started.elapsed());
     if result.is_ok() {
         retries.forget(&entry.key);
     }
@@ -145,11 +166,11 @@ pub async fn reconcile(
 
 /// The stages after validation, run by the core's driver over this controller's [`Cluster`]; the
 /// status is queued and announced whatever the route's write came to.
-async fn run(entry: &PolicyEntry, ctx: &Context) -> Result<Next, Error> {
+async fn run(entry: &PolicyEntry, parts: Reconciler<'_>) -> Result<Next, Error> {
     let spec = match &entry.spec {
         Spec::Invalid(invalid) => driver::Spec::Invalid(&invalid.problems),
         Spec::Valid(valid) => {
-            if !ctx.caches.wait_for_inputs().await {
+            if !parts.caches.wait_for_inputs().await {
                 return Err(Error::CachesNotSynced);
             }
             if entry.identity.uid.is_empty() {
@@ -165,11 +186,11 @@ async fn run(entry: &PolicyEntry, ctx: &Context) -> Result<Next, Error> {
         target,
         spec,
     };
-    let reconciled = driver::reconcile(&subject, &Cluster { entry, ctx }, Utc::now()).await?;
+    let reconciled = driver::reconcile(&subject, &Cluster { entry, parts }, Utc::now()).await?;
     // Written in the background: the next reconcile of this policy does not wait for it.
     let key = StatusKey::new(&entry.key, &entry.identity.uid);
     let previous = reconciled.previous.as_ref();
-    let wrote = ctx
+    let wrote = parts
         .writer
         .statuses
         .queue(key, reconciled.status.clone(), previous);
@@ -179,8 +200,8 @@ async fn run(entry: &PolicyEntry, ctx: &Context) -> Result<Next, Error> {
         wrote,
     };
     write::announce(
-        &ctx.writer,
-        &ctx.metrics().policies,
+        parts.writer,
+        &parts.metrics.policies,
         entry,
         target,
         &reconciled.outcome,
@@ -193,51 +214,57 @@ async fn run(entry: &PolicyEntry, ctx: &Context) -> Result<Next, Error> {
 /// writer.
 struct Cluster<'a> {
     entry: &'a PolicyEntry,
-    ctx: &'a Context,
+    parts: Reconciler<'a>,
 }
 
 impl World for Cluster<'_> {
     type Error = Error;
 
     fn previous(&self) -> Option<LastStatus> {
-        gather::previous_status(self.entry, &self.ctx.writer)
+        gather::previous_status(self.entry, self.parts.writer)
     }
 
     fn kept(&self) -> Option<Box<FailoverPolicyStatus>> {
         match &self.entry.spec {
-            Spec::Invalid(invalid) => gather::kept_status(self.entry, invalid, &self.ctx.writer),
+            Spec::Invalid(invalid) => gather::kept_status(self.entry, invalid, self.parts.writer),
             Spec::Valid(_) => None,
         }
     }
 
     fn group_order(&self, now: DateTime<Utc>) -> Option<Order> {
-        group::follow(&self.entry.key, self.ctx, now).order
+        let Reconciler {
+            caches,
+            writer,
+            wake,
+            ..
+        } = self.parts;
+        group::follow(&self.entry.key, caches, writer, wake, now).order
     }
 
     fn observe(&self, policy: &ValidPolicy) -> Inputs {
-        gather::inputs(policy, &self.ctx.caches)
+        gather::inputs(policy, self.parts.caches)
     }
 
     fn gateways(&self) -> Gateways {
-        self.ctx.gateways()
+        self.parts.caches.gateways(self.parts.scope)
     }
 
     fn held_by_others(&self, claims: &[Claim]) -> Vec<(Claim, PolicyKey)> {
-        let table = self.ctx.caches.claims.read();
+        let table = self.parts.caches.claims.read();
         table.held_by_others(&self.entry.key, claims)
     }
 
     fn claims_summary(&self) -> Option<ClaimsStatus> {
-        self.ctx.caches.claims.read().summary(&self.entry.key)
+        self.parts.caches.claims.read().summary(&self.entry.key)
     }
 
     fn api(&self, api: NeededApi) -> ApiState {
-        self.ctx.caches.apis.state(api)
+        self.parts.caches.apis.state(api)
     }
 
     /// The caches learn what a write found: the one place a reconcile's findings reach them.
     fn learn(&self, effects: Effects) {
-        let caches = &self.ctx.caches;
+        let caches = self.parts.caches;
         match effects.api {
             Some(ApiEffect::FoundMissing(api)) => {
                 caches.apis.missing(api);
@@ -254,7 +281,7 @@ impl World for Cluster<'_> {
         action: Action,
         current: Option<RouteView>,
     ) -> Result<Applied, Fault<Error>> {
-        match apply::carry_out(&self.ctx.writer, intent, action, current).await {
+        match apply::carry_out(self.parts.writer, intent, action, current).await {
             Ok(applied) => Ok(applied),
             Err(ApplyError::NotLeader(e)) => Err(Fault::Abort(Error::NotLeader(e))),
             // The API server does not serve the route's kind: its CRD is not installed.
@@ -269,10 +296,10 @@ impl World for Cluster<'_> {
         wants: &[ScaleWant],
         raised: &[ScaledWorkload],
     ) -> Scaled {
-        let ctx = self.ctx;
+        let parts = self.parts;
         scale::scale(
-            &ctx.writer,
-            ctx.scope.scaling,
+            parts.writer,
+            parts.scope.scaling,
             self.entry,
             policy,
             wants,
@@ -282,15 +309,21 @@ impl World for Cluster<'_> {
     }
 
     async fn restore(&self, raised: &[ScaledWorkload]) -> Restored {
-        deletion::restore(self.ctx, self.entry, raised).await
+        deletion::restore(
+            self.parts.writer,
+            self.parts.scope.scaling,
+            self.entry,
+            raised,
+        )
+        .await
     }
 
     async fn deletion_overdue(&self) -> bool {
-        deletion::overdue(self.entry, self.ctx).await
+        deletion::overdue(self.parts.writer, self.entry).await
     }
 
     async fn release(&self) -> Result<(), String> {
-        deletion::release(self.ctx, self.entry).await
+        deletion::release(self.parts.writer, self.entry).await
     }
 }
 
@@ -298,24 +331,29 @@ impl World for Cluster<'_> {
 /// `retries` (the work queue's): what the work queue runs.
 pub async fn reconcile_or_retry(
     entry: PolicyEntry,
-    ctx: Arc<Context>,
-    retries: Arc<Retries>,
+    parts: Reconciler<'_>,
+    retries: &Retries,
 ) -> Next {
     let key = entry.key.clone();
-    match reconcile(entry, ctx.clone(), &retries).await {
+    match reconcile(entry, parts, retries).await {
         Ok(next) => next,
-        Err(e) => error_policy(&key, &e, &ctx, &retries),
+        Err(e) => error_policy(&key, &e, parts.metrics, retries),
     }
 }
 
 /// Requeues a failed policy with per-policy exponential backoff (`retries`).
-pub fn error_policy(policy: &PolicyKey, error: &Error, ctx: &Context, retries: &Retries) -> Next {
+pub fn error_policy(
+    policy: &PolicyKey,
+    error: &Error,
+    metrics: &Metrics,
+    retries: &Retries,
+) -> Next {
     if error.not_leader() || error.namespace_terminating() {
         // A new leader takes over (and a regained leadership queues every policy); a namespace
         // going away with the policy in it cannot be written to.
         return Next::Wait;
     }
-    ctx.metrics().error(error.kind());
+    metrics.error(error.kind());
     let delay = retries.next(policy);
     warn!(
         namespace = %policy.namespace,

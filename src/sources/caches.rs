@@ -23,9 +23,10 @@ use crate::{
         },
         namespaces::Namespaces,
         remote::Clusters,
+        scope::Scope,
     },
 };
-use failover_core::apis::WatchKind;
+use failover_core::{apis::WatchKind, tenancy::Gateways};
 
 /// How long a reconcile waits for the readiness caches before it gives up and retries.
 const SYNC_WAIT: Duration = Duration::from_secs(10);
@@ -78,6 +79,12 @@ impl Caches {
             health,
             namespaces,
         }
+    }
+
+    /// Where policies' routes may attach now: the Gateways the admin allows (`scope`), with what
+    /// their listeners admit as last seen.
+    pub fn gateways(&self, scope: &Scope) -> Gateways {
+        scope.gateways.with_listeners(self.listeners.read().clone())
     }
 
     /// Waits until the readiness caches have listed; `false` after [`SYNC_WAIT`].

@@ -1,8 +1,9 @@
-//! What every step runs against, built once by the controller's wiring and shared by the
-//! watches, the work queue, the reconciles, the status writer and the admin server: its parts,
-//! each a type of its own with one owner. The [`Caches`] the watches fill, the [`Scope`] the
-//! cluster admin set, the [`Writer`] every write goes through, the client the watches read
-//! through, the metrics, and the work queue's [`Wake`].
+//! What the watches run against, built once by the controller's wiring and shared by the
+//! watches, the policy watch's queue and the admin server: the [`Caches`] the watches fill, the
+//! [`Scope`] the cluster admin set, the [`Writer`] (the watches tell its memory of writes what
+//! they saw), the client the watches read through, the metrics, and the work queue's [`Wake`].
+//! A reconcile does not take it: it reads and writes its own parts
+//! (`pipeline::reconcile::Reconciler`), and the status writer its writer and metrics.
 
 use std::sync::Arc;
 
@@ -20,14 +21,14 @@ use crate::{
 };
 use failover_core::{apis::WatchKind, tenancy::Gateways};
 
-/// What every step runs against.
+/// What the watches run against.
 pub struct Context {
     /// What the watches fill and the gather step reads.
     pub caches: Caches,
     /// What the cluster admin set.
     pub scope: Scope,
     /// The only way to write: each write checked for leadership; the memory of writes.
-    pub writer: Writer,
+    pub writer: Arc<Writer>,
     /// The client the watches list and watch through (reads only; the writer has its own).
     pub client: Client,
     /// The work queue's door: the policies woken.
@@ -41,7 +42,7 @@ impl Context {
     pub fn new(
         caches: Caches,
         scope: Scope,
-        writer: Writer,
+        writer: Arc<Writer>,
         client: Client,
         wake: Wake,
         metrics: Arc<Metrics>,
@@ -64,9 +65,7 @@ impl Context {
     /// Where policies' routes may attach now: the Gateways the admin allows, with what their
     /// listeners admit as last seen.
     pub fn gateways(&self) -> Gateways {
-        self.scope
-            .gateways
-            .with_listeners(self.caches.listeners.read().clone())
+        self.caches.gateways(&self.scope)
     }
 }
 

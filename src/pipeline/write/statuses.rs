@@ -37,14 +37,12 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
-use crate::{
-    runtime::{
-        api_client::{describe, namespace_terminating},
-        fair::Share,
-        writer::{NotLeader, Writer},
-        written::{Failure, Newest, StatusKey, Statuses, WrittenStatus},
-    },
-    sources::Context,
+use crate::runtime::{
+    api_client::{describe, namespace_terminating},
+    fair::Share,
+    metrics::Metrics,
+    writer::{NotLeader, Writer},
+    written::{Failure, Newest, StatusKey, Statuses, WrittenStatus},
 };
 use failover_core::{
     api::{
@@ -115,26 +113,35 @@ impl StatusOf for FailoverGroup {
 /// Writes the queued statuses, policies' and groups' alike, `concurrency` objects at a time (the
 /// writes in flight are bounded together), a namespace's share of them at once ([`Share`]), for
 /// as long as the controller runs.
-pub async fn run(ctx: Arc<Context>, concurrency: usize) {
+/// Writes through `writer`, counting failures in `metrics`.
+pub async fn run(writer: Arc<Writer>, metrics: Arc<Metrics>, concurrency: usize) {
     let slots = Arc::new(Semaphore::new(concurrency.max(1)));
     let share = Share::of(concurrency);
+    let parts = Parts { writer, metrics };
     futures::join!(
-        write_kind::<FailoverPolicy>(ctx.clone(), slots.clone(), share),
-        write_kind::<FailoverGroup>(ctx, slots, share),
+        write_kind::<FailoverPolicy>(parts.clone(), slots.clone(), share),
+        write_kind::<FailoverGroup>(parts, slots, share),
     );
 }
 
+/// What the status writer writes through and counts in.
+#[derive(Clone)]
+struct Parts {
+    writer: Arc<Writer>,
+    metrics: Arc<Metrics>,
+}
+
 /// Takes the objects of kind `K` whose status waits, in turn, a namespace's `share` at once, each written once by a writer of its own when a slot is free.
-async fn write_kind<K: StatusOf>(ctx: Arc<Context>, slots: Arc<Semaphore>, share: Share) {
+async fn write_kind<K: StatusOf>(parts: Parts, slots: Arc<Semaphore>, share: Share) {
     loop {
-        let (key, newest) = K::statuses(&ctx.writer).next(share).await;
+        let (key, newest) = K::statuses(&parts.writer).next(share).await;
         // The semaphore is never closed.
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        let ctx = ctx.clone();
+        let parts = parts.clone();
         tokio::spawn(async move {
-            write_once::<K>(&ctx, key, newest).await;
+            write_once::<K>(&parts, key, newest).await;
             drop(slot);
         });
     }
@@ -142,8 +149,8 @@ async fn write_kind<K: StatusOf>(ctx: Arc<Context>, slots: Arc<Semaphore>, share
 
 /// One try of an object's newest status: written (and remembered), dropped (the object is gone),
 /// or left to its retry.
-async fn write_once<K: StatusOf>(ctx: &Context, key: StatusKey, newest: Newest<K::Status>) {
-    let writer = &ctx.writer;
+async fn write_once<K: StatusOf>(parts: &Parts, key: StatusKey, newest: Newest<K::Status>) {
+    let writer = &*parts.writer;
     let (namespace, name) = (&key.object.namespace, &key.object.name);
     let statuses = K::statuses(writer);
     let Newest { status, version } = newest;
@@ -159,8 +166,8 @@ async fn write_once<K: StatusOf>(ctx: &Context, key: StatusKey, newest: Newest<K
         }
         Err(e) => {
             let failure = failure(&e);
-            ctx.metrics().error("status_write");
-            ctx.metrics().status_write_failure(failure.reason());
+            parts.metrics.error("status_write");
+            parts.metrics.status_write_failure(failure.reason());
             let failed = statuses.failed(&key, failure);
             let retry_in_ms = failed.retry_in.as_millis() as u64;
             let kind = K::kind(&()).to_string();
