@@ -54,9 +54,10 @@ pub trait World: Sync {
     /// Why a write failed.
     type Error: std::fmt::Display + Send;
 
-    /// The status the policy has, in the form the next reconcile reads.
+    /// The status a valid policy has, in the form the next reconcile reads.
     fn previous(&self) -> Option<LastStatus>;
-    /// The status an invalid policy keeps, whole (asked only for an invalid policy).
+    /// The status an invalid policy has and keeps, whole (asked instead of [`Self::previous`]
+    /// for an invalid policy, so the two are one reading).
     fn kept(&self) -> Option<Box<FailoverPolicyStatus>>;
     /// The site the policy's failover group routes it to, if it follows one now.
     fn group_order(&self, now: DateTime<Utc>) -> Option<Order>;
@@ -196,16 +197,23 @@ pub async fn reconcile<W: World>(
     world: &W,
     now: DateTime<Utc>,
 ) -> Result<Reconciled<W::Error>, W::Error> {
-    let previous = world.previous();
-    let (outcome, failure) = match subject.spec {
+    let (previous, outcome, failure) = match subject.spec {
         Spec::Invalid(problems) => {
+            // One reading: the status an invalid policy keeps is the one it has.
+            let kept = world.kept();
+            let previous = kept.as_deref().map(LastStatus::of);
             let outcome = Outcome::Invalid {
                 problems: problems.to_vec(),
-                kept: world.kept(),
+                kept,
             };
-            (outcome, None)
+            (previous, outcome, None)
         }
-        Spec::Valid(valid) => apply(subject.uid, valid, previous.as_ref(), world, now).await?,
+        Spec::Valid(valid) => {
+            let previous = world.previous();
+            let (outcome, failure) =
+                apply(subject.uid, valid, previous.as_ref(), world, now).await?;
+            (previous, outcome, failure)
+        }
     };
     let claims = world.claims_summary();
     let status = status::build(&StatusInput {
