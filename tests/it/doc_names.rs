@@ -210,10 +210,12 @@ fn conditions() -> BTreeSet<String> {
     let text = std::fs::read_to_string(repo_root().join("crates/api/src/conditions.rs"))
         .expect("conditions.rs");
     let constant = Regex::new(r#"pub const [A-Z_]+: &str = "([A-Za-z]+)";"#).expect("re");
-    let kinds = failover_core::api::Output::ALL.into_iter().flat_map(|output| {
-        let reasons = output.reasons();
-        [reasons.conflict, reasons.write_failed, reasons.crd_missing]
-    });
+    let kinds = failover_core::api::Output::ALL
+        .into_iter()
+        .flat_map(|output| {
+            let reasons = output.reasons();
+            [reasons.conflict, reasons.write_failed, reasons.crd_missing]
+        });
     constant
         .captures_iter(&text)
         .map(|c| c[1].to_string())
