@@ -9,7 +9,7 @@
 //! line naming what is missing and how to skip them on purpose.
 
 use std::{
-    process::Command,
+    process::{Command, Output},
     sync::OnceLock,
     time::{Duration, Instant},
 };
@@ -225,8 +225,27 @@ impl TestEnv {
         assert!(
             ok,
             "deployment {name} never had {replicas} ready replicas: {}",
-            String::from_utf8_lossy(&self.kubectl(&["get", "pods", "-o", "wide"]).stdout)
+            self.why_pods_wait()
         );
+    }
+
+    /// What a failed wait for Pods prints: the namespace's Pods, the node's conditions and
+    /// taints (a node under pressure is tainted and schedules nothing), and the namespace's
+    /// warnings (the scheduler's and the kubelet's reasons).
+    fn why_pods_wait(&self) -> String {
+        let text = |out: Output| {
+            let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.push_str(&String::from_utf8_lossy(&out.stderr));
+            text
+        };
+        let node = "jsonpath={range .items[*]}{.metadata.name} taints={.spec.taints}{\"\\n\"}\
+                    {range .status.conditions[*]}  {.type}={.status} {.reason}: {.message}{\"\\n\"}{end}{end}";
+        format!(
+            "{}\nnodes:\n{}\nwarnings:\n{}",
+            text(self.kubectl(&["get", "pods", "-o", "wide"])),
+            text(kubectl(self.cp, &["get", "nodes", "-o", node])),
+            text(self.kubectl(&["get", "events", "--field-selector", "type=Warning"])),
+        )
     }
 
     /// The names of a backend's running Pods.
