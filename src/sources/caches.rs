@@ -68,7 +68,7 @@ impl Caches {
         Self {
             table: RwLock::new(PolicyTable::new(namespaces.clone())),
             index: RwLock::default(),
-            groups: RwLock::default(),
+            groups: RwLock::new(GroupTable::new(namespaces.clone())),
             readiness: RwLock::new(ReadinessStore::new(namespaces.clone())),
             routes: RwLock::default(),
             claims: RwLock::default(),

@@ -1,13 +1,15 @@
 //! The namespaces' names the caches hold, each held once: every key a cache keeps in a namespace
 //! shares its name, so no key holds a copy of its own, however many keys a namespace has: a
-//! key's namespace is one word and no allocation of its own. A name no key holds any more is forgotten when the set has
-//! doubled since it was last swept, so the set stays within twice the namespaces in use.
+//! key's namespace is one word and no allocation of its own. A name no key holds any more is
+//! forgotten when the set has doubled since it was last swept, so the set stays within twice the
+//! namespaces in use.
 
 use std::{collections::HashSet, sync::Arc};
 
 use parking_lot::Mutex;
 
-use failover_core::observation::Namespace;
+use failover_core::observation::{Namespace, PolicyKey};
+use kube::api::ObjectMeta;
 
 /// The smallest set a sweep runs on.
 const FIRST_SWEEP: usize = 64;
@@ -32,7 +34,24 @@ impl Seen {
     }
 }
 
+/// An object's key (its namespace and name), its namespace's name made by `namespace`; `None`
+/// when it has no namespace or no name.
+pub fn object_key(
+    meta: &ObjectMeta,
+    namespace: impl FnOnce(&str) -> Namespace,
+) -> Option<PolicyKey> {
+    Some(PolicyKey::in_namespace(
+        namespace(meta.namespace.as_deref()?),
+        meta.name.as_deref()?,
+    ))
+}
+
 impl Namespaces {
+    /// The key a cache keeps an object by: its namespace's name shared.
+    pub fn key_of(&self, meta: &ObjectMeta) -> Option<PolicyKey> {
+        object_key(meta, |name| self.intern(name))
+    }
+
     /// The shared name of this namespace.
     pub fn intern(&self, name: &str) -> Namespace {
         let mut seen = self.0.lock();
@@ -60,6 +79,24 @@ mod tests {
         assert_eq!(a, b);
         assert!(a.is_shared());
         assert_eq!(namespaces.0.lock().names.len(), 1);
+    }
+
+    #[test]
+    fn an_objects_key_shares_its_namespaces_name_and_a_lookups_key_does_not() {
+        let namespaces = Namespaces::default();
+        let meta = |name: &str| ObjectMeta {
+            namespace: Some("shop".into()),
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        };
+        let kept = namespaces.key_of(&meta("web")).expect("a key");
+        let other = namespaces.key_of(&meta("api")).expect("a key");
+        assert_eq!((&*kept.namespace, &*kept.name), ("shop", "web"));
+        assert!(kept.namespace.is_shared() && other.namespace.is_shared());
+        assert_eq!(namespaces.0.lock().names.len(), 1);
+        let lookup = object_key(&meta("web"), Namespace::new).expect("a key");
+        assert!(lookup == kept && !lookup.namespace.is_shared());
+        assert_eq!(object_key(&ObjectMeta::default(), Namespace::new), None);
     }
 
     #[test]

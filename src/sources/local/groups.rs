@@ -11,7 +11,10 @@ use compact_str::CompactString;
 use kube::runtime::watcher;
 use smallvec::SmallVec;
 
-use crate::sources::store::{EntryChange, Keep, Store};
+use crate::sources::{
+    namespaces::Namespaces,
+    store::{EntryChange, Keep, Store},
+};
 use failover_core::{
     api::{
         FailoverGroup,
@@ -61,17 +64,15 @@ impl GroupEntry {
     }
 }
 
-struct Keeping;
+/// How the table keeps a group: by its key, its namespace's name shared with every cache's.
+struct Keeping<'a>(&'a Namespaces);
 
-impl Keep<FailoverGroup> for Keeping {
+impl Keep<FailoverGroup> for Keeping<'_> {
     type Key = PolicyKey;
     type Entry = GroupEntry;
 
     fn key(&self, group: &FailoverGroup) -> Option<PolicyKey> {
-        Some(PolicyKey::new(
-            group.metadata.namespace.as_deref()?,
-            group.metadata.name.as_deref()?,
-        ))
+        self.0.key_of(&group.metadata)
     }
 
     fn version(&self, group: &FailoverGroup) -> Option<u64> {
@@ -107,6 +108,8 @@ impl Keep<FailoverGroup> for Keeping {
 /// Every group of the watched scope, and who follows which.
 #[derive(Debug, Default)]
 pub struct GroupTable {
+    /// The names its keys share (the caches').
+    namespaces: Namespaces,
     store: Store<PolicyKey, GroupEntry>,
     /// Each policy listed by a group: the names of the groups listing it (in its namespace, as a
     /// group lists only policies of its own), in order (it follows the first). Nearly always one,
@@ -139,6 +142,14 @@ pub struct Membership {
 }
 
 impl GroupTable {
+    /// An empty table whose keys share the caches' names.
+    pub fn new(namespaces: Namespaces) -> Self {
+        Self {
+            namespaces,
+            ..Self::default()
+        }
+    }
+
     /// The group `policy` follows, if one lists it. A group outside the CRD's bounds (no site,
     /// or more sites or members than it allows: a CRD older than the controller's let it in)
     /// moves nobody, so no member's reconcile costs more than the bounds allow.
@@ -207,7 +218,7 @@ impl GroupTable {
     /// spec changed, or that came or went, before and after) and the version through which the
     /// table has every event of its watch, when this event moved it.
     pub fn apply(&mut self, event: watcher::Event<FailoverGroup>) -> (Vec<PolicyKey>, Option<u64>) {
-        let applied = self.store.apply(event, &mut Keeping);
+        let applied = self.store.apply(event, &mut Keeping(&self.namespaces));
         let mut wake = Vec::new();
         for change in applied.changes {
             let (key, before) = match change {

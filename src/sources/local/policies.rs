@@ -26,13 +26,13 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{Resource, ResourceExt, runtime::watcher};
 
 use crate::sources::{
-    namespaces::Namespaces,
+    namespaces::{Namespaces, object_key},
     store::{self, Keep, Store},
 };
 use failover_core::{
     api::{FailoverPolicy, FailoverPolicyStatus},
     last_status::LastStatus,
-    observation::PolicyKey,
+    observation::{Namespace, PolicyKey},
     policy::{SpecProblem, ValidPolicy, Validated},
     route::{Claim, RouteTarget},
     tenancy::Gateways,
@@ -260,11 +260,7 @@ impl Keep<FailoverPolicy> for Holding<'_> {
     type Entry = Box<Entry>;
 
     fn key(&self, policy: &FailoverPolicy) -> Option<PolicyKey> {
-        Some(PolicyKey::in_namespace(
-            self.namespaces
-                .intern(policy.metadata.namespace.as_deref()?),
-            policy.metadata.name.as_deref()?,
-        ))
+        self.namespaces.key_of(&policy.metadata)
     }
 
     fn version(&self, policy: &FailoverPolicy) -> Option<u64> {
@@ -472,10 +468,7 @@ fn held(key: &PolicyKey, entry: &Entry) -> PolicyEntry {
 
 /// A policy's key; `None` without a namespace or name.
 pub fn key_of(policy: &FailoverPolicy) -> Option<PolicyKey> {
-    Some(PolicyKey::new(
-        policy.metadata.namespace.as_deref()?,
-        policy.metadata.name.as_deref()?,
-    ))
+    object_key(&policy.metadata, Namespace::new)
 }
 
 #[cfg(test)]
