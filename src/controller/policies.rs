@@ -23,7 +23,11 @@ use tracing::warn;
 
 use super::runner::Request;
 use crate::{
-    runtime::fair::{self, Turns},
+    runtime::{
+        fair::{self, Turns},
+        writer::Writer,
+        written::StatusKey,
+    },
     sources::{
         Context,
         local::{
@@ -37,6 +41,7 @@ use crate::{
 use failover_core::{
     api::FailoverPolicy,
     apis::WatchKind,
+    last_status::Compact,
     observation::{Namespace, PolicyKey},
     policy::{SpecProblem, ValidPolicy, Validated},
     validate::{parses_query, validated_after},
@@ -89,6 +94,13 @@ pub fn policy_requests(ctx: Arc<Context>) -> impl Stream<Item = Request> + Send 
                 return futures::stream::iter(Vec::new());
             };
             let (changes, seen) = ctx.caches.table.write().apply(event, validation);
+            // Told before the statuses seen are forgotten: what this replica wrote last.
+            let (echoes, changes): (Vec<_>, Vec<_>) = changes
+                .into_iter()
+                .partition(|change| own_status(&ctx.writer, change));
+            for _ in &echoes {
+                ctx.metrics().echo("status");
+            }
             // Statuses this replica wrote are forgotten once the table has them.
             if let Some(version) = seen {
                 ctx.writer.recent_status.seen_through(version, |_| true);
@@ -299,6 +311,38 @@ async fn validation(policy: FailoverPolicy, previous: Option<Arc<ValidPolicy>>) 
             message: "could not be validated".into(),
         }]))
     })
+}
+
+/// Whether a change only delivers the status this replica wrote (its echo): the same policy,
+/// its spec, generation and lifecycle as before, at the very version the status write was
+/// acknowledged at (or, before its answer, the status being written). A reconcile reads nothing
+/// else of a policy's object, and its last reconcile read that status already (as written), so
+/// it would decide and write the same: none runs.
+fn own_status(writer: &Writer, change: &TableChange) -> bool {
+    let TableChange::Upserted {
+        held,
+        previous: Some(previous),
+        revalidated: false,
+        ..
+    } = change
+    else {
+        return false;
+    };
+    let (now, before) = (&held.identity, &previous.identity);
+    let same = now.uid == before.uid
+        && now.generation == before.generation
+        && now.created == before.created
+        && now.lifecycle == before.lifecycle;
+    if !same {
+        return false;
+    }
+    let key = StatusKey::new(&held.key, &now.uid);
+    // Acknowledged at this version; or being written, its answer not in yet.
+    writer.recent_status.wrote(&key, now.version, |_| true)
+        || held
+            .last
+            .as_ref()
+            .is_some_and(|last| writer.statuses.pending_is(&key, |status| last.is(status)))
 }
 
 /// Brings the index, the claims, the remote watches, the health pollers and the metrics in

@@ -266,6 +266,9 @@ async fn write(
         return Ok(Applied::Unchanged);
     }
     debug!(kind = desired.target.kind().as_str(), route = %desired.target.name, "applying route");
+    let _sending = writer
+        .recent_routes
+        .sending(desired.key(), RulesDigest::of(&desired.rules));
     let applied = routes
         .apply(&desired.target.name, &desired.object)
         .await?

@@ -1,7 +1,8 @@
 //! Prometheus metrics. Labels stay bounded: per-policy series carry only the policy's namespace
 //! and name, and are removed when the policy goes away; nothing is labelled per endpoint.
 
-use chrono::{DateTime, Utc};
+mod clusters;
+
 use std::{
     collections::HashMap,
     sync::{
@@ -94,6 +95,9 @@ pub struct Metrics {
     pub events_dropped: Counter,
     /// Watch streams restarted after an error, by watched kind.
     pub watch_restarts: Family<KindLabels, Counter>,
+    /// Watch events that only delivered this replica's own write, by kind of write: no
+    /// reconcile ran for them.
+    pub echoes: Family<KindLabels, Counter>,
     /// 1 while this replica holds the leader lease.
     pub leader: Gauge<i64, AtomicI64>,
     /// 1 while a CRD the controller needs is not installed, by CRD name.
@@ -167,6 +171,7 @@ impl Metrics {
             status_write_failures: Family::default(),
             events_dropped: Counter::default(),
             watch_restarts: Family::default(),
+            echoes: Family::default(),
             leader: Gauge::default(),
             missing_api: Family::default(),
             cluster_reachable: Family::default(),
@@ -195,6 +200,11 @@ impl Metrics {
         let route_writes = RouteKind::ALL.map(RouteKind::metric_label);
         for kind in route_writes.into_iter().chain(OTHER_WRITE_KINDS) {
             let _ = m.api_writes.get_or_create_owned(&KindLabels {
+                kind: kind.to_string(),
+            });
+        }
+        for kind in route_writes.into_iter().chain(["status"]) {
+            let _ = m.echoes.get_or_create_owned(&KindLabels {
                 kind: kind.to_string(),
             });
         }
@@ -240,6 +250,12 @@ impl Metrics {
             "Always 1, labelled with the controller's version",
             build,
         );
+        self.register_by_kind();
+        self.register_tenant_costs();
+    }
+
+    /// The counters by kind.
+    fn register_by_kind(&mut self) {
         let by_kind = [
             (
                 "reconcile_errors",
@@ -252,11 +268,15 @@ impl Metrics {
                 "Watch streams restarted after an error, by kind",
                 &self.watch_restarts,
             ),
+            (
+                "echoes",
+                "Watch events that only delivered the controller's own write, by kind of write; they run no reconcile",
+                &self.echoes,
+            ),
         ];
         for (name, help, family) in by_kind {
-            r.register(name, help, family.clone());
+            self.registry.register(name, help, family.clone());
         }
-        self.register_tenant_costs();
     }
 
     /// The counts of what tenants' objects cost the controller's writers.
@@ -381,61 +401,14 @@ impl Metrics {
             .set(i64::from(missing));
     }
 
-    /// Records a remote cluster's liveness: whether its readiness counts now, and when it last
-    /// answered.
-    pub fn set_cluster_state(&self, cluster: &str, counts: bool, last_seen: Option<DateTime<Utc>>) {
-        let labels = ClusterLabels {
-            cluster: cluster.to_string(),
-        };
-        self.cluster_reachable
-            .get_or_create(&labels)
-            .set(i64::from(counts));
-        let _ = self.cluster_watch_restarts.get_or_create_owned(&labels);
-        if let Some(at) = last_seen {
-            self.cluster_seen
-                .lock()
-                .insert(cluster.to_string(), at.timestamp_millis() as f64 / 1000.0);
-        }
-    }
-
-    /// A declared cluster whose Secret cannot be used: not reachable, no data.
-    pub fn cluster_unusable(&self, cluster: &str) {
-        let labels = ClusterLabels {
-            cluster: cluster.to_string(),
-        };
-        self.cluster_seen.lock().remove(cluster);
-        self.cluster_data_age.remove(&labels);
-        self.cluster_reachable.get_or_create(&labels).set(0);
-        let _ = self.cluster_watch_restarts.get_or_create_owned(&labels);
-    }
-
-    /// Counts one watch restart of a remote cluster.
-    pub fn cluster_watch_restart(&self, cluster: &str) {
-        self.cluster_watch_restarts
-            .get_or_create(&ClusterLabels {
-                cluster: cluster.to_string(),
-            })
-            .inc();
-    }
-
-    /// Forgets every series of a cluster no longer declared.
-    pub fn forget_cluster(&self, cluster: &str) {
-        let labels = ClusterLabels {
-            cluster: cluster.to_string(),
-        };
-        self.cluster_seen.lock().remove(cluster);
-        self.cluster_reachable.remove(&labels);
-        self.cluster_data_age.remove(&labels);
-        self.cluster_watch_restarts.remove(&labels);
-    }
-
     /// Counts one API write of a kind.
     pub fn write(&self, kind: &str) {
-        self.api_writes
-            .get_or_create(&KindLabels {
-                kind: kind.to_string(),
-            })
-            .inc();
+        count(&self.api_writes, kind);
+    }
+
+    /// Counts one watch event that only delivered this replica's own write of a kind.
+    pub fn echo(&self, kind: &str) {
+        count(&self.echoes, kind);
     }
 
     /// Counts one failed status write.
@@ -449,11 +422,7 @@ impl Metrics {
 
     /// Counts one reconcile error of a kind.
     pub fn error(&self, kind: &str) {
-        self.reconcile_errors
-            .get_or_create(&KindLabels {
-                kind: kind.to_string(),
-            })
-            .inc();
+        count(&self.reconcile_errors, kind);
     }
 
     /// Counts one health query sent.
@@ -496,4 +465,13 @@ impl Metrics {
     pub fn forget_policy(&self, policy: &PolicyKey) {
         self.policies.forget(policy);
     }
+}
+
+/// Counts one in `family`'s series of `kind`.
+fn count(family: &Family<KindLabels, Counter>, kind: &str) {
+    family
+        .get_or_create(&KindLabels {
+            kind: kind.to_string(),
+        })
+        .inc();
 }

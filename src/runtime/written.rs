@@ -37,12 +37,41 @@ use failover_core::{
 #[derive(Debug)]
 pub struct Recent<K, T> {
     entries: Mutex<HashMap<K, (u64, T)>>,
+    /// The writes sent and not answered yet: the watch may deliver one before its answer.
+    in_flight: Mutex<HashMap<K, T>>,
 }
 
 impl<K, T> Default for Recent<K, T> {
     fn default() -> Self {
         Self {
             entries: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// A write in flight ([`Recent::sending`]), until dropped.
+pub struct Sending<'a, K: Hash + Eq, T> {
+    recent: &'a Recent<K, T>,
+    key: Option<K>,
+}
+
+impl<K: Hash + Eq, T> Drop for Sending<'_, K, T> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.recent.in_flight.lock().remove(&key);
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone, T: Clone> Recent<K, T> {
+    /// A write of `value` to the object is sent: until the returned guard is dropped (once its
+    /// answer is recorded, or it failed), an object that says `value` may be its echo.
+    pub fn sending(&self, key: K, value: T) -> Sending<'_, K, T> {
+        self.in_flight.lock().insert(key.clone(), value);
+        Sending {
+            recent: self,
+            key: Some(key),
         }
     }
 }
@@ -67,6 +96,18 @@ impl<K: Hash + Eq, T: Clone> Recent<K, T> {
                 None
             }
         }
+    }
+
+    /// Whether the object at `version` is this replica's own write, not yet seen (its echo): the
+    /// write acknowledged at exactly that version, its value as `same` says; or, before its
+    /// answer came, the write in flight, if its value is the object's. An object at any other
+    /// version, or a version that is not a number, is someone else's (or a later) change.
+    pub fn wrote(&self, key: &K, version: Option<u64>, same: impl Fn(&T) -> bool) -> bool {
+        let acknowledged = match (self.entries.lock().get(key), version) {
+            (Some((written, value)), Some(version)) => *written == version && same(value),
+            _ => false,
+        };
+        acknowledged || self.in_flight.lock().get(key).is_some_and(&same)
     }
 
     /// The value written last, until a watch delivers it ([`Recent::seen_through`]).
@@ -264,6 +305,15 @@ impl<S: Clone> Statuses<S> {
     pub fn pending(&self, key: &StatusKey) -> Option<S> {
         let waiting = self.waiting.lock();
         waiting.pending.get(key).map(|p| p.newest.status.clone())
+    }
+
+    /// Whether the object's status waiting (or being written) is one `is` accepts.
+    pub fn pending_is(&self, key: &StatusKey, is: impl FnOnce(&S) -> bool) -> bool {
+        let waiting = self.waiting.lock();
+        waiting
+            .pending
+            .get(key)
+            .is_some_and(|p| is(&p.newest.status))
     }
 
     /// Queues `status` unless it is what the object has (`current`); returns whether it did.
@@ -529,6 +579,30 @@ mod tests {
         );
         recent.record("b", Some("not-a-number"), "written");
         assert_eq!(recent.newer_than(&"b", Some(1)), None);
+    }
+
+    #[test]
+    fn only_the_object_at_the_written_version_with_the_written_value_is_an_echo() {
+        let recent: Recent<&str, &str> = Recent::default();
+        recent.record("a", Some("10"), "written");
+        assert!(recent.wrote(&"a", Some(10), |v| *v == "written"));
+        assert!(
+            !recent.wrote(&"a", Some(11), |_| true),
+            "a later version is someone's change"
+        );
+        assert!(!recent.wrote(&"a", Some(10), |v| *v == "other"));
+        assert!(!recent.wrote(&"a", None, |_| true));
+        assert!(!recent.wrote(&"b", Some(10), |_| true), "never written");
+        recent.seen_through(10, |_| true);
+        assert!(!recent.wrote(&"a", Some(10), |_| true), "seen: forgotten");
+        let sending = recent.sending("a", "next");
+        assert!(
+            recent.wrote(&"a", Some(12), |v| *v == "next"),
+            "delivered before its answer"
+        );
+        assert!(!recent.wrote(&"a", Some(12), |v| *v == "other"));
+        drop(sending);
+        assert!(!recent.wrote(&"a", Some(12), |v| *v == "next"));
     }
 
     use failover_core::api::Phase;

@@ -157,3 +157,45 @@ async fn readyz_turns_ready_only_after_caches_synced() {
         controller.logs()
     );
 }
+
+#[tokio::test]
+async fn a_failover_runs_one_reconcile_and_the_writes_it_makes_echo_back_without_one() {
+    let Some(env) = test_env!() else { return };
+    let controller = env.with_controller(&[]).await;
+    env.apply(&PolicyBuilder::web());
+    env.wait_weights("web", &ON_WEB, WAIT).await;
+    let read = || async { controller.admin_get("/metrics").await.1 };
+    let echoes = |text: &str, kind: &str| {
+        metric(text, &format!("failover_echoes_total{{kind=\"{kind}\"}}")).unwrap_or(0.0)
+    };
+    // The first status, written and delivered back: the start is over.
+    let settled = wait_until(WAIT, || async { echoes(&read().await, "status") == 1.0 }).await;
+    assert!(
+        settled,
+        "the first status never echoed:\n{}\n{}",
+        read().await,
+        controller.logs()
+    );
+    let before = metric(&read().await, "failover_reconciles_total");
+
+    env.set_endpoints("web", 0, 1).await;
+    env.wait_weights("web", &ON_EAST, WAIT).await;
+    let echoed = wait_until(WAIT, || async {
+        let text = read().await;
+        echoes(&text, "status") == 2.0 && echoes(&text, "trafficsplit") == 1.0
+    })
+    .await;
+    let text = read().await;
+    assert!(
+        echoed,
+        "the failover's route and status never echoed:\n{text}"
+    );
+    assert_eq!(
+        metric(&text, "failover_reconciles_total")
+            .zip(before)
+            .map(|(n, b)| n - b),
+        Some(1.0),
+        "one reconcile for the readiness change, none for the echoes of its writes:\n{text}\n{}",
+        controller.logs()
+    );
+}

@@ -21,7 +21,7 @@ use crate::{
     api::{ClaimsStatus, FailoverPolicyStatus, ScaledWorkload},
     apis::{ApiState, NeededApi},
     applied::{Applied, Scaled},
-    decide::{group::Order, plan::ScaleWant},
+    decide::{before::Before, group::Order, plan::ScaleWant},
     intent::{self, Action, Intent, Observed},
     last_status::LastStatus,
     observation::{BackendObservation, PolicyKey},
@@ -226,7 +226,12 @@ pub async fn reconcile<W: World>(
     });
     let next = match failure {
         Some(e) => Err(e),
-        None => Ok(next(&outcome)),
+        None => Ok(again_if_unsettled(
+            next(&outcome),
+            subject.spec,
+            previous.as_ref(),
+            &status,
+        )),
     };
     Ok(Reconciled {
         previous,
@@ -234,6 +239,34 @@ pub async fn reconcile<W: World>(
         status,
         next,
     })
+}
+
+/// A decision with `spec.capacity` reads where the one before it left traffic (on the primary,
+/// a failback under way): when this one moved it, the next one decides otherwise (a failback by
+/// capacity ends, and what it raised is restored, once a decision has read it recorded), so it
+/// runs at once, from the status this one built. Every other decision reads its inputs and the
+/// time only: taken again from its own status, it decides the same, and nothing runs it again.
+fn again_if_unsettled(
+    next: Next,
+    spec: Spec<'_>,
+    previous: Option<&LastStatus>,
+    status: &FailoverPolicyStatus,
+) -> Next {
+    let Spec::Valid(valid) = spec else {
+        return next;
+    };
+    if valid.capacity.is_none() {
+        return next;
+    }
+    let left = |status: Option<&LastStatus>| {
+        let before = Before::of(valid, status);
+        (before.on_primary, before.ramping, before.demand)
+    };
+    if left(previous) == left(Some(&LastStatus::of(status))) {
+        next
+    } else {
+        Next::After(Duration::ZERO)
+    }
 }
 
 /// The cleanup state, for a deleted policy that holds the finalizer (as kube-runtime's

@@ -132,13 +132,20 @@ async fn route_feed(ctx: &Arc<Context>, kind: RouteKind) {
                 };
                 (key, spec.view(&object))
             });
-            let (changed, seen) = ctx.caches.routes.write().apply(kind, keyed);
-            if let Some(version) = seen {
-                ctx.writer
-                    .recent_routes
-                    .seen_through(version, |k| k.kind == kind);
+            // Told before the writes seen are forgotten: the rules this replica wrote last.
+            let recent = &ctx.writer.recent_routes;
+            let applied = ctx.caches.routes.write().apply(kind, keyed, |key, view| {
+                recent.wrote(key, view.resource_version, |rules| {
+                    view.rules.as_ref() == Some(rules)
+                })
+            });
+            if let Some(version) = applied.complete_through {
+                recent.seen_through(version, |k| k.kind == kind);
             }
-            ctx.wake_for_routes(changed);
+            for _ in 0..applied.echoes {
+                ctx.metrics().echo(kind.metric_label());
+            }
+            ctx.wake_for_routes(applied.changed);
             async {}
         })
         .await;

@@ -65,17 +65,46 @@ impl RouteStore {
         &mut self,
         kind: RouteKind,
         event: watcher::Event<(RouteKey, RouteView)>,
-    ) -> (Vec<RouteKey>, Option<u64>) {
-        let applied = self.kinds[kind.index()].apply(event, &mut Views);
-        let changed = applied
-            .changes
-            .into_iter()
-            .map(|change| match change {
-                EntryChange::Upserted { key, .. } | EntryChange::Deleted { key, .. } => key,
-            })
-            .collect();
-        (changed, applied.complete_through)
+        own_write: impl Fn(&RouteKey, &RouteView) -> bool,
+    ) -> Applied {
+        let store = &mut self.kinds[kind.index()];
+        let applied = store.apply(event, &mut Views);
+        let mut changed = Vec::with_capacity(applied.changes.len());
+        let mut echoes = 0;
+        for change in applied.changes {
+            match change {
+                EntryChange::Upserted {
+                    key,
+                    previous: Some(before),
+                } if store
+                    .get(&key)
+                    .is_some_and(|now| now.only_rules_differ(&before) && own_write(&key, now)) =>
+                {
+                    echoes += 1;
+                }
+                EntryChange::Upserted { key, .. } | EntryChange::Deleted { key, .. } => {
+                    changed.push(key);
+                }
+            }
+        }
+        Applied {
+            changed,
+            echoes,
+            complete_through: applied.complete_through,
+        }
     }
+}
+
+/// What one watch event changed in a kind's routes.
+#[derive(Debug, Default, PartialEq)]
+pub struct Applied {
+    /// The routes changed: their policies are woken.
+    pub changed: Vec<RouteKey>,
+    /// How many changes only delivered this replica's own write of a route's rules (`own_write`
+    /// said so), with nothing else of the route changed: they wake nobody.
+    pub echoes: usize,
+    /// The version through which the watch has delivered every event, when it says.
+    pub complete_through: Option<u64>,
 }
 
 #[cfg(test)]
@@ -97,25 +126,45 @@ mod tests {
         }
     }
 
+    /// Applies an event that is nobody's own write.
+    fn apply(
+        store: &mut RouteStore,
+        kind: RouteKind,
+        event: watcher::Event<(RouteKey, RouteView)>,
+    ) -> Applied {
+        store.apply(kind, event, |_, _| false)
+    }
+
     #[test]
     fn a_relist_of_one_kind_drops_only_its_own_missing_routes() {
         let mut store = RouteStore::default();
         let ts = RouteKind::TrafficSplit;
         let hr = RouteKind::HttpRoute;
-        store.apply(ts, watcher::Event::Apply((key(ts, "a"), view("1"))));
-        store.apply(hr, watcher::Event::Apply((key(hr, "a"), view("1"))));
-        store.apply(ts, watcher::Event::Init);
+        apply(
+            &mut store,
+            ts,
+            watcher::Event::Apply((key(ts, "a"), view("1"))),
+        );
+        apply(
+            &mut store,
+            hr,
+            watcher::Event::Apply((key(hr, "a"), view("1"))),
+        );
+        apply(&mut store, ts, watcher::Event::Init);
         assert_eq!(
-            store
-                .apply(ts, watcher::Event::InitApply((key(ts, "b"), view("2"))))
-                .0,
+            apply(
+                &mut store,
+                ts,
+                watcher::Event::InitApply((key(ts, "b"), view("2")))
+            )
+            .changed,
             vec![key(ts, "b")],
             "a listed route is in place at once"
         );
         assert!(store.get(&key(ts, "a")).is_some(), "until the list ends");
-        let (changed, complete_through) = store.apply(ts, watcher::Event::InitDone);
-        assert_eq!(changed, vec![key(ts, "a")]);
-        assert_eq!(complete_through, Some(2));
+        let applied = apply(&mut store, ts, watcher::Event::InitDone);
+        assert_eq!(applied.changed, vec![key(ts, "a")]);
+        assert_eq!(applied.complete_through, Some(2));
         assert!(store.get(&key(ts, "a")).is_none());
         assert!(store.get(&key(hr, "a")).is_some(), "other kinds are kept");
     }
@@ -124,13 +173,51 @@ mod tests {
     fn an_unchanged_route_reports_no_change() {
         let mut store = RouteStore::default();
         let ts = RouteKind::TrafficSplit;
-        store.apply(ts, watcher::Event::Apply((key(ts, "a"), view("1"))));
+        apply(
+            &mut store,
+            ts,
+            watcher::Event::Apply((key(ts, "a"), view("1"))),
+        );
         assert!(
-            store
-                .apply(ts, watcher::Event::Apply((key(ts, "a"), view("1"))))
-                .0
-                .is_empty()
+            apply(
+                &mut store,
+                ts,
+                watcher::Event::Apply((key(ts, "a"), view("1")))
+            )
+            .changed
+            .is_empty()
         );
         assert_eq!(store.len(), 1);
+    }
+
+    #[test]
+    fn a_routes_own_write_wakes_nobody_and_anything_else_changed_with_it_does() {
+        let mut store = RouteStore::default();
+        let ts = RouteKind::TrafficSplit;
+        let own = |_: &RouteKey, view: &RouteView| view.resource_version == Some(2);
+        store.apply(ts, watcher::Event::Apply((key(ts, "a"), view("1"))), own);
+        let written = store.apply(ts, watcher::Event::Apply((key(ts, "a"), view("2"))), own);
+        assert_eq!((written.changed.len(), written.echoes), (0, 1));
+        assert_eq!(
+            store.get(&key(ts, "a")).and_then(|v| v.resource_version),
+            Some(2),
+            "the store holds it all the same"
+        );
+        let relabelled = RouteView {
+            policy_label: Some(7),
+            ..view("2")
+        };
+        let edited = store.apply(ts, watcher::Event::Apply((key(ts, "a"), relabelled)), own);
+        assert_eq!(
+            (edited.changed, edited.echoes),
+            (vec![key(ts, "a")], 0),
+            "a label changed with it: not only the write"
+        );
+        let created = store.apply(ts, watcher::Event::Apply((key(ts, "b"), view("2"))), own);
+        assert_eq!(
+            (created.changed, created.echoes),
+            (vec![key(ts, "b")], 0),
+            "a route created wakes its policy"
+        );
     }
 }

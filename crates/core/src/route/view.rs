@@ -54,6 +54,16 @@ impl RouteView {
         }
     }
 
+    /// Whether it is `before` with only its rules (and its version) changed: all a write of
+    /// the rules changes.
+    pub fn only_rules_differ(&self, before: &RouteView) -> bool {
+        self.controller == before.controller
+            && self.policy_label == before.policy_label
+            && self.answers == before.answers
+            && self.named_rules == before.named_rules
+            && self.consents == before.consents
+    }
+
     /// What it says of the route `target`: its rules, or for a route the user owns, the named
     /// rule's.
     pub fn rules_of(&self, target: &super::RouteTarget) -> Option<&RulesDigest> {
