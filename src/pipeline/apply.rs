@@ -96,9 +96,9 @@ impl ApplyError {
 
 /// Deletes the route this policy owns, once it yields its claim to a policy that made it first
 /// (so one route, not two, says where the apex's traffic goes); `current` is the cached view of
-/// it.
-/// The delete is conditioned on the version seen, so a route changed meanwhile is left to the
-/// next reconcile.
+/// it. The delete is conditioned on the version seen; a route changed meanwhile (this replica's
+/// own write of it, whose echo wakes nobody, among others) is read again and the delete tried
+/// on what it says, at most [`CONFLICT_RETRIES`] times, then left to a retry with backoff.
 async fn withdraw(
     writer: &Writer,
     desired: &DesiredRoute,
@@ -106,29 +106,43 @@ async fn withdraw(
     claim: Claim,
     holder: PolicyKey,
 ) -> Result<Applied, ApplyError> {
-    let Some(view) = current.filter(|v| v.owned_by(&desired.owner_uid)) else {
-        return Ok(Applied::Yielded { claim, holder });
-    };
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            resource_version: view.resource_version.map(|v| v.to_string()),
-            uid: None,
-        }),
-        ..Default::default()
-    };
-    let deleted = routes(writer, desired)
-        .delete(&desired.target.name, &params)
-        .await?;
-    match deleted {
-        Ok(()) => {
-            info!(kind = desired.target.kind().as_str(), route = %desired.target.name, %claim, holder = %holder, "deleted route: another policy claimed its apex first");
-            Ok(Applied::Yielded { claim, holder })
+    let routes = routes(writer, desired);
+    let name = desired.target.name.as_str();
+    let mut current = current;
+    for _ in 0..CONFLICT_RETRIES {
+        let Some(view) = current.filter(|v| v.owned_by(&desired.owner_uid)) else {
+            return Ok(Applied::Yielded { claim, holder });
+        };
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: view.resource_version.map(|v| v.to_string()),
+                uid: None,
+            }),
+            ..Default::default()
+        };
+        match routes.delete(name, &params).await? {
+            Ok(()) => {
+                info!(kind = desired.target.kind().as_str(), route = %name, %claim, holder = %holder, "deleted route: another policy claimed its apex first");
+                return Ok(Applied::Yielded { claim, holder });
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                return Ok(Applied::Yielded { claim, holder });
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                debug!(kind = desired.target.kind().as_str(), route = %name, "route changed before its delete; reading it again");
+                current = routes
+                    .get_opt(name)
+                    .await
+                    .map_err(|e| ApplyError::api(desired, e))?
+                    .map(|route| desired.target.kind().view(&route.into()));
+            }
+            Err(e) => return Err(ApplyError::api(desired, e)),
         }
-        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {
-            Ok(Applied::Yielded { claim, holder })
-        }
-        Err(e) => Err(ApplyError::api(desired, e)),
     }
+    Err(ApplyError::Contended {
+        kind: desired.target.kind().as_str(),
+        name: name.to_string(),
+    })
 }
 
 /// Carries out what the apply step does with an intent ([`Intent::action`]); `current` is the

@@ -390,3 +390,42 @@ async fn a_users_route_that_keeps_changing_is_left_to_the_next_reconcile() {
         "{applied:?}"
     );
 }
+
+#[tokio::test]
+async fn a_route_withdrawn_after_it_changed_is_read_again_and_deleted_at_its_new_version() {
+    let (writer, mut api) = writer();
+    let server = tokio::spawn(async move {
+        let route = format!("{SPLITS}/web");
+        let conflict = status(409, "Conflict", "the object has been modified");
+        answer(
+            &mut api,
+            Method::DELETE,
+            &route,
+            StatusCode::CONFLICT,
+            conflict,
+        )
+        .await;
+        answer(
+            &mut api,
+            Method::GET,
+            &route,
+            StatusCode::OK,
+            split(UID, "9", &[0, 1]),
+        )
+        .await;
+        let gone = json!({"kind": "Status", "apiVersion": "v1", "status": "Success"});
+        answer(&mut api, Method::DELETE, &route, StatusCode::OK, gone).await;
+    });
+    let claim = Claim::Apex {
+        namespace: "ns".into(),
+        service: "web".into(),
+    };
+    let holder = PolicyKey::new("ns", "first");
+    let stale = view(UID, "7", &[1, 0]);
+    let withdrawn = withdraw(&writer, &desired(&[1, 0]), Some(stale), claim, holder).await;
+    server.await.expect("server");
+    assert!(
+        matches!(withdrawn, Ok(Applied::Yielded { .. })),
+        "{withdrawn:?}"
+    );
+}

@@ -18,8 +18,10 @@ use failover_core::{
     policy::ValidPolicy, reconcile::Inputs,
 };
 
-/// Reads the inputs of a valid policy from the caches.
-pub fn inputs(policy: &ValidPolicy, caches: &Caches) -> Inputs {
+/// Reads the inputs of a valid policy from the caches; its route as this replica last wrote it
+/// while the cache has not caught up with that write (its echo wakes nobody, so the status that
+/// describes the route as it stands reads the write, not the version before it).
+pub fn inputs(policy: &ValidPolicy, caches: &Caches, writer: &Writer) -> Inputs {
     let observations = {
         let readiness = caches.readiness.read();
         policy
@@ -38,11 +40,16 @@ pub fn inputs(policy: &ValidPolicy, caches: &Caches) -> Inputs {
             })
             .collect()
     };
-    let route = caches
-        .routes
-        .read()
-        .get(&policy.route.key(&policy.namespace))
-        .cloned();
+    let key = policy.route.key(&policy.namespace);
+    let route = caches.routes.read().get(&key).cloned().map(|mut view| {
+        // A route the user owns is written rule by rule: its view's rules are not the write's.
+        if policy.route.referenced().is_none()
+            && let Some(written) = writer.recent_routes.newer_than(&key, view.resource_version)
+        {
+            view.rules = Some(written);
+        }
+        view
+    });
     Inputs {
         observations,
         route,

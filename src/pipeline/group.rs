@@ -143,7 +143,7 @@ fn member(
     let Spec::Valid(valid) = &entry.spec else {
         return Member::held(&key.name, CannotFollow::InvalidSpec);
     };
-    let inputs = gather::inputs(valid, caches);
+    let inputs = gather::inputs(valid, caches, writer);
     let previous = gather::previous_status(&entry, writer);
     let states = readiness::assess(valid, &inputs.observations, previous.as_ref(), now);
     let claimed_by = caches.groups.read().claimed_by(key, &group.key);

@@ -242,7 +242,7 @@ impl World for Cluster<'_> {
     }
 
     fn observe(&self, policy: &ValidPolicy) -> Inputs {
-        gather::inputs(policy, self.parts.caches)
+        gather::inputs(policy, self.parts.caches, self.parts.writer)
     }
 
     fn gateways(&self) -> Gateways {

@@ -185,9 +185,9 @@ pub struct Reconciled<E> {
 }
 
 /// When a policy looks again at a workload it wants raised and could not raise (its owner has
-/// not consented yet, the API server refused): workloads are not watched (a watch of every
-/// Deployment and HPA of the cluster, for a rare case), so the consent given, or the workload
-/// created, is seen within this.
+/// not consented yet, the API server refused), or raised and could not restore: workloads are
+/// not watched (a watch of every Deployment and HPA of the cluster, for a rare case), so the
+/// consent given, the workload created or the API server answering again is seen within this.
 pub const SCALE_RECHECK: Duration = Duration::from_secs(10);
 
 /// One reconcile of one policy at `now`; `Err` only when the world aborts it (nothing more is
@@ -360,8 +360,8 @@ pub fn next(outcome: &Outcome) -> Next {
             | Applied::Yielded { .. }
             | Applied::RouteRefUnfit(_) => Next::Wait,
             Applied::Unchanged | Applied::Written | Applied::Suspended => {
-                let recheck = (d.scaled.problem.is_some() && !d.plan.scale.is_empty())
-                    .then_some(SCALE_RECHECK);
+                let held = !d.plan.scale.is_empty() || !d.scaled.workloads.is_empty();
+                let recheck = (d.scaled.problem.is_some() && held).then_some(SCALE_RECHECK);
                 let after = d.plan.requeue_after.into_iter().chain(recheck).min();
                 after.map_or(Next::Wait, Next::After)
             }
