@@ -10,8 +10,9 @@
 # A warm cache returns at once. The last line printed is the bin directory.
 # With --check, nothing is built: it fails with a message when the binaries are missing.
 # With --prometheus, a Prometheus server too (github.com/prometheus/prometheus, no web UI), its
-# promtool (checks and unit-tests the chart's alerting rules), and the Prometheus Operator's
-# ServiceMonitor and PrometheusRule CRDs (from its Go module), for the chart's optional objects.
+# promtool (checks and unit-tests the chart's alerting rules), the Prometheus Operator's
+# ServiceMonitor and PrometheusRule CRDs (from its Go module), for the chart's optional objects,
+# and an Alertmanager (github.com/prometheus/alertmanager), which the notification tests post to.
 # With --node, the binaries of a real node are built too: kubelet, kube-proxy and kube-scheduler
 # from the same module (for the real node; containerd, runc and the CNI plugins come from Debian's
 # packages).
@@ -34,7 +35,7 @@ with_prometheus=0
 for option in "$@"; do
   case $option in
     --node) tools+=(kubelet kube-proxy kube-scheduler); kube_cmds+=(kubelet kube-proxy kube-scheduler) ;;
-    --prometheus) tools+=(prometheus promtool); with_prometheus=1 ;;
+    --prometheus) tools+=(prometheus promtool alertmanager); with_prometheus=1 ;;
     --proxy) tools+=(traefik) ;;
   esac
 done
@@ -56,6 +57,7 @@ all_present() {
   [[ "$(cat "$bin/.helm-docs-version" 2>/dev/null)" == "$HELM_DOCS_VERSION" ]] || return 1
   [[ $with_prometheus == 0 || "$(cat "$bin/.promtool-version" 2>/dev/null)" == "$PROMETHEUS_MODULE_VERSION" ]] || return 1
   [[ $with_prometheus == 0 || -s "$prometheus_operator_crds" ]] || return 1
+  [[ $with_prometheus == 0 || "$(cat "$bin/.alertmanager-version" 2>/dev/null)" == "$ALERTMANAGER_VERSION" ]] || return 1
   [[ "$(cat "$bin/.kstatus-version" 2>/dev/null)" == "$(kstatus_version)" ]] || return 1
   [[ " ${tools[*]} " != *" traefik "* || "$(cat "$bin/.traefik-version" 2>/dev/null)" == "$TRAEFIK_VERSION" ]] || return 1
   [[ -s "$bin/gateway-api-$GATEWAY_API_VERSION-standard.yaml" && -s "$bin/gateway-api-$GATEWAY_API_VERSION-experimental.yaml" ]]
@@ -185,6 +187,23 @@ build_promtool() {
     github.com/prometheus/prometheus/cmd/promtool "$PROMETHEUS_MODULE_VERSION"
 }
 
+# Alertmanager, which the controller's alerts are posted to in the notification tests. Its module
+# embeds a web UI built by npm (ui/app/dist), which the module zip does not carry: the build runs
+# in a copy of the module with a one-page placeholder there (no web UI; the API is whole).
+build_alertmanager() {
+  local log="$work/alertmanager.log" src="$work/alertmanager-src" dir
+  step "building alertmanager (github.com/prometheus/alertmanager v$ALERTMANAGER_VERSION; a cold build can take minutes)"
+  dir=$(cd "$work" && go mod download -json "github.com/prometheus/alertmanager@v$ALERTMANAGER_VERSION" 2> "$log" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p') || fail "download github.com/prometheus/alertmanager" "$log"
+  rm -rf "$src" && cp -r "$dir" "$src" && chmod -R u+w "$src"
+  for ui in elm mantine; do
+    mkdir -p "$src/ui/app/dist/$ui"
+    echo '<!doctype html><title>Alertmanager</title><p>Built without its web UI; the API is at /api/v2.' > "$src/ui/app/dist/$ui/index.html"
+  done
+  (cd "$src" && go build -ldflags "-s -w" -o "$bin/alertmanager.tmp" ./cmd/alertmanager) >> "$log" 2>&1 || fail "build alertmanager" "$log"
+  mv "$bin/alertmanager.tmp" "$bin/alertmanager"
+  echo "$ALERTMANAGER_VERSION" > "$bin/.alertmanager-version"
+}
+
 # The Prometheus Operator's ServiceMonitor and PrometheusRule CRDs, as published in its Go module
 # (example/prometheus-operator-crd): the chart's optional objects of those kinds are checked
 # against them.
@@ -255,6 +274,7 @@ for cmd in "${kube_cmds[@]}"; do [[ -x "$bin/$cmd" ]] || missing_kube=1; done
 if [[ " ${tools[*]} " == *" prometheus "* && ! -x "$bin/prometheus" ]]; then build_prometheus; fi
 if [[ $with_prometheus == 1 && "$(cat "$bin/.promtool-version" 2>/dev/null)" != "$PROMETHEUS_MODULE_VERSION" ]]; then build_promtool; fi
 if [[ $with_prometheus == 1 && ! -s "$prometheus_operator_crds" ]]; then fetch_prometheus_operator_crds; fi
+if [[ $with_prometheus == 1 && "$(cat "$bin/.alertmanager-version" 2>/dev/null)" != "$ALERTMANAGER_VERSION" ]]; then build_alertmanager; fi
 if [[ " ${tools[*]} " == *" traefik "* && "$(cat "$bin/.traefik-version" 2>/dev/null)" != "$TRAEFIK_VERSION" ]]; then build_traefik; fi
 step "done in $(( $(date +%s) - start ))s"
 echo "$bin"

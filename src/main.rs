@@ -13,6 +13,7 @@ use failover::{
     runtime::{
         leader::{self, Leadership, LeaseSettings},
         metrics::Metrics,
+        notify::NotifySettings,
     },
     sources::health::budget::{DEFAULT_QUERIES_PER_SECOND, InFlight},
 };
@@ -143,6 +144,21 @@ struct Args {
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     shutdown_grace: Duration,
 
+    /// Alertmanager that alerts are posted to while a policy is failed over, has no ready
+    /// backend or runs a drill, e.g. `http://alertmanager:9093` (none: no alert is posted).
+    #[arg(long, env = "ALERTMANAGER_URL")]
+    alertmanager_url: Option<String>,
+
+    /// How often the alerts that fire are posted to Alertmanager again, e.g. `1m`; each ends
+    /// four of these after it was last posted, unless posted again.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    alert_resend_interval: Duration,
+
+    /// URLs a policy's webhook sinks (`spec.notifications.webhooks`) may name (comma-separated;
+    /// paths below each are allowed too). Any other is refused and never contacted.
+    #[arg(long, env = "NOTIFICATION_ALLOWED_URLS", value_delimiter = ',')]
+    notification_allowed_urls: Vec<String>,
+
     /// Identity of this replica in Events and the leader Lease (default: host name and pid).
     #[arg(long, env = "POD_NAME")]
     instance: Option<String>,
@@ -265,6 +281,11 @@ fn settings(args: &Args, identity: &str) -> Settings {
         },
         allowed_gateways: Gateways::default(),
         allow_scaling: args.allow_scaling,
+        notify: NotifySettings {
+            alertmanager: args.alertmanager_url.clone().filter(|u| !u.is_empty()),
+            alert_resend: args.alert_resend_interval.max(Duration::from_secs(1)),
+            allowed_urls: args.notification_allowed_urls.clone(),
+        },
     }
 }
 

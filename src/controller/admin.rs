@@ -56,17 +56,35 @@ pub async fn bind(
     }))
 }
 
+/// The exposition, encoded on a blocking thread a chunk at a time (at most [`CHUNKS_AHEAD`]
+/// ahead of the client), never on the thread that runs the reconciles, the watches and the
+/// Lease: a scrape of many policies' series delays no failover.
 async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
+    let (chunks, received) = tokio::sync::mpsc::channel::<String>(CHUNKS_AHEAD);
+    let metrics = state.metrics().clone();
+    tokio::task::spawn_blocking(move || {
+        for chunk in metrics.exposition() {
+            // The client went away: stop encoding.
+            if chunks.blocking_send(chunk).is_err() {
+                break;
+            }
+        }
+    });
+    let body = futures::stream::unfold(received, |mut received| async move {
+        let chunk = received.recv().await?;
+        Some((Ok::<_, Infallible>(chunk), received))
+    });
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        Body::from_stream(futures::stream::iter(
-            state.metrics().exposition().map(Ok::<_, Infallible>),
-        )),
+        Body::from_stream(body),
     )
 }
+
+/// How many chunks of the exposition are encoded ahead of what the client has read.
+const CHUNKS_AHEAD: usize = 2;
 
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
     match (

@@ -36,7 +36,10 @@ use crate::{
         reconcile::{Error, Reconciler, reconcile_or_retry},
         write::statuses,
     },
-    runtime::{leader::Leadership, metrics::Metrics, retry::Retries, writer::Writer},
+    runtime::{
+        leader::Leadership, metrics::Metrics, notify::NotifySettings, retry::Retries,
+        writer::Writer,
+    },
     sources::{
         Caches, Context, Scope,
         health::{
@@ -81,6 +84,8 @@ pub struct Settings {
     pub allowed_gateways: Gateways,
     /// Whether policies may scale their secondaries' workloads (`capacity.scale`).
     pub allow_scaling: bool,
+    /// Where alerts go, and which webhook sinks policies may name.
+    pub notify: NotifySettings,
 }
 
 impl Default for Settings {
@@ -97,6 +102,7 @@ impl Default for Settings {
             prometheus_in_flight: InFlight::default(),
             allowed_gateways: Gateways::default(),
             allow_scaling: false,
+            notify: NotifySettings::default(),
         }
     }
 }
@@ -127,11 +133,17 @@ fn context(
         leadership,
         metrics.clone(),
         settings.instance.clone(),
+        settings.notify.clone(),
     );
     // The remote clusters and the health pollers wake policies through the context they are
     // part of.
     Arc::new_cyclic(|ctx: &Weak<Context>| {
-        let (remote_ctx, health_ctx) = (ctx.clone(), ctx.clone());
+        let (remote_ctx, health_ctx, notify_ctx) = (ctx.clone(), ctx.clone(), ctx.clone());
+        writer.notifier.wake_with(move |policy| {
+            if let Some(ctx) = notify_ctx.upgrade() {
+                ctx.wake.policies([policy]);
+            }
+        });
         let remote = Clusters::new(
             settings.secret_namespace.clone(),
             metrics.clone(),
@@ -336,7 +348,8 @@ pub fn start(
         futures::join!(writer.statuses.flushed(), writer.group_statuses.flushed());
     };
     let work = running(controller, feeds(ctx.clone()), never_listed, flushed);
-    (ctx, run_beside(work, status_writer))
+    let notifier = ctx.writer.notifier.clone().run();
+    (ctx, run_beside(work, status_writer, notifier))
 }
 
 /// The runner's work: each policy that changed or was woken, and every policy when something
@@ -373,11 +386,17 @@ async fn running(
     flushed.await;
 }
 
-/// Runs `work` to its end with `helper` beside it (a helper never ends first on its own).
-async fn run_beside(work: impl Future<Output = ()>, helper: impl Future<Output = ()>) {
+/// Runs `work` to its end with the status writer and the notifier beside it (neither ends
+/// first on its own).
+async fn run_beside(
+    work: impl Future<Output = ()>,
+    status_writer: impl Future<Output = ()>,
+    notifier: impl Future<Output = ()>,
+) {
     tokio::select! {
         _ = work => {}
-        _ = helper => warn!("the status writer stopped"),
+        _ = status_writer => warn!("the status writer stopped"),
+        _ = notifier => warn!("the notifier stopped"),
     }
 }
 

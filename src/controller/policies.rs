@@ -395,6 +395,7 @@ fn follow(ctx: &Context, change: &TableChange) -> Vec<Request> {
             let handed = caches.claims.write().update(&held.key, None, seen_at());
             caches.health.follow(held.key.clone(), None, None);
             ctx.metrics().forget_policy(&held.key);
+            ctx.writer.notifier.forget(&held.key);
             handed
         }
         TableChange::Listed => {

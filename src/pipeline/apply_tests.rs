@@ -50,7 +50,7 @@ fn desired(weights: &[i32]) -> DesiredRoute {
 fn writer_as(leadership: Leadership, metrics: Arc<Metrics>) -> (Writer, Api) {
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, "ns");
-    let writer = Writer::new(client, leadership, metrics, None);
+    let writer = Writer::new(client, leadership, metrics, None, Default::default());
     (writer, handle)
 }
 

@@ -40,6 +40,7 @@ use failover_core::{
         self as driver, ApiEffect, Effects, Fault, Inputs, Next, Restored, Subject, World,
     },
     route::{Claim, RouteView},
+    status::{Outcome, history::Notices},
     tenancy::Gateways,
 };
 
@@ -207,6 +208,19 @@ async fn run(entry: &PolicyEntry, parts: Reconciler<'_>) -> Result<Next, Error> 
         &reconciled.outcome,
         &written,
     );
+    if let Outcome::Decided(d) = &reconciled.outcome {
+        let group = d.plan.following.as_ref().map(|o| o.group.as_str());
+        let (key, uid) = (&entry.key, &entry.identity.uid);
+        let notifier = &parts.writer.notifier;
+        notifier.observe(
+            key,
+            uid,
+            &d.policy,
+            group,
+            &reconciled.status,
+            entry.last.as_ref(),
+        );
+    }
     reconciled.next
 }
 
@@ -256,6 +270,11 @@ impl World for Cluster<'_> {
 
     fn claims_summary(&self) -> Option<ClaimsStatus> {
         self.parts.caches.claims.read().summary(&self.entry.key)
+    }
+
+    fn notices(&self, policy: &ValidPolicy) -> Notices {
+        let (key, uid) = (&self.entry.key, &self.entry.identity.uid);
+        self.parts.writer.notifier.notices(key, uid, policy)
     }
 
     fn api(&self, api: NeededApi) -> ApiState {

@@ -53,6 +53,15 @@ pub const OTHER_WRITE_KINDS: [&str; 6] = [
 pub const STATUS_WRITE_FAILURES: [&str; 5] =
     ["too_large", "invalid", "forbidden", "unavailable", "other"];
 
+/// What can happen to a notification, as `failover_notifications_total` counts it.
+pub const NOTIFICATION_KINDS: [&str; 5] = [
+    "alerts_posted",
+    "alerts_failed",
+    "webhook_delivered",
+    "webhook_failed",
+    "webhook_deferred",
+];
+
 /// Labels of a series counted by reason.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
@@ -98,6 +107,8 @@ pub struct Metrics {
     /// Watch events that only delivered this replica's own write, by kind of write: no
     /// reconcile ran for them.
     pub echoes: Family<KindLabels, Counter>,
+    /// Notifications sent or not, by what happened ([`NOTIFICATION_KINDS`]).
+    pub notifications: Family<KindLabels, Counter>,
     /// 1 while this replica holds the leader lease.
     pub leader: Gauge<i64, AtomicI64>,
     /// 1 while a CRD the controller needs is not installed, by CRD name.
@@ -172,6 +183,7 @@ impl Metrics {
             events_dropped: Counter::default(),
             watch_restarts: Family::default(),
             echoes: Family::default(),
+            notifications: Family::default(),
             leader: Gauge::default(),
             missing_api: Family::default(),
             cluster_reachable: Family::default(),
@@ -200,6 +212,11 @@ impl Metrics {
         let route_writes = RouteKind::ALL.map(RouteKind::metric_label);
         for kind in route_writes.into_iter().chain(OTHER_WRITE_KINDS) {
             let _ = m.api_writes.get_or_create_owned(&KindLabels {
+                kind: kind.to_string(),
+            });
+        }
+        for kind in NOTIFICATION_KINDS {
+            let _ = m.notifications.get_or_create_owned(&KindLabels {
                 kind: kind.to_string(),
             });
         }
@@ -272,6 +289,11 @@ impl Metrics {
                 "echoes",
                 "Watch events that only delivered the controller's own write, by kind of write; they run no reconcile",
                 &self.echoes,
+            ),
+            (
+                "notifications",
+                "Notifications by what happened: alerts_posted, alerts_failed (to Alertmanager), webhook_delivered, webhook_failed (a try; tried again), webhook_deferred (its namespace's queue was full; queued again once it is empty)",
+                &self.notifications,
             ),
         ];
         for (name, help, family) in by_kind {
@@ -409,6 +431,11 @@ impl Metrics {
     /// Counts one watch event that only delivered this replica's own write of a kind.
     pub fn echo(&self, kind: &str) {
         count(&self.echoes, kind);
+    }
+
+    /// Counts a notification sent or not, by what happened ([`NOTIFICATION_KINDS`]).
+    pub fn notification(&self, kind: &str) {
+        count(&self.notifications, kind);
     }
 
     /// Counts one failed status write.

@@ -11,6 +11,7 @@ use crate::runtime::{
     events::Events,
     leader::{Leadership, Role},
     metrics::Metrics,
+    notify::{Notifier, NotifySettings},
     written::{Recent, StatusKey, Statuses, WrittenStatus},
 };
 use failover_core::{
@@ -78,6 +79,8 @@ pub struct Writer {
     pub recent_group_status: Recent<StatusKey, LastGroupStatus>,
     /// Failover groups' statuses queued, until they are written.
     pub group_statuses: Statuses<FailoverGroupStatus>,
+    /// Who is told of transitions (Alertmanager, policies' webhook sinks), as the leader only.
+    pub notifier: Arc<Notifier>,
 }
 
 impl Writer {
@@ -88,6 +91,7 @@ impl Writer {
         leadership: Leadership,
         metrics: Arc<Metrics>,
         instance: Option<String>,
+        notify: NotifySettings,
     ) -> Self {
         let events = Events::new(
             client.clone(),
@@ -96,6 +100,7 @@ impl Writer {
             leadership.clone(),
             metrics.clone(),
         );
+        let notifier = Notifier::new(notify, client.clone(), leadership.clone(), metrics.clone());
         Self {
             client,
             leadership,
@@ -106,6 +111,7 @@ impl Writer {
             statuses: Statuses::new(),
             recent_group_status: Recent::default(),
             group_statuses: Statuses::new(),
+            notifier,
         }
     }
 

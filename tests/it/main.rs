@@ -28,6 +28,7 @@ mod leader_election;
 mod missing_crds;
 mod names;
 mod node;
+mod notifications;
 mod plugin;
 mod plugin_deps;
 mod readiness;

@@ -9,8 +9,8 @@ use failover_core::{
     api::{
         FailoverPolicy, Output,
         conditions::{
-            ATTACHED, DEGRADED, DEMAND_UNSERVED, DRILL, HEALTH_QUERY_FAILED, READY, attached,
-            capacity, degraded, drill, health, ready,
+            ATTACHED, DEGRADED, DEMAND_UNSERVED, DRILL, HEALTH_QUERY_FAILED, NOTIFIED, READY,
+            attached, capacity, degraded, drill, health, notified, ready,
         },
     },
     validate::validate_spec,
@@ -92,7 +92,7 @@ async fn every_invalid_sample_is_rejected_with_its_documented_error() {
 /// whose feature shows in a condition of its own (capacity, a drill), and the condition their
 /// comments say the policy shows, besides `Ready=True`:
 /// (policy, condition type, status, reason, part of its message).
-const WITHOUT_EXTERNALS: [(&str, &str, &str, &str, &str); 11] = [
+const WITHOUT_EXTERNALS: [(&str, &str, &str, &str, &str); 12] = [
     (
         "listings",
         READY,
@@ -143,6 +143,13 @@ const WITHOUT_EXTERNALS: [(&str, &str, &str, &str, &str); 11] = [
         "",
     ),
     ("ledger", DRILL, "True", drill::RUNNING, "ledger-dr"),
+    (
+        "invoicing",
+        NOTIFIED,
+        "False",
+        notified::WEBHOOK_NOT_ALLOWED,
+        "spec.notifications.webhooks[0].url http://incident-bridge.ops:8080/failover",
+    ),
     (
         "quotes",
         ATTACHED,

@@ -30,6 +30,10 @@ pub const ATTACHED: &str = "Attached";
 /// (kstatus) read it as Failed.
 pub const STALLED: &str = "Stalled";
 
+/// Condition type, present only while `False`: a webhook sink of `spec.notifications` is not
+/// contacted (its reason says why).
+pub const NOTIFIED: &str = "Notified";
+
 /// Reasons of the `Ready` condition, and of the Events that announce where traffic went.
 pub mod ready {
     /// The primary is ready and takes all traffic.
@@ -239,6 +243,13 @@ pub mod events {
     /// A Warning: the API server refused the object's status for what it is (too large with the
     /// object's metadata, or invalid); it is tried again after up to 5 minutes.
     pub const STATUS_NOT_WRITTEN: &str = "StatusNotWritten";
+}
+
+/// Reasons of the `Notified` condition.
+pub mod notified {
+    /// A webhook sink's URL is not one the cluster admin allows (`--notification-allowed-urls`):
+    /// it is never contacted.
+    pub const WEBHOOK_NOT_ALLOWED: &str = "WebhookNotAllowed";
 }
 
 /// The reasons of a `FailoverGroup`'s conditions and Events.

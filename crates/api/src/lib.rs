@@ -15,6 +15,7 @@ mod controls;
 mod gateway_route;
 mod group;
 mod health;
+mod notifications;
 mod route_kinds;
 mod route_ref;
 pub mod rules;
@@ -26,6 +27,7 @@ pub use controls::*;
 pub use gateway_route::*;
 pub use group::*;
 pub use health::*;
+pub use notifications::*;
 pub use route_kinds::*;
 pub use route_ref::*;
 pub use status::*;
@@ -337,6 +339,12 @@ pub struct FailoverPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(dive)]
     pub capacity: Option<CapacitySpec>,
+
+    /// Who is told of the policy's transitions (an alert, CloudEvents webhooks), and how many
+    /// `status.history` keeps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub notifications: Option<NotificationsSpec>,
 }
 
 fn zero_duration() -> String {
@@ -372,6 +380,7 @@ impl Default for FailoverPolicySpec {
             failback: None,
             health: None,
             capacity: None,
+            notifications: None,
         }
     }
 }

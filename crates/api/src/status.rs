@@ -174,6 +174,16 @@ pub struct FailoverPolicyStatus {
     #[serde(default, skip_serializing)]
     pub claims: Vec<ClaimRecord>,
 
+    /// The last transitions, oldest first, as the controller decided them (at most
+    /// `spec.notifications.history`, default 10).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<crate::HistoryEntry>,
+
+    /// The id of the last history entry every webhook sink acknowledged (or that was recorded
+    /// while the policy named none): later ones are delivered, after a restart too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notified_through: Option<u64>,
+
     /// Standard conditions, one of each type: `Ready` (traffic is routed to a ready backend
     /// through the owned route) and `Degraded` (some backend, the primary above all, is not
     /// ready); `Suspended` and `Pinned` while `spec.suspend` or `spec.pin` is set;

@@ -7,7 +7,8 @@
 //! held as digests ([`crate::digest`]); the active backends' names, which messages name, are held
 //! as one string, inline when it is 24 bytes or shorter. A policy's last status is at most three
 //! allocations however many backends and conditions it has, plus a not-ready backend's message
-//! (the reason a backend whose cluster has not answered yet stays not ready).
+//! (the reason a backend whose cluster has not answered yet stays not ready) and, once it has
+//! recorded a transition, its history (shared, bounded by `spec.notifications.history`).
 
 use std::hash::{DefaultHasher, Hasher};
 
@@ -40,6 +41,12 @@ pub struct LastStatus {
     pub demand: Option<i64>,
     /// With `spec.capacity.scale`: the workloads raised, with what each had.
     pub scaled: Box<[crate::api::ScaledWorkload]>,
+    /// The transitions it recorded, oldest first ([`Self::history`]): none, no allocation;
+    /// some, shared by every copy of this status (a reconcile's copy of the policy's entry
+    /// clones no entry).
+    pub history: Option<std::sync::Arc<[crate::api::HistoryEntry]>>,
+    /// The last history entry every webhook sink acknowledged.
+    pub notified_through: Option<u64>,
     /// A digest of the whole status (`None`: it could not be encoded, so it equals nothing).
     pub digest: Option<u64>,
 }
@@ -102,8 +109,15 @@ impl LastStatus {
             last_failback_time: status.last_failback_time,
             demand: status.capacity.as_ref().map(|c| c.demand),
             scaled: status.scaled.clone().into_boxed_slice(),
+            history: (!status.history.is_empty()).then(|| status.history.as_slice().into()),
+            notified_through: status.notified_through,
             digest: digest_of(status),
         }
+    }
+
+    /// The transitions it recorded, oldest first.
+    pub fn history(&self) -> &[crate::api::HistoryEntry] {
+        self.history.as_deref().unwrap_or_default()
     }
 
     /// The backends that were active, in priority order.

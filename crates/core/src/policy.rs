@@ -110,6 +110,8 @@ pub struct ValidPolicy {
     pub health: Option<Box<Health>>,
     /// What each backend can serve, when set.
     pub capacity: Option<Box<Capacity>>,
+    /// Who is told of its transitions, and how many its history keeps, when set.
+    pub notifications: Option<Box<crate::api::NotificationsSpec>>,
 }
 
 /// `spec.capacity`, parsed: scaling (what one ready endpoint of each backend serves is the

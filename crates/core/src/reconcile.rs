@@ -27,7 +27,7 @@ use crate::{
     observation::{BackendObservation, PolicyKey},
     policy::{SpecProblem, ValidPolicy},
     route::{Claim, RouteTarget, RouteView},
-    status::{self, Outcome, StatusInput},
+    status::{self, Outcome, StatusInput, history::Notices},
     tenancy::Gateways,
 };
 
@@ -69,6 +69,8 @@ pub trait World: Sync {
     fn held_by_others(&self, claims: &[Claim]) -> Vec<(Claim, PolicyKey)>;
     /// What the policy claims, summarized for its status.
     fn claims_summary(&self) -> Option<ClaimsStatus>;
+    /// What the notifier says of the policy's webhook sinks.
+    fn notices(&self, policy: &ValidPolicy) -> Notices;
     /// Whether an API is served, as far as the world knows.
     fn api(&self, api: NeededApi) -> ApiState;
     /// What the world's caches learn from the route's write, told as soon as it is known (so
@@ -216,7 +218,12 @@ pub async fn reconcile<W: World>(
         }
     };
     let claims = world.claims_summary();
+    let notices = match subject.spec {
+        Spec::Valid(valid) => world.notices(valid),
+        Spec::Invalid(_) => Notices::default(),
+    };
     let status = status::build(&StatusInput {
+        notices: &notices,
         generation: subject.generation,
         target: subject.target,
         previous: previous.as_ref(),

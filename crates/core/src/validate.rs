@@ -142,6 +142,7 @@ fn validate_with(
         ramp: ramp.map(Box::new),
         health: health.map(Box::new),
         capacity: capacity.map(Box::new),
+        notifications: spec.notifications.clone().map(Box::new),
         backends,
     })
 }

@@ -5,6 +5,8 @@
 //! kubectl failover status [POLICY] [-A] [-l SELECTOR] [-w] [-o text|json|yaml]
 //!                                                    per-backend table and conditions
 //! kubectl failover explain-decision POLICY            why traffic is where it is
+//! kubectl failover history POLICY [-o text|json|yaml]
+//!                                                    the last transitions, the newest last
 //! kubectl failover pin POLICY BACKEND | unpin POLICY  all traffic to one backend
 //! kubectl failover suspend POLICY | resume POLICY     freeze the generated route
 //! kubectl failover what-if POLICY [--down B,..] [--up B] [--ready B=N] [--health B=V] [--at 5m]
@@ -24,6 +26,7 @@
 mod connect;
 mod edit;
 mod explain;
+mod history;
 mod live;
 mod show;
 mod watch;
@@ -65,6 +68,15 @@ enum Command {
         /// The policy.
         policy: String,
         /// Output format.
+        #[arg(short, long, value_enum, default_value_t = Format::Text)]
+        output: Format,
+    },
+    /// The policy's last transitions as the controller recorded them (status.history), the newest
+    /// last. Exits 0 whatever the policy's readiness.
+    History {
+        /// The policy.
+        policy: String,
+        /// Output format (json and yaml: the entries themselves).
         #[arg(short, long, value_enum, default_value_t = Format::Text)]
         output: Format,
     },
@@ -194,7 +206,7 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
 /// How results are printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
-    /// Tables for people, at most 100 columns wide.
+    /// Tables for people, at most 100 columns wide (`history` rows: as wide as their cells).
     Text,
     /// JSON, for scripts.
     Json,
@@ -274,6 +286,11 @@ async fn run(cli: Cli) -> anyhow::Result<Verdict> {
             let policy = get(&api, &policy, namespace).await?;
             print!("{}", screen(&explain::render(&policy, output)?));
             Ok(show::verdict(std::slice::from_ref(&policy)))
+        }
+        Command::History { policy, output } => {
+            let policy = get(&api, &policy, namespace).await?;
+            print!("{}", screen(&history::render(&policy, output)?));
+            Ok(Verdict::Ready)
         }
         Command::Pin {
             policy,

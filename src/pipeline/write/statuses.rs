@@ -90,6 +90,7 @@ impl StatusOf for FailoverPolicy {
     }
 
     fn written(writer: &Writer, key: StatusKey, version: Option<&str>, status: Self::Status) {
+        writer.notifier.written(&key, &status);
         writer
             .recent_status
             .record(key, version, WrittenStatus::of(status));

@@ -10,6 +10,8 @@
 //! - [`metrics`]: reading the controller's metrics;
 //! - [`node`]: a real node, the controller's image and chart, real backend Deployments;
 //! - [`prometheus`]: a real Prometheus scraping an exporter the test controls;
+//! - [`alertmanager`]: a real Alertmanager, the alerts posted to it read back;
+//! - [`webhook`]: a webhook receiver that records each request and answers as the test says;
 //! - [`remote`]: remote clusters (more control planes) and the Secrets that declare them;
 //! - [`setup`]: the one way tests set up the usual scene, and the weights they expect;
 //! - [`samples`]: the repository's sample policies;
@@ -24,6 +26,7 @@
 //! `FAILOVER_SKIP_CLUSTER_TESTS=1` skips the cluster tests, loudly; nothing else skips them.
 //! Missing binaries fail the tests with the command that builds them.
 
+pub mod alertmanager;
 pub mod backends;
 pub mod chart;
 pub mod cluster;
@@ -42,6 +45,7 @@ pub mod setup;
 pub mod skips;
 pub mod traffic;
 pub mod turns;
+pub mod webhook;
 pub mod what_if;
 
 use std::{
@@ -50,6 +54,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub use alertmanager::*;
 pub use chart::*;
 pub use cluster::*;
 pub use kubectl::*;
@@ -65,6 +70,7 @@ pub use setup::*;
 pub use skips::*;
 pub use traffic::*;
 pub use turns::*;
+pub use webhook::*;
 
 /// Prints a figure a test measured and, when `FAILOVER_FIGURES_FILE` names a file (the test
 /// command sets it), appends it there as `<test>: <figure>`, so that a run's figures can be kept

@@ -99,6 +99,7 @@ pub(crate) fn decide(
         scaled: Default::default(),
     }));
     let status = build(&StatusInput {
+        notices: &Default::default(),
         generation: None,
         target: &target,
         previous: last.as_ref(),
@@ -925,6 +926,7 @@ fn an_invalid_spec_is_stalled_and_a_settled_policy_is_not() {
     let target = RouteTarget::of(&policy_of(&spec));
     let invalid = |previous: &FailoverPolicyStatus, now| {
         build(&StatusInput {
+            notices: &Default::default(),
             generation: Some(2),
             target: &target,
             previous: Some(&LastStatus::of(previous)),

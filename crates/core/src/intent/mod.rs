@@ -297,6 +297,7 @@ mod tests {
         let written = intent.route.target.clone();
         let outcome = intent.outcome(Applied::Written, Scaled::default(), None);
         let status = crate::status::build(&crate::status::StatusInput {
+            notices: &Default::default(),
             generation: Some(1),
             target: &written,
             previous: None,

@@ -17,6 +17,7 @@
 //! A failover group's status is built here too ([`group`]).
 
 pub mod group;
+pub mod history;
 mod in_place;
 mod parents;
 
@@ -90,6 +91,8 @@ pub struct StatusInput<'a> {
     pub now: DateTime<Utc>,
     /// What the policy claims, summarized (as the claims table holds it).
     pub claims: Option<&'a ClaimsStatus>,
+    /// What the notifier says of the policy's webhook sinks.
+    pub notices: &'a history::Notices,
 }
 
 /// The status of a policy after a reconcile.
@@ -170,7 +173,24 @@ fn decided_or_in_place(d: &Decided, input: &StatusInput) -> (FailoverPolicyStatu
         &d.policy.namespace,
     ));
     verdicts.extend(scaled_up(&d.policy, &d.scaled));
+    verdicts.extend(history::verdict(&d.policy, input.notices));
+    record_history(&mut status, d, input);
     (status, verdicts)
+}
+
+/// The history: a decision in place records its transition; any other keeps the previous one.
+fn record_history(status: &mut FailoverPolicyStatus, d: &Decided, input: &StatusInput) {
+    status.history = match d.applied {
+        Applied::Unchanged | Applied::Written | Applied::Suspended => {
+            history::record(&d.policy, &d.plan, input.previous)
+        }
+        _ => input
+            .previous
+            .map(|p| p.history().to_vec())
+            .unwrap_or_default(),
+    };
+    status.notified_through =
+        history::notified_through(&d.policy, &status.history, input.previous, input.notices);
 }
 
 /// `ScaledUp`, with `spec.capacity.scale`: which workloads are raised, or why one could not be.

@@ -15,6 +15,7 @@ use failover_core::{
     policy::ValidPolicy,
     reconcile::{Effects, Fault, Inputs, Restored, World},
     route::{Claim, RouteView},
+    status::history::Notices,
     tenancy::Gateways,
 };
 
@@ -64,6 +65,14 @@ impl World for Rehearsal<'_> {
 
     fn claims_summary(&self) -> Option<ClaimsStatus> {
         self.imagined.claims.summary(&self.key)
+    }
+
+    /// A rehearsal contacts no sink: what was delivered stays as recorded.
+    fn notices(&self, _policy: &ValidPolicy) -> Notices {
+        Notices {
+            delivered: self.previous.as_ref().and_then(|p| p.notified_through),
+            refused: Vec::new(),
+        }
     }
 
     fn api(&self, _api: NeededApi) -> ApiState {
