@@ -296,6 +296,37 @@ async fn the_controllers_cluster_role_lets_it_delete_the_routes_it_yields() {
     }
 }
 
+/// Webhook sinks sign with a key read from a Secret of the policy's namespace: the ClusterRole
+/// grants `get` on Secrets (never `list` or `watch`) only when the admin allows some sink, and
+/// the Deployment passes the notification values as flags.
+#[tokio::test]
+async fn secrets_are_readable_only_when_the_admin_allows_webhook_sinks() {
+    let Some(env) = test_env!() else { return };
+    let objects = render(&env, &[]);
+    let role = find(&objects, "ClusterRole", RENDER_CLUSTER_NAME).expect("ClusterRole");
+    assert!(
+        verbs(role, "", "secrets").is_empty(),
+        "no Secret by default"
+    );
+    let objects = render(
+        &env,
+        &[
+            "notifications.allowedUrls={http://hooks.ops:8080}",
+            "notifications.alertmanagerUrl=http://alertmanager.monitoring:9093",
+        ],
+    );
+    let role = find(&objects, "ClusterRole", RENDER_CLUSTER_NAME).expect("ClusterRole");
+    assert_eq!(verbs(role, "", "secrets"), ["get"]);
+    let args = serde_json::to_string(&objects).expect("JSON");
+    for flag in [
+        "--notification-allowed-urls=http://hooks.ops:8080",
+        "--alertmanager-url=http://alertmanager.monitoring:9093",
+        "--alert-resend-interval=1m",
+    ] {
+        assert!(args.contains(flag), "{flag} not passed");
+    }
+}
+
 /// Every route kind the controller can write has, in its ClusterRole, the verbs it uses on
 /// routes, on the resource its watch lists: a kind added without its RBAC fails here.
 #[tokio::test]
