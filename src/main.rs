@@ -17,7 +17,7 @@ use failover::{
     },
     sources::health::budget::{DEFAULT_QUERIES_PER_SECOND, InFlight},
 };
-use failover_core::tenancy::Gateways;
+use failover_core::{labels::Selector, tenancy::Gateways};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -68,12 +68,18 @@ struct Args {
     #[arg(long, default_value_t = 16)]
     concurrency: u16,
 
+    /// Own only the policies and groups of the namespaces this label selector picks, e.g.
+    /// `failover.dev/shard=a` (as `kubectl get -l` reads it): one controller per shard, each
+    /// with its own `--lease-name`. Not with `--namespace`.
+    #[arg(long, env = "SHARD", value_parser = parse_shard, conflicts_with = "namespace")]
+    shard: Option<Selector>,
+
     /// Elect a leader among replicas through a Lease; only the leader writes.
     #[arg(long, env = "LEADER_ELECT", default_value_t = false)]
     leader_elect: bool,
 
     /// Name of the leader Lease.
-    #[arg(long, default_value = "failover-controller")]
+    #[arg(long, default_value = DEFAULT_LEASE_NAME)]
     lease_name: String,
 
     /// Namespace of the leader Lease (default: the Pod's namespace, else `default`).
@@ -214,6 +220,9 @@ async fn main() -> anyhow::Result<()> {
     if args.leader_elect && args.renew_deadline >= args.lease_duration {
         anyhow::bail!("--renew-deadline must be shorter than --lease-duration");
     }
+    if args.leader_elect && args.shard.is_some() && args.lease_name == DEFAULT_LEASE_NAME {
+        anyhow::bail!("--shard needs a --lease-name of its own: each shard elects its own leader");
+    }
     let allowed_gateways = Gateways::parse(&args.allowed_gateways).map_err(anyhow::Error::msg)?;
     let client = client(&args).await?;
     let metrics = Arc::new(Metrics::new());
@@ -259,10 +268,19 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The leader Lease's name when `--lease-name` names none.
+const DEFAULT_LEASE_NAME: &str = "failover-controller";
+
+/// `--shard`: a label selector on namespaces, as `kubectl get -l` reads one.
+fn parse_shard(text: &str) -> Result<Selector, String> {
+    Selector::parse(text)
+}
+
 /// What the controller is set to do, from its flags.
 fn settings(args: &Args, identity: &str) -> Settings {
     Settings {
         namespace: args.namespace.clone(),
+        shard: args.shard.clone(),
         concurrency: args.concurrency,
         instance: Some(identity.to_string()),
         secret_namespace: args

@@ -420,8 +420,8 @@ impl Relays {
 }
 
 /// The controller's weights, as the watch reads them: on the primary, failed over.
-const WEIGHTS_ON_PRIMARY: [i64; 3] = [1, 0, 0];
-const WEIGHTS_FAILED_OVER: [i64; 3] = [0, 1, 0];
+pub const WEIGHTS_ON_PRIMARY: [i64; 3] = [1, 0, 0];
+pub const WEIGHTS_FAILED_OVER: [i64; 3] = [0, 1, 0];
 
 /// A copy of policy `p0` (its spec, and the status the controller wrote) in a namespace of its
 /// own, for the relay to write the status of.

@@ -14,7 +14,8 @@
 //! - writes per change and in a quiet period, from the controller's own counters;
 //! - cold start: controller start → every route and status in place, against the same writes
 //!   issued by a bare client at the same concurrency;
-//! - restart with everything in place: ready time and writes (none expected);
+//! - restart with everything in place: ready time and writes (none expected); then failovers
+//!   made while a restart's start-up pass is under way, against the quiet latency (`pass`);
 //! - at `--noisy-neighbour-at` policies, a section of its own under a controller of every
 //!   namespace: the latency again, in turns with and without tenants of other namespaces doing
 //!   at once all a tenant's policies can cost (policies at every limit, statuses that cannot be
@@ -45,6 +46,7 @@ mod latency;
 mod memory;
 mod neighbour;
 mod objects;
+mod pass;
 mod peer;
 mod pprof;
 mod probe;
@@ -272,6 +274,7 @@ async fn run_scale(
         restarts.push(restart);
     }
     let restart = startup::Restart::median(&restarts);
+    let (controller, start_pass) = pass::measure(&env, controller, &splits, n, o).await;
     drop(churn);
     drop(controller);
     // The next scale (or the recovery scenario) starts once this one's objects are deleted.
@@ -286,6 +289,7 @@ async fn run_scale(
         cold_start_s: cold.as_secs_f64(),
         cold_floor_s: cold_floor.as_secs_f64(),
         restart,
+        start_pass,
         cpu_s,
         peak_rss_mib,
         kib_per_policy: (peak_rss_mib - idle_rss).max(0.0) * 1024.0 / n as f64,

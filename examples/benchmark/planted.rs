@@ -5,7 +5,8 @@
 
 use super::*;
 use crate::{
-    groups::Groups, latency::Latency, memory::PhaseMemory, recovery::Recovery, startup::Restart,
+    groups::Groups, latency::Latency, memory::PhaseMemory, pass::PassFailovers, recovery::Recovery,
+    startup::Restart,
 };
 
 fn ms(p50_ms: f64, p99_ms: f64, max_ms: f64) -> Percentiles {
@@ -47,6 +48,11 @@ fn scale() -> ScaleResult {
             lists_s: 1.0,
             writes: 0.0,
             restarts: 3,
+        },
+        start_pass: PassFailovers {
+            latency: ms(8.0, 12.0, 14.0),
+            during_pass: 20,
+            lost: 0,
         },
         peak_rss_mib: 30.0,
         memory: vec![PhaseMemory {
@@ -94,6 +100,21 @@ fn the_figures_planted_below_meet_every_target_unchanged() {
         .filter(|v| !v.target.contains("KiB per policy"))
     {
         assert_eq!(v.met, Some(true), "{}", v.target);
+    }
+}
+
+#[test]
+fn a_failover_held_up_by_the_start_up_pass_or_lost_misses_the_pass_target() {
+    let target = "failover during a restart's start-up pass";
+    let mut slow = scale();
+    slow.start_pass.latency.p50_ms = 9.5;
+    let mut lost = scale();
+    lost.start_pass.lost = 1;
+    for r in [slow, lost] {
+        assert_eq!(
+            find(process_verdicts(std::slice::from_ref(&r)), target),
+            Some(false)
+        );
     }
 }
 

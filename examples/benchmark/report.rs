@@ -52,6 +52,8 @@ pub struct ScaleResult {
     pub cold_start_s: f64,
     pub cold_floor_s: f64,
     pub restart: Restart,
+    /// Failovers while a restart's start-up pass was under way.
+    pub start_pass: crate::pass::PassFailovers,
     pub cpu_s: f64,
     pub peak_rss_mib: f64,
     /// Peak RSS above the idle process, per policy.
@@ -578,6 +580,7 @@ fn process_verdicts(results: &[ScaleResult]) -> Vec<Verdict> {
         .filter(|r| r.policies >= 1000 || r.policies == largest)
     {
         v.extend(start_verdicts(r));
+        v.push(pass_verdict(r));
     }
     v
 }
@@ -622,6 +625,36 @@ fn cost_verdicts(results: &[ScaleResult]) -> [Verdict; 1] {
         ),
         added.iter().all(|(_, kib)| *kib <= 1.5),
     )]
+}
+
+/// A failover made during a start-up pass lands within 1.5x the quiet p50 (the first latency
+/// phase's, at the same scale and churn): the pass does not hold it up.
+fn pass_verdict(r: &ScaleResult) -> Verdict {
+    let pass = &r.start_pass;
+    let target = format!(
+        "failover during a restart's start-up pass: p50 ≤ 1.5x the quiet p50 ({} policies)",
+        r.policies
+    );
+    let Some(quiet) = r.latency.first().map(|l| l.controller.p50_ms) else {
+        return Verdict {
+            target,
+            measured: "no quiet latency at this scale".into(),
+            met: None,
+        };
+    };
+    let times = ratio(pass.latency.p50_ms, quiet);
+    verdict(
+        target,
+        format!(
+            "{times:.2}x ({:.1} / {quiet:.1} ms; p99 {:.1} ms; {} of {} changes made while the pass was under way, {} lost)",
+            pass.latency.p50_ms,
+            pass.latency.p99_ms,
+            pass.during_pass,
+            pass.latency.samples + pass.lost,
+            pass.lost
+        ),
+        times <= 1.5 && pass.lost == 0 && pass.latency.samples > 0,
+    )
 }
 
 fn start_verdicts(r: &ScaleResult) -> [Verdict; 2] {

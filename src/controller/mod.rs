@@ -53,6 +53,7 @@ use crate::{
 };
 use failover_core::{
     apis::{NeededApi, WatchKind},
+    labels::Selector,
     observation::PolicyKey,
     route::RouteKind,
     tenancy::{Addresses, Gateways},
@@ -63,6 +64,8 @@ use failover_core::{
 pub struct Settings {
     /// Watch only this namespace; all namespaces when `None`.
     pub namespace: Option<String>,
+    /// Own only the policies of the namespaces this selector picks (`--shard`); all when `None`.
+    pub shard: Option<Selector>,
     /// Most policies reconciled at once.
     pub concurrency: u16,
     /// Identity of this replica in Events (usually the Pod name).
@@ -92,6 +95,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             namespace: None,
+            shard: None,
             concurrency: 16,
             instance: None,
             secret_namespace: "default".to_string(),
@@ -163,7 +167,7 @@ fn context(
             }),
         );
         Context::new(
-            Caches::new(remote, health, metrics.clone()),
+            Caches::new(remote, health, metrics.clone(), settings.shard.clone()),
             scope(settings),
             Arc::new(writer),
             client,
@@ -177,6 +181,7 @@ fn context(
 fn scope(settings: &Settings) -> Scope {
     Scope {
         namespace: settings.namespace.clone(),
+        sharded: settings.shard.is_some(),
         gateways: settings.allowed_gateways.clone(),
         scaling: Scaling::allowed_if(settings.allow_scaling),
     }

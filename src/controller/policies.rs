@@ -33,6 +33,7 @@ use crate::{
         local::{
             claims,
             policies::{TableChange, Validation, key_of},
+            shard::sharded,
         },
         remote::secrets,
         watch::{WatchedPolicy, events, map_event, scoped},
@@ -60,12 +61,15 @@ enum Input {
 /// Policies → the table and the index; out come the policies to reconcile (each new or changed
 /// one), and word that a complete list is in the table.
 pub fn policy_requests(ctx: Arc<Context>) -> impl Stream<Item = Request> + Send + 'static {
-    let events = events(
-        scoped::<WatchedPolicy>(&ctx.client, ctx.scope.namespace.as_deref()),
-        WatchKind::FailoverPolicy,
-        Default::default(),
-        ctx.clone(),
-    );
+    let watching = ctx.clone();
+    let events = sharded(ctx.clone(), WatchKind::FailoverPolicy, move || {
+        events(
+            scoped::<WatchedPolicy>(&watching.client, watching.scope.namespace.as_deref()),
+            WatchKind::FailoverPolicy,
+            Default::default(),
+            watching.clone(),
+        )
+    });
     // Claims are made once what the Gateways' listeners admit is known, so the first list's
     // claims are those the status recorded, not claims made anew when the Gateways arrive.
     let waiting = ctx.clone();

@@ -32,36 +32,48 @@ pub enum Finalizer {
 /// Adds ([`Finalizer::Hold`]) or removes the finalizer on the policy, unless it already is as
 /// asked; a policy gone, or replaced by another object of its name, is left alone. Adding is
 /// refused once the policy is being deleted (the API server allows no new finalizer then).
+///
+/// A conflict (the policy changed between the read and the write: the status writer's own
+/// writes move its version at any time) is read again and retried, at most
+/// [`CONFLICT_RETRIES`] times: a raise waits for this write, and a reconcile that gives up on
+/// it looks again only after [`failover_core::reconcile::SCALE_RECHECK`].
 pub async fn set(writer: &Writer, policy: &PolicyEntry, want: Finalizer) -> Result<(), String> {
     let failed = |e: kube::Error| format!("the policy's finalizer: {}", describe(&e));
     let policies = writer
         .namespaced::<FailoverPolicy>(&policy.key.namespace, "finalizer")
         .managed_by(FIELD_MANAGER);
-    let Some(current) = policies.get_opt(&policy.key.name).await.map_err(failed)? else {
-        return Ok(());
-    };
-    if current.uid().as_deref() != Some(&*policy.identity.uid) {
-        return Ok(());
-    }
-    let Some(finalizers) = changed(current.finalizers(), want) else {
-        return Ok(());
-    };
-    if want == Finalizer::Hold && current.metadata.deletion_timestamp.is_some() {
-        return Err("the policy is being deleted".into());
-    }
-    let patch = json!({
-        "metadata": {
-            "resourceVersion": current.resource_version(),
-            "finalizers": finalizers,
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let Some(current) = policies.get_opt(&policy.key.name).await.map_err(failed)? else {
+            return Ok(());
+        };
+        if current.uid().as_deref() != Some(&*policy.identity.uid) {
+            return Ok(());
         }
-    });
-    policies
-        .merge(&policy.key.name, &patch)
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(failed)?;
-    Ok(())
+        let Some(finalizers) = changed(current.finalizers(), want) else {
+            return Ok(());
+        };
+        if want == Finalizer::Hold && current.metadata.deletion_timestamp.is_some() {
+            return Err("the policy is being deleted".into());
+        }
+        let patch = json!({
+            "metadata": {
+                "resourceVersion": current.resource_version(),
+                "finalizers": finalizers,
+            }
+        });
+        match policies.merge(&policy.key.name, &patch).await {
+            Err(not_written) => return Err(not_written.to_string()),
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(kube::Error::Api(e))) if e.code == 409 && attempt < CONFLICT_RETRIES => {}
+            Ok(Err(e)) => return Err(failed(e)),
+        }
+    }
 }
+
+/// The most times one change of the finalizers is tried when the policy keeps changing under it.
+const CONFLICT_RETRIES: usize = 3;
 
 /// The finalizers with ours added or removed as `want` says; `None` when they already are.
 fn changed(finalizers: &[String], want: Finalizer) -> Option<Vec<String>> {

@@ -11,7 +11,7 @@ use std::{sync::Arc, time::Duration};
 
 use parking_lot::RwLock;
 
-use failover_core::listeners::Listeners;
+use failover_core::{labels::Selector, listeners::Listeners};
 
 use crate::{
     runtime::metrics::Metrics,
@@ -19,7 +19,8 @@ use crate::{
         health::Health,
         local::{
             apis::Apis, claims::Claims, groups::GroupTable, index::PolicyIndex,
-            policies::PolicyTable, readiness::ReadinessStore, routes::RouteStore, synced::Synced,
+            policies::PolicyTable, readiness::ReadinessStore, routes::RouteStore,
+            shard::ShardMoves, synced::Synced,
         },
         namespaces::Namespaces,
         remote::Clusters,
@@ -58,12 +59,20 @@ pub struct Caches {
     pub health: Health,
     /// The namespaces' names the caches' keys share.
     pub namespaces: Namespaces,
+    /// Each time a namespace joins or leaves this controller's shard.
+    pub shard_moves: ShardMoves,
 }
 
 impl Caches {
-    /// Every cache empty, beside these remote clusters and health queries; the missing APIs are
-    /// counted in `metrics`.
-    pub fn new(remote: Clusters, health: Health, metrics: Arc<Metrics>) -> Self {
+    /// Every cache empty, beside these remote clusters and health queries, for a controller
+    /// that owns the namespaces `shard` selects (`None`: all); the missing APIs are counted in
+    /// `metrics`.
+    pub fn new(
+        remote: Clusters,
+        health: Health,
+        metrics: Arc<Metrics>,
+        shard: Option<Selector>,
+    ) -> Self {
         let namespaces = Namespaces::default();
         Self {
             table: RwLock::new(PolicyTable::new(namespaces.clone())),
@@ -72,12 +81,13 @@ impl Caches {
             readiness: RwLock::new(ReadinessStore::new(namespaces.clone())),
             routes: RwLock::default(),
             claims: RwLock::default(),
-            listeners: RwLock::default(),
+            listeners: RwLock::new(Arc::new(Listeners::sharded(shard))),
             synced: Synced::default(),
             apis: Apis::new(metrics),
             remote,
             health,
             namespaces,
+            shard_moves: ShardMoves::default(),
         }
     }
 

@@ -1,4 +1,5 @@
-//! What the cluster admin set for this controller, fixed at start: the namespaces it watches,
+//! What the cluster admin set for this controller, fixed at start: the namespaces it watches
+//! (one, or all; and whether a shard of them),
 //! the Gateways of other namespaces routes may attach to, and whether it may scale workloads.
 
 use failover_core::tenancy::Gateways;
@@ -8,6 +9,9 @@ use failover_core::tenancy::Gateways;
 pub struct Scope {
     /// Watch only this namespace; all namespaces when `None`.
     pub namespace: Option<String>,
+    /// Whether this controller owns only the policies of the namespaces its `--shard` selects
+    /// (the selector is the listeners' cache's, which reads the namespaces' labels).
+    pub sharded: bool,
     /// The Gateways of other namespaces that routes may attach to.
     pub gateways: Gateways,
     /// Whether policies may scale their secondaries' workloads.

@@ -343,3 +343,73 @@ async fn the_tenant_quota_caps_a_namespaces_policies() {
     ));
     assert!(said.contains("exceeded quota"), "{said}");
 }
+
+/// `shards` installs one controller per shard: a Deployment each, named for the shard, with its
+/// `--shard` selector, its own Lease and a selector no other shard's Pods match, and a
+/// disruption budget each; a name given twice, or shards with `watchNamespace`, fails.
+#[tokio::test]
+async fn the_chart_installs_one_controller_per_shard_from_one_list() {
+    let Some(env) = test_env!() else { return };
+    let shards = "shards[0].name=a,shards[0].selector=failover.dev/shard=a,\
+                  shards[1].name=b,shards[1].selector=failover.dev/shard in (b\\,c)";
+    let objects = render(&env, &[shards, "replicaCount=2"]);
+    let deployments: Vec<&serde_json::Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "Deployment")
+        .collect();
+    assert_eq!(deployments.len(), 2, "one Deployment per shard");
+    for (name, selector) in [
+        ("a", "failover.dev/shard=a"),
+        ("b", "failover.dev/shard in (b,c)"),
+    ] {
+        let full = format!("fc-failover-controller-{name}");
+        let deployment = find(&objects, "Deployment", &full).expect("the shard's Deployment");
+        let args: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(|a| a.as_str())
+            .collect();
+        assert!(
+            args.contains(&format!("--shard={selector}").as_str()),
+            "{args:?}"
+        );
+        assert!(
+            args.contains(&format!("--lease-name={full}").as_str()),
+            "{args:?}"
+        );
+        let matched = &deployment["spec"]["selector"]["matchLabels"];
+        assert_eq!(matched["failover.dev/shard"], name);
+        assert_eq!(
+            deployment["spec"]["template"]["metadata"]["labels"]["failover.dev/shard"],
+            name
+        );
+        let budget = find(&objects, "PodDisruptionBudget", &full).expect("the shard's budget");
+        assert_eq!(&budget["spec"]["selector"]["matchLabels"], matched);
+    }
+    let twice = helm(
+        &env,
+        &[
+            "template",
+            "fc",
+            CHART,
+            "--set",
+            "shards[0].name=a,shards[0].selector=x=a,shards[1].name=a,shards[1].selector=x=b",
+        ],
+    );
+    assert!(!twice.status.success());
+    assert!(
+        String::from_utf8_lossy(&twice.stderr).contains("shards: the name \"a\" is given twice")
+    );
+    let with_namespace = helm(
+        &env,
+        &[
+            "template",
+            "fc",
+            CHART,
+            "--set",
+            "shards[0].name=a,shards[0].selector=x=a,watchNamespace=n",
+        ],
+    );
+    assert!(!with_namespace.status.success());
+}

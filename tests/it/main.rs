@@ -39,6 +39,7 @@ mod route_ownership;
 mod route_ref;
 mod samples;
 mod scaling_restores;
+mod shards;
 mod strategies;
 mod suspend_and_pin;
 mod tenancy;

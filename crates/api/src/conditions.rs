@@ -226,6 +226,10 @@ pub mod attached {
     /// The Gateway has no listener of the `sectionName` or `port` the route names. The Gateway
     /// API's reason of the same name.
     pub const NO_MATCHING_PARENT: &str = "NoMatchingParent";
+    /// The listeners that would admit the route also admit namespaces of other shards, and the
+    /// Gateway's namespace is in another shard (`--shard`): that shard's controller alone routes
+    /// there, so no hostname on a listener is claimed by two shards.
+    pub const LISTENER_OF_ANOTHER_SHARD: &str = "ListenerOfAnotherShard";
     /// A hostname of the route that another policy, which claimed it first, routes on a Gateway
     /// listener: the route is written without it and serves the policy's other hostnames.
     pub const HOSTNAME_HELD_ELSEWHERE: &str = "HostnameHeldElsewhere";

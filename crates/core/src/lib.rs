@@ -4,7 +4,7 @@
 //!
 //! | floor | modules | what they are |
 //! |---|---|---|
-//! | vocabulary | [`message`], [`digest`], [`consent`], [`backend`], [`observation`], [`endpoints`], [`health_query`], [`last_status`] | one-line messages, digests of values only compared, the consent of an object the controller changes without owning it, what is known of a backend and how EndpointSlices are counted, a health query parsed once within its cost limits, the status a policy has in the form the next reconcile reads |
+//! | vocabulary | [`message`], [`digest`], [`consent`], [`backend`], [`observation`], [`endpoints`], [`health_query`], [`last_status`], [`labels`] | one-line messages, digests of values only compared, the consent of an object the controller changes without owning it, what is known of a backend and how EndpointSlices are counted, a health query parsed once within its cost limits, the status a policy has in the form the next reconcile reads, label selectors as Kubernetes reads them |
 //! | routes | [`route`], [`claims`] | the route kinds (one module each, one table) and what a policy routes; who holds each claim |
 //! | policy | [`policy`], [`listeners`], [`tenancy`], [`apis`], [`applied`], [`crd`] | a policy in validated form, what Gateways' listeners admit, what a policy's author may reach, the APIs the controller needs, what writing a route did, the CRD's YAML |
 //! | validate | [`validate`] | a [`policy::ValidPolicy`], every value parsed, or the problems |
@@ -51,6 +51,7 @@ pub const LAYERS: &[Layer] = &[
             "endpoints",
             "health_query",
             "last_status",
+            "labels",
         ],
     },
     Layer {
@@ -94,6 +95,7 @@ pub mod digest;
 pub mod endpoints;
 pub mod health_query;
 pub mod intent;
+pub mod labels;
 pub mod last_status;
 pub mod listeners;
 pub mod message;

@@ -10,13 +10,23 @@
 //! set); per namespace, its labels, read only by a listener's selector. What the controller has
 //! not seen (a Gateway not created yet, not watchable, or a namespace's labels unknown) it does
 //! not judge: the route attaches as asked and the Gateway answers in the route's status.
+//!
+//! Under a shard (`--shard`, a selector on namespaces' labels) the same namespaces' labels say
+//! which policies this controller owns ([`Listeners::in_shard`]). Shards never talk to each
+//! other, so a listener is routed by one shard only, by a rule that needs no arbiter: the shard
+//! that holds every namespace the listener admits, else the shard of the Gateway's namespace.
+//! Another shard's policy leaves that listener out of its route and claims nothing there
+//! (`Attached=False`, reason `ListenerOfAnotherShard`), so no hostname on it is claimed twice.
 
 use std::collections::{BTreeMap, HashMap};
 
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 
-use crate::route::{RouteKind, RouteParent};
+use crate::{
+    labels::{Labels, Selector},
+    route::{RouteKind, RouteParent},
+};
 
 /// The Gateway API's group, the only group whose route kinds a listener's `kinds` names here.
 const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
@@ -54,31 +64,6 @@ impl Kinds {
     }
 }
 
-/// One requirement of a label selector.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Requirement {
-    /// The label has one of these values (`matchLabels` gives one value).
-    In(Box<str>, Box<[Box<str>]>),
-    /// The label is absent or has none of these values.
-    NotIn(Box<str>, Box<[Box<str>]>),
-    /// The label is present.
-    Exists(Box<str>),
-    /// The label is absent.
-    DoesNotExist(Box<str>),
-}
-
-impl Requirement {
-    fn matches(&self, labels: &[(Box<str>, Box<str>)]) -> bool {
-        let value = |key: &str| labels.iter().find(|(k, _)| &**k == key).map(|(_, v)| v);
-        match self {
-            Requirement::In(key, values) => value(key).is_some_and(|v| values.contains(v)),
-            Requirement::NotIn(key, values) => !value(key).is_some_and(|v| values.contains(v)),
-            Requirement::Exists(key) => value(key).is_some(),
-            Requirement::DoesNotExist(key) => value(key).is_none(),
-        }
-    }
-}
-
 /// Which namespaces' routes a listener admits (`allowedRoutes.namespaces.from`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum From {
@@ -88,7 +73,7 @@ enum From {
     All,
     /// The namespaces whose labels meet every requirement; `None`: a selector this controller
     /// cannot read, which it does not judge.
-    Selector(Option<Box<[Requirement]>>),
+    Selector(Option<Selector>),
 }
 
 /// One listener of a Gateway, as far as admission goes.
@@ -123,7 +108,7 @@ fn listener(value: &Value) -> Option<Listener> {
     let allowed = &value["allowedRoutes"];
     let from = match allowed["namespaces"]["from"].as_str() {
         Some("All") => From::All,
-        Some("Selector") => From::Selector(selector(&allowed["namespaces"]["selector"])),
+        Some("Selector") => From::Selector(Selector::of_object(&allowed["namespaces"]["selector"])),
         _ => From::Same,
     };
     let named = allowed["kinds"].as_array().filter(|k| !k.is_empty());
@@ -145,37 +130,6 @@ fn listener(value: &Value) -> Option<Listener> {
     })
 }
 
-/// A `metav1.LabelSelector`'s requirements; `None` when it holds an operator it does not define.
-fn selector(value: &Value) -> Option<Box<[Requirement]>> {
-    let strings = |v: &Value| -> Box<[Box<str>]> {
-        v.as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|s| Some(s.as_str()?.into()))
-            .collect()
-    };
-    let labels = value["matchLabels"].as_object().into_iter().flatten();
-    let mut requirements: Vec<Requirement> = labels
-        .filter_map(|(k, v)| {
-            Some(Requirement::In(
-                k.as_str().into(),
-                [v.as_str()?.into()].into(),
-            ))
-        })
-        .collect();
-    for expression in value["matchExpressions"].as_array().into_iter().flatten() {
-        let key: Box<str> = expression["key"].as_str()?.into();
-        requirements.push(match expression["operator"].as_str()? {
-            "In" => Requirement::In(key, strings(&expression["values"])),
-            "NotIn" => Requirement::NotIn(key, strings(&expression["values"])),
-            "Exists" => Requirement::Exists(key),
-            "DoesNotExist" => Requirement::DoesNotExist(key),
-            _ => return None,
-        });
-    }
-    Some(requirements.into())
-}
-
 /// Whether a Gateway takes a policy's route on a parent reference.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Admission {
@@ -194,19 +148,45 @@ pub enum Admission {
     },
 }
 
-/// A namespace's labels, as selectors read them.
-type Labels = Box<[(Box<str>, Box<str>)]>;
-
 /// Every Gateway's listeners and the labels of the namespaces a selector reads.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Listeners {
     /// By namespace, then name: a reconcile looks a Gateway up by reference, without a key
     /// to build.
     gateways: HashMap<Box<str>, HashMap<Box<str>, GatewayListeners>>,
-    labels: HashMap<Box<str>, Labels>,
+    labels: HashMap<Box<str>, Box<Labels>>,
+    /// The namespaces whose policies this controller owns (`--shard`); `None`: every one.
+    shard: Option<Selector>,
+}
+
+/// What a change of a namespace's labels changes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LabelsChanged {
+    /// What a listener admits or which shard routes it may read differently now.
+    pub admission: bool,
+    /// The namespace joined or left this controller's shard.
+    pub shard: bool,
 }
 
 impl Listeners {
+    /// No Gateway or namespace seen yet, for a controller that owns the namespaces `shard`
+    /// selects (`None`: every namespace).
+    pub fn sharded(shard: Option<Selector>) -> Self {
+        Self {
+            shard,
+            ..Self::default()
+        }
+    }
+
+    /// Whether this controller owns the policies of `namespace`: every namespace without a
+    /// shard; under one, a namespace whose labels it has seen and its selector picks.
+    pub fn in_shard(&self, namespace: &str) -> bool {
+        match &self.shard {
+            None => true,
+            Some(shard) => self.labels.get(namespace).is_some_and(|l| shard.matches(l)),
+        }
+    }
+
     /// Records a Gateway's listeners (`None`: the Gateway is gone); whether what it admits
     /// changed.
     pub fn set_gateway(
@@ -250,19 +230,19 @@ impl Listeners {
             .collect()
     }
 
-    /// Records a namespace's labels (`None`: the namespace is gone); whether a listener's
-    /// selector may read differently now.
+    /// Records a namespace's labels (`None`: the namespace is gone); what that changes.
     pub fn set_namespace(
         &mut self,
         namespace: &str,
         labels: Option<&BTreeMap<String, String>>,
-    ) -> bool {
-        let labels: Option<Labels> = labels.map(|l| {
+    ) -> LabelsChanged {
+        let labels: Option<Box<Labels>> = labels.map(|l| {
             l.iter()
                 .map(|(k, v)| (k.as_str().into(), v.as_str().into()))
                 .collect()
         });
         let changed = self.labels.get(namespace) != labels.as_ref();
+        let was_in_shard = self.in_shard(namespace);
         match labels {
             Some(labels) => {
                 self.labels.insert(namespace.into(), labels);
@@ -271,10 +251,12 @@ impl Listeners {
                 self.labels.remove(namespace);
             }
         }
-        changed
-            && (self.gateways.values())
-                .flat_map(HashMap::values)
-                .any(GatewayListeners::selects)
+        let shard = was_in_shard != self.in_shard(namespace);
+        let mut gateways = self.gateways.values().flat_map(HashMap::values);
+        // Under a shard, any namespace's labels may move a listener to another shard.
+        let moved = self.shard.is_some() && shard && !self.gateways.is_empty();
+        let admission = moved || changed && gateways.any(GatewayListeners::selects);
+        LabelsChanged { admission, shard }
     }
 
     /// Whether the Gateway `namespace/name` takes a route of `kind` from `route_namespace` on
@@ -301,13 +283,27 @@ impl Listeners {
                 message: format!("it has no listener{}", listener_named(parent)),
             };
         };
-        let admitting: Vec<Box<str>> = named
+        let admitting: Vec<&Listener> = named
             .iter()
+            .copied()
             .filter(|l| l.kinds.has(kind) && self.admits_namespace(l, namespace, route_namespace))
+            .collect();
+        let routed_here: Vec<Box<str>> = admitting
+            .iter()
+            .filter(|l| self.routed_here(l, namespace))
             .map(|l| l.name.clone())
             .collect();
-        if !admitting.is_empty() {
-            return Admission::Listeners(admitting);
+        if !routed_here.is_empty() {
+            return Admission::Listeners(routed_here);
+        }
+        if let Some(first) = admitting.first() {
+            return Admission::Refused {
+                reason: crate::api::conditions::attached::LISTENER_OF_ANOTHER_SHARD,
+                message: format!(
+                    "its listener {} admits namespaces of other shards, and the shard of the Gateway's namespace routes it (--shard)",
+                    first.name
+                ),
+            };
         }
         Admission::Refused {
             reason: crate::api::conditions::attached::NOT_ALLOWED_BY_LISTENERS,
@@ -329,11 +325,24 @@ impl Listeners {
         match &listener.from {
             From::Same => namespace == route_namespace,
             From::All | From::Selector(None) => true,
-            From::Selector(Some(requirements)) => match self.labels.get(route_namespace) {
-                Some(labels) => requirements.iter().all(|r| r.matches(labels)),
+            From::Selector(Some(selector)) => match self.labels.get(route_namespace) {
+                Some(labels) => selector.matches(labels),
                 None => true,
             },
         }
+    }
+
+    /// Whether this controller's shard routes on a listener of a Gateway of `namespace`: with no
+    /// shard, always; else when the Gateway's namespace is in the shard, or every namespace seen
+    /// that the listener admits is.
+    fn routed_here(&self, listener: &Listener, namespace: &str) -> bool {
+        let Some(shard) = &self.shard else {
+            return true;
+        };
+        self.in_shard(namespace)
+            || (self.labels.iter())
+                .filter(|(admitted, _)| self.admits_namespace(listener, namespace, admitted))
+                .all(|(_, labels)| shard.matches(labels))
     }
 
     /// Why a listener does not admit a route, in words that name no other namespace.
@@ -527,10 +536,13 @@ mod tests {
     fn a_namespace_label_change_matters_only_to_a_selector() {
         let mut edge = edge();
         let grpc = RouteKind::GrpcRoute;
-        assert!(edge.set_namespace(
-            "other",
-            Some(&BTreeMap::from([("tier".into(), "shop".into())]))
-        ));
+        assert!(
+            edge.set_namespace(
+                "other",
+                Some(&BTreeMap::from([("tier".into(), "shop".into())]))
+            )
+            .admission
+        );
         assert_eq!(
             names(edge.admit("infra", &parent(Some("shops"), None), "other", grpc)),
             ["shops"]
@@ -544,31 +556,92 @@ mod tests {
             )),
         );
         assert!(
-            !plain.set_namespace("other", Some(&BTreeMap::new())),
+            !plain
+                .set_namespace("other", Some(&BTreeMap::new()))
+                .admission,
             "no selector reads labels"
         );
     }
 
     #[test]
-    fn a_selector_of_expressions_reads_as_kubernetes_reads_it() {
-        let labels: Vec<(Box<str>, Box<str>)> = vec![("env".into(), "prod".into())];
-        let read = |s: Value| selector(&s).expect("readable");
-        let all = |s: Value| read(s).iter().all(|r| r.matches(&labels));
-        assert!(all(
-            json!({"matchExpressions": [{"key": "env", "operator": "In", "values": ["prod", "dev"]}]})
-        ));
-        assert!(!all(
-            json!({"matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["prod"]}]})
-        ));
-        assert!(all(
-            json!({"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]})
-        ));
-        assert!(!all(
-            json!({"matchExpressions": [{"key": "team", "operator": "Exists"}]})
-        ));
-        assert!(all(json!({})), "an empty selector selects every namespace");
+    fn under_shards_a_listener_shared_by_two_shards_is_routed_by_the_gateways_shard_alone() {
+        let spec = json!({"listeners": [
+            {"name": "web", "port": 80, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}},
+            {"name": "team-a", "port": 8080, "protocol": "HTTP", "allowedRoutes": {"namespaces": {
+                "from": "Selector", "selector": {"matchLabels": {"team": "a"}}}}},
+        ]});
+        let shard = |value: &str| {
+            let mut l = Listeners::sharded(Some(
+                Selector::parse(&format!("failover.dev/shard={value}")).expect("selector"),
+            ));
+            l.set_gateway("infra", "edge", Some(GatewayListeners::of_spec(&spec)));
+            for (ns, shard, team) in [
+                ("infra", "a", "x"),
+                ("shop-a", "a", "a"),
+                ("shop-b", "b", "b"),
+            ] {
+                let labels = BTreeMap::from([
+                    ("failover.dev/shard".to_string(), shard.to_string()),
+                    ("team".to_string(), team.to_string()),
+                ]);
+                l.set_namespace(ns, Some(&labels));
+            }
+            l
+        };
+        let (a, b) = (shard("a"), shard("b"));
+        assert!(a.in_shard("shop-a") && !a.in_shard("shop-b") && !a.in_shard("unseen"));
+        assert!(b.in_shard("shop-b") && !b.in_shard("shop-a"));
+        let http = RouteKind::HttpRoute;
+        let web = parent(Some("web"), None);
+        assert_eq!(names(a.admit("infra", &web, "shop-a", http)), ["web"]);
+        match b.admit("infra", &web, "shop-b", http) {
+            Admission::Refused { reason, message } => {
+                assert_eq!(reason, "ListenerOfAnotherShard");
+                assert!(
+                    message.contains("web") && !message.contains("shop-a"),
+                    "{message}"
+                );
+            }
+            other => panic!("shard b routes on a listener of shard a: {other:?}"),
+        }
+        // A listener that admits namespaces of one shard only is that shard's, wherever the
+        // Gateway is.
+        let team = parent(Some("team-a"), None);
+        assert_eq!(names(a.admit("infra", &team, "shop-a", http)), ["team-a"]);
+        // shop-a moves to shard b: the listener admits namespaces of shard b only, so shard b
+        // routes it, though the Gateway is in shard a.
+        let mut b = b;
+        let labels = |shard: &str, team: &str| {
+            BTreeMap::from([
+                ("failover.dev/shard".to_string(), shard.to_string()),
+                ("team".to_string(), team.to_string()),
+            ])
+        };
+        let changed = b.set_namespace("shop-a", Some(&labels("b", "a")));
+        assert_eq!(
+            changed,
+            LabelsChanged {
+                admission: true,
+                shard: true
+            }
+        );
+        assert_eq!(names(b.admit("infra", &team, "shop-a", http)), ["team-a"]);
+        // A namespace of shard a joins team a: the listener spans two shards, and the
+        // Gateway's (a) routes it.
+        let changed = b.set_namespace("shop-c", Some(&labels("a", "a")));
+        assert_eq!(
+            changed,
+            LabelsChanged {
+                admission: true,
+                shard: false
+            }
+        );
         assert!(
-            selector(&json!({"matchExpressions": [{"key": "env", "operator": "Gt"}]})).is_none()
+            matches!(
+                b.admit("infra", &team, "shop-a", http),
+                Admission::Refused { .. }
+            ),
+            "team-a's listener admits namespaces of two shards, and infra is in shard a"
         );
     }
 }

@@ -9,7 +9,7 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{Api, core::PartialObjectMeta, runtime::watcher};
 
-use super::{listeners::admission_feeds, readiness::ReadinessStore};
+use super::{listeners::admission_feeds, readiness::ReadinessStore, shard::sharded};
 use crate::sources::{
     Context,
     watch::{events, map_event, scoped},
@@ -34,13 +34,16 @@ pub async fn feeds(ctx: Arc<Context>) {
 /// FailoverGroups → the group table; a change wakes the members of the group, before and
 /// after, which choose its site again.
 async fn group_feed(ctx: &Arc<Context>) {
-    let api = scoped::<FailoverGroup>(&ctx.client, ctx.scope.namespace.as_deref());
-    events(
-        api,
-        WatchKind::FailoverGroup,
-        Default::default(),
-        ctx.clone(),
-    )
+    let watching = ctx.clone();
+    sharded(ctx.clone(), WatchKind::FailoverGroup, move || {
+        let api = scoped::<FailoverGroup>(&watching.client, watching.scope.namespace.as_deref());
+        events(
+            api,
+            WatchKind::FailoverGroup,
+            Default::default(),
+            watching.clone(),
+        )
+    })
     .for_each(|event| {
         let (members, seen) = ctx.caches.groups.write().apply(event);
         // Statuses this replica wrote are forgotten once the table has them.

@@ -120,9 +120,13 @@ async fn namespace_feed(ctx: &Arc<Context>) {
             };
             if let Some(name) = name {
                 let mut shared = ctx.caches.listeners.write();
-                let matters = Arc::make_mut(&mut shared).set_namespace(&name, labels);
+                let changed = Arc::make_mut(&mut shared).set_namespace(&name, labels);
                 drop(shared);
-                if matters {
+                if changed.shard {
+                    ctx.caches.shard_moves.moved();
+                    // Which shard routes a listener may have moved: every policy on a Gateway.
+                    rerank(ctx, |_, _, _| true);
+                } else if changed.admission {
                     rerank(ctx, |_, _, policy_namespace| policy_namespace == name);
                 }
             }

@@ -24,4 +24,5 @@ pub mod listeners;
 pub mod policies;
 pub mod readiness;
 pub mod routes;
+pub mod shard;
 pub mod synced;

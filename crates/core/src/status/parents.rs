@@ -94,10 +94,11 @@ fn refused(parents: &[RefusedParent], namespace: &str) -> Vec<RouteParentState> 
 
 /// The reasons of a parent the controller itself leaves out of the route (not a parent's
 /// controller's answer).
-const LEFT_OUT: [&str; 3] = [
+const LEFT_OUT: [&str; 4] = [
     attached::GATEWAY_NOT_ALLOWED,
     attached::NOT_ALLOWED_BY_LISTENERS,
     attached::NO_MATCHING_PARENT,
+    attached::LISTENER_OF_ANOTHER_SHARD,
 ];
 
 /// Whether a parent's state is one the controller left out of the route.
