@@ -16,7 +16,8 @@ use failover_core::{
 use kube::{Api, api::DynamicObject};
 
 use crate::support::{
-    self, ControllerProcess, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS, condition, wait_until,
+    self, ControllerProcess, PolicyBuilder, TestEnv, WAIT, condition, shared_gateway,
+    two_namespaces_on_gateway_api, wait_until,
     what_if::{Predicted, what_if},
 };
 
@@ -53,20 +54,6 @@ async fn route_hostnames(env: &TestEnv) -> Option<Vec<String>> {
     )
 }
 
-/// A dedicated control plane with the Gateway API, and two namespaces on it (`name` and
-/// `other`), each with the usual ready backends.
-async fn two_namespaces(name: &str) -> Option<(TestEnv, TestEnv)> {
-    let first = TestEnv::dedicated(name).await?;
-    let other = TestEnv::on(first.cp, "other")
-        .await
-        .expect("a second namespace");
-    first.cp.install_gateway_api();
-    for env in [&first, &other] {
-        env.ready_backends(&WEB_BACKENDS).await;
-    }
-    Some((first, other))
-}
-
 fn ready_reason(p: &FailoverPolicy) -> Option<String> {
     condition(p, READY).map(|c| c.1)
 }
@@ -92,7 +79,7 @@ async fn routes_its_own_gateway(env: &TestEnv) -> bool {
 #[tokio::test]
 async fn an_older_policy_of_another_namespace_cannot_take_a_route_by_naming_its_gateway() {
     // Named short: the conflict message names the Gateway, namespace and all, within its bound.
-    let Some((shop, other)) = two_namespaces("shop").await else {
+    let Some((shop, other)) = two_namespaces_on_gateway_api("shop", "other").await else {
         return;
     };
     let (shop_author, other_author) = (shop.tenant(), other.tenant());
@@ -176,7 +163,7 @@ async fn an_older_policy_of_another_namespace_cannot_take_a_route_by_naming_its_
 
 #[tokio::test]
 async fn a_hostname_held_elsewhere_leaves_the_policys_other_hostnames_served() {
-    let Some((shop, other)) = two_namespaces("shop").await else {
+    let Some((shop, other)) = two_namespaces_on_gateway_api("shop", "other").await else {
         return;
     };
     let (shop_author, other_author) = (shop.tenant(), other.tenant());
@@ -243,27 +230,6 @@ async fn a_hostname_held_elsewhere_leaves_the_policys_other_hostnames_served() {
     ));
 }
 
-/// The Gateway `gw` of `env`'s namespace (its owner is the admin), with an HTTP listener `web`
-/// on port 80 and a TCP listener `db` on port 5432, each admitting routes `from` these
-/// namespaces (`All` or `Same`).
-fn gateway(env: &TestEnv, web_from: &str) {
-    let yaml = format!(
-        "apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw}}
-spec:
-  gatewayClassName: none
-  listeners:
-  - {{name: web, port: 80, protocol: HTTP, allowedRoutes: {{namespaces: {{from: {web_from}}}}}}}
-  - {{name: db, port: 5432, protocol: TCP, allowedRoutes: {{namespaces: {{from: All}}}}}}
-"
-    );
-    support::ok(
-        &env.kubectl_stdin(&["apply", "-f", "-"], &yaml),
-        "the Gateway owner's Gateway",
-    );
-}
-
 fn attached_reason(p: &FailoverPolicy) -> Option<String> {
     condition(p, ATTACHED).map(|c| c.1)
 }
@@ -279,12 +245,12 @@ async fn what_if_agrees(env: &TestEnv, kind: failover_core::route::RouteKind, sc
 
 #[tokio::test]
 async fn a_namespace_the_gateways_listener_does_not_admit_cannot_take_or_hold_a_hostname_on_it() {
-    let Some((shop, other)) = two_namespaces("shop").await else {
+    let Some((shop, other)) = two_namespaces_on_gateway_api("shop", "other").await else {
         return;
     };
     let (shop_author, other_author) = (shop.tenant(), other.tenant());
     // The admin allows the shop's Gateway to every namespace: only its owner's listeners decide.
-    gateway(&shop, "All");
+    shared_gateway(&shop, "All");
     let allowed = format!("{}/gw", shop.ns);
     let controller =
         ControllerProcess::start_cluster_wide(&shop, &["--allowed-gateways", &allowed]);
@@ -304,7 +270,7 @@ async fn a_namespace_the_gateways_listener_does_not_admit_cannot_take_or_hold_a_
 
     // 2. The Gateway's owner admits only its own namespace: the other namespace holds nothing
     // there any more, and the shop routes the hostname.
-    gateway(&shop, "Same");
+    shared_gateway(&shop, "Same");
     let p = other
         .wait_policy("web", WAIT, attached::NOT_ALLOWED_BY_LISTENERS, |p| {
             attached_reason(p).as_deref() == Some(attached::NOT_ALLOWED_BY_LISTENERS)
@@ -369,10 +335,10 @@ fn tcp_on_gateway_of(
 
 #[tokio::test]
 async fn the_same_tcp_listener_named_by_port_and_by_section_name_gives_one_route() {
-    let Some((db, other)) = two_namespaces("db").await else {
+    let Some((db, other)) = two_namespaces_on_gateway_api("db", "other").await else {
         return;
     };
-    gateway(&db, "Same");
+    shared_gateway(&db, "Same");
     let allowed = format!("{}/gw", db.ns);
     let _controller = ControllerProcess::start_cluster_wide(&db, &["--allowed-gateways", &allowed]);
     let tcp = failover_core::route::RouteKind::TcpRoute;

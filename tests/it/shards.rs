@@ -7,8 +7,8 @@
 use failover_core::api::conditions::{ATTACHED, attached};
 
 use crate::support::{
-    self, ControllerProcess, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, WAIT, WEB_BACKENDS,
-    condition, figure, wait_until,
+    self, ControllerProcess, ON_EAST, ON_WEB, PolicyBuilder, TestEnv, WAIT, condition, figure,
+    shared_gateway, two_namespaces_on_gateway_api, wait_until,
 };
 
 /// The label the shards select on, and each shard's selector.
@@ -47,35 +47,12 @@ fn bulk(count: usize) -> String {
         .join("\n---\n")
 }
 
-/// The Gateway `gw` of `env`'s namespace with one HTTP listener `web` admitting every namespace.
-fn gateway_for_all(env: &TestEnv) {
-    let yaml = "apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw}
-spec:
-  gatewayClassName: none
-  listeners:
-  - {name: web, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}
-";
-    support::ok(
-        &env.kubectl_stdin(&["apply", "-f", "-"], yaml),
-        "the Gateway",
-    );
-}
-
 #[tokio::test]
 async fn two_shards_hold_their_own_policies_fail_over_both_and_never_claim_a_listener_twice() {
-    let Some(a) = TestEnv::dedicated("shard-a").await else {
+    let Some((a, b)) = two_namespaces_on_gateway_api("shard-a", "shard-b").await else {
         return;
     };
-    let b = TestEnv::on(a.cp, "shard-b")
-        .await
-        .expect("a second namespace");
-    a.cp.install_gateway_api();
-    for env in [&a, &b] {
-        env.ready_backends(&WEB_BACKENDS).await;
-    }
-    gateway_for_all(&a);
+    shared_gateway(&a, "All");
     let gw = format!("{}/gw", a.ns);
     let (shard_a, shard_b) = (shard(&a, "a", &gw), shard(&b, "b", &gw));
 

@@ -91,3 +91,41 @@ pub fn hpa(env: &TestEnv, name: &str, max_replicas: u32) {
     );
     super::ok(&env.kubectl_stdin(&["apply", "-f", "-"], &yaml), "an HPA");
 }
+
+/// A dedicated control plane with the Gateway API, and two namespaces on it (`first` and
+/// `second`), each with the usual ready backends; `None` when cluster tests are skipped.
+pub async fn two_namespaces_on_gateway_api(
+    first: &str,
+    second: &str,
+) -> Option<(TestEnv, TestEnv)> {
+    let one = TestEnv::dedicated(first).await?;
+    let two = TestEnv::on(one.cp, second)
+        .await
+        .expect("a second namespace");
+    one.cp.install_gateway_api();
+    for env in [&one, &two] {
+        env.ready_backends(&WEB_BACKENDS).await;
+    }
+    Some((one, two))
+}
+
+/// The Gateway `gw` of `env`'s namespace (its owner is the admin), with an HTTP listener `web`
+/// on port 80 and a TCP listener `db` on port 5432, each admitting routes `from` these
+/// namespaces (`All` or `Same`).
+pub fn shared_gateway(env: &TestEnv, web_from: &str) {
+    let yaml = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw}}
+spec:
+  gatewayClassName: none
+  listeners:
+  - {{name: web, port: 80, protocol: HTTP, allowedRoutes: {{namespaces: {{from: {web_from}}}}}}}
+  - {{name: db, port: 5432, protocol: TCP, allowedRoutes: {{namespaces: {{from: All}}}}}}
+"
+    );
+    super::ok(
+        &env.kubectl_stdin(&["apply", "-f", "-"], &yaml),
+        "the Gateway owner's Gateway",
+    );
+}
