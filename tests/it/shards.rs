@@ -58,8 +58,11 @@ async fn two_shards_hold_their_own_policies_fail_over_both_and_never_claim_a_lis
 
     // 1. Policies in namespaces not labelled yet belong to no shard; labelled, each shard takes
     // its own (a namespace joining a shard lists its watches again).
-    a.apply(&PolicyBuilder::web());
-    b.apply(&PolicyBuilder::web());
+    // Each namespace's policies are written by its tenant (the chart's edit role there); the
+    // labels that pick shards are the admin's.
+    let (a_author, b_author) = (a.tenant(), b.tenant());
+    a_author.apply(&PolicyBuilder::web().yaml());
+    b_author.apply(&PolicyBuilder::web().yaml());
     label(&a, "a");
     label(&b, "b");
     for env in [&a, &b] {
@@ -79,10 +82,7 @@ async fn two_shards_hold_their_own_policies_fail_over_both_and_never_claim_a_lis
 
     // 3. Memory: 200 policies of b's namespace grow b's heap, not a's.
     let before = (shard_a.heap_bytes().await, shard_b.heap_bytes().await);
-    support::ok(
-        &b.kubectl_stdin(&["apply", "-f", "-"], &bulk(200)),
-        "200 policies",
-    );
+    b_author.apply(&bulk(200));
     let ready_series = format!(
         "failover_ready_backends{{namespace=\"{}\",policy=\"bulk-",
         b.ns
@@ -110,8 +110,12 @@ async fn two_shards_hold_their_own_policies_fail_over_both_and_never_claim_a_lis
 
     // 4. The listener admits both shards' namespaces and the Gateway is in shard a's: a policy
     // of b naming it leaves it out and claims nothing there; a's routes the hostname.
-    for env in [&a, &b] {
-        env.apply(&PolicyBuilder::named("shop", "web", &["east"]).on_gateway(&a.ns, "gw"));
+    for author in [&a_author, &b_author] {
+        author.apply(
+            &PolicyBuilder::named("shop", "web", &["east"])
+                .on_gateway(&a.ns, "gw")
+                .yaml(),
+        );
     }
     let p = b
         .wait_policy("shop", WAIT, attached::LISTENER_OF_ANOTHER_SHARD, |p| {
