@@ -2,7 +2,8 @@
 # Runs the benchmark: failover latency, API writes, cold start, restart, recovery after an API
 # server or etcd restart, CPU and memory at 100, 1,000 and 10,000 policies, each against a floor
 # measured in the same run, on a local control plane it starts itself; then failovers as requests
-# through a real proxy see them, on a real node. Prints the tables and every
+# through a real proxy see them, on a real node; last, memory and start-up at 30,000 and
+# 100,000 policies, each on a control plane of its own. Prints the tables and every
 # target with its verdict, and exits 1 when a target is missed or could not be measured
 # (--report-only exits 0). Extra arguments go to the benchmark program, e.g.
 #   hack/bench.sh --scales 100,1000 --flips 200 --churn 50 --quiet-seconds 60 --restarts 0

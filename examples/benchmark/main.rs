@@ -32,7 +32,10 @@
 //!   each source of changes' turns, by what it was doing (`profile`, `pprof`);
 //!
 //! and once, at `--recovery-scale`: kube-apiserver and etcd each restarted `--restarts` times,
-//! the first readiness change after each restart timed until applied.
+//! the first readiness change after each restart timed until applied; last, at
+//! `--large-scales` (30,000 and 100,000 policies), each on a control plane of its own: the cold
+//! start, the memory and live allocations at rest per policy added, the peak against the chart's
+//! memory limit, and at `--large-pass-at` failovers during start-up passes (`large`).
 
 // The tests' support; the benchmark uses a part of it.
 #[allow(dead_code, unused_imports, unused_macros)]
@@ -42,6 +45,7 @@ mod support;
 mod apiserver;
 mod capacity;
 mod groups;
+mod large;
 mod latency;
 mod memory;
 mod neighbour;
@@ -79,6 +83,13 @@ pub struct Options {
     /// Numbers of policies to measure, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "100,1000,10000")]
     scales: Vec<usize>,
+    /// Larger numbers of policies, each on a control plane of its own, measured only for what
+    /// size shows: cold start, memory and allocations at rest, failovers (`large`).
+    #[arg(long, value_delimiter = ',', default_value = "30000,100000")]
+    large_scales: Vec<usize>,
+    /// The large scales at which failovers during restarts' start-up passes are measured.
+    #[arg(long, value_delimiter = ',', default_value = "30000")]
+    large_pass_at: Vec<usize>,
     /// Readiness flips (each one change down and one back up) per scale and churn rate.
     #[arg(long, default_value_t = 200)]
     flips: usize,
@@ -180,7 +191,7 @@ async fn run_scale(
     let (controller, cold) = startup::cold_start(&env, n, &splits, &statuses, o).await;
     latency::settle(&controller).await;
     let mut phases = memory::Phases::of(&controller);
-    phases.end(&controller, n, "cold start").await;
+    phases.end(&controller, n, memory::COLD_START).await;
     probe::run(&env, n).await;
     let cold_floor = startup::cold_floor(&env, n, o).await;
     let (mut peer, mut peer_scale) = start_peer(&env, n, o, &churn_services, peer_binary).await;
@@ -363,6 +374,8 @@ async fn main() {
         Vec::new()
     };
     let traffic = traffic::run(&o).await;
+    // Last: each large scale starts a control plane of its own and leaves the machine busier.
+    let large = large::run(&o).await;
     println!(
         "\nAll scales ({:.1} min, {}):",
         started.elapsed().as_secs_f64() / 60.0,
@@ -374,13 +387,14 @@ async fn main() {
     report::print_neighbour(neighbour.as_ref());
     report::print_process(&results, idle_rss);
     report::print_memory(&results, idle_rss);
+    large::print(&large, idle_rss);
     report::print_recovery(&recovery);
     report::print_traffic(&traffic);
-    let failed = report::print_targets(&results, neighbour.as_ref(), &recovery, &traffic);
+    let failed = report::print_targets(&results, &large, neighbour.as_ref(), &recovery, &traffic);
     if let Some(dir) = o.out.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    let json = json!({"machine": machine(), "flips": o.flips, "idle_rss_mib": idle_rss, "results": results, "neighbour": neighbour, "recovery": recovery, "traffic": traffic});
+    let json = json!({"machine": machine(), "flips": o.flips, "idle_rss_mib": idle_rss, "results": results, "large": large, "neighbour": neighbour, "recovery": recovery, "traffic": traffic});
     std::fs::write(
         &o.out,
         serde_json::to_string_pretty(&json).unwrap_or_default(),

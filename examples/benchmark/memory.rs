@@ -5,6 +5,10 @@
 
 use crate::support::{ControllerProcess, metric};
 
+/// The first phase: from the controller's start until every route and status is in place and
+/// the controller has settled (its end is the memory at rest).
+pub const COLD_START: &str = "cold start";
+
 /// The phase of the failover groups.
 pub const GROUPS: &str = "failover groups";
 

@@ -580,7 +580,8 @@ fn process_verdicts(results: &[ScaleResult]) -> Vec<Verdict> {
         .filter(|r| r.policies >= 1000 || r.policies == largest)
     {
         v.extend(start_verdicts(r));
-        v.push(pass_verdict(r));
+        let quiet = r.latency.first().map(|l| &l.controller);
+        v.push(pass_verdict(r.policies, &r.start_pass, quiet));
     }
     v
 }
@@ -627,15 +628,18 @@ fn cost_verdicts(results: &[ScaleResult]) -> [Verdict; 1] {
     )]
 }
 
-/// A failover made during a start-up pass lands within 1.5x the quiet p50 (the first latency
-/// phase's, at the same scale and churn): the pass does not hold it up.
-fn pass_verdict(r: &ScaleResult) -> Verdict {
-    let pass = &r.start_pass;
+/// A failover made during a start-up pass lands within 1.5x the quiet p50 at the same scale
+/// (the first latency phase's, or the large scale's quiet failovers): the pass does not hold it
+/// up.
+pub fn pass_verdict(
+    policies: usize,
+    pass: &crate::pass::PassFailovers,
+    quiet: Option<&Percentiles>,
+) -> Verdict {
     let target = format!(
-        "failover during a restart's start-up pass: p50 ≤ 1.5x the quiet p50 ({} policies)",
-        r.policies
+        "failover during a restart's start-up pass: p50 ≤ 1.5x the quiet p50 ({policies} policies)"
     );
-    let Some(quiet) = r.latency.first().map(|l| l.controller.p50_ms) else {
+    let Some(quiet) = quiet.filter(|q| q.samples > 0).map(|q| q.p50_ms) else {
         return Verdict {
             target,
             measured: "no quiet latency at this scale".into(),
@@ -850,6 +854,7 @@ fn recovery_verdicts(recovery: &[Recovery]) -> Vec<Verdict> {
 /// not measured.
 pub fn print_targets(
     results: &[ScaleResult],
+    large: &[crate::large::LargeScale],
     neighbour: Option<&Neighbour>,
     recovery: &[Recovery],
     traffic: &Traffic,
@@ -859,6 +864,7 @@ pub fn print_targets(
     all.extend(neighbour_verdicts(neighbour));
     all.extend(results.iter().flat_map(group_verdicts));
     all.extend(process_verdicts(results));
+    all.extend(crate::large::verdicts(results, large));
     all.extend(recovery_verdicts(recovery));
     all.extend(traffic_verdicts(traffic));
     println!("\nTargets:\n");
