@@ -298,14 +298,29 @@ async fn a_namespace_the_gateways_listener_does_not_admit_cannot_take_or_hold_a_
         .await;
     }
 
-    // 3. After a restart, the other namespace's claim, recorded first, still takes nothing.
+    // 3. After a restart, the other namespace's claim, recorded first, still takes nothing:
+    // once the new process has reconciled both policies, the shop routes and the other is
+    // still refused the listener.
     drop(controller);
-    let _c = ControllerProcess::start_cluster_wide(&shop, &["--allowed-gateways", &allowed]);
-    let taken = wait_until(Duration::from_secs(5), || async {
-        !routes_its_own_gateway(&shop).await
+    let restarted = ControllerProcess::start_cluster_wide(&shop, &["--allowed-gateways", &allowed]);
+    let reconciled = wait_until(WAIT, || async {
+        let (_, text) = restarted.admin_get("/metrics").await;
+        support::metric(&text, "failover_reconciles_total").is_some_and(|n| n >= 2.0)
     })
     .await;
-    assert!(!taken, "the shop lost its route after a restart");
+    assert!(
+        reconciled,
+        "the restarted controller reconciled both policies"
+    );
+    assert!(
+        routes_its_own_gateway(&shop).await,
+        "the shop lost its route after a restart"
+    );
+    let p = other.policy("web").await.expect("the other policy");
+    assert_eq!(
+        attached_reason(&p).as_deref(),
+        Some(attached::NOT_ALLOWED_BY_LISTENERS)
+    );
     support::figure(format!(
         "a listener admitting only its own namespace: the other namespace's claim, made first, was dropped and the shop routed the hostname; Attached said: {message}"
     ));

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use failover_core::api::{
     FailoverGroup, FailoverGroupSpec, FailoverPolicySpec,
-    conditions::{READY, group, ready},
+    conditions::{PINNED, READY, group, pinned, ready},
 };
 use kube::api::PostParams;
 
@@ -207,12 +207,30 @@ async fn a_pinned_member_is_named_by_the_group_and_moves_nothing() {
         "{:?}",
         status.members
     );
-    // The pinned member's primary failing moves nobody.
+    // The pinned member's primary failing moves nobody: once the controller has read it (the
+    // pinned member says its pinned backend is not ready), both members' routes are where they
+    // were and the group stays east.
     env.set_endpoints("payments-east", 0, 1).await;
-    let stay = east_west(1, 0, "cart");
-    let stay: Vec<(&str, i64)> = stay.iter().map(|(s, x)| (s.as_str(), *x)).collect();
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    env.wait_weights("cart", &stay, WAIT).await;
+    env.wait_policy("payments", WAIT, "the pinned backend not ready", |p| {
+        condition(p, PINNED).is_some_and(|c| c.1 == pinned::PINNED_BACKEND_NOT_READY)
+    })
+    .await;
+    for name in ["cart", "payments"] {
+        let stay = east_west(1, 0, name);
+        let stay: Vec<(String, i64)> = stay.iter().map(|(s, x)| (s.to_string(), *x)).collect();
+        assert_eq!(env.split_weights(name).await, Some(stay), "{name}");
+    }
+    let group = env
+        .api::<FailoverGroup>()
+        .get("storefront")
+        .await
+        .expect("the group");
+    let status = group.status.expect("its status");
+    let ready = status.conditions.iter().find(|c| c.type_ == READY);
+    assert_eq!(
+        (status.site.as_deref(), ready.map(|c| c.reason.as_str())),
+        (Some("east"), Some(group::SITE_READY))
+    );
 }
 
 /// How far apart the two members' routes may move in a group failover: the trigger's reconcile
